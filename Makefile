@@ -1,0 +1,38 @@
+# The two commands: `make lab` and `make test`. Everything else they need, they install.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: lab test install conformance bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml constraints-dev.txt
+	$(PIP) install -q -c constraints-dev.txt torch==2.13.0
+	$(PIP) install -q -c constraints-dev.txt -e ".[lab,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+lab: $(STAMP)
+ifeq ($(HEADLESS),1)
+	$(PY) -m torchtpu_lab.demo
+else
+	$(VENV)/bin/jupyter lab notebooks/
+endif
+
+conformance: $(STAMP)
+	$(PY) bench/conformance.py --quiet
+
+bench: $(STAMP)
+	$(PY) bench/op_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""The ``tpu`` device: tensors, storages, views, memory accounting, RNG and ``torch.tpu``."""

@@ -1,0 +1,30 @@
+"""Make ``tpu`` a real PyTorch device: PrivateUse1 renamed, ``torch.tpu`` registered, kernels installed."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+from . import tpu_module
+
+_BACKEND = "tpu"
+
+
+def register() -> None:
+    """Register the ``tpu`` device (idempotent: a second call, or a second import, does nothing)."""
+    from .. import platform
+    from ..runtime import kernels
+
+    if torch._C._get_privateuse1_backend_name() == _BACKEND and getattr(torch, _BACKEND, None) is tpu_module:
+        return
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", _BACKEND):
+        raise RuntimeError(
+            f"PrivateUse1 is already taken by the {current!r} backend in this process; torchtpu_lab needs it"
+        )
+    platform.configure_x64()
+    _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module)
+    sys.modules[f"torch.{_BACKEND}"] = tpu_module
+    kernels.install()

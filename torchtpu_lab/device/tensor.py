@@ -1,0 +1,93 @@
+"""The Python side of a ``tpu`` tensor: a real PrivateUse1 ``torch.Tensor`` that points at a storage and view.
+
+Tensors are made by :func:`make` with ``torch._C._acc.create_empty_tensor`` (a PrivateUse1 TensorImpl without
+data), given the class :class:`TpuTensor` and two attributes: ``_tpu_storage`` (:class:`Storage`) and
+``_tpu_view`` (:class:`~torchtpu_lab.device.views.View` or ``None`` for the base). PyTorch keeps the Python
+object alive for as long as C++ holds the tensor, so the attributes travel through autograd and the dispatcher.
+
+:class:`TpuTensor` only adds what the pure-Python backend cannot get from PyTorch itself: printing, pickling
+and deep copies, which for tensors without host-visible data go through a CPU copy, as PyTorch/XLA does.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from . import views
+from .storage import Storage
+
+
+class TpuTensor(torch.Tensor):
+    """A tensor on the ``tpu`` device. Users never construct it: ``torch.ones(3, device="tpu")`` does."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        if tensor_contents is None:
+            host = self.detach().to("cpu")
+            tensor_contents = torch._tensor_str._tensor_str(host, len("tensor("))
+        # PyTorch prefixes a subclass's repr with its class name; a tpu tensor should read like a cuda one.
+        cls = self.__class__
+        self.__class__ = torch.Tensor
+        try:
+            text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        finally:
+            self.__class__ = cls
+        if self.__dict__.get("_is_param"):
+            text = "Parameter containing:\n" + text
+        return text
+
+    def __reduce_ex__(self, proto):
+        # The CPU copy is pickled with an ordinary storage, so torch.load's map_location applies to it.
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (self.detach().to("cpu"), self.dtype, str(self.device), self.requires_grad),
+        )
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if not key.startswith("_tpu_"):
+                setattr(new, key, copy.deepcopy(value, memo))
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        return new
+
+
+def make(storage: Storage, view: views.View | None) -> TpuTensor:
+    """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base)."""
+    size = storage.shape if view is None else view.size
+    t = torch._C._acc.create_empty_tensor(list(size), storage.dtype)
+    t.__class__ = TpuTensor
+    t._tpu_storage = storage
+    t._tpu_view = view
+    return t
+
+
+def from_array(array, dtype: torch.dtype, device_index: int = 0) -> TpuTensor:
+    """Wrap a JAX array (already on the right device and of the JAX dtype of ``dtype``) as a new base tensor."""
+    return make(Storage(array.shape, dtype, device_index, array), None)
+
+
+def empty(shape, dtype: torch.dtype, device_index: int = 0) -> TpuTensor:
+    """A new base tensor whose buffer is created on first read."""
+    return make(Storage(tuple(shape), dtype, device_index), None)
+
+
+def is_tpu(t) -> bool:
+    return isinstance(t, TpuTensor)
+
+
+def storage_of(t: TpuTensor) -> Storage:
+    return t._tpu_storage
+
+
+def view_of(t: TpuTensor) -> views.View | None:
+    return t._tpu_view

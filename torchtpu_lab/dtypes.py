@@ -1,0 +1,75 @@
+"""The one mapping between torch dtypes and JAX dtypes, and host transfers that respect it."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import torch
+
+from . import platform
+
+_TORCH_TO_JAX = {
+    torch.float32: jnp.float32,
+    torch.float64: jnp.float64,
+    torch.float16: jnp.float16,
+    torch.bfloat16: jnp.bfloat16,
+    torch.int8: jnp.int8,
+    torch.int16: jnp.int16,
+    torch.int32: jnp.int32,
+    torch.int64: jnp.int64,
+    torch.uint8: jnp.uint8,
+    torch.uint16: jnp.uint16,
+    torch.uint32: jnp.uint32,
+    torch.uint64: jnp.uint64,
+    torch.bool: jnp.bool_,
+    torch.complex64: jnp.complex64,
+    torch.complex128: jnp.complex128,
+    torch.float8_e4m3fn: jnp.float8_e4m3fn,
+    torch.float8_e5m2: jnp.float8_e5m2,
+}
+_JAX_TO_TORCH = {np.dtype(v): k for k, v in _TORCH_TO_JAX.items()}
+_WIDE = {torch.float64, torch.int64, torch.uint64, torch.complex128}
+
+
+def to_jax(dtype: torch.dtype) -> np.dtype:
+    """The JAX dtype for a torch dtype; raises for dtypes the device cannot hold."""
+    try:
+        jdt = _TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} is not supported on the tpu device") from None
+    if dtype in _WIDE and not platform.x64_enabled():
+        raise TypeError(
+            f"dtype {dtype} needs JAX's x64 mode, which TORCHTPU_LAB_X64=0 turned off; "
+            "unset it or use a 32-bit dtype"
+        )
+    return np.dtype(jdt)
+
+
+def to_torch(dtype) -> torch.dtype:
+    """The torch dtype for a JAX/numpy dtype."""
+    try:
+        return _JAX_TO_TORCH[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"JAX dtype {dtype} has no torch equivalent") from None
+
+
+def host_array(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor's values, reinterpreting dtypes numpy lacks (bfloat16, float8)."""
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
+    if t.dtype == torch.float8_e5m2:
+        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e5m2)
+    return t.numpy()
+
+
+def host_tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor owning a copy of a host array that came back from the device."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(np.array(a).view(np.int16)).view(torch.bfloat16)
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return torch.from_numpy(np.array(a).view(np.uint8)).view(dtype)
+    return torch.from_numpy(np.array(a))

@@ -1,0 +1,56 @@
+"""The op table: one small JAX function per ATen op, registered with :func:`lower`.
+
+A lowering receives the op's arguments in ATen schema order, with every tensor replaced by a JAX array (views
+already materialized) and every other argument as the Python value PyTorch passed. Arguments the schema types
+as ``Scalar`` arrive as traced JAX scalars, so a learning rate that changes each step does not recompile; a
+lowering that needs a Python number there (say, for an output shape) declares ``static_scalars=True``.
+A lowering that draws random numbers declares ``rng=True`` and receives a JAX PRNG key as ``key=``.
+
+The executor casts results to the dtype PyTorch's own meta kernel predicts, so lowerings may compute in
+whatever dtype JAX promotes to; they must get shapes and values right.
+
+The same table serves per-op eager execution, the fused lazy graph and ``torch.compile`` graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Lowering:
+    op: torch._ops.OpOverload
+    fn: Callable
+    static_scalars: bool = False
+    rng: bool = False
+
+
+LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
+#: Ops whose ``torch._decomp`` decomposition must not be used on tpu (wrong or recursive for us).
+DECOMP_SKIP: set = set()
+
+
+def skip_decomposition(*ops) -> None:
+    """Never run PyTorch's decomposition of ``ops`` on tpu: the op falls back to raising until it is lowered."""
+    for op in ops:
+        DECOMP_SKIP.add(op.default if isinstance(op, torch._ops.OpOverloadPacket) else op)
+
+
+def lower(*ops, static_scalars: bool = False, rng: bool = False):
+    """Register the decorated function as the lowering of each of ``ops`` (OpOverloads or packets' defaults)."""
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            if isinstance(op, torch._ops.OpOverloadPacket):
+                op = op.default
+            if op in LOWERINGS:
+                raise RuntimeError(f"{op} is lowered twice ({LOWERINGS[op].fn.__name__} and {fn.__name__})")
+            LOWERINGS[op] = Lowering(op, fn, static_scalars, rng)
+        return fn
+
+    return register

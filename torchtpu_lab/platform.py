@@ -1,0 +1,87 @@
+"""Which JAX platform backs the ``tpu`` device, decided once per process.
+
+The ``tpu`` device is whatever XLA backend is best here: a real TPU when JAX finds one, else a GPU, else the
+CPU. ``TORCHTPU_LAB_PLATFORM=cpu|gpu|tpu`` overrides the choice. Whatever backs it is reported honestly: a
+CPU-backed ``tpu`` device says "XLA:CPU" everywhere it describes itself.
+
+64-bit types: PyTorch's defaults need int64 (indices, ``arange``) and float64 to keep their meaning, so this
+module turns on ``jax_enable_x64`` when the package is imported. That changes the default dtypes of the user's
+own ``jnp`` code in this process (``jnp.arange(3)`` becomes int64); we accept that, because the alternative
+silently truncates PyTorch's int64 indices and float64 math. ``TORCHTPU_LAB_X64=0`` keeps JAX's 32-bit default,
+in which case creating a 64-bit ``tpu`` tensor raises instead of silently narrowing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import jax
+
+_PREFERENCE = ("tpu", "gpu", "cpu")
+_ENV_PLATFORM = "TORCHTPU_LAB_PLATFORM"
+
+
+def x64_enabled() -> bool:
+    """Whether 64-bit dtypes are real on the device (see the module docstring)."""
+    return bool(jax.config.jax_enable_x64)
+
+
+def configure_x64() -> None:
+    """Turn on JAX's x64 mode unless the user opted out with ``TORCHTPU_LAB_X64=0``."""
+    if os.environ.get("TORCHTPU_LAB_X64", "1") != "0":
+        jax.config.update("jax_enable_x64", True)
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    """What backs the ``tpu`` device: the JAX platform name, its devices and a human description."""
+
+    platform: str
+    devices: tuple
+    device_kind: str
+
+    @property
+    def description(self) -> str:
+        label = {"tpu": "TPU", "gpu": "GPU", "cpu": "CPU"}.get(self.platform, self.platform.upper())
+        honest = " (no TPU here: the tpu device runs on XLA:CPU)" if self.platform == "cpu" else ""
+        return f"XLA:{label} {self.device_kind} x{len(self.devices)}{honest}"
+
+
+def _available(platform: str) -> tuple:
+    try:
+        return tuple(jax.devices(platform))
+    except RuntimeError:
+        return ()
+
+
+@functools.lru_cache(maxsize=1)
+def info() -> PlatformInfo:
+    """The platform for this process: the environment override, else the best of TPU, GPU, CPU."""
+    wanted = os.environ.get(_ENV_PLATFORM, "").strip().lower()
+    if wanted:
+        if wanted not in _PREFERENCE:
+            raise ValueError(f"{_ENV_PLATFORM}={wanted!r}: expected one of {', '.join(_PREFERENCE)}")
+        devices = _available(wanted)
+        if not devices:
+            raise RuntimeError(
+                f"{_ENV_PLATFORM}={wanted} but JAX finds no {wanted} device "
+                f"(JAX sees: {', '.join(str(d) for d in jax.devices())})"
+            )
+        return PlatformInfo(wanted, devices, devices[0].device_kind)
+    for name in _PREFERENCE:
+        devices = _available(name)
+        if devices:
+            return PlatformInfo(name, devices, devices[0].device_kind)
+    raise RuntimeError("JAX reports no devices at all")
+
+
+def jax_device(index: int | None) -> jax.Device:
+    """The JAX device behind ``tpu:index``; a clear error lists what exists when the index does not."""
+    devices = info().devices
+    i = 0 if index is None else index
+    if not 0 <= i < len(devices):
+        names = ", ".join(f"tpu:{k} ({d})" for k, d in enumerate(devices))
+        raise RuntimeError(f"tpu:{i} does not exist; available devices: {names}")
+    return devices[i]

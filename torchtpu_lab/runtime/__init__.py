@@ -1,0 +1,1 @@
+"""Runs ATen ops on tpu tensors: per-op execution, kernels for every dispatch path, mutation, views."""

@@ -1,0 +1,121 @@
+"""Kernels that are not lowerings: allocation, host<->device transfers, reading a scalar back, resizing.
+
+Every transfer to the host is a sync point: it waits for the device. (Telemetry of syncs comes with the eager
+modes; this module only moves data.)
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import torch
+
+from .. import dtypes, platform
+from ..device import tensor
+from ..ops.registry import Lowering
+from . import executor
+
+aten = torch.ops.aten
+
+
+def _tpu_index(device) -> int:
+    if device is None:
+        return 0
+    device = torch.device(device)
+    index = device.index or 0
+    platform.jax_device(index)  # raises, listing the devices, when tpu:index does not exist
+    if index != 0:
+        raise NotImplementedError(
+            f"tpu:{index}: PyTorch's pure-Python backend API addresses only device index 0 "
+            f"({len(platform.info().devices)} JAX devices exist); use tpu:0"
+        )
+    return index
+
+
+def to_host(t: tensor.TpuTensor) -> torch.Tensor:
+    """A CPU copy of a tpu tensor's values (waits for the device)."""
+    return dtypes.host_tensor(np.asarray(executor.value(t)), t.dtype)
+
+
+def from_host(t: torch.Tensor, device_index: int) -> tensor.TpuTensor:
+    """A new tpu tensor holding a copy of a CPU tensor's values."""
+    host = np.array(dtypes.host_array(t), copy=True)  # never let the device alias user memory
+    array = jax.device_put(host, platform.jax_device(device_index))
+    return tensor.from_array(array, t.dtype, device_index)
+
+
+def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    dtypes.to_jax(dtype)
+    return tensor.empty(tuple(size), dtype, _tpu_index(device))
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return empty_memory_format(size, dtype, layout, device, pin_memory)
+
+
+_CAST = Lowering(aten._to_copy.default, lambda x, **_: x)
+
+
+def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    target = torch.device(device) if device is not None else self.device
+    if isinstance(self, tensor.TpuTensor):
+        if target.type == "tpu":
+            _tpu_index(target)
+            return executor.execute(_CAST, (self,), {"dtype": dtype or self.dtype})
+        host = to_host(self)
+        return host.to(dtype=dtype or host.dtype, device=target)
+    src = self if dtype is None else self.to(dtype)
+    return from_host(src, _tpu_index(target))
+
+
+def copy_(self, src, non_blocking=False):
+    if isinstance(self, tensor.TpuTensor):
+        if not isinstance(src, tensor.TpuTensor):
+            src = from_host(src.to(self.dtype), self._tpu_storage.device_index)
+        if tuple(self.shape) != tuple(torch.broadcast_shapes(self.shape, src.shape)):
+            raise RuntimeError(
+                f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                f"{list(torch.broadcast_shapes(self.shape, src.shape))}"
+            )
+        executor.assign(self, src)
+        return self
+    # a CPU (or other device) destination, a tpu source
+    self.copy_(to_host(src))
+    return self
+
+
+def local_scalar_dense(self):
+    return np.asarray(executor.value(self)).item()
+
+
+def resize_(self, size, memory_format=None):
+    if tuple(self.shape) == tuple(size):
+        return self
+    raise NotImplementedError(
+        f"aten::resize_ from {list(self.shape)} to {list(size)} on the tpu device: PyTorch's pure-Python backend "
+        "API cannot change a tensor's sizes in place; allocate a new tensor instead"
+    )
+
+
+def equal(a, b) -> bool:
+    if a.shape != b.shape:
+        return False
+    return bool(torch.eq(a, b).all().item())
+
+
+def is_pinned(self, device=None) -> bool:
+    return False
+
+
+KERNELS = {
+    aten.empty.memory_format: empty_memory_format,
+    aten.empty_strided.default: empty_strided,
+    aten._to_copy.default: to_copy,
+    aten.copy_.default: copy_,
+    aten._local_scalar_dense.default: local_scalar_dense,
+    aten.resize_.default: resize_,
+    aten.equal.default: equal,
+    aten.is_pinned.default: is_pinned,
+}

@@ -1,0 +1,267 @@
+"""Per-op execution: turn one ATen call on tpu tensors into one call of a cached, jitted JAX function.
+
+For each call we build a *template* of the arguments — tensors become slots naming their dtype, shape and view
+geometry, ``Scalar`` arguments become dynamic slots, everything else is kept as a static value — and a list of
+the dynamic inputs (storage arrays and scalars). The template is the cache key. On a miss we (1) run the op on
+meta tensors, which gives PyTorch's own output dtypes and shapes and PyTorch's own error for bad input, and
+(2) jit a function that materializes the views, calls the lowering and casts to the meta dtypes. On a hit the
+call costs one dict lookup plus one jitted dispatch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from .. import dtypes, platform
+from ..device import rng, tensor, views
+from ..ops.registry import Lowering
+
+
+class _Slot(NamedTuple):
+    kind: str  # "T": tpu tensor, "H": 0-dim host tensor, "S": dynamic scalar
+    index: int
+    dtype: object
+    shape: tuple
+    base_shape: tuple
+    view: object
+
+
+class _Static(NamedTuple):
+    type: type
+    value: object
+
+
+_MISSING_META = object()
+_META_SKIP = (NotImplementedError,)
+try:  # data-dependent shapes cannot be computed on meta tensors
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    _META_SKIP = (NotImplementedError, DataDependentOutputException, DynamicOutputShapeException)
+except ImportError:  # pragma: no cover
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def _scalar_args(op: torch._ops.OpOverload) -> tuple[frozenset, frozenset]:
+    """Positions and names of the op's arguments typed ``Scalar`` (or ``Scalar?``) in its schema."""
+    positions, names = set(), set()
+    for i, arg in enumerate(op._schema.arguments):
+        t = arg.type
+        if isinstance(t, torch.OptionalType):
+            t = t.getElementType()
+        if t.kind() == "NumberType":
+            names.add(arg.name)
+            if not arg.kwarg_only:
+                positions.add(i)
+    return frozenset(positions), frozenset(names)
+
+
+class _Encoder:
+    """Builds a hashable template of an argument structure and collects its dynamic inputs."""
+
+    __slots__ = ("dyn", "device_index", "static_scalars")
+
+    def __init__(self, static_scalars: bool):
+        self.dyn: list = []
+        self.device_index: int | None = None
+        self.static_scalars = static_scalars
+
+    def encode(self, v, scalar: bool = False):
+        if isinstance(v, tensor.TpuTensor):
+            storage = v._tpu_storage
+            if self.device_index is None:
+                self.device_index = storage.device_index
+            self.dyn.append(storage.array)
+            return _Slot("T", len(self.dyn) - 1, v.dtype, tuple(v.shape), storage.shape, v._tpu_view)
+        if isinstance(v, torch.Tensor):
+            if v.dim() != 0 or v.device.type != "cpu":
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices, "
+                    f"tpu:0 and {v.device}!"
+                )
+            self.dyn.append(jnp.asarray(dtypes.host_array(v)))
+            return _Slot("H", len(self.dyn) - 1, v.dtype, (), (), None)
+        if isinstance(v, (list, tuple)):
+            return tuple(self.encode(x, scalar) for x in v)
+        if scalar and not self.static_scalars and isinstance(v, (bool, int, float, complex)):
+            self.dyn.append(v)
+            return _Slot("S", len(self.dyn) - 1, type(v), (), (), None)
+        if isinstance(v, torch.Generator):
+            return None
+        if isinstance(v, (bool, int, float, complex)):
+            return _Static(type(v), v)
+        return v
+
+
+def _decode(t, dyn, meta: bool = False):
+    if isinstance(t, _Slot):
+        if t.kind == "S":
+            return dyn[t.index]
+        if meta:
+            return torch.empty(t.shape, dtype=t.dtype, device="meta")
+        if t.kind == "H":
+            return dyn[t.index]
+        return views.read(dyn[t.index], t.base_shape, t.view)
+    if isinstance(t, _Static):
+        return t.value
+    if isinstance(t, tuple):
+        return [_decode(x, dyn, meta) for x in t]
+    if meta and isinstance(t, torch.device) and t.type == "tpu":
+        return torch.device("meta")
+    return t
+
+
+def _meta_outputs(op, targs, tkwargs, dyn):
+    """PyTorch's own output metadata for this call, or ``None`` where no meta kernel can say."""
+    try:
+        return op(*[_decode(a, dyn, True) for a in targs], **{k: _decode(v, dyn, True) for k, v in tkwargs})
+    except _META_SKIP:
+        return None
+
+
+def _cast(op, out, meta):
+    if meta is None:
+        return out
+    if isinstance(meta, torch.Tensor):
+        if tuple(out.shape) != tuple(meta.shape):
+            raise RuntimeError(
+                f"torchtpu_lab bug: the lowering of {op} produced shape {tuple(out.shape)} "
+                f"where PyTorch expects {tuple(meta.shape)}"
+            )
+        want = dtypes.to_jax(meta.dtype)
+        return out if out.dtype == want else out.astype(want)
+    if isinstance(meta, (list, tuple)):
+        return type(out)(_cast(op, o, m) for o, m in zip(out, meta))
+    return out
+
+
+def _wrap(out, meta, device_index: int):
+    if out is None:
+        return None
+    if isinstance(out, (list, tuple)):
+        metas = meta if isinstance(meta, (list, tuple)) else [None] * len(out)
+        wrapped = [_wrap(o, m, device_index) for o, m in zip(out, metas)]
+        return tuple(wrapped) if isinstance(out, tuple) else wrapped
+    dtype = meta.dtype if isinstance(meta, torch.Tensor) else dtypes.to_torch(out.dtype)
+    return tensor.from_array(out, dtype, device_index)
+
+
+class _Compiled(NamedTuple):
+    fn: object
+    meta: object
+
+
+_CACHE: dict = {}
+
+
+def _device_from_args(args, kwargs) -> int:
+    dev = kwargs.get("device")
+    if dev is None:
+        dev = next((a for a in args if isinstance(a, torch.device)), None)
+    if isinstance(dev, torch.device) and dev.type == "tpu":
+        return dev.index or 0
+    return 0
+
+
+def execute(low: Lowering, args: tuple, kwargs: dict):
+    """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
+    op = low.op
+    enc = _Encoder(low.static_scalars)
+    positions, names = _scalar_args(op)
+    targs = tuple(enc.encode(a, i in positions) for i, a in enumerate(args))
+    tkwargs = tuple((k, enc.encode(v, k in names)) for k, v in kwargs.items())
+    device_index = enc.device_index
+    if device_index is None:
+        device_index = _device_from_args(args, kwargs)
+    if low.rng:
+        enc.dyn.extend(rng.next_seed_and_counter(device_index))
+    key = (op, targs, tkwargs)
+    compiled = _CACHE.get(key)
+    if compiled is None:
+        compiled = _compile(low, targs, tkwargs, enc.dyn)
+        _CACHE[key] = compiled
+    if enc.device_index is None:
+        with jax.default_device(platform.jax_device(device_index)):
+            out = compiled.fn(*enc.dyn)
+    else:
+        out = compiled.fn(*enc.dyn)
+    return _wrap(out, compiled.meta, device_index)
+
+
+def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
+    op = low.op
+    meta = _meta_outputs(op, targs, tkwargs, dyn)
+
+    def run(*dyn_values):
+        a = [_decode(t, dyn_values) for t in targs]
+        k = {name: _decode(t, dyn_values) for name, t in tkwargs}
+        if low.rng:
+            k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
+        return _cast(op, low.fn(*a, **k), meta)
+
+    return _Compiled(jax.jit(run), meta)
+
+
+def cache_size() -> int:
+    return len(_CACHE)
+
+
+# ---- assignment: the one way a tpu tensor's values change ------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _assign_fn(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, overwrite_all: bool):
+    jdt = dtypes.to_jax(dst_dtype)
+    dst_size = dst_base_shape if dst_view is None else dst_view.size
+
+    def whole(src_base):
+        v = views.read(src_base, src_base_shape, src_view).astype(jdt)
+        return jnp.broadcast_to(v, dst_size)
+
+    def partial(dst_base, src_base):
+        v = views.read(src_base, src_base_shape, src_view).astype(jdt)
+        return views.write(dst_base, dst_base_shape, dst_view, v)
+
+    return jax.jit(whole if overwrite_all else partial)
+
+
+def assign(dst: tensor.TpuTensor, src) -> None:
+    """Overwrite ``dst``'s values (through its view, if any) with ``src`` (a tpu tensor or JAX array).
+
+    ``src`` broadcasts to ``dst``'s shape and is cast to ``dst``'s dtype, as ``Tensor.copy_`` does.
+    """
+    storage = dst._tpu_storage
+    dst_view = dst._tpu_view
+    if isinstance(src, tensor.TpuTensor):
+        src_storage, src_view = src._tpu_storage, src._tpu_view
+        src_array, src_base_shape = src_storage.array, src_storage.shape
+        if (
+            dst_view is None
+            and src_view is None
+            and src_storage.shape == storage.shape
+            and src_storage.dtype == storage.dtype
+        ):
+            storage.array = src_array  # arrays are immutable: sharing one is safe
+            return
+    else:
+        src_array, src_base_shape, src_view = src, tuple(src.shape), None
+    fn = _assign_fn(storage.shape, dst_view, storage.dtype, src_base_shape, src_view, dst_view is None)
+    storage.array = fn(src_array) if dst_view is None else fn(storage.array, src_array)
+
+
+def value(t: tensor.TpuTensor):
+    """The materialized JAX array of ``t``'s values (a view is gathered into a new array)."""
+    storage = t._tpu_storage
+    if t._tpu_view is None:
+        return storage.array
+    return _read_fn(storage.shape, t._tpu_view)(storage.array)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_fn(base_shape, view):
+    return jax.jit(lambda base: views.read(base, base_shape, view))

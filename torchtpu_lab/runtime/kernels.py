@@ -1,0 +1,106 @@
+"""Install every kernel for the PrivateUse1 (``tpu``) dispatch key, in one place.
+
+Order of preference for an op: a hand-written core kernel (transfers, allocation), a view kernel, a lowering
+from the op table, a decomposition from ``torch._decomp`` (which re-enters the dispatcher with simpler ops),
+an in-place/``out=`` variant derived from one of those, and finally the boxed fallback, which raises
+``NotImplementedError`` naming the op and overload, so an op we cannot run never returns a wrong number.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch._decomp
+
+from ..ops import DECOMP_SKIP, LOWERINGS
+from . import core_kernels, executor, mutation, view_kernels
+
+aten = torch.ops.aten
+_KEY = "PrivateUse1"
+
+#: Every kernel we registered, by OpOverload, so variants can call functionals without re-dispatching.
+KERNELS: dict = {}
+_libs: list = []
+
+# Decompositions we do not take: they assume real strides or storage, which tpu tensors do not expose.
+_DECOMP_SKIP = {
+    "aten::as_strided_scatter",
+    "aten::_unsafe_view",
+    "aten::view",
+    "aten::empty_like",
+}
+
+
+def _functional_kernel(low):
+    def kernel(*args, **kwargs):
+        return executor.execute(low, args, kwargs)
+
+    kernel.__name__ = f"lowered_{low.op}"
+    return kernel
+
+
+def _is_composite_implicit(op) -> bool:
+    """True for ops PyTorch decomposes above autograd (they never reach us), and for TorchScript-only ops."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+    except RuntimeError:
+        return True
+
+
+def _overloads(packet_name: str):
+    packet = getattr(aten, packet_name, None)
+    if packet is None:
+        return []
+    return [getattr(packet, o) for o in packet.overloads()]
+
+
+def _collect() -> dict:
+    kernels: dict = {}
+    kernels.update(core_kernels.KERNELS)
+    for op in view_kernels.VIEW_OPS:
+        kernels.setdefault(op, view_kernels.make_view_kernel(op))
+    for op, low in LOWERINGS.items():
+        kernels.setdefault(op, _functional_kernel(low))
+    for op, fn in torch._decomp.decomposition_table.items():
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            continue
+        if op in kernels or op._schema.is_mutable or op in DECOMP_SKIP or _is_composite_implicit(op):
+            continue
+        if op._schema.name in _DECOMP_SKIP:
+            continue
+        kernels[op] = fn
+    # in-place and out= variants of every functional op we can run
+    functionals = {mutation.signature(op._schema): k for op, k in kernels.items() if not op._schema.is_mutable}
+    for base in {s[0] for s in functionals}:
+        for op in _overloads(base) + _overloads(base + "_"):
+            if op in kernels or not op._schema.is_mutable or _is_composite_implicit(op):
+                continue
+            functional = functionals.get(mutation.signature(op._schema))
+            if functional is None:
+                continue
+            names = mutation.out_names(op._schema)
+            if names:
+                kernels[op] = mutation.make_out_kernel(functional, names)
+            elif mutation.is_inplace(op._schema):
+                kernels[op] = mutation.make_inplace_kernel(functional)
+    return kernels
+
+
+def _fallback(keyset, op, *args, **kwargs):
+    raise NotImplementedError(
+        f"torchtpu_lab: aten::{op._schema.name.split('::')[-1]}"
+        f"{'.' + op._overloadname if op._overloadname != 'default' else ''} ({op}) has no lowering for the tpu "
+        "device yet"
+    )
+
+
+def install() -> None:
+    """Register all kernels (idempotent)."""
+    if _libs:
+        return
+    KERNELS.update(_collect())
+    lib = torch.library.Library("aten", "IMPL")
+    for op, fn in KERNELS.items():
+        lib.impl(op, fn, _KEY)
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_fallback, dispatch_key=_KEY, with_keyset=True)
+    _libs.extend([lib, fallback])

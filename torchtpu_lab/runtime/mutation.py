@@ -1,0 +1,88 @@
+"""In-place and ``out=`` variants, derived from functional kernels.
+
+``x.add_(y)`` runs the functional ``add`` and assigns the result into ``x`` (through its view, if any);
+``torch.add(a, b, out=o)`` assigns into ``o``. The variant of a functional op is found by matching schemas: same
+base name (minus the trailing ``_``), same non-out arguments. PyTorch's checks are kept: an in-place result
+must have ``self``'s shape, and its dtype must be castable to ``self``'s.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..device import tensor
+from . import executor
+
+_SCALAR_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+
+def _name(dtype: torch.dtype) -> str:
+    return _SCALAR_NAMES.get(dtype, str(dtype))
+
+
+def signature(schema) -> tuple:
+    """What makes a functional op and its in-place/out variants the same op."""
+    base = schema.name.split("::")[-1]
+    if base.endswith("_"):
+        base = base[:-1]
+    args = tuple(
+        (a.name, str(a.type))
+        for a in schema.arguments
+        if not (a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+    )
+    return base, args
+
+
+def out_names(schema) -> list[str]:
+    return [a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+
+
+def is_inplace(schema) -> bool:
+    first = schema.arguments[0] if schema.arguments else None
+    return (
+        schema.name.endswith("_")
+        and first is not None
+        and first.alias_info is not None
+        and first.alias_info.is_write
+        and not out_names(schema)
+    )
+
+
+def write_result(dst, result, inplace: bool) -> None:
+    if inplace and tuple(result.shape) != tuple(dst.shape):
+        raise RuntimeError(
+            f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(result.shape)}"
+        )
+    if not torch.can_cast(result.dtype, dst.dtype):
+        raise RuntimeError(f"result type {_name(result.dtype)} can't be cast to the desired output type {_name(dst.dtype)}")
+    if not isinstance(dst, tensor.TpuTensor):
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, tpu:0 and {dst.device}!"
+        )
+    if tuple(result.shape) != tuple(dst.shape):
+        dst.resize_(result.shape)
+    executor.assign(dst, result)
+
+
+def make_inplace_kernel(functional):
+    def kernel(self, *args, **kwargs):
+        write_result(self, functional(self, *args, **kwargs), inplace=True)
+        return self
+
+    return kernel
+
+
+def make_out_kernel(functional, names: list[str]):
+    def kernel(*args, **kwargs):
+        outs = [kwargs.pop(n) for n in names]
+        result = functional(*args, **kwargs)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        for o, r in zip(outs, results):
+            write_result(o, r, inplace=False)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    return kernel

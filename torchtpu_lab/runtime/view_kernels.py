@@ -1,0 +1,126 @@
+"""Kernels for ATen view ops: new tensors over the same storage, geometry computed by PyTorch on meta tensors.
+
+For every view op we build a meta tensor with the input's real geometry over a flat storage of the base's size,
+run the very same op on it, and read the output's size, stride and storage offset. PyTorch thereby decides
+every view's geometry (and raises PyTorch's own errors for bad dims), and the result is cached per call shape.
+
+Ops whose meaning depends on memory layout rather than logical indices are special:
+
+* ``view`` / ``_unsafe_view`` / ``_reshape_alias``: when the input's real layout cannot be viewed with the new
+  shape, PyTorch would refuse; but a tpu tensor reports contiguous strides (see :mod:`..device.views`), so
+  ``reshape`` chose ``view``. We then return a copy, as PyTorch/XLA does.
+* ``as_strided``: sizes, strides and offset are read relative to the input's own first element and its
+  reported contiguous strides — the only reading consistent with the metadata PyTorch code sees. On a base
+  tensor that is exactly PyTorch's storage semantics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..device import tensor, views
+from . import executor
+
+aten = torch.ops.aten
+
+VIEW_OPS = (
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten._reshape_alias.default,
+    aten.as_strided.default,
+    aten.alias.default,
+    aten.detach.default,
+    aten.lift_fresh.default,
+    aten.expand.default,
+    aten.permute.default,
+    aten.t.default,
+    aten.transpose.int,
+    aten.select.int,
+    aten.slice.Tensor,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.unsqueeze.default,
+    aten.diagonal.default,
+    aten.unfold.default,
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.unbind.int,
+    aten.narrow.default,
+    aten.movedim.int,
+)
+_RESHAPING = {aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default}
+_COPY = "copy"
+
+
+def _hashable(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, (bool, int, float)):
+        return (type(v), v)
+    return v
+
+
+def _geometry(t: tensor.TpuTensor) -> views.View:
+    view = t._tpu_view
+    if view is not None:
+        return view
+    shape = t._tpu_storage.shape
+    return views.View(tuple(shape), views.contiguous_strides(shape), 0)
+
+
+_PLANS: dict = {}
+
+
+def _plan(op, base_shape: tuple, geom: views.View, args: tuple, kwargs: dict):
+    """Geometries of the outputs (a tuple, or ``_COPY``) of ``op`` applied to a tensor of geometry ``geom``."""
+    key = (op, base_shape, geom, _hashable(args), _hashable(tuple(kwargs.items())))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _compute_plan(op, base_shape, geom, list(args), kwargs)
+    return plan
+
+
+def _compute_plan(op, base_shape: tuple, geom: views.View, a: list, k: dict):
+    numel = math.prod(base_shape)
+    if op is aten.as_strided.default:
+        if not (geom.size == base_shape and geom.offset == 0 and views.canonical(base_shape, *geom) is None):
+            if not views._is_contiguous(geom.size, geom.stride):
+                return _COPY
+        numel = max(numel, 1)
+        shadow = torch.empty(numel, device="meta").as_strided(
+            geom.size, views.contiguous_strides(geom.size), geom.offset
+        )
+    else:
+        shadow = torch.empty(numel, device="meta").as_strided(geom.size, geom.stride, geom.offset)
+    if op is aten.as_strided.default and len(a) >= 3 and a[2] is not None:
+        a[2] = a[2] + geom.offset
+    elif op is aten.as_strided.default:
+        a = a[:2] + [geom.offset]
+    try:
+        out = op(shadow, *a, **k)
+    except RuntimeError:
+        if op not in _RESHAPING:
+            raise
+        shadow.reshape(a[0])  # raises PyTorch's error if the shape itself is invalid
+        return _COPY
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    return tuple(views.canonical(base_shape, o.size(), o.stride(), o.storage_offset()) for o in outs)
+
+
+def make_view_kernel(op):
+    multi = op in (aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int)
+
+    def kernel(self, *args, **kwargs):
+        storage = self._tpu_storage
+        geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
+        if geoms == _COPY:
+            base = tensor.from_array(executor.value(self), self.dtype, storage.device_index)
+            return kernel(base, *args, **kwargs)
+        outs = [tensor.make(storage, g) for g in geoms]
+        return outs if multi else outs[0]
+
+    kernel.__name__ = f"view_kernel_{op}"
+    return kernel
