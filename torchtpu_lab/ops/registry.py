@@ -5,6 +5,8 @@ already materialized) and every other argument as the Python value PyTorch passe
 as ``Scalar`` arrive as traced JAX scalars, so a learning rate that changes each step does not recompile; a
 lowering that needs a Python number there (say, for an output shape) declares ``static_scalars=True``.
 A lowering that draws random numbers declares ``rng=True`` and receives a JAX PRNG key as ``key=``.
+A lowering whose output shape depends on input *values* (``nonzero``, ``masked_select``, ``unique``) declares
+``jit=False``: it then runs op by op on concrete arrays (a sync point), never inside a compiled graph.
 
 The executor casts results to the dtype PyTorch's own meta kernel predicts, so lowerings may compute in
 whatever dtype JAX promotes to; they must get shapes and values right.
@@ -28,6 +30,7 @@ class Lowering:
     fn: Callable
     static_scalars: bool = False
     rng: bool = False
+    jit: bool = True
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -41,7 +44,7 @@ def skip_decomposition(*ops) -> None:
         DECOMP_SKIP.add(op.default if isinstance(op, torch._ops.OpOverloadPacket) else op)
 
 
-def lower(*ops, static_scalars: bool = False, rng: bool = False):
+def lower(*ops, static_scalars: bool = False, rng: bool = False, jit: bool = True):
     """Register the decorated function as the lowering of each of ``ops`` (OpOverloads or packets' defaults)."""
 
     def register(fn: Callable) -> Callable:
@@ -50,7 +53,7 @@ def lower(*ops, static_scalars: bool = False, rng: bool = False):
                 op = op.default
             if op in LOWERINGS:
                 raise RuntimeError(f"{op} is lowered twice ({LOWERINGS[op].fn.__name__} and {fn.__name__})")
-            LOWERINGS[op] = Lowering(op, fn, static_scalars, rng)
+            LOWERINGS[op] = Lowering(op, fn, static_scalars, rng, jit)
         return fn
 
     return register

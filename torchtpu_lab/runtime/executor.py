@@ -195,7 +195,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
 
 def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
     op = low.op
-    meta = _meta_outputs(op, targs, tkwargs, dyn)
+    meta = _meta_outputs(op, targs, tkwargs, dyn) if low.jit else None
 
     def run(*dyn_values):
         a = [_decode(t, dyn_values) for t in targs]
@@ -204,7 +204,7 @@ def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
             k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
         return _cast(op, low.fn(*a, **k), meta)
 
-    return _Compiled(jax.jit(run), meta)
+    return _Compiled(jax.jit(run) if low.jit else run, meta)
 
 
 def cache_size() -> int:

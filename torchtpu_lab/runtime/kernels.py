@@ -8,11 +8,13 @@ an in-place/``out=`` variant derived from one of those, and finally the boxed fa
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch._decomp
 
 from ..ops import DECOMP_SKIP, LOWERINGS
-from . import core_kernels, executor, mutation, view_kernels
+from . import core_kernels, executor, foreach, mutation, view_kernels
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -35,6 +37,32 @@ def _functional_kernel(low):
         return executor.execute(low, args, kwargs)
 
     kernel.__name__ = f"lowered_{low.op}"
+    return kernel
+
+
+_decomposing = threading.local()
+
+
+def _decomposition_kernel(op, fn):
+    """Run PyTorch's decomposition of ``op``; if it re-enters ``op`` (a ``torch._refs`` decomposition whose prims
+    lead back to the same ATen op), raise the usual no-lowering error instead of recursing forever."""
+
+    def kernel(*args, **kwargs):
+        active = getattr(_decomposing, "ops", None)
+        if active is None:
+            active = _decomposing.ops = set()
+        if op in active:
+            raise NotImplementedError(
+                f"torchtpu_lab: {qualified_name(op)} has no lowering for the tpu device yet "
+                "(its PyTorch decomposition leads back to itself)"
+            )
+        active.add(op)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            active.discard(op)
+
+    kernel.__name__ = f"decomposed_{op}"
     return kernel
 
 
@@ -67,7 +95,7 @@ def _collect() -> dict:
             continue
         if op._schema.name in _DECOMP_SKIP:
             continue
-        kernels[op] = fn
+        kernels[op] = _decomposition_kernel(op, fn)
     # in-place and out= variants of every functional op we can run
     functionals = {mutation.signature(op._schema): k for op, k in kernels.items() if not op._schema.is_mutable}
     for base in {s[0] for s in functionals}:
@@ -85,12 +113,14 @@ def _collect() -> dict:
     return kernels
 
 
+def qualified_name(op) -> str:
+    """``aten::add.Tensor``-style name of an OpOverload (``.default`` omitted, as PyTorch prints it)."""
+    overload = "" if op._overloadname == "default" else f".{op._overloadname}"
+    return f"{op._schema.name}{overload}"
+
+
 def _fallback(keyset, op, *args, **kwargs):
-    raise NotImplementedError(
-        f"torchtpu_lab: aten::{op._schema.name.split('::')[-1]}"
-        f"{'.' + op._overloadname if op._overloadname != 'default' else ''} ({op}) has no lowering for the tpu "
-        "device yet"
-    )
+    raise NotImplementedError(f"torchtpu_lab: {qualified_name(op)} has no lowering for the tpu device yet")
 
 
 def install() -> None:

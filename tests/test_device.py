@@ -1,0 +1,178 @@
+"""The tpu device behaves like cuda from the user's side: creation, transfers, printing, errors."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import torchtpu_lab
+
+
+def test_import_registers_device_idempotently():
+    from torchtpu_lab.device.registration import register
+
+    register()
+    register()
+    assert torch._C._get_privateuse1_backend_name() == "tpu"
+    assert torch.device("tpu").type == "tpu"
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() >= 1
+
+
+def test_platform_is_reported_honestly():
+    name = torch.tpu.platform_name()
+    platform = torchtpu_lab.platform_info().platform
+    assert f"XLA:{platform.upper()}" in name
+    if platform == "cpu":
+        assert "no TPU here" in name
+    assert platform.upper() in torch.tpu.get_device_name()
+
+
+def test_factories_transfers_and_flags():
+    a = torch.ones(2, 3, device="tpu")
+    assert a.device == torch.device("tpu:0") and a.is_tpu and not a.is_cpu
+    b = torch.arange(6.0).reshape(2, 3).tpu()
+    assert b.is_tpu
+    c = (a + b).cpu()
+    assert c.device.type == "cpu"
+    np.testing.assert_array_equal(c.numpy(), np.arange(6.0).reshape(2, 3) + 1)
+    assert torch.zeros(3, device="tpu", dtype=torch.int64).dtype == torch.int64
+    assert b.sum().item() == 15.0
+    assert isinstance(torch.tensor(3, device="tpu").item(), int)
+    assert torch.tensor([1.5, 2.5]).to("tpu").tolist() == [1.5, 2.5]
+
+
+def test_numpy_requires_cpu_copy_like_cuda():
+    t = torch.ones(2, device="tpu")
+    with pytest.raises(TypeError, match="tpu"):
+        t.numpy()
+    assert t.cpu().numpy().tolist() == [1.0, 1.0]
+
+
+def test_module_to_tpu_moves_parameters_and_buffers():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).to("tpu")
+    assert all(p.is_tpu for p in m.parameters())
+    assert all(b.is_tpu for b in m.buffers())
+    assert all(isinstance(p, torch.nn.Parameter) for p in m.parameters())
+    m2 = torch.nn.Linear(2, 2).tpu()
+    assert m2.weight.is_tpu
+
+
+def test_printing_shows_values_device_and_grad():
+    t = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device="tpu", requires_grad=True)
+    text = repr(t * 2)
+    assert text.startswith("tensor([[2., 4.],")
+    assert "device='tpu:0'" in text and "grad_fn=<MulBackward0>" in text
+    assert str(torch.tensor([1, 2], device="tpu")) == "tensor([1, 2], device='tpu:0')"
+
+
+def test_missing_device_index_lists_available_devices():
+    n = len(torchtpu_lab.platform_info().devices)
+    with pytest.raises(RuntimeError, match="available devices: tpu:0"):
+        torch.ones(2).to(f"tpu:{n}")
+
+
+def test_mixing_cpu_and_tpu_tensors_raises_like_pytorch():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="tpu") + torch.ones(3)
+    # a 0-dim CPU tensor is allowed, as with cuda
+    out = torch.ones(3, device="tpu") + torch.tensor(2.0)
+    assert out.cpu().tolist() == [3.0, 3.0, 3.0]
+
+
+def test_unlowered_op_names_op_and_overload():
+    lib = torch.library.Library("ttl_test", "DEF")
+    lib.define("frobnicate.special(Tensor x, int k) -> Tensor")
+    lib.impl("frobnicate.special", lambda x, k: x * k, "CPU")
+    assert torch.ops.ttl_test.frobnicate.special(torch.ones(2), 3).tolist() == [3.0, 3.0]
+    with pytest.raises(NotImplementedError, match=r"ttl_test::frobnicate\.special"):
+        torch.ops.ttl_test.frobnicate.special(torch.ones(2, device="tpu"), 3)
+
+
+def test_bad_input_error_keeps_earlier_tensors_usable():
+    a = torch.arange(4.0, device="tpu")
+    with pytest.raises(RuntimeError):
+        a.view(3, 5)
+    with pytest.raises(RuntimeError):
+        torch.ones(2, 3, device="tpu") @ torch.ones(4, 5, device="tpu")
+    assert a.sum().item() == 6.0
+
+
+def test_dtype_promotion_and_64_bit_types():
+    i = torch.tensor([1, 2, 3], device="tpu")
+    assert i.dtype == torch.int64
+    assert (i + 1.5).dtype == torch.float32
+    assert (i * 2).dtype == torch.int64
+    big = torch.tensor([2**40], device="tpu")
+    assert (big + 1).item() == 2**40 + 1
+    d = torch.tensor([1.0], dtype=torch.float64, device="tpu")
+    assert (d / 3).dtype == torch.float64
+    assert (d / 3).item() == pytest.approx(1 / 3, rel=1e-15)
+    h = torch.ones(2, dtype=torch.bfloat16, device="tpu")
+    assert (h + 1).dtype == torch.bfloat16 and (h + 1).cpu().tolist() == [2.0, 2.0]
+    b = torch.tensor([True, False], device="tpu")
+    assert (b + b).dtype == torch.bool
+
+
+def test_rng_is_seedable_and_reproducible():
+    torch.manual_seed(123)
+    a = torch.randn(5, device="tpu")
+    torch.manual_seed(123)
+    b = torch.randn(5, device="tpu")
+    c = torch.randn(5, device="tpu")
+    assert torch.equal(a.cpu(), b.cpu())
+    assert not torch.equal(b.cpu(), c.cpu())
+    torch.tpu.manual_seed(7)
+    x = torch.rand(3, device="tpu")
+    torch.tpu.manual_seed(7)
+    assert torch.equal(x.cpu(), torch.rand(3, device="tpu").cpu())
+    state = torch.tpu.get_rng_state()
+    y = torch.rand(3, device="tpu")
+    torch.tpu.set_rng_state(state)
+    assert torch.equal(y.cpu(), torch.rand(3, device="tpu").cpu())
+
+
+def test_memory_accounting_matches_jax_live_arrays_in_fresh_process():
+    code = r"""
+import os
+os.environ.setdefault("TORCHTPU_LAB_PLATFORM", "cpu")
+import gc, jax, torch, torchtpu_lab
+def live():
+    gc.collect()
+    return sum(a.nbytes for a in jax.live_arrays())
+assert torch.tpu.memory_allocated() == live() == 0, (torch.tpu.memory_allocated(), live())
+a = torch.ones(1000, device="tpu")
+b = torch.zeros(10, 10, dtype=torch.int64, device="tpu")
+c = a[10:20]          # a view holds no new buffer
+a.add_(1)             # replaces a's buffer
+assert torch.tpu.memory_allocated() == live() == 4000 + 800, (torch.tpu.memory_allocated(), live())
+peak = torch.tpu.max_memory_allocated()
+assert peak >= 4800
+del a, b
+gc.collect()
+assert torch.tpu.memory_allocated() == live() == 4000, (torch.tpu.memory_allocated(), live())  # c keeps a's storage
+del c
+gc.collect()
+assert torch.tpu.memory_allocated() == live() == 0
+torch.tpu.reset_peak_memory_stats()
+assert torch.tpu.max_memory_allocated() == 0
+stats = torch.tpu.memory_stats()
+assert stats["allocated_bytes.all.current"] == 0
+assert "allocated now" in torch.tpu.memory_summary()
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ok" in out.stdout
+
+
+def test_synchronize_and_module_api():
+    x = torch.ones(100, device="tpu") * 3
+    torch.tpu.synchronize()
+    assert torch.tpu.current_device() == 0
+    assert torch.tpu.memory_allocated() >= 400
+    props = torch.tpu.get_device_properties(0)
+    assert props["platform"] == torchtpu_lab.platform_info().platform
+    assert x.sum().item() == 300

@@ -1,0 +1,124 @@
+"""Views share storage with their base, in-place ops and out= write through them, as on CPU."""
+
+import pytest
+import torch
+
+
+def both(fn):
+    """Run ``fn(device)`` on cpu and tpu and compare results."""
+    c = fn("cpu")
+    t = fn("tpu")
+    cs = c if isinstance(c, (tuple, list)) else (c,)
+    ts = t if isinstance(t, (tuple, list)) else (t,)
+    for a, b in zip(cs, ts):
+        torch.testing.assert_close(b.cpu(), a)
+
+
+def test_mutating_a_row_view_mutates_the_base():
+    def f(d):
+        x = torch.arange(12.0, device=d).reshape(3, 4)
+        x[0].add_(1)
+        x[:, 1].mul_(10)
+        return x
+
+    both(f)
+
+
+def test_write_through_transpose_and_strided_slices():
+    def f(d):
+        x = torch.zeros(4, 6, device=d)
+        x.t()[1:3].fill_(2.0)
+        x[::2, 1::3] = torch.tensor(7.0, device=d)
+        y = x.view(2, 12)
+        y[1, 5:] += 1
+        return x, y
+
+    both(f)
+
+
+def test_view_of_view_reads_and_setitem():
+    def f(d):
+        x = torch.arange(24.0, device=d).reshape(2, 3, 4)
+        v = x.permute(2, 0, 1)[1:, :, 1]
+        v.copy_(torch.full_like(v, -1.0))
+        e = x[0, 0].expand(3, 4)
+        return x, v, e + 0, x.diagonal(dim1=1, dim2=2) + 0, x.unfold(2, 2, 1) + 0
+
+    both(f)
+
+
+def test_as_strided_on_a_base():
+    def f(d):
+        x = torch.arange(10.0, device=d)
+        return x.as_strided((3, 3), (2, 1), 1) + 0
+
+    both(f)
+
+
+def test_split_unbind_chunk_share_storage():
+    def f(d):
+        x = torch.arange(12.0, device=d).reshape(4, 3)
+        a, b = x.split(2)
+        b.zero_()
+        for row in x.unbind(1):
+            row.mul_(2)
+        return x
+
+    both(f)
+
+
+def test_detach_shares_storage_and_clone_does_not():
+    x = torch.ones(3, device="tpu")
+    d = x.detach()
+    c = x.clone()
+    d.add_(1)
+    assert x.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert c.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_out_variant_writes_into_existing_tensor():
+    a = torch.ones(3, device="tpu")
+    out = torch.empty(3, device="tpu")
+    r = torch.add(a, a, out=out)
+    assert r is out
+    assert out.cpu().tolist() == [2.0, 2.0, 2.0]
+    view_out = torch.zeros(2, 3, device="tpu")
+    torch.mul(a, 3, out=view_out[1])
+    assert view_out.cpu().tolist() == [[0, 0, 0], [3, 3, 3]]
+
+
+def test_inplace_type_and_shape_checks_match_pytorch():
+    i = torch.ones(3, dtype=torch.int64, device="tpu")
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        i.add_(1.5)
+    x = torch.ones(3, device="tpu")
+    with pytest.raises(RuntimeError):
+        x.add_(torch.ones(2, 3, device="tpu"))
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_resize_same_shape_and_clear_error_otherwise():
+    x = torch.ones(2, 2, device="tpu")
+    assert x.resize_(2, 2) is x
+    with pytest.raises(NotImplementedError, match="resize_"):
+        x.resize_(5)
+
+
+def test_copy_between_devices_and_dtypes():
+    x = torch.zeros(2, 3, device="tpu")
+    x.copy_(torch.arange(3))  # cpu int source broadcast into tpu float
+    assert x.cpu().tolist() == [[0, 1, 2], [0, 1, 2]]
+    host = torch.empty(2, 3, dtype=torch.float64)
+    host.copy_(x)
+    assert host.dtype == torch.float64 and host.tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_autograd_through_views_and_inplace():
+    def f(d):
+        w = torch.arange(6.0, device=d).reshape(2, 3).requires_grad_()
+        y = w * 2
+        y[0].mul_(3)
+        y.t().sum().backward()
+        return w.grad
+
+    both(f)
