@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from .. import platform
 
-# id(array) -> [array, references from storages, device index]
+# id(array) -> [array, references from storages, device index, bytes]
 _live: dict[int, list] = {}
 _allocated: dict[int, int] = {}
 _peak: dict[int, int] = {}
@@ -25,14 +25,13 @@ _counts = {"alloc": 0, "free": 0}
 listeners: list[Callable[[str, int, int], None]] = []
 
 
-def acquire(array, device_index: int) -> None:
-    """Note that one more storage holds ``array``."""
+def acquire(array, device_index: int, nbytes: int) -> None:
+    """Note that one more storage holds ``array`` (of ``nbytes`` bytes)."""
     entry = _live.get(id(array))
     if entry is not None:
         entry[1] += 1
         return
-    nbytes = array.nbytes
-    _live[id(array)] = [array, 1, device_index]
+    _live[id(array)] = [array, 1, device_index, nbytes]
     total = _allocated.get(device_index, 0) + nbytes
     _allocated[device_index] = total
     if total > _peak.get(device_index, 0):
@@ -51,7 +50,7 @@ def release(array) -> None:
     if entry[1] > 0:
         return
     del _live[id(array)]
-    nbytes = array.nbytes
+    nbytes = entry[3]
     _allocated[entry[2]] -= nbytes
     _counts["free"] += 1
     for fn in listeners:
@@ -74,7 +73,7 @@ def reset_peak(device_index: int = 0) -> None:
 
 def live_buffers(device_index: int | None = None) -> list:
     """The JAX arrays currently held by tpu tensors (each once)."""
-    return [a for a, _, d in _live.values() if device_index is None or d == device_index]
+    return [e[0] for e in _live.values() if device_index is None or e[2] == device_index]
 
 
 def stats(device_index: int = 0) -> dict:
@@ -84,7 +83,7 @@ def stats(device_index: int = 0) -> dict:
         "allocated_bytes.all.peak": peak(device_index),
         "allocation.all.allocated": _counts["alloc"],
         "allocation.all.freed": _counts["free"],
-        "active.all.current": sum(1 for _, _, d in _live.values() if d == device_index),
+        "active.all.current": sum(1 for e in _live.values() if e[2] == device_index),
         "source": "torchtpu_lab accounting",
     }
     xla = platform.jax_device(device_index).memory_stats()

@@ -8,6 +8,8 @@ created on first read, zero-filled, and usually never, because the first write r
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -17,12 +19,13 @@ from . import memory
 
 
 class Storage:
-    __slots__ = ("_array", "shape", "dtype", "device_index", "__weakref__")
+    __slots__ = ("_array", "shape", "dtype", "device_index", "nbytes", "__weakref__")
 
     def __init__(self, shape: tuple, dtype: torch.dtype, device_index: int, array=None):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.device_index = device_index
+        self.nbytes = math.prod(self.shape) * dtype.itemsize
         self._array = None
         if array is not None:
             self.array = array
@@ -42,7 +45,7 @@ class Storage:
         old = self._array
         if new is old:
             return
-        memory.acquire(new, self.device_index)
+        memory.acquire(new, self.device_index, self.nbytes)
         self._array = new
         if old is not None:
             memory.release(old)
@@ -50,10 +53,6 @@ class Storage:
     @property
     def allocated(self) -> bool:
         return self._array is not None
-
-    @property
-    def nbytes(self) -> int:
-        return self._array.nbytes if self._array is not None else 0
 
     def __del__(self) -> None:
         if self._array is not None:

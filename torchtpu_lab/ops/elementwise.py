@@ -1,31 +1,168 @@
-"""Pointwise ops: arithmetic, comparisons, math functions, bitwise and logical ops."""
+"""Pointwise ops: arithmetic, comparisons, math functions, bitwise and logical ops.
+
+Binary ops first bring their operands to the dtype PyTorch would compute in (:func:`_promote`: PyTorch's
+promotion rules, where a dimensioned tensor outranks a 0-dim one, which outranks a Python scalar of the same
+category), so values match CPU even where JAX's own promotion would differ (``nextafter``, integer division).
+Unary float math computes integer inputs in the default float dtype, as PyTorch does.
+"""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-from jax import lax
+import math
 
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import torch
+from jax import lax
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND
+from torch._prims_common import elementwise_dtypes
+
+from .. import dtypes
 from .registry import aten, lower
+
+# ---- promotion helpers -------------------------------------------------------------------------------------
+
+
+def _sample(x):
+    """A stand-in PyTorch's promotion logic accepts: a Python scalar, or a meta tensor of ``x``'s dtype/rank."""
+    if isinstance(x, (bool, int, float, complex)):
+        return x
+    x = jnp.asarray(x)
+    dt = dtypes.to_torch(x.dtype)
+    if getattr(x, "weak_type", False):  # a Scalar argument, traced
+        return 1j if dt.is_complex else 1.0 if dt.is_floating_point else True if dt == torch.bool else 1
+    return torch.empty((1,) * x.ndim, dtype=dt, device="meta")
+
+
+def _promote(*xs, kind=_KIND.DEFAULT):
+    """``xs`` as JAX arrays of the dtype PyTorch computes this op in."""
+    compute, _ = elementwise_dtypes(*[_sample(x) for x in xs], type_promotion_kind=kind)
+    jdt = dtypes.to_jax(compute)
+    out = tuple(jnp.asarray(x).astype(jdt) for x in xs)
+    return out if len(out) > 1 else out[0]
+
+
+def _float(*xs):
+    """Like :func:`_promote`, with integers and bools computed in the default float dtype."""
+    return _promote(*xs, kind=_KIND.INT_TO_FLOAT)
+
+
+def _is_int(x) -> bool:
+    return not jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+# ---- arithmetic ---------------------------------------------------------------------------------------------
 
 
 @lower(aten.add.Tensor, aten.add.Scalar)
 def add(x, y, alpha=1):
-    return x + y * alpha if not (isinstance(alpha, int) and alpha == 1) else x + y
+    x, y, alpha = _promote(x, y, alpha)
+    return x + y * alpha
 
 
 @lower(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha=1):
-    return x - y * alpha if not (isinstance(alpha, int) and alpha == 1) else x - y
+    x, y, alpha = _promote(x, y, alpha)
+    return x - y * alpha
 
 
 @lower(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(x, y, alpha=1):
+    x, y, alpha = _promote(x, y, alpha)
     return y - x * alpha
 
 
 @lower(aten.mul.Tensor, aten.mul.Scalar)
 def mul(x, y):
+    x, y = _promote(x, y)
+    if x.dtype == jnp.bool_:
+        return x & y
     return x * y
+
+
+def _div_trunc(x, y):
+    x, y = jnp.broadcast_arrays(x, y)
+    if _is_int(x):
+        return lax.div(x, y)  # C division: rounds toward zero
+    return jnp.trunc(x / y)
+
+
+def _div_floor(x, y):
+    """PyTorch's floor division: Python semantics for integers; for floats, ``c10::div_floor_floating``."""
+    x, y = jnp.broadcast_arrays(x, y)
+    if _is_int(x):
+        q = lax.div(x, y)
+        r = lax.rem(x, y)
+        return jnp.where((r != 0) & ((r < 0) != (y < 0)), q - 1, q)
+    mod = lax.rem(x, y)
+    div = (x - mod) / y
+    div = jnp.where((mod != 0) & ((y < 0) != (mod < 0)), div - 1, div)
+    floordiv = jnp.floor(div)
+    floordiv = jnp.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+    floordiv = jnp.where(div == 0, jnp.copysign(jnp.zeros_like(div), x / y), floordiv)
+    return jnp.where(y == 0, x / y, floordiv)
+
+
+@lower(aten.div.Tensor, aten.div.Scalar)
+def div(x, y):
+    x, y = _float(x, y)
+    return x / y
+
+
+@lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(x, y, *, rounding_mode=None):
+    if rounding_mode is None:
+        return div(x, y)
+    x, y = _promote(x, y)
+    return _div_trunc(x, y) if rounding_mode == "trunc" else _div_floor(x, y)
+
+
+@lower(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(x, y):
+    return _div_floor(*_promote(x, y))
+
+
+@lower(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(x, y):
+    """Python's modulus: the result takes the sign of the divisor."""
+    x, y = _promote(x, y)
+    r = jnp.fmod(x, y)
+    return jnp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
+
+
+@lower(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(x, y):
+    """C's fmod: the result takes the sign of the dividend."""
+    return jnp.fmod(*_promote(x, y))
+
+
+def _int_pow(a, b):
+    """Integer power by squaring (wrapping on overflow); negative exponents give 0 except for bases 1 and -1."""
+    e = jnp.where(b < 0, 0, b)
+    one = jnp.ones_like(a)
+
+    def step(_, carry):
+        result, base, e = carry
+        result = jnp.where((e & 1) == 1, result * base, result)
+        return result, base * base, e >> 1
+
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    result, _, _ = lax.fori_loop(
+        0, jnp.iinfo(a.dtype).bits, step, (jnp.broadcast_to(one, shape), jnp.broadcast_to(a, shape), e)
+    )
+    neg = jnp.where(a == 1, one, jnp.where(a == -1, jnp.where((b & 1) == 1, -one, one), jnp.zeros_like(a)))
+    return jnp.where(b < 0, neg, result)
+
+
+@lower(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def pow_(x, y):
+    x, y = _promote(x, y)
+    if x.dtype == jnp.bool_:
+        return x | ~y
+    if _is_int(x):
+        return _int_pow(x, y)
+    return jnp.power(x, y)
 
 
 @lower(aten.neg)
@@ -33,11 +170,440 @@ def neg(x):
     return -x
 
 
-@lower(aten.exp)
-def exp(x):
-    return jnp.exp(x)
+@lower(aten.abs)
+def abs_(x):
+    return jnp.abs(x)
+
+
+@lower(aten.reciprocal)
+def reciprocal(x):
+    return 1 / _float(x)
+
+
+@lower(aten.sign, aten.sgn)
+def sign(x):
+    """Zero for NaN, as PyTorch's ``(0 < x) - (x < 0)``."""
+    if x.dtype == jnp.bool_:
+        return x
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return jnp.where(x == 0, 0, x / jnp.abs(x))
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+@lower(aten.signbit)
+def signbit(x):
+    return jnp.signbit(x) if not _is_int(x) else x < 0
+
+
+@lower(aten.lerp.Scalar, aten.lerp.Tensor)
+def lerp(x, end, weight):
+    """PyTorch's two-sided formula, exact at both ends."""
+    x, end, weight = _promote(x, end, weight)
+    diff = end - x
+    return jnp.where(jnp.abs(weight) < 0.5, x + weight * diff, end - diff * (1 - weight))
+
+
+@lower(aten.addcmul)
+def addcmul(x, t1, t2, *, value=1):
+    x, t1, t2, value = _promote(x, t1, t2, value)
+    return x + value * t1 * t2
+
+
+@lower(aten.addcdiv)
+def addcdiv(x, t1, t2, *, value=1):
+    x, t1, t2, value = _promote(x, t1, t2, value)
+    return x + value * (t1 / t2)
+
+
+# ---- rounding -----------------------------------------------------------------------------------------------
+
+
+def _int_identity(fn):
+    return lambda x: x if _is_int(x) else fn(x)
+
+
+lower(aten.ceil)(_int_identity(jnp.ceil))
+lower(aten.floor)(_int_identity(jnp.floor))
+lower(aten.trunc)(_int_identity(jnp.trunc))
+lower(aten.round)(_int_identity(jnp.round))  # half to even, like nearbyint
+
+
+@lower(aten.round.decimals)
+def round_decimals(x, *, decimals):
+    if _is_int(x):
+        return x
+    ten_pow = jnp.asarray(10.0 ** abs(decimals), dtype=x.dtype)
+    if decimals < 0:
+        return jnp.round(x / ten_pow) * ten_pow
+    return jnp.round(x * ten_pow) / ten_pow
+
+
+@lower(aten.frac)
+def frac(x):
+    return x - jnp.trunc(x)
+
+
+@lower(aten.frexp.Tensor)
+def frexp(x):
+    mantissa, exponent = jnp.frexp(x)
+    return mantissa, exponent.astype(jnp.int32)
+
+
+# ---- float math ---------------------------------------------------------------------------------------------
+
+
+def _unary(op, fn):
+    lower(op)(lambda x: fn(_float(x)))
+
+
+for _op, _fn in [
+    (aten.exp, jnp.exp), (aten.exp2, jnp.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
+    (aten.log1p, jnp.log1p), (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, jnp.sqrt),
+    (aten.rsqrt, lax.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
+    (aten.asin, jnp.arcsin), (aten.acos, jnp.arccos), (aten.atan, jnp.arctan), (aten.sinh, jnp.sinh),
+    (aten.cosh, jnp.cosh), (aten.tanh, jnp.tanh), (aten.asinh, jnp.arcsinh), (aten.acosh, jnp.arccosh),
+    (aten.atanh, jnp.arctanh), (aten.sigmoid, jax.nn.sigmoid), (aten.erf, jsp.erf), (aten.erfc, jsp.erfc),
+    (aten.erfinv, jsp.erfinv), (aten.lgamma, jsp.gammaln), (aten.i0, jsp.i0), (aten.special_i0e, jsp.i0e),
+    (aten.special_i1, jsp.i1), (aten.special_i1e, jsp.i1e), (aten.special_ndtri, jsp.ndtri),
+    (aten.special_log_ndtr, jsp.log_ndtr), (aten.special_erfcx, jsp.erfcx), (aten.special_entr, jsp.entr),
+]:
+    _unary(_op, _fn)
+
+
+@lower(aten.digamma)
+def digamma(x):
+    """-inf at 0 (PyTorch), NaN at negative integers."""
+    x = _float(x)
+    return jnp.where(x == 0, -jnp.inf, jsp.digamma(x))
+
+
+def _zeta(x, q):
+    """Hurwitz zeta with Cephes' edge cases, as PyTorch: inf at x == 1 and at non-positive integer q."""
+    z = jsp.zeta(x, q)
+    z = jnp.where((q <= 0) & (q == jnp.floor(q)) & (x > 1), jnp.inf, z)
+    return jnp.where(x == 1, jnp.inf, z)
+
+
+@lower(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+def special_zeta(x, q):
+    return _zeta(*_float(x, q))
+
+
+@lower(aten.polygamma)
+def polygamma(n, x):
+    x = _float(x)
+    if n == 0:
+        return digamma(x)
+    factor = (1.0 if n % 2 else -1.0) * math.exp(math.lgamma(n + 1))
+    return factor * _zeta(jnp.asarray(n + 1, x.dtype), x)
+
+
+@lower(aten.mvlgamma)
+def mvlgamma(x, p):
+    x = _float(x)
+    terms = sum(jsp.gammaln(x - i / 2) for i in range(p))
+    return terms + p * (p - 1) / 4 * math.log(math.pi)
+
+
+@lower(aten.sinc)
+def sinc(x):
+    x = _float(x)
+    px = math.pi * x
+    return jnp.where(x == 0, jnp.ones_like(x), jnp.sin(px) / px)
+
+
+@lower(aten.special_spherical_bessel_j0)
+def spherical_bessel_j0(x):
+    x = _float(x)
+    safe = jnp.where(x == 0, jnp.ones_like(x), x)
+    return jnp.where(x == 0, jnp.ones_like(x), jnp.where(jnp.isinf(x), 0.0, jnp.sin(safe) / safe))
+
+
+@lower(aten.logit)
+def logit(x, eps=None):
+    x = _float(x)
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+@lower(aten.deg2rad)
+def deg2rad(x):
+    return _float(x) * (math.pi / 180)
+
+
+@lower(aten.rad2deg)
+def rad2deg(x):
+    return _float(x) * (180 / math.pi)
+
+
+@lower(aten.angle)
+def angle(x):
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return jnp.angle(x)
+    x = _float(x)
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0.0).astype(x.dtype))
+
+
+@lower(aten.nan_to_num)
+def nan_to_num(x, nan=None, posinf=None, neginf=None):
+    if _is_int(x):
+        return x
+    info = jnp.finfo(x.dtype)
+    x = jnp.where(jnp.isnan(x), 0.0 if nan is None else nan, x)
+    x = jnp.where(x == jnp.inf, info.max if posinf is None else posinf, x)
+    return jnp.where(x == -jnp.inf, info.min if neginf is None else neginf, x)
+
+
+@lower(aten.atan2)
+def atan2(x, y):
+    return jnp.arctan2(*_float(x, y))
+
+
+@lower(aten.hypot)
+def hypot(x, y):
+    return jnp.hypot(*_float(x, y))
+
+
+@lower(aten.copysign.Tensor, aten.copysign.Scalar)
+def copysign(x, y):
+    return jnp.copysign(*_float(x, y))
+
+
+@lower(aten.nextafter)
+def nextafter(x, y):
+    return jnp.nextafter(*_promote(x, y))
+
+
+@lower(aten.logaddexp)
+def logaddexp(x, y):
+    return jnp.logaddexp(*_float(x, y))
+
+
+@lower(aten.logaddexp2)
+def logaddexp2(x, y):
+    return jnp.logaddexp2(*_float(x, y))
+
+
+@lower(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)
+def xlogy(x, y):
+    """0 where ``x == 0`` unless ``y`` is NaN."""
+    x, y = _float(x, y)
+    out = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(y))
+    return jnp.where(jnp.isnan(y), y, out)
+
+
+@lower(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar, aten.special_xlog1py.other_scalar)
+def xlog1py(x, y):
+    x, y = _float(x, y)
+    out = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log1p(y))
+    return jnp.where(jnp.isnan(y), y, out)
+
+
+@lower(aten.igamma)
+def igamma(a, x):
+    return jsp.gammainc(*_float(a, x))
+
+
+@lower(aten.igammac)
+def igammac(a, x):
+    return jsp.gammaincc(*_float(a, x))
+
+
+@lower(aten.ldexp.Tensor)
+def ldexp(x, e):
+    x, e = _float(x, e)
+    return x * jnp.power(jnp.asarray(2, x.dtype), e)
+
+
+# ---- min/max, clamping, selection ---------------------------------------------------------------------------
+
+
+@lower(aten.maximum)
+def maximum(x, y):
+    return jnp.maximum(*_promote(x, y))
+
+
+@lower(aten.minimum)
+def minimum(x, y):
+    return jnp.minimum(*_promote(x, y))
+
+
+@lower(aten.fmax)
+def fmax(x, y):
+    return jnp.fmax(*_promote(x, y))
+
+
+@lower(aten.fmin)
+def fmin(x, y):
+    return jnp.fmin(*_promote(x, y))
+
+
+@lower(aten.clamp.default, aten.clamp.Tensor)
+def clamp(x, min=None, max=None):
+    """NaN-propagating; where ``min > max`` every element becomes ``max``."""
+    args = [a for a in (x, min, max) if a is not None]
+    args = _promote(*args) if len(args) > 1 else (args[0],)
+    x = args[0]
+    i = 1
+    if min is not None:
+        x = jnp.maximum(x, args[i])
+        i += 1
+    if max is not None:
+        x = jnp.minimum(x, args[i])
+    return x
+
+
+@lower(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(x, min):
+    return jnp.maximum(*_promote(x, min))
+
+
+@lower(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(x, max):
+    return jnp.minimum(*_promote(x, max))
+
+
+@lower(aten.heaviside)
+def heaviside(x, values):
+    x, values = _promote(x, values)
+    return jnp.where(x == 0, values, (x > 0).astype(x.dtype))
 
 
 @lower(aten.where.self)
 def where(cond, x, y):
-    return jnp.where(cond, x, y)
+    x, y = _promote(x, y)
+    return jnp.where(cond.astype(jnp.bool_), x, y)
+
+
+# ---- classification -----------------------------------------------------------------------------------------
+
+
+@lower(aten.isnan)
+def isnan(x):
+    return jnp.isnan(x) if not _is_int(x) else jnp.zeros(x.shape, jnp.bool_)
+
+
+@lower(aten.isinf)
+def isinf(x):
+    return jnp.isinf(x) if not _is_int(x) else jnp.zeros(x.shape, jnp.bool_)
+
+
+@lower(aten.isposinf)
+def isposinf(x):
+    return x == jnp.inf if not _is_int(x) else jnp.zeros(x.shape, jnp.bool_)
+
+
+@lower(aten.isneginf)
+def isneginf(x):
+    return x == -jnp.inf if not _is_int(x) else jnp.zeros(x.shape, jnp.bool_)
+
+
+# ---- comparisons --------------------------------------------------------------------------------------------
+
+
+def _compare(op, fn):
+    lower(getattr(aten, op).Tensor, getattr(aten, op).Scalar)(lambda x, y: fn(*_promote(x, y)))
+
+
+for _name, _cmp in [
+    ("eq", jnp.equal), ("ne", jnp.not_equal), ("lt", jnp.less), ("le", jnp.less_equal),
+    ("gt", jnp.greater), ("ge", jnp.greater_equal),
+]:
+    _compare(_name, _cmp)
+
+
+# ---- logical and bitwise ------------------------------------------------------------------------------------
+
+
+@lower(aten.logical_not)
+def logical_not(x):
+    return x == 0
+
+
+@lower(aten.logical_and)
+def logical_and(x, y):
+    return (x != 0) & (y != 0)
+
+
+@lower(aten.logical_or)
+def logical_or(x, y):
+    return (x != 0) | (y != 0)
+
+
+@lower(aten.logical_xor)
+def logical_xor(x, y):
+    return (x != 0) ^ (y != 0)
+
+
+@lower(aten.bitwise_not)
+def bitwise_not(x):
+    return ~x
+
+
+def _bitwise(op, fn):
+    p = getattr(aten, op)
+    lower(p.Tensor, p.Scalar, p.Scalar_Tensor)(lambda x, y: fn(*_promote(x, y)))
+
+
+for _name, _bit in [("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_or),
+                    ("bitwise_xor", jnp.bitwise_xor)]:
+    _bitwise(_name, _bit)
+
+
+def _shift_left(x, y):
+    """``x << y``, 0 where the shift is negative or at least the bit width (PyTorch)."""
+    x, y = _promote(x, y)
+    bits = jnp.iinfo(x.dtype).bits
+    bad = (y < 0) | (y >= bits)
+    return jnp.where(bad, jnp.zeros_like(x), lax.shift_left(x, jnp.where(bad, 0, y).astype(x.dtype)))
+
+
+def _shift_right(x, y):
+    """Arithmetic ``x >> y``; a negative or too-wide shift shifts by ``bits - 1`` (0 for unsigned types)."""
+    x, y = _promote(x, y)
+    bits = jnp.iinfo(x.dtype).bits
+    bad = (y < 0) | (y >= bits)
+    if jnp.issubdtype(x.dtype, jnp.unsignedinteger):
+        return jnp.where(bad, jnp.zeros_like(x), lax.shift_right_logical(x, jnp.where(bad, 0, y).astype(x.dtype)))
+    return lax.shift_right_arithmetic(x, jnp.where(bad, bits - 1, y).astype(x.dtype))
+
+
+lower(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+      aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)(_shift_left)
+lower(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+      aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)(_shift_right)
+
+
+@lower(aten.gcd)
+def gcd(x, y):
+    return jnp.gcd(*_promote(x, y))
+
+
+@lower(aten.lcm)
+def lcm(x, y):
+    x, y = _promote(x, y)
+    g = jnp.gcd(x, y)
+    safe = jnp.where(g == 0, jnp.ones_like(g), g)
+    return jnp.where(g == 0, jnp.zeros_like(g), jnp.abs(_div_trunc(x, safe) * y))
+
+
+# ---- backward helpers autograd calls --------------------------------------------------------------------------
+
+
+@lower(aten.sigmoid_backward)
+def sigmoid_backward(grad, y):
+    return grad * (1 - y) * y
+
+
+@lower(aten.tanh_backward)
+def tanh_backward(grad, y):
+    return grad * (1 - y * y)
+
+
+@lower(aten.logit_backward)
+def logit_backward(grad, x, eps=None):
+    g = grad / (x * (1 - x))
+    if eps is None:
+        return jnp.where((x < 0) | (x > 1), jnp.nan, g)
+    return jnp.where((x < eps) | (x > 1 - eps), 0.0, g)

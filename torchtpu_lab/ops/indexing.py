@@ -1,13 +1,417 @@
-"""indexing ops."""
+"""Indexing ops: advanced indexing, gathers and scatters, masks, searches, and the data-dependent ``nonzero`` family.
+
+Ops whose output shape depends on input values (``nonzero``, ``masked_select``, ``unique``, ``bincount``, and
+``index``/``index_put`` with boolean masks) are ``jit=False``: they run on concrete arrays; where a fixed-shape
+part remains (advanced indexing once masks are integer indices), it runs as one cached ``jax.jit`` call.
+"""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .registry import aten, lower
 
 
+def _dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+# ---- advanced indexing -------------------------------------------------------------------------------------
+
+
+def _integer_indices(indices) -> tuple:
+    """PyTorch's ``Tensor?[] indices`` with boolean masks expanded into their (concrete) nonzero coordinates."""
+    out = []
+    for idx in indices:
+        if idx is not None and idx.dtype in (jnp.bool_, jnp.uint8):
+            if idx.ndim == 0:
+                raise NotImplementedError("torchtpu_lab: indexing with a 0-dim boolean mask")
+            out.extend(jnp.nonzero(idx.astype(jnp.bool_)))
+        else:
+            out.append(idx)
+    return tuple(out)
+
+
+def _key(indices) -> tuple:
+    """A NumPy index tuple: a ``None`` entry keeps its whole dim (it is not ``newaxis``)."""
+    return tuple(slice(None) if i is None else i for i in indices)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _gather(x, present, *idx):
+    it = iter(idx)
+    return x[_key(next(it) if p else None for p in present)]
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _scatter(x, present, accumulate, values, *idx):
+    it = iter(idx)
+    ref = x.at[_key(next(it) if p else None for p in present)]
+    values = values.astype(x.dtype)
+    return ref.add(values) if accumulate else ref.set(values)
+
+
+@lower(aten.index.Tensor, aten._unsafe_index.Tensor, jit=False)
+def index(x, indices):
+    idx = _integer_indices(indices)
+    return _gather(x, tuple(i is not None for i in idx), *[i for i in idx if i is not None])
+
+
+@lower(aten.index_put.default, aten._unsafe_index_put.default, jit=False)
+def index_put(x, indices, values, accumulate=False):
+    """``accumulate=True`` sums duplicate indices."""
+    idx = _integer_indices(indices)
+    return _scatter(x, tuple(i is not None for i in idx), bool(accumulate), values, *[i for i in idx if i is not None])
+
+
+@lower(aten._index_put_impl.default, jit=False)
+def index_put_impl(x, indices, values, accumulate=False, unsafe=False):
+    return index_put(x, indices, values, accumulate)
+
+
+# ---- gather / scatter along a dim ---------------------------------------------------------------------------
+
+
+def _coords(index, dim: int) -> tuple:
+    """Full coordinates for ``scatter``/``gather``: ``index`` along ``dim``, the position itself elsewhere."""
+    return tuple(
+        index if d == dim else lax.broadcasted_iota(jnp.int64, index.shape, d) for d in range(index.ndim)
+    )
+
+
+def _crop(src, shape):
+    return src[tuple(slice(0, n) for n in shape)]
+
+
+@lower(aten.gather.default)
+def gather(x, dim, index, *, sparse_grad=False):
+    if x.ndim == 0:
+        return jnp.broadcast_to(x, index.shape)
+    if index.ndim == 0:
+        return x.reshape(-1)[index]
+    return x[_coords(index, _dim(dim, x.ndim))]
+
+
+def _scatter_dim(x, dim, index, src, how):
+    if x.ndim == 0:
+        x, index = x.reshape(1), index.reshape(1)
+        src = src.reshape(1) if jnp.ndim(src) else src
+        return _scatter_dim(x, 0, index, src, how).reshape(())
+    if index.ndim == 0:
+        index = index.reshape((1,) * x.ndim)
+        if jnp.ndim(src):
+            src = src.reshape((1,) * x.ndim)
+    if jnp.ndim(src):
+        src = _crop(src, index.shape)
+    ref = x.at[_coords(index, _dim(dim, x.ndim))]
+    src = jnp.asarray(src).astype(x.dtype)
+    return getattr(ref, how)(src)
+
+
+@lower(aten.scatter.src, aten.scatter.value)
+def scatter(x, dim, index, src):
+    return _scatter_dim(x, dim, index, src, "set")
+
+
+@lower(aten.scatter_add.default)
+def scatter_add(x, dim, index, src):
+    return _scatter_dim(x, dim, index, src, "add")
+
+
+@lower(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce_legacy(x, dim, index, src, *, reduce):
+    return _scatter_dim(x, dim, index, src, {"add": "add", "multiply": "multiply"}[reduce])
+
+
+def _identity(reduce: str, dtype):
+    if reduce in ("sum", "mean"):
+        return jnp.zeros((), dtype)
+    if reduce == "prod":
+        return jnp.ones((), dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.asarray(-jnp.inf if reduce == "amax" else jnp.inf, dtype)
+    if dtype == jnp.bool_:
+        return jnp.asarray(reduce == "amin")
+    info = jnp.iinfo(dtype)
+    return jnp.asarray(info.min if reduce == "amax" else info.max, dtype)
+
+
+_REDUCE_METHOD = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "max", "amin": "min"}
+
+
+def _reduce_into(x, scatter_at, src, reduce, include_self):
+    """``scatter_at(base, values, method)`` scatters ``values`` into ``base``; shared by scatter/index_reduce.
+
+    Integer ``mean`` floors, as PyTorch does; positions nothing is scattered into keep ``x``.
+    """
+    src = src.astype(x.dtype)
+    base = x if include_self else jnp.full(x.shape, _identity(reduce, x.dtype))
+    out = scatter_at(base, src, _REDUCE_METHOD[reduce])
+    hit = scatter_at(jnp.zeros(x.shape, jnp.int64), jnp.ones(src.shape, jnp.int64), "add")
+    if reduce == "mean":
+        count = hit + (1 if include_self else 0)
+        count = jnp.maximum(count, 1)
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            out = out / count.astype(x.dtype)
+        else:
+            out = jnp.floor_divide(out, count.astype(x.dtype))
+    if not include_self:
+        out = jnp.where(hit > 0, out, x)
+    return out
+
+
+@lower(aten.scatter_reduce.two)
+def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
+    if x.ndim == 0:
+        return scatter_reduce(x.reshape(1), 0, index.reshape(1), src.reshape(1), reduce,
+                              include_self=include_self).reshape(())
+    dim = _dim(dim, x.ndim)
+    src = _crop(src, index.shape)
+    coords = _coords(index, dim)
+    return _reduce_into(x, lambda base, v, how: getattr(base.at[coords], how)(v), src, reduce, include_self)
+
+
+# ---- index_* along a dim --------------------------------------------------------------------------------------
+
+
+def _along(x, dim, index):
+    """The ``.at`` key selecting ``index`` (1-D) along ``dim``, and ``x`` as at least 1-D."""
+    if x.ndim == 0:
+        return x.reshape(1), (index.reshape(-1),)
+    return x, (slice(None),) * _dim(dim, x.ndim) + (index.reshape(-1),)
+
+
+def _source_like(x, source):
+    return source.reshape(source.shape or (1,)) if x.ndim == 0 else source
+
+
+@lower(aten.index_select.default)
+def index_select(x, dim, index):
+    if x.ndim == 0:
+        return x
+    return jnp.take(x, index.reshape(-1), axis=_dim(dim, x.ndim))
+
+
+@lower(aten.index_add.default)
+def index_add(x, dim, index, source, *, alpha=1):
+    x1, key = _along(x, dim, index)
+    return x1.at[key].add((_source_like(x, source) * alpha).astype(x.dtype)).reshape(x.shape)
+
+
+@lower(aten.index_copy.default)
+def index_copy(x, dim, index, source):
+    x1, key = _along(x, dim, index)
+    return x1.at[key].set(_source_like(x, source).astype(x.dtype)).reshape(x.shape)
+
+
+@lower(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(x, dim, index, value):
+    x1, key = _along(x, dim, index)
+    return x1.at[key].set(jnp.asarray(value).astype(x.dtype)).reshape(x.shape)
+
+
+@lower(aten.index_reduce.default)
+def index_reduce(x, dim, index, source, reduce, *, include_self=True):
+    x1, key = _along(x, dim, index)
+    source = _source_like(x, source)
+    out = _reduce_into(x1, lambda base, v, how: getattr(base.at[key], how)(v), source, reduce, include_self)
+    return out.reshape(x.shape)
+
+
+# ---- masks ------------------------------------------------------------------------------------------------------
+
+
+@lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(x, mask, value):
+    return jnp.where(mask, jnp.asarray(value).astype(x.dtype), x)
+
+
+@lower(aten.masked_scatter.default)
+def masked_scatter(x, mask, source):
+    """The k-th ``True`` of the broadcast mask (row-major) takes ``source.flatten()[k]``."""
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)
+    x, mask = jnp.broadcast_to(x, shape), jnp.broadcast_to(mask, shape)
+    if source.size == 0:
+        return x
+    k = jnp.cumsum(mask.reshape(-1).astype(jnp.int64)) - 1
+    values = source.reshape(-1)[jnp.clip(k, 0, source.size - 1)].reshape(shape)
+    return jnp.where(mask, values.astype(x.dtype), x)
+
+
+@lower(aten.masked_scatter_backward.default)
+def masked_scatter_backward(grad, mask, sizes):
+    numel = int(np.prod(sizes))
+    mask = jnp.broadcast_to(mask, grad.shape).reshape(-1)
+    k = jnp.where(mask, jnp.cumsum(mask.astype(jnp.int64)) - 1, numel)
+    out = jnp.zeros((numel,), grad.dtype).at[k].set(grad.reshape(-1), mode="drop")
+    return out.reshape(tuple(sizes))
+
+
+@lower(aten.masked_select.default, jit=False)
+def masked_select(x, mask):
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)
+    return jnp.broadcast_to(x, shape)[jnp.broadcast_to(mask, shape)]
+
+
+@lower(aten.take.default)
+def take(x, index):
+    return x.reshape(-1)[index]
+
+
+@lower(aten.put.default)
+def put(x, index, source, accumulate=False):
+    ref = x.reshape(-1).at[index.reshape(-1)]
+    source = source.reshape(-1).astype(x.dtype)
+    return (ref.add(source) if accumulate else ref.set(source)).reshape(x.shape)
+
+
+# ---- nonzero ------------------------------------------------------------------------------------------------------
+
+
 @lower(aten.nonzero.default, jit=False)
 def nonzero(x):
+    if x.ndim == 0:
+        return jnp.zeros((int(x != 0), 0), jnp.int64)
     return jnp.stack(jnp.nonzero(x), axis=-1).astype(jnp.int64).reshape(-1, x.ndim)
+
+
+@lower(aten.nonzero_static.default)
+def nonzero_static(x, *, size, fill_value=-1):
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    coords = jnp.nonzero(x, size=size, fill_value=fill_value)
+    return jnp.stack(coords, axis=-1).astype(jnp.int64).reshape(size, x.ndim)
+
+
+# ---- searches -----------------------------------------------------------------------------------------------------
+
+
+def _binary_search(seq, values, right: bool):
+    """PyTorch's own bisection, step for step: ``lower_bound`` advances while ``!(seq[mid] >= v)``,
+    ``upper_bound`` while ``!(seq[mid] > v)`` (so NaNs land where PyTorch puts them). ``seq`` is ``(B, n)``,
+    ``values`` ``(B, m)``."""
+    n = seq.shape[-1]
+    start = jnp.zeros(values.shape, jnp.int64)
+    end = jnp.full(values.shape, n, jnp.int64)
+    for _ in range(n.bit_length() + 1):
+        active = start < end
+        mid = (start + end) // 2
+        at = jnp.take_along_axis(seq, jnp.clip(mid, 0, max(n - 1, 0)), axis=-1) if n else values
+        go_right = ~(at > values) if right else ~(at >= values)
+        start = jnp.where(active & go_right, mid + 1, start)
+        end = jnp.where(active & ~go_right, mid, end)
+    return start
+
+
+@lower(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    right = bool(right) or side == "right"
+    values = jnp.asarray(values)
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    dtype = jnp.promote_types(seq.dtype, values.dtype)
+    if seq.ndim == 1:
+        seq2, vals2 = seq.reshape(1, -1), values.reshape(1, -1)
+    else:
+        seq2, vals2 = seq.reshape(-1, seq.shape[-1]), values.reshape(-1, values.shape[-1] if values.ndim else 1)
+    out = _binary_search(seq2.astype(dtype), vals2.astype(dtype), right)
+    return out.reshape(values.shape)
+
+
+@lower(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(values, boundaries, *, out_int32=False, right=False):
+    values = jnp.asarray(values)
+    dtype = jnp.promote_types(boundaries.dtype, values.dtype)
+    out = _binary_search(boundaries.reshape(1, -1).astype(dtype), values.reshape(1, -1).astype(dtype), right)
+    return out.reshape(values.shape)
+
+
+# ---- unique, bincount, histc ----------------------------------------------------------------------------------------
+
+_EMPTY = np.zeros((0,), np.int64)
+
+
+@lower(aten._unique2.default, jit=False)
+def unique2(x, sorted=True, return_inverse=False, return_counts=False):
+    """Always sorted (as PyTorch's CPU kernel); every NaN is its own value."""
+    values, inverse, counts = jnp.unique(x.reshape(-1), return_inverse=True, return_counts=True, equal_nan=False)
+    return (
+        values,
+        inverse.astype(jnp.int64).reshape(x.shape) if return_inverse else jnp.asarray(_EMPTY),
+        counts.astype(jnp.int64) if return_counts else jnp.asarray(_EMPTY),
+    )
+
+
+@lower(aten._unique.default, jit=False)
+def unique(x, sorted=True, return_inverse=False):
+    values, inverse, _ = unique2(x, sorted, return_inverse, False)
+    return values, inverse
+
+
+@lower(aten.unique_dim.default, jit=False)
+def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
+    dim = _dim(dim, x.ndim)
+    values, inverse, counts = jnp.unique(x, return_inverse=True, return_counts=True, axis=dim, equal_nan=False)
+    return (
+        values,
+        inverse.astype(jnp.int64).reshape(-1) if return_inverse else jnp.asarray(_EMPTY),
+        counts.astype(jnp.int64) if return_counts else jnp.asarray(_EMPTY),
+    )
+
+
+@lower(aten.unique_consecutive.default, jit=False)
+def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
+    if dim is None:
+        rows = x.reshape(-1, 1)
+    else:
+        dim = _dim(dim, x.ndim)
+        rows = jnp.moveaxis(x, dim, 0).reshape(x.shape[dim], x.size // max(x.shape[dim], 1))
+    n = rows.shape[0]
+    new = jnp.concatenate([jnp.ones((min(n, 1),), bool), jnp.any(rows[1:] != rows[:-1], axis=1)])
+    starts = jnp.nonzero(new)[0]
+    if dim is None:
+        values = x.reshape(-1)[starts]
+    else:
+        values = jnp.take(x, starts, axis=dim)
+    inverse = jnp.cumsum(new.astype(jnp.int64)) - 1
+    counts = jnp.diff(jnp.append(starts, n)).astype(jnp.int64)
+    return (
+        values,
+        (inverse.reshape(x.shape) if dim is None else inverse) if return_inverse else jnp.asarray(_EMPTY),
+        counts if return_counts else jnp.asarray(_EMPTY),
+    )
+
+
+@lower(aten.bincount.default, jit=False)
+def bincount(x, weights=None, minlength=0):
+    """Float32 weights give float32 counts, other weights float64, no weights int64 (PyTorch's rule)."""
+    length = max(int(jnp.max(x)) + 1 if x.size else 0, minlength)
+    if weights is None:
+        return jnp.bincount(x, length=length).astype(jnp.int64)
+    dtype = jnp.float32 if weights.dtype == jnp.float32 else jnp.float64
+    return jnp.bincount(x, weights.astype(dtype), length=length).astype(dtype)
+
+
+@lower(aten.histc.default)
+def histc(x, bins=100, min=0, max=0):
+    """PyTorch's linear bin rule in the input dtype: ``bin = trunc((v - lo) * bins / (hi - lo))``, the top
+    edge falls in the last bin, values outside ``[lo, hi]`` (and NaNs) are dropped; ``lo == hi`` takes the
+    data's range, widened by 1 each way if still empty."""
+    lo, hi = jnp.asarray(min, x.dtype), jnp.asarray(max, x.dtype)
+    flat = x.reshape(-1)
+    if flat.size:
+        auto = lo == hi
+        lo = jnp.where(auto, jnp.min(flat), lo)
+        hi = jnp.where(auto, jnp.max(flat), hi)
+    same = lo == hi
+    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    inside = (flat >= lo) & (flat <= hi)
+    pos = ((flat - lo) * jnp.asarray(bins, x.dtype) / (hi - lo)).astype(jnp.int64)
+    pos = jnp.where(pos == bins, bins - 1, pos)
+    pos = jnp.where(inside, pos, bins)
+    return jnp.zeros((bins,), jnp.int64).at[pos].add(1, mode="drop").astype(x.dtype)

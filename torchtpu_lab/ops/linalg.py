@@ -1,8 +1,325 @@
-"""linalg ops."""
+"""Matrix products and linear algebra (factorizations, solves, decompositions)."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 from jax import lax
 
 from .registry import aten, lower
+
+_HI = lax.Precision.HIGHEST
+
+
+def _mm(a, b):
+    """``a @ b`` at full float32 precision, integers exactly."""
+    return jnp.matmul(a, b, precision=_HI)
+
+
+def _scaled(beta, bias, alpha, prod):
+    """``beta * bias + alpha * prod``; PyTorch ignores ``bias`` entirely (NaN/inf included) when beta == 0."""
+    scaled_bias = jnp.where(beta == 0, jnp.zeros((), bias.dtype), bias * beta) if bias.dtype != jnp.bool_ else (
+        bias & (beta != 0)
+    )
+    if prod.dtype == jnp.bool_:
+        return scaled_bias | (prod & (alpha != 0))
+    return scaled_bias + prod * alpha
+
+
+# ---- products ---------------------------------------------------------------------------------------------------
+
+
+@lower(aten.mm.default, aten.bmm.default, aten.mv.default)
+def mm(a, b):
+    return _mm(a, b)
+
+
+@lower(aten.dot.default, aten.vdot.default)
+def dot(a, b):
+    """``vdot`` conjugates its first argument."""
+    return jnp.dot(a, b, precision=_HI)
+
+
+@lower(aten.addmm.default, aten.addmv.default, aten.baddbmm.default)
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    return _scaled(beta, bias, alpha, _mm(a, b))
+
+
+@lower(aten.addbmm.default)
+def addbmm(bias, a, b, *, beta=1, alpha=1):
+    return _scaled(beta, bias, alpha, jnp.sum(_mm(a, b), axis=0))
+
+
+@lower(aten.addr.default)
+def addr(bias, u, v, *, beta=1, alpha=1):
+    return _scaled(beta, bias, alpha, u[:, None] * v[None, :])
+
+
+# ---- helpers for factorizations ---------------------------------------------------------------------------------
+
+
+def _mT(x):
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _mH(x):
+    return jnp.conj(_mT(x)) if jnp.iscomplexobj(x) else _mT(x)
+
+
+def _lu(a):
+    """LAPACK getrf: packed LU, 1-based int32 pivots, and info (first zero pivot of U, 1-based; 0 if none)."""
+    lu, piv, _ = lax.linalg.lu(a)
+    k = min(a.shape[-2], a.shape[-1])
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)[..., :k]
+    zero = diag == 0
+    if k == 0:
+        return lu, (piv + 1).astype(jnp.int32), jnp.zeros(a.shape[:-2], jnp.int32)
+    info = jnp.where(jnp.any(zero, axis=-1), jnp.argmax(zero, axis=-1) + 1, 0).astype(jnp.int32)
+    return lu, (piv + 1).astype(jnp.int32), info
+
+
+def _perm_from_pivots(piv, m):
+    """Row permutation (as indices) that applying LAPACK pivots (1-based, sequential swaps) produces."""
+    batch = piv.shape[:-1]
+    perm = jnp.broadcast_to(jnp.arange(m), batch + (m,))
+
+    def swap(i, perm):
+        j = piv[..., i].astype(jnp.int32) - 1
+        pi = perm[..., i]
+        pj = jnp.take_along_axis(perm, j[..., None], axis=-1)[..., 0]
+        perm = perm.at[..., i].set(pj)
+        return jnp.where(jnp.arange(m) == j[..., None], pi[..., None], perm)
+
+    return lax.fori_loop(0, piv.shape[-1], swap, perm)
+
+
+def _lu_solve(lu, piv, b, left, adjoint):
+    """Solve with a packed LU (of square A): A X = B, A^H X = B, X A = B or X A^H = B."""
+    n = lu.shape[-1]
+    batch = jnp.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    lu = jnp.broadcast_to(lu, batch + lu.shape[-2:])
+    perm = jnp.broadcast_to(_perm_from_pivots(piv, n), batch + (n,))
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    if not left:  # X A = B  <=>  A^H X^H = B^H (and X A^H = B <=> A X^H = B^H)
+        return _mH(_lu_solve(lu, piv, _mH(b), True, not adjoint))
+    tri = lax.linalg.triangular_solve
+    if not adjoint:  # P A = L U: A X = B  <=>  L U X = P B
+        pb = jnp.take_along_axis(b, perm[..., :, None], axis=-2)
+        y = tri(lu, pb, left_side=True, lower=True, unit_diagonal=True)
+        return tri(lu, y, left_side=True, lower=False)
+    # A^H = U^H L^H P: solve U^H y = B, L^H z = y, X = P^T z
+    y = tri(lu, b, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+    z = tri(lu, y, left_side=True, lower=True, unit_diagonal=True, transpose_a=True, conjugate_a=True)
+    inv = jnp.argsort(perm, axis=-1)
+    return jnp.take_along_axis(z, inv[..., :, None], axis=-2)
+
+
+def _det_from_lu(lu, piv):
+    n = lu.shape[-1]
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    odd = jnp.sum(piv != jnp.arange(1, n + 1, dtype=piv.dtype), axis=-1) % 2
+    sign = jnp.where(odd == 1, -1, 1).astype(lu.dtype)
+    return sign, diag
+
+
+# ---- determinants, inverses, solves -----------------------------------------------------------------------------
+
+
+@lower(aten._linalg_det.default)
+def linalg_det(a):
+    lu, piv, _ = _lu(a)
+    sign, diag = _det_from_lu(lu, piv)
+    return sign * jnp.prod(diag, axis=-1), lu, piv
+
+
+@lower(aten._linalg_slogdet.default)
+def linalg_slogdet(a):
+    lu, piv, _ = _lu(a)
+    sign, diag = _det_from_lu(lu, piv)
+    s = sign * jnp.prod(jnp.sign(diag), axis=-1)
+    return s, jnp.sum(jnp.log(jnp.abs(diag)), axis=-1), lu, piv
+
+
+@lower(aten.linalg_lu_factor_ex.default)
+def linalg_lu_factor_ex(a, *, pivot=True, check_errors=False):
+    if not pivot:
+        raise NotImplementedError("torchtpu_lab: linalg_lu_factor_ex(pivot=False) is not supported")
+    return _lu(a)
+
+
+@lower(aten.linalg_lu_solve.default)
+def linalg_lu_solve(lu, piv, b, *, left=True, adjoint=False):
+    return _lu_solve(lu, piv, b, left, adjoint)
+
+
+@lower(aten.lu_unpack.default)
+def lu_unpack(lu, piv, unpack_data=True, unpack_pivots=True):
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    if unpack_data:
+        l = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+        u = jnp.triu(lu[..., :k, :])
+    else:
+        l = jnp.zeros((0,), lu.dtype)
+        u = jnp.zeros((0,), lu.dtype)
+    if unpack_pivots:
+        perm = _perm_from_pivots(piv, m)  # (P A)[i] = A[perm[i]], and A = P^T L U: P^T[perm[i], i] = 1
+        p = (perm[..., None, :] == jnp.arange(m)[:, None]).astype(lu.dtype)
+    else:
+        p = jnp.zeros((0,), lu.dtype)
+    return p, l, u
+
+
+@lower(aten.linalg_lu.default)
+def linalg_lu(a, *, pivot=True):
+    if not pivot:
+        raise NotImplementedError("torchtpu_lab: linalg_lu(pivot=False) is not supported")
+    lu, piv, _ = _lu(a)
+    return lu_unpack(lu, piv)
+
+
+@lower(aten.linalg_inv_ex.default)
+def linalg_inv_ex(a, *, check_errors=False):
+    lu, piv, info = _lu(a)
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    return _lu_solve(lu, piv, eye, True, False), info
+
+
+def _solve_is_vector(a, b):
+    return b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1])
+
+
+@lower(aten._linalg_solve_ex.default)
+def linalg_solve_ex(a, b, *, left=True, check_errors=False):
+    """Like PyTorch for a contiguous real A (every tpu tensor reports contiguous), the LU returned for the
+    backward pass is that of A^T, and the solve uses it with ``adjoint=True``."""
+    use_t = not jnp.iscomplexobj(a)
+    lu, piv, info = _lu(_mT(a) if use_t else a)
+    vec = _solve_is_vector(a, b)
+    bm = b[..., None] if vec else b
+    x = _lu_solve(lu, piv, bm, left, use_t)
+    return (x[..., 0] if vec else x), lu, piv, info
+
+
+@lower(aten.linalg_solve_triangular.default)
+def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    return lax.linalg.triangular_solve(a, b, left_side=left, lower=not upper, unit_diagonal=unitriangular)
+
+
+@lower(aten.triangular_solve.default)
+def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    x = lax.linalg.triangular_solve(
+        a, b, left_side=True, lower=not upper, unit_diagonal=unitriangular, transpose_a=transpose
+    )
+    return x, a
+
+
+# ---- Cholesky ---------------------------------------------------------------------------------------------------
+
+
+def _chol_info(a, l):
+    """LAPACK potrf's info: order of the first leading minor that is not positive definite (0: success).
+
+    Only computed (with an unblocked factorization) when the fast factorization failed somewhere."""
+    failed = jnp.any(jnp.isnan(jnp.diagonal(l, axis1=-2, axis2=-1)))
+    n = a.shape[-1]
+    if n == 0:
+        return jnp.zeros(a.shape[:-2], jnp.int32)
+
+    def slow(a):
+        def step(j, carry):
+            l, info = carry
+            d = a[..., j, j] - jnp.sum(l[..., j, :] * jnp.conj(l[..., j, :]), axis=-1)
+            d = d.real if jnp.iscomplexobj(d) else d
+            bad = ~(d > 0)
+            info = jnp.where((info == 0) & bad, j + 1, info)
+            ljj = jnp.sqrt(jnp.where(bad, 1, d)).astype(a.dtype)
+            col = (a[..., :, j] - jnp.einsum("...ik,...k->...i", l, jnp.conj(l[..., j, :]), precision=_HI)) / ljj[
+                ..., None
+            ]
+            col = jnp.where(jnp.arange(n) > j, col, 0)
+            col = jnp.where(jnp.arange(n) == j, ljj[..., None], col)
+            return l.at[..., :, j].set(col), info
+
+        zeros = jnp.zeros(a.shape[:-2], jnp.int32)
+        return lax.fori_loop(0, n, step, (jnp.zeros_like(a), zeros))[1]
+
+    return lax.cond(failed, slow, lambda a: jnp.zeros(a.shape[:-2], jnp.int32), a)
+
+
+def _cholesky(a, upper):
+    l = lax.linalg.cholesky(a, symmetrize_input=False)
+    return l, _mH(l) if upper else l
+
+
+@lower(aten.linalg_cholesky_ex.default)
+def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
+    """On failure LAPACK leaves a partial factor; JAX gives NaNs. ``info`` matches LAPACK either way."""
+    l, out = _cholesky(a, upper)
+    return out, _chol_info(a, l)
+
+
+@lower(aten.cholesky.default)
+def cholesky(a, upper=False):
+    return _cholesky(a, upper)[1]
+
+
+def _cho_solve(b, f, upper):
+    batch = jnp.broadcast_shapes(f.shape[:-2], b.shape[:-2])
+    f = jnp.broadcast_to(f, batch + f.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    l = _mH(f) if upper else f
+    tri = lax.linalg.triangular_solve
+    y = tri(l, b, left_side=True, lower=True)
+    return tri(l, y, left_side=True, lower=True, transpose_a=True, conjugate_a=True)
+
+
+@lower(aten.cholesky_solve.default)
+def cholesky_solve(b, f, upper=False):
+    return _cho_solve(b, f, upper)
+
+
+@lower(aten.cholesky_inverse.default)
+def cholesky_inverse(f, upper=False):
+    eye = jnp.broadcast_to(jnp.eye(f.shape[-1], dtype=f.dtype), f.shape)
+    return _cho_solve(eye, f, upper)
+
+
+# ---- QR, SVD, eigh ----------------------------------------------------------------------------------------------
+
+
+@lower(aten.linalg_qr.default)
+def linalg_qr(a, mode="reduced"):
+    if mode == "r":
+        return jnp.zeros((0,), a.dtype), jnp.linalg.qr(a, mode="r")
+    q, r = jnp.linalg.qr(a, mode="complete" if mode == "complete" else "reduced")
+    return q, r
+
+
+@lower(aten._linalg_svd.default)
+def linalg_svd(a, full_matrices=False, compute_uv=True, *, driver=None):
+    """Singular vectors are unique only up to sign (phase); they match LAPACK's gesdd where JAX uses it."""
+    if not compute_uv:
+        s = jnp.linalg.svd(a, compute_uv=False)
+        return jnp.zeros((0,), a.dtype), s, jnp.zeros((0,), a.dtype)
+    u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+    return u, s, vh
+
+
+@lower(aten._linalg_eigh.default)
+def linalg_eigh(a, UPLO="L", compute_v=True):
+    """Reads only the ``UPLO`` triangle, as LAPACK does. Eigenvectors are unique only up to sign."""
+    w, v = jnp.linalg.eigh(a, UPLO=UPLO, symmetrize_input=False)
+    return w, (v if compute_v else jnp.zeros((0,), a.dtype))
+
+
+@lower(aten.linalg_matrix_exp.default)
+def linalg_matrix_exp(a):
+    return jsl.expm(a) if a.shape[-1] else a

@@ -1,8 +1,531 @@
-"""nn ops."""
+"""Neural-network ops: convolution, softmax, normalization, pooling, activations, losses, embedding, upsampling.
+
+Backward ops that are linear in ``grad_output`` (convolution, pooling, upsampling) are lowered as ``jax.vjp`` of
+the forward lowering, so forward and backward share one definition of the op's geometry.
+
+The batch-norm ops that update ``running_mean``/``running_var`` in place cannot be pure lowerings: they are plain
+Python kernels that run the pure ``_native_batch_norm_legit_functional`` lowering and assign the new statistics.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
+
+import jax
 import jax.numpy as jnp
+import numpy as np
+import torch
 from jax import lax
 
-from .registry import aten, lower
+from .registry import aten, lower, skip_decomposition
+
+HIGHEST = lax.Precision.HIGHEST
+
+
+def _tup(v, n):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return tuple(v * n if len(v) == 1 else v)
+
+
+def _acc(x):
+    """``x`` in the dtype PyTorch accumulates it in (float32 for half types)."""
+    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
+
+
+def _reduce(loss, reduction):
+    if reduction == 1:
+        return jnp.mean(loss)
+    if reduction == 2:
+        return jnp.sum(loss)
+    return loss
+
+
+def _reduce_backward(grad, shape, reduction):
+    """The gradient of ``_reduce`` w.r.t. its elementwise input of ``shape``."""
+    if reduction == 1:
+        return jnp.broadcast_to(grad / math.prod(shape), shape)
+    return jnp.broadcast_to(grad, shape)
+
+
+# ---- convolution -------------------------------------------------------------------------------------------------
+
+
+def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
+    nd = w.ndim - 2
+    stride, padding, dilation = _tup(stride, nd), _tup(padding, nd), _tup(dilation, nd)
+    spatial = "DHW"[3 - nd:]
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial))
+    if x.dtype != w.dtype:
+        dt = jnp.result_type(x, w)
+        x, w = x.astype(dt), w.astype(dt)
+    if not transposed:
+        return lax.conv_general_dilated(
+            x, w, stride, [(p, p) for p in padding], rhs_dilation=dilation, dimension_numbers=dn,
+            feature_group_count=groups, precision=HIGHEST,
+        )
+    output_padding = _tup(output_padding, nd)
+    cin, cout_g, k = w.shape[0], w.shape[1], w.shape[2:]
+    # (G*Cin_g, Cout_g, k) -> (G*Cout_g, Cin_g, k), spatially flipped
+    w = w.reshape(groups, cin // groups, cout_g, *k).swapaxes(1, 2).reshape(groups * cout_g, cin // groups, *k)
+    w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+    pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op) for kk, p, d, op in zip(k, padding, dilation, output_padding)]
+    return lax.conv_general_dilated(
+        x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation, dimension_numbers=dn,
+        feature_group_count=groups, precision=HIGHEST,
+    )
+
+
+@lower(aten.convolution)
+def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
+    if bias is not None:
+        out = out + bias.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out
+
+
+@lower(aten.convolution_backward)
+def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                         output_mask):
+    gi = gw = gb = None
+    if output_mask[0] or output_mask[1]:
+        _, vjp = jax.vjp(lambda a, b: _conv(a, b, stride, padding, dilation, transposed, output_padding, groups), x, w)
+        gi, gw = vjp(grad.astype(jnp.result_type(x, w)))
+    if output_mask[2]:
+        gb = jnp.sum(grad, axis=(0,) + tuple(range(2, grad.ndim)))
+    return gi if output_mask[0] else None, gw if output_mask[1] else None, gb
+
+
+# ---- softmax -----------------------------------------------------------------------------------------------------
+
+
+def _along(fn, x, dim):
+    """Apply ``fn(x, axis)`` along ``dim``, treating a 0-dim ``x`` as one element."""
+    if x.ndim == 0:
+        return fn(x.reshape(1), 0).reshape(())
+    return fn(x, dim % x.ndim)
+
+
+@lower(aten._softmax)
+def softmax(x, dim, half_to_float):
+    return _along(lambda v, a: jax.nn.softmax(_acc(v), axis=a), x, dim)
+
+
+@lower(aten._log_softmax)
+def log_softmax(x, dim, half_to_float):
+    return _along(lambda v, a: jax.nn.log_softmax(_acc(v), axis=a), x, dim)
+
+
+@lower(aten._softmax_backward_data)
+def softmax_backward_data(grad, out, dim, input_dtype):
+    def fn(g, a):
+        y = out.reshape(g.shape)
+        return y * (g - jnp.sum(g * y, axis=a, keepdims=True))
+
+    return _along(fn, grad, dim)
+
+
+@lower(aten._log_softmax_backward_data)
+def log_softmax_backward_data(grad, out, dim, input_dtype):
+    def fn(g, a):
+        return g - jnp.exp(out.reshape(g.shape)) * jnp.sum(g, axis=a, keepdims=True)
+
+    return _along(fn, grad, dim)
+
+
+# ---- normalization -----------------------------------------------------------------------------------------------
+
+
+def _channel(v, ndim):
+    """A per-channel vector shaped to broadcast against an (N, C, ...) tensor of ``ndim`` dims."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2)) if ndim > 1 else v
+
+
+@lower(aten.native_layer_norm)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    xf = _acc(x)
+    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = (xf - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+@lower(aten.native_layer_norm_backward)
+def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    outer = tuple(range(x.ndim - len(normalized_shape)))
+    grad, xf = _acc(grad), _acc(x)
+    xhat = (xf - mean) * rstd
+    g = grad * weight if weight is not None else grad
+    gi = gw = gb = None
+    if output_mask[0]:
+        gi = rstd * (g - jnp.mean(g, axis=axes, keepdims=True)
+                     - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True))
+    if output_mask[1] and weight is not None:
+        gw = jnp.sum(grad * xhat, axis=outer)
+    if output_mask[2] and bias is not None:
+        gb = jnp.sum(grad, axis=outer)
+    return gi, gw, gb
+
+
+def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    axes = (0,) + tuple(range(2, x.ndim))
+    xf = _acc(x)
+    if training:
+        mean = jnp.mean(xf, axis=axes)
+        var = jnp.mean(jnp.square(xf - _channel(mean, x.ndim)), axis=axes)
+        rstd = lax.rsqrt(var + eps)
+        new_mean, new_var = running_mean, running_var
+        if running_mean is not None:
+            new_mean = momentum * mean + (1 - momentum) * running_mean
+        if running_var is not None:
+            n = x.size / x.shape[1]
+            new_var = momentum * var * (n / (n - 1)) + (1 - momentum) * running_var
+    else:
+        mean, new_mean, new_var = running_mean, running_mean, running_var
+        rstd = lax.rsqrt(_acc(running_var) + eps)
+    out = (xf - _channel(mean, x.ndim)) * _channel(rstd, x.ndim)
+    if weight is not None:
+        out = out * _channel(weight, x.ndim)
+    if bias is not None:
+        out = out + _channel(bias, x.ndim)
+    return out, mean, rstd, new_mean, new_var
+
+
+@lower(aten._native_batch_norm_legit_functional)
+def native_batch_norm_legit_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@lower(aten._native_batch_norm_legit.no_stats)
+def native_batch_norm_legit_no_stats(x, weight, bias, training, momentum, eps):
+    return _batch_norm(x, weight, bias, None, None, True, momentum, eps)[:3]
+
+
+@lower(aten._native_batch_norm_legit_no_training)
+def native_batch_norm_legit_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    return _batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+
+
+@lower(aten.native_batch_norm_backward)
+def native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                               output_mask):
+    axes = (0,) + tuple(range(2, x.ndim))
+    grad, xf = _acc(grad), _acc(x)
+    if train:
+        mean, invstd = save_mean, save_invstd
+    else:
+        mean, invstd = running_mean, lax.rsqrt(_acc(running_var) + eps)
+    mean, invstd = _channel(mean, x.ndim), _channel(invstd, x.ndim)
+    xhat = (xf - mean) * invstd
+    w = _channel(weight, x.ndim) if weight is not None else 1.0
+    gi = gw = gb = None
+    if output_mask[0]:
+        if train:
+            gi = w * invstd * (grad - jnp.mean(grad, axis=axes, keepdims=True)
+                               - xhat * jnp.mean(grad * xhat, axis=axes, keepdims=True))
+        else:
+            gi = grad * invstd * w
+    if output_mask[1]:
+        gw = jnp.sum(grad * xhat, axis=axes)
+    if output_mask[2]:
+        gb = jnp.sum(grad, axis=axes)
+    return gi, gw, gb
+
+
+@lower(aten.native_group_norm)
+def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
+    xf = _acc(x).reshape(N, group, -1)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = ((xf - mean) * rstd).reshape(N, C, -1)
+    if weight is not None:
+        out = out * weight.reshape(1, C, 1)
+    if bias is not None:
+        out = out + bias.reshape(1, C, 1)
+    return out.reshape(x.shape), mean.reshape(N, group), rstd.reshape(N, group)
+
+
+@lower(aten.native_group_norm_backward)
+def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, output_mask):
+    grad3, x3 = _acc(grad).reshape(N, C, -1), _acc(x).reshape(N, C, -1)
+    mean, rstd = mean.reshape(N, group, 1), rstd.reshape(N, group, 1)
+    xhat = ((x3.reshape(N, group, -1) - mean) * rstd).reshape(N, C, -1)
+    gi = gw = gb = None
+    if output_mask[0]:
+        g = (grad3 * weight.reshape(1, C, 1) if weight is not None else grad3).reshape(N, group, -1)
+        xh = xhat.reshape(N, group, -1)
+        gi = rstd * (g - jnp.mean(g, axis=-1, keepdims=True) - xh * jnp.mean(g * xh, axis=-1, keepdims=True))
+        gi = gi.reshape(x.shape)
+    if output_mask[1]:
+        gw = jnp.sum(grad3 * xhat, axis=(0, 2))
+    if output_mask[2]:
+        gb = jnp.sum(grad3, axis=(0, 2))
+    return gi, gw, gb
+
+
+# Batch norm in training mode updates the running statistics in place: plain Python kernels, not lowerings.
+
+_KERNELS = torch.library.Library("aten", "IMPL")
+
+
+def _kernel(op):
+    def register(fn):
+        skip_decomposition(op)
+        _KERNELS.impl(op, fn, "PrivateUse1")
+        return fn
+
+    return register
+
+
+def _update_stats(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    from ..runtime import executor
+
+    if running_mean is None or running_var is None:
+        if running_mean is not None or running_var is not None:
+            raise RuntimeError("running_mean and running_var must both be given or both be None")
+        return aten._native_batch_norm_legit.no_stats(x, weight, bias, training, momentum, eps)
+    if not training:  # PyTorch's CPU kernels return empty saved statistics in evaluation mode
+        out = aten._native_batch_norm_legit_no_training(x, weight, bias, running_mean, running_var, momentum, eps)[0]
+        return out, x.new_empty((0,)), x.new_empty((0,))
+    out, save_mean, save_rstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
+        x, weight, bias, running_mean, running_var, True, momentum, eps
+    )
+    executor.assign(running_mean, new_mean)
+    executor.assign(running_var, new_var)
+    return out, save_mean, save_rstd
+
+
+@_kernel(aten.native_batch_norm.default)
+def native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _update_stats(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@_kernel(aten._native_batch_norm_legit.default)
+def native_batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _update_stats(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@_kernel(aten._batch_norm_with_update.default)
+def batch_norm_with_update(x, weight, bias, running_mean, running_var, momentum, eps):
+    out, save_mean, save_rstd = _update_stats(x, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, save_mean, save_rstd, torch.empty(0, dtype=torch.uint8, device=x.device)
+
+
+# ---- pooling -----------------------------------------------------------------------------------------------------
+
+
+def _pool_out(size, k, s, p, d, ceil_mode):
+    """PyTorch's pooling output length (``pooling_output_shape``)."""
+    num = size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)
+    out = num // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _pool_geometry(shape, kernel_size, stride, padding, dilation, ceil_mode, nd):
+    k = _tup(kernel_size, nd)
+    s = _tup(stride, nd) if stride else k
+    p, d = _tup(padding, nd), _tup(dilation, nd)
+    size = shape[-nd:]
+    out = tuple(_pool_out(n, kk, ss, pp, dd, ceil_mode) for n, kk, ss, pp, dd in zip(size, k, s, p, d))
+    return k, s, p, d, size, out
+
+
+def _windows(x, k, s, p, d, size, out, fill):
+    """Yield, per kernel offset, the strided input slice (``x`` padded with ``fill``), its flat input index and
+    its validity mask (numpy arrays over the output positions)."""
+    nd = len(k)
+    lead = x.ndim - nd
+    hi = [max(0, (o - 1) * ss + (kk - 1) * dd - pp - n + 1) for o, ss, kk, dd, pp, n in zip(out, s, k, d, p, size)]
+    xp = jnp.pad(x, [(0, 0)] * lead + list(zip(p, hi)), constant_values=fill)
+    flat_strides = [math.prod(size[i + 1:]) for i in range(nd)]
+    for offs in itertools.product(*[range(kk) for kk in k]):
+        start = [0] * lead + [o * dd for o, dd in zip(offs, d)]
+        limit = [x.shape[i] for i in range(lead)] + [st + (o - 1) * ss + 1 for st, o, ss in zip(start[lead:], out, s)]
+        patch = lax.slice(xp, start, limit, [1] * lead + list(s))
+        pos = [np.arange(o) * ss - pp + off * dd for o, ss, pp, off, dd in zip(out, s, p, offs, d)]
+        grids = np.meshgrid(*pos, indexing="ij")
+        valid = np.ones(out, bool)
+        index = np.zeros(out, np.int64)
+        for g, n, fs in zip(grids, size, flat_strides):
+            valid &= (g >= 0) & (g < n)
+            index += g * fs
+        yield patch, index, valid
+
+
+def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, nd):
+    k, s, p, d, size, out = _pool_geometry(x.shape, kernel_size, stride, padding, dilation, ceil_mode, nd)
+    best = idx = have = None
+    for patch, index, valid in _windows(x, k, s, p, d, size, out, 0):
+        if best is None:
+            best, idx, have = patch, jnp.zeros(patch.shape, jnp.int64), jnp.zeros(out, bool)
+        valid = jnp.asarray(valid)
+        # PyTorch's scan: the first valid position, then any greater value or NaN replaces the maximum
+        take = valid & (~have | (patch > best) | jnp.isnan(patch))
+        best, idx, have = jnp.where(take, patch, best), jnp.where(take, index, idx), have | valid
+    return best, idx
+
+
+@lower(aten.max_pool2d_with_indices)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2)
+
+
+@lower(aten.max_pool3d_with_indices)
+def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 3)
+
+
+def _scatter_to_input(grad, x, indices, nd):
+    """Sum ``grad`` into a zero tensor shaped like ``x`` at the flat spatial ``indices`` (pooling backward)."""
+    lead = x.shape[:-nd]
+    g = grad.reshape(math.prod(lead), -1)
+    i = indices.reshape(math.prod(lead), -1)
+    z = jnp.zeros((g.shape[0], math.prod(x.shape[-nd:])), grad.dtype)
+    z = jax.vmap(lambda zz, ii, gg: zz.at[ii].add(gg))(z, i, g)
+    return z.reshape(x.shape)
+
+
+@lower(aten.max_pool2d_with_indices_backward)
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_to_input(grad, x, indices, 2)
+
+
+@lower(aten.max_pool3d_with_indices_backward)
+def max_pool3d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_to_input(grad, x, indices, 3)
+
+
+@lower(aten.adaptive_max_pool2d_backward)
+def adaptive_max_pool2d_backward(grad, x, indices):
+    return _scatter_to_input(grad, x, indices, 2)
+
+
+@lower(aten.adaptive_max_pool3d_backward)
+def adaptive_max_pool3d_backward(grad, x, indices):
+    return _scatter_to_input(grad, x, indices, 3)
+
+
+def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, nd):
+    k, s, p, _, size, out = _pool_geometry(x.shape, kernel_size, stride, padding, 1, ceil_mode, nd)
+    xf = _acc(x)
+    total = None
+    for patch, _, _ in _windows(xf, k, s, p, (1,) * nd, size, out, 0):
+        total = patch if total is None else total + patch
+    if divisor_override:
+        return total / divisor_override
+    # PyTorch's divisor: the window clipped to the padded input (count_include_pad) or to the input itself
+    div = np.ones(out, np.float64)
+    for axis, (o, kk, ss, pp, n) in enumerate(zip(out, k, s, p, size)):
+        start = np.arange(o) * ss - pp
+        end = np.minimum(start + kk, n + pp)
+        length = end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0)
+        div = div * length.reshape((-1,) + (1,) * (nd - axis - 1))
+    return total / jnp.asarray(div, xf.dtype)
+
+
+@lower(aten.avg_pool2d)
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2)
+
+
+@lower(aten.avg_pool3d)
+def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
+
+
+def _linear_backward(forward, grad, x):
+    _, vjp = jax.vjp(forward, _acc(x))
+    return vjp(grad.astype(_acc(x).dtype))[0]
+
+
+@lower(aten.avg_pool2d_backward)
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _linear_backward(
+        lambda v: _avg_pool(v, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2),
+        grad, x)
+
+
+@lower(aten.avg_pool3d_backward)
+def avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _linear_backward(
+        lambda v: _avg_pool(v, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3),
+        grad, x)
+
+
+def _adaptive_ranges(n, o):
+    start = (np.arange(o) * n) // o
+    end = -((-(np.arange(o) + 1) * n) // o)
+    return start, end
+
+
+def _adaptive_avg(x, output_size, nd):
+    xf = _acc(x)
+    for axis, (n, o) in enumerate(zip(x.shape[-nd:], _tup(output_size, nd))):
+        start, end = _adaptive_ranges(n, o)
+        m = np.zeros((o, n))
+        for i in range(o):
+            m[i, start[i]:end[i]] = 1.0 / (end[i] - start[i])
+        ax = x.ndim - nd + axis
+        xf = jnp.moveaxis(jnp.tensordot(xf, jnp.asarray(m, xf.dtype), axes=([ax], [1]), precision=HIGHEST), -1, ax)
+    return xf
+
+
+@lower(aten._adaptive_avg_pool2d)
+def adaptive_avg_pool2d(x, output_size):
+    return _adaptive_avg(x, output_size, 2)
+
+
+@lower(aten._adaptive_avg_pool3d)
+def adaptive_avg_pool3d(x, output_size):
+    return _adaptive_avg(x, output_size, 3)
+
+
+@lower(aten._adaptive_avg_pool2d_backward)
+def adaptive_avg_pool2d_backward(grad, x):
+    return _linear_backward(lambda v: _adaptive_avg(v, grad.shape[-2:], 2), grad, x)
+
+
+@lower(aten._adaptive_avg_pool3d_backward)
+def adaptive_avg_pool3d_backward(grad, x):
+    return _linear_backward(lambda v: _adaptive_avg(v, grad.shape[-3:], 3), grad, x)
+
+
+def _adaptive_max(x, output_size, nd):
+    size, out = x.shape[-nd:], _tup(output_size, nd)
+    ranges = [_adaptive_ranges(n, o) for n, o in zip(size, out)]
+    flat_strides = [math.prod(size[i + 1:]) for i in range(nd)]
+    best = idx = None
+    for offs in itertools.product(*[range(int(np.max(e - s))) for s, e in ranges]):
+        pos = [np.minimum(s + off, e - 1) for (s, e), off in zip(ranges, offs)]  # clipped: repeats a valid one
+        grids = np.meshgrid(*pos, indexing="ij")
+        fresh = np.ones(out, bool)
+        for (s, e), off, axis in zip(ranges, offs, range(nd)):
+            fresh = fresh & (s + off < e).reshape((-1,) + (1,) * (nd - axis - 1))
+        patch = x[(Ellipsis,) + tuple(jnp.asarray(g) for g in grids)]
+        index = sum(g * fs for g, fs in zip(grids, flat_strides))
+        if best is None:
+            best, idx = patch, jnp.broadcast_to(jnp.asarray(index), patch.shape)
+            continue
+        take = jnp.asarray(fresh) & ((patch > best) | jnp.isnan(patch))
+        best, idx = jnp.where(take, patch, best), jnp.where(take, index, idx)
+    return best, idx
+
+
+@lower(aten.adaptive_max_pool2d)
+def adaptive_max_pool2d(x, output_size):
+    return _adaptive_max(x, output_size, 2)
+
+
+@lower(aten.adaptive_max_pool3d)
+def adaptive_max_pool3d(x, output_size):
+    return _adaptive_max(x, output_size, 3)
