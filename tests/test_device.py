@@ -176,3 +176,33 @@ def test_synchronize_and_module_api():
     props = torch.tpu.get_device_properties(0)
     assert props["platform"] == torchtpu_lab.platform_info().platform
     assert x.sum().item() == 300
+
+
+def test_each_tpu_index_is_one_jax_device():
+    code = r"""
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["TORCHTPU_LAB_PLATFORM"] = "cpu"
+import torch, torchtpu_lab
+assert torch.tpu.device_count() == 2
+a = torch.arange(3.0).to("tpu:1")
+assert a.device == torch.device("tpu:1")
+assert {d.id for d in a._tpu_storage.array.devices()} == {1}
+b = a * 2
+assert b.device == torch.device("tpu:1") and b.cpu().tolist() == [0.0, 2.0, 4.0]
+c = b.to("tpu:0")
+assert c.device == torch.device("tpu:0") and {d.id for d in c._tpu_storage.array.devices()} == {0}
+try:
+    b + c
+    raise SystemExit("mixing devices must fail")
+except RuntimeError as e:
+    assert "tpu:1 and tpu:0" in str(e)
+with torch.tpu.device(1):
+    assert torch.zeros(2, device="tpu").device == torch.device("tpu:1")
+assert torch.zeros(2, device="tpu").device == torch.device("tpu:0")
+assert "device='tpu:1'" in repr(b)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ok" in out.stdout

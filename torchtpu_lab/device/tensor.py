@@ -1,7 +1,6 @@
 """The Python side of a ``tpu`` tensor: a real PrivateUse1 ``torch.Tensor`` that points at a storage and view.
 
-Tensors are made by :func:`make` with ``torch._C._acc.create_empty_tensor`` (a PrivateUse1 TensorImpl without
-data), given the class :class:`TpuTensor` and two attributes: ``_tpu_storage`` (:class:`Storage`) and
+Tensors are made by :func:`make` from a PrivateUse1 TensorImpl without data (see :mod:`.impl_factory`), given the class :class:`TpuTensor` and two attributes: ``_tpu_storage`` (:class:`Storage`) and
 ``_tpu_view`` (:class:`~torchtpu_lab.device.views.View` or ``None`` for the base). PyTorch keeps the Python
 object alive for as long as C++ holds the tensor, so the attributes travel through autograd and the dispatcher.
 
@@ -16,6 +15,7 @@ import copy
 import torch
 
 from . import views
+from .impl_factory import new_impl
 from .storage import Storage
 
 
@@ -64,7 +64,7 @@ class TpuTensor(torch.Tensor):
 def make(storage: Storage, view: views.View | None) -> TpuTensor:
     """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base)."""
     size = storage.shape if view is None else view.size
-    t = torch._C._acc.create_empty_tensor(list(size), storage.dtype)
+    t = new_impl(size, storage.dtype, storage.device_index)
     t.__class__ = TpuTensor
     t._tpu_storage = storage
     t._tpu_view = view

@@ -23,12 +23,11 @@ __all__ = [
 
 
 def _index(device=None) -> int:
-    if device is None:
-        return 0
     if isinstance(device, int):
         return device
-    device = torch.device(device)
-    return device.index or 0
+    if device is None or torch.device(device).index is None:
+        return _current[0]
+    return torch.device(device).index
 
 
 def is_available() -> bool:
@@ -47,25 +46,34 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+_current = [0]
+
+
 def device_count() -> int:
-    """Addressable ``tpu`` devices (one per JAX device of the chosen platform; see ``core_kernels``)."""
-    return 1
+    """Number of ``tpu:i`` devices: one per JAX device of the chosen platform."""
+    return len(platform.info().devices)
 
 
 def current_device() -> int:
-    return 0
+    """The device ``device="tpu"`` (no index) means; changed by :func:`set_device`."""
+    return _current[0]
 
 
 def set_device(device) -> None:
-    if _index(device) != 0:
-        platform.jax_device(_index(device))
-        raise NotImplementedError("only tpu:0 is addressable from PyTorch's pure-Python backend API")
+    index = _index(device)
+    platform.jax_device(index)  # raises, listing the devices, if it does not exist
+    _current[0] = index
 
 
 @contextlib.contextmanager
 def device(device):
+    """Make ``tpu:device`` the current device inside the block."""
+    previous = _current[0]
     set_device(device)
-    yield
+    try:
+        yield
+    finally:
+        _current[0] = previous
 
 
 def platform_name() -> str:

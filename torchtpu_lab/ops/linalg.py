@@ -18,12 +18,13 @@ def _mm(a, b):
 
 
 def _scaled(beta, bias, alpha, prod):
-    """``beta * bias + alpha * prod``; PyTorch ignores ``bias`` entirely (NaN/inf included) when beta == 0."""
-    scaled_bias = jnp.where(beta == 0, jnp.zeros((), bias.dtype), bias * beta) if bias.dtype != jnp.bool_ else (
-        bias & (beta != 0)
-    )
+    """``beta * bias + alpha * prod``. PyTorch ignores ``bias`` entirely (NaN/inf included) when beta == 0, and
+    for integer tensors first converts beta and alpha to the integer type (0.6 becomes 0)."""
     if prod.dtype == jnp.bool_:
-        return scaled_bias | (prod & (alpha != 0))
+        return (bias & (beta != 0)) | (prod & (alpha != 0))
+    if jnp.issubdtype(prod.dtype, jnp.integer):
+        beta, alpha = jnp.asarray(beta).astype(prod.dtype), jnp.asarray(alpha).astype(prod.dtype)
+    scaled_bias = jnp.where(beta == 0, jnp.zeros((), bias.dtype), bias * beta)
     return scaled_bias + prod * alpha
 
 
@@ -83,6 +84,8 @@ def _perm_from_pivots(piv, m):
     """Row permutation (as indices) that applying LAPACK pivots (1-based, sequential swaps) produces."""
     batch = piv.shape[:-1]
     perm = jnp.broadcast_to(jnp.arange(m), batch + (m,))
+    if piv.shape[-1] == 0:
+        return perm
 
     def swap(i, perm):
         j = piv[..., i].astype(jnp.int32) - 1

@@ -529,3 +529,504 @@ def adaptive_max_pool2d(x, output_size):
 @lower(aten.adaptive_max_pool3d)
 def adaptive_max_pool3d(x, output_size):
     return _adaptive_max(x, output_size, 3)
+
+
+# ---- activations and their backward helpers ------------------------------------------------------------------
+
+
+@lower(aten.relu)
+def relu(x):
+    return jnp.maximum(x, jnp.zeros((), x.dtype)) if x.dtype != jnp.bool_ else x
+
+
+@lower(aten.threshold)
+def threshold(x, threshold, value):
+    return jnp.where(x <= threshold, value, x)
+
+
+@lower(aten.threshold_backward)
+def threshold_backward(grad, x, threshold):
+    return jnp.where(x <= threshold, jnp.zeros((), grad.dtype), grad)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@lower(aten.gelu)
+def gelu(x, *, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + jnp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + lax.erf(x * (1 / math.sqrt(2.0))))
+
+
+@lower(aten.gelu_backward)
+def gelu_backward(grad, x, *, approximate="none"):
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
+        t = jnp.tanh(inner)
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+        return grad * d
+    cdf = 0.5 * (1 + lax.erf(x * (1 / math.sqrt(2.0))))
+    pdf = jnp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+    return grad * (cdf + x * pdf)
+
+
+@lower(aten.silu)
+def silu(x):
+    return x * jax.nn.sigmoid(x)
+
+
+@lower(aten.silu_backward)
+def silu_backward(grad, x):
+    s = jax.nn.sigmoid(x)
+    return grad * s * (1 + x * (1 - s))
+
+
+@lower(aten.mish)
+def mish(x):
+    return x * jnp.tanh(jax.nn.softplus(x))
+
+
+@lower(aten.hardtanh)
+def hardtanh(x, min_val=-1, max_val=1):
+    return jnp.minimum(jnp.maximum(x, min_val), max_val).astype(x.dtype)
+
+
+@lower(aten.hardtanh_backward)
+def hardtanh_backward(grad, x, min_val, max_val):
+    return jnp.where((x <= min_val) | (x >= max_val), jnp.zeros((), grad.dtype), grad)
+
+
+@lower(aten.leaky_relu)
+def leaky_relu(x, negative_slope=0.01):
+    return jnp.where(x > 0, x, x * negative_slope)
+
+
+@lower(aten.leaky_relu_backward)
+def leaky_relu_backward(grad, x, negative_slope, self_is_result):
+    return jnp.where(x > 0, grad, grad * negative_slope)
+
+
+@lower(aten.elu)
+def elu(x, alpha=1, scale=1, input_scale=1):
+    return jnp.where(x > 0, x * scale, alpha * scale * jnp.expm1(x * input_scale))
+
+
+@lower(aten.elu_backward)
+def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    y = self_or_result
+    if is_result:
+        return jnp.where(y <= 0, grad * input_scale * (y + alpha * scale), grad * scale)
+    return jnp.where(y <= 0, grad * input_scale * alpha * scale * jnp.exp(y * input_scale), grad * scale)
+
+
+@lower(aten.softplus)
+def softplus(x, beta=1, threshold=20):
+    xb = x * beta
+    return jnp.where(xb > threshold, x, jnp.log1p(jnp.exp(xb)) / beta)
+
+
+@lower(aten.softplus_backward)
+def softplus_backward(grad, x, beta, threshold):
+    xb = x * beta
+    return jnp.where(xb > threshold, grad, grad * jax.nn.sigmoid(xb))
+
+
+@lower(aten.hardswish)
+def hardswish(x):
+    return x * jnp.clip(x + 3, 0, 6) / 6
+
+
+@lower(aten.hardswish_backward)
+def hardswish_backward(grad, x):
+    return jnp.where(x < -3, jnp.zeros((), grad.dtype), jnp.where(x <= 3, grad * (x / 3 + 0.5), grad))
+
+
+@lower(aten.hardsigmoid)
+def hardsigmoid(x):
+    return jnp.clip(x + 3, 0, 6) / 6
+
+
+@lower(aten.hardsigmoid_backward)
+def hardsigmoid_backward(grad, x):
+    return jnp.where((x > -3) & (x < 3), grad / 6, jnp.zeros((), grad.dtype))
+
+
+@lower(aten.hardshrink)
+def hardshrink(x, lambd=0.5):
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros((), x.dtype), x)
+
+
+@lower(aten.hardshrink_backward)
+def hardshrink_backward(grad, x, lambd):
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros((), grad.dtype), grad)
+
+
+@lower(aten.softshrink)
+def softshrink(x, lambd=0.5):
+    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, jnp.zeros((), x.dtype)))
+
+
+@lower(aten.softshrink_backward)
+def softshrink_backward(grad, x, lambd):
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros((), grad.dtype), grad)
+
+
+@lower(aten.log_sigmoid_forward)
+def log_sigmoid_forward(x):
+    z = jnp.exp(-jnp.abs(x))
+    return jnp.minimum(x, 0) - jnp.log1p(z), z
+
+
+@lower(aten.log_sigmoid_backward)
+def log_sigmoid_backward(grad, x, buffer):
+    z = jnp.exp(-jnp.abs(x))
+    return grad * jnp.where(x < 0, 1 - z / (1 + z), z / (1 + z))
+
+
+@lower(aten.glu)
+def glu(x, dim=-1):
+    a, b = jnp.split(x, 2, axis=dim)
+    return a * jax.nn.sigmoid(b)
+
+
+@lower(aten.glu_backward)
+def glu_backward(grad, x, dim):
+    a, b = jnp.split(x, 2, axis=dim)
+    sb = jax.nn.sigmoid(b)
+    return jnp.concatenate([grad * sb, grad * a * sb * (1 - sb)], axis=dim)
+
+
+@lower(aten._prelu_kernel)
+def prelu_kernel(x, weight):
+    return jnp.where(x > 0, x, weight * x)
+
+
+@lower(aten._prelu_kernel_backward)
+def prelu_kernel_backward(grad, x, weight):
+    """The weight gradient keeps the broadcast shape: autograd sums it down to the weight's shape."""
+    gi = jnp.where(x > 0, grad, weight * grad)
+    gw = jnp.where(x > 0, jnp.zeros((), grad.dtype), x * grad)
+    return gi, gw
+
+
+# ---- embedding and losses ------------------------------------------------------------------------------------
+
+
+@lower(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jnp.take(weight, indices, axis=0)
+
+
+@lower(aten.embedding_dense_backward)
+def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    idx = indices.reshape(-1)
+    g = grad.reshape(idx.shape[0], -1)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), g.dtype).at[idx].add(1)
+        g = g / counts[idx][:, None]
+    if padding_idx >= 0:
+        g = jnp.where((idx == padding_idx)[:, None], jnp.zeros((), g.dtype), g)
+    return jnp.zeros((num_weights, g.shape[1]), g.dtype).at[idx].add(g)
+
+
+def _nll_terms(x, target, weight, ignore_index):
+    """Per-element ``-x[target] * w[target]`` and weights ``w[target]`` (zero where ignored); class dim is 1
+    (or 0 for an unbatched input)."""
+    cls = 1 if x.ndim > 1 else 0
+    keep = target != ignore_index
+    t = jnp.where(keep, target, 0)
+    picked = jnp.take_along_axis(x, jnp.expand_dims(t, cls), axis=cls).squeeze(cls)
+    w = jnp.take(weight, t) if weight is not None else jnp.ones(t.shape, x.dtype)
+    w = jnp.where(keep, w, jnp.zeros((), w.dtype))
+    return -picked * w, w
+
+
+def _nll_forward(x, target, weight, reduction, ignore_index):
+    loss, w = _nll_terms(x, target, weight, ignore_index)
+    total = jnp.sum(w)
+    if reduction == 0:
+        return loss, jnp.zeros((), x.dtype)
+    if reduction == 1:
+        return jnp.sum(loss) / total, total
+    return jnp.sum(loss), total
+
+
+def _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    _, w = _nll_terms(x, target, weight, ignore_index)
+    cls = 1 if x.ndim > 1 else 0
+    scale = grad / total_weight if reduction == 1 else grad
+    g = -w * scale
+    keep = target != ignore_index
+    t = jnp.where(keep, target, 0)
+    onehot = jnp.expand_dims(t, cls) == lax.broadcasted_iota(t.dtype, x.shape, cls)
+    return jnp.where(onehot, jnp.expand_dims(g, cls), jnp.zeros((), x.dtype)).astype(x.dtype)
+
+
+@lower(aten.nll_loss_forward)
+def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    return _nll_forward(x, target, weight, reduction, ignore_index)
+
+
+@lower(aten.nll_loss2d_forward)
+def nll_loss2d_forward(x, target, weight, reduction, ignore_index):
+    return _nll_forward(x, target, weight, reduction, ignore_index)
+
+
+@lower(aten.nll_loss_backward)
+def nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    return _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight)
+
+
+@lower(aten.nll_loss2d_backward)
+def nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    return _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight)
+
+
+@lower(aten.binary_cross_entropy)
+def binary_cross_entropy(x, target, weight=None, reduction=1):
+    """PyTorch clamps each log term at -100, so a saturated probability gives a finite loss."""
+    loss = -(target * jnp.maximum(jnp.log(x), -100) + (1 - target) * jnp.maximum(jnp.log1p(-x), -100))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+@lower(aten.binary_cross_entropy_backward)
+def binary_cross_entropy_backward(grad, x, target, weight=None, reduction=1):
+    g = _reduce_backward(grad, x.shape, reduction) * (x - target) / jnp.maximum((1 - x) * x, 1e-12)
+    return g * weight if weight is not None else g
+
+
+@lower(aten.mse_loss)
+def mse_loss(x, target, reduction=1):
+    return _reduce(jnp.square(x - target), reduction)
+
+
+@lower(aten.mse_loss_backward)
+def mse_loss_backward(grad, x, target, reduction):
+    return 2 * (x - target) * _reduce_backward(grad, x.shape, reduction)
+
+
+@lower(aten.smooth_l1_loss)
+def smooth_l1_loss(x, target, reduction=1, beta=1.0):
+    d = jnp.abs(x - target)
+    loss = d if beta == 0 else jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return _reduce(loss, reduction)
+
+
+@lower(aten.smooth_l1_loss_backward)
+def smooth_l1_loss_backward(grad, x, target, reduction, beta):
+    d = x - target
+    g = _reduce_backward(grad, x.shape, reduction)
+    if beta == 0:
+        return jnp.sign(d) * g
+    return jnp.where(d <= -beta, -g, jnp.where(d >= beta, g, d / beta * g))
+
+
+@lower(aten.huber_loss)
+def huber_loss(x, target, reduction=1, delta=1.0):
+    d = jnp.abs(x - target)
+    return _reduce(jnp.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
+
+
+@lower(aten.huber_loss_backward)
+def huber_loss_backward(grad, x, target, reduction, delta):
+    d = x - target
+    g = _reduce_backward(grad, x.shape, reduction)
+    return jnp.where(d < -delta, -delta * g, jnp.where(d > delta, delta * g, d * g))
+
+
+# ---- upsampling --------------------------------------------------------------------------------------------------
+
+
+def _scale(n_in, n_out, scale):
+    """PyTorch's ``compute_scales_value`` (float32): the input step per output step."""
+    return np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(n_in) / np.float32(n_out)
+
+
+def _nearest_index(n_in, n_out, scale, exact):
+    o = np.arange(n_out)
+    if not exact and n_out == n_in:
+        return o
+    if not exact and n_out == 2 * n_in:
+        return o >> 1
+    s = _scale(n_in, n_out, scale)
+    src = (o.astype(np.float32) + np.float32(0.5)) * s if exact else o.astype(np.float32) * s
+    return np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+
+
+def _upsample_nearest(x, output_size, scales, exact):
+    nd = len(output_size)
+    for axis, (n_out, scale) in enumerate(zip(output_size, scales)):
+        ax = x.ndim - nd + axis
+        x = jnp.take(x, jnp.asarray(_nearest_index(x.shape[ax], n_out, scale, exact)), axis=ax)
+    return x
+
+
+def _source_index(n_in, n_out, align_corners, scale, cubic):
+    """PyTorch's ``area_pixel_compute_source_index`` for every output position (float32)."""
+    o = np.arange(n_out).astype(np.float32)
+    if align_corners:
+        s = np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0)
+        return s * o
+    src = _scale(n_in, n_out, scale) * (o + np.float32(0.5)) - np.float32(0.5)
+    return src if cubic else np.maximum(src, np.float32(0))
+
+
+def _linear_matrix(n_in, n_out, align_corners, scale):
+    src = _source_index(n_in, n_out, align_corners, scale, False)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    lam = np.clip(src - i0, 0, 1).astype(np.float64)
+    i1 = i0 + (i0 < n_in - 1)
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.arange(n_out), i0), 1 - lam)
+    np.add.at(m, (np.arange(n_out), i1), lam)
+    return m
+
+
+def _cubic_matrix(n_in, n_out, align_corners, scale):
+    a = -0.75
+    src = _source_index(n_in, n_out, align_corners, scale, True)
+    i = np.floor(src).astype(np.int64)
+    t = (src - i).astype(np.float64)
+
+    def near(v):  # |v| <= 1
+        return ((a + 2) * v - (a + 3)) * v * v + 1
+
+    def far(v):  # 1 < |v| < 2
+        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+    coeffs = [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    m = np.zeros((n_out, n_in))
+    for k, c in enumerate(coeffs):
+        np.add.at(m, (np.arange(n_out), np.clip(i - 1 + k, 0, n_in - 1)), c)
+    return m
+
+
+def _upsample_interp(x, output_size, align_corners, scales, matrix):
+    nd = len(output_size)
+    xf = _acc(x)
+    for axis, (n_out, scale) in enumerate(zip(output_size, scales)):
+        ax = x.ndim - nd + axis
+        m = jnp.asarray(matrix(x.shape[ax], n_out, align_corners, scale), xf.dtype)
+        xf = jnp.moveaxis(jnp.tensordot(xf, m, axes=([ax], [1]), precision=HIGHEST), -1, ax)
+    return xf
+
+
+@lower(aten.upsample_nearest1d)
+def upsample_nearest1d(x, output_size, scales=None):
+    return _upsample_nearest(x, output_size, [scales], False)
+
+
+@lower(aten.upsample_nearest2d)
+def upsample_nearest2d(x, output_size, scales_h=None, scales_w=None):
+    return _upsample_nearest(x, output_size, [scales_h, scales_w], False)
+
+
+@lower(aten.upsample_nearest3d)
+def upsample_nearest3d(x, output_size, scales_d=None, scales_h=None, scales_w=None):
+    return _upsample_nearest(x, output_size, [scales_d, scales_h, scales_w], False)
+
+
+@lower(aten._upsample_nearest_exact1d)
+def upsample_nearest_exact1d(x, output_size, scales=None):
+    return _upsample_nearest(x, output_size, [scales], True)
+
+
+@lower(aten._upsample_nearest_exact2d)
+def upsample_nearest_exact2d(x, output_size, scales_h=None, scales_w=None):
+    return _upsample_nearest(x, output_size, [scales_h, scales_w], True)
+
+
+@lower(aten._upsample_nearest_exact3d)
+def upsample_nearest_exact3d(x, output_size, scales_d=None, scales_h=None, scales_w=None):
+    return _upsample_nearest(x, output_size, [scales_d, scales_h, scales_w], True)
+
+
+def _zeros_input(grad, input_size):
+    return jnp.zeros(tuple(input_size), _acc(grad).dtype)
+
+
+@lower(aten.upsample_nearest1d_backward)
+def upsample_nearest1d_backward(grad, output_size, input_size, scales=None):
+    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales], False), grad,
+                            _zeros_input(grad, input_size))
+
+
+@lower(aten.upsample_nearest2d_backward)
+def upsample_nearest2d_backward(grad, output_size, input_size, scales_h=None, scales_w=None):
+    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_h, scales_w], False), grad,
+                            _zeros_input(grad, input_size))
+
+
+@lower(aten.upsample_nearest3d_backward)
+def upsample_nearest3d_backward(grad, output_size, input_size, scales_d=None, scales_h=None, scales_w=None):
+    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_d, scales_h, scales_w], False),
+                            grad, _zeros_input(grad, input_size))
+
+
+@lower(aten._upsample_nearest_exact1d_backward)
+def upsample_nearest_exact1d_backward(grad, output_size, input_size, scales=None):
+    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales], True), grad,
+                            _zeros_input(grad, input_size))
+
+
+@lower(aten._upsample_nearest_exact2d_backward)
+def upsample_nearest_exact2d_backward(grad, output_size, input_size, scales_h=None, scales_w=None):
+    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_h, scales_w], True), grad,
+                            _zeros_input(grad, input_size))
+
+
+@lower(aten._upsample_nearest_exact3d_backward)
+def upsample_nearest_exact3d_backward(grad, output_size, input_size, scales_d=None, scales_h=None, scales_w=None):
+    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_d, scales_h, scales_w], True),
+                            grad, _zeros_input(grad, input_size))
+
+
+@lower(aten.upsample_linear1d)
+def upsample_linear1d(x, output_size, align_corners, scales=None):
+    return _upsample_interp(x, output_size, align_corners, [scales], _linear_matrix)
+
+
+@lower(aten.upsample_bilinear2d)
+def upsample_bilinear2d(x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample_interp(x, output_size, align_corners, [scales_h, scales_w], _linear_matrix)
+
+
+@lower(aten.upsample_trilinear3d)
+def upsample_trilinear3d(x, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
+    return _upsample_interp(x, output_size, align_corners, [scales_d, scales_h, scales_w], _linear_matrix)
+
+
+@lower(aten.upsample_bicubic2d)
+def upsample_bicubic2d(x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample_interp(x, output_size, align_corners, [scales_h, scales_w], _cubic_matrix)
+
+
+@lower(aten.upsample_linear1d_backward)
+def upsample_linear1d_backward(grad, output_size, input_size, align_corners, scales=None):
+    return _linear_backward(lambda v: _upsample_interp(v, output_size, align_corners, [scales], _linear_matrix),
+                            grad, _zeros_input(grad, input_size))
+
+
+@lower(aten.upsample_bilinear2d_backward)
+def upsample_bilinear2d_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    return _linear_backward(
+        lambda v: _upsample_interp(v, output_size, align_corners, [scales_h, scales_w], _linear_matrix),
+        grad, _zeros_input(grad, input_size))
+
+
+@lower(aten.upsample_trilinear3d_backward)
+def upsample_trilinear3d_backward(grad, output_size, input_size, align_corners, scales_d=None, scales_h=None,
+                                  scales_w=None):
+    return _linear_backward(
+        lambda v: _upsample_interp(v, output_size, align_corners, [scales_d, scales_h, scales_w], _linear_matrix),
+        grad, _zeros_input(grad, input_size))
+
+
+@lower(aten.upsample_bicubic2d_backward)
+def upsample_bicubic2d_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    return _linear_backward(
+        lambda v: _upsample_interp(v, output_size, align_corners, [scales_h, scales_w], _cubic_matrix),
+        grad, _zeros_input(grad, input_size))

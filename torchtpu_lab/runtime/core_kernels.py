@@ -19,16 +19,11 @@ aten = torch.ops.aten
 
 
 def _tpu_index(device) -> int:
-    if device is None:
-        return 0
-    device = torch.device(device)
-    index = device.index or 0
+    from ..device import tpu_module
+
+    device = torch.device(device) if device is not None else torch.device("tpu")
+    index = tpu_module.current_device() if device.index is None else device.index
     platform.jax_device(index)  # raises, listing the devices, when tpu:index does not exist
-    if index != 0:
-        raise NotImplementedError(
-            f"tpu:{index}: PyTorch's pure-Python backend API addresses only device index 0 "
-            f"({len(platform.info().devices)} JAX devices exist); use tpu:0"
-        )
     return index
 
 
@@ -62,7 +57,10 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     target = torch.device(device) if device is not None else self.device
     if isinstance(self, tensor.TpuTensor):
         if target.type == "tpu":
-            _tpu_index(target)
+            index = _tpu_index(target) if target.index is not None else self._tpu_storage.device_index
+            if index != self._tpu_storage.device_index:
+                moved = jax.device_put(executor.value(self), platform.jax_device(index))
+                return to_copy(tensor.from_array(moved, self.dtype, index), dtype=dtype)
             return executor.execute(_CAST, (self,), {"dtype": dtype or self.dtype})
         host = to_host(self)
         return host.to(dtype=dtype or host.dtype, device=target)
@@ -72,8 +70,11 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
 
 def copy_(self, src, non_blocking=False):
     if isinstance(self, tensor.TpuTensor):
+        index = self._tpu_storage.device_index
         if not isinstance(src, tensor.TpuTensor):
-            src = from_host(src.to(self.dtype), self._tpu_storage.device_index)
+            src = from_host(src.to(self.dtype), index)
+        elif src._tpu_storage.device_index != index:
+            src = to_copy(src, device=torch.device("tpu", index))
         if tuple(self.shape) != tuple(torch.broadcast_shapes(self.shape, src.shape)):
             raise RuntimeError(
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape "

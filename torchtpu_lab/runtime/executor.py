@@ -76,13 +76,18 @@ class _Encoder:
             storage = v._tpu_storage
             if self.device_index is None:
                 self.device_index = storage.device_index
+            elif storage.device_index != self.device_index:
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices, "
+                    f"tpu:{self.device_index} and tpu:{storage.device_index}!"
+                )
             self.dyn.append(storage.array)
             return _Slot("T", len(self.dyn) - 1, v.dtype, tuple(v.shape), storage.shape, v._tpu_view)
         if isinstance(v, torch.Tensor):
             if v.dim() != 0 or v.device.type != "cpu":
                 raise RuntimeError(
                     "Expected all tensors to be on the same device, but found at least two devices, "
-                    f"tpu:0 and {v.device}!"
+                    f"tpu:{self.device_index or 0} and {v.device}!"
                 )
             self.dyn.append(jnp.asarray(dtypes.host_array(v)))
             return _Slot("H", len(self.dyn) - 1, v.dtype, (), (), None)
@@ -165,9 +170,11 @@ def _device_from_args(args, kwargs) -> int:
     dev = kwargs.get("device")
     if dev is None:
         dev = next((a for a in args if isinstance(a, torch.device)), None)
-    if isinstance(dev, torch.device) and dev.type == "tpu":
-        return dev.index or 0
-    return 0
+    if isinstance(dev, torch.device) and dev.type == "tpu" and dev.index is not None:
+        return dev.index
+    from ..device import tpu_module
+
+    return tpu_module.current_device()
 
 
 def execute(low: Lowering, args: tuple, kwargs: dict):
