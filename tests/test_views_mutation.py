@@ -97,13 +97,6 @@ def test_inplace_type_and_shape_checks_match_pytorch():
     assert x.cpu().tolist() == [1.0, 1.0, 1.0]
 
 
-def test_resize_same_shape_and_clear_error_otherwise():
-    x = torch.ones(2, 2, device="tpu")
-    assert x.resize_(2, 2) is x
-    with pytest.raises(NotImplementedError, match="resize_"):
-        x.resize_(5)
-
-
 def test_copy_between_devices_and_dtypes():
     x = torch.zeros(2, 3, device="tpu")
     x.copy_(torch.arange(3))  # cpu int source broadcast into tpu float
@@ -120,5 +113,42 @@ def test_autograd_through_views_and_inplace():
         y[0].mul_(3)
         y.t().sum().backward()
         return w.grad
+
+    both(f)
+
+
+def test_inplace_view_ops_change_the_tensor_itself():
+    x = torch.arange(6.0, device="tpu").reshape(2, 3)
+    y = x[:1]
+    y.squeeze_(0)
+    assert y.shape == (3,) and y.cpu().tolist() == [0.0, 1.0, 2.0]
+    y.unsqueeze_(1)
+    assert y.shape == (3, 1)
+    y.mul_(10)
+    assert x.cpu().tolist() == [[0.0, 10.0, 20.0], [3.0, 4.0, 5.0]]
+    z = torch.ones(2, 3, device="tpu")
+    z.t_()
+    assert z.shape == (3, 2)
+    v = torch.ones(3, device="tpu") @ torch.ones(3, 2, device="tpu")  # matmul 1-D @ 2-D uses squeeze_
+    assert v.cpu().tolist() == [3.0, 3.0]
+
+
+def test_resize_keeps_leading_values_and_out_resizes():
+    x = torch.arange(4.0, device="tpu")
+    x.resize_(2, 3)
+    assert x.shape == (2, 3) and x.cpu().flatten()[:4].tolist() == [0.0, 1.0, 2.0, 3.0]
+    x.resize_(2)
+    assert x.cpu().tolist() == [0.0, 1.0]
+    out = torch.empty(0, device="tpu")
+    torch.add(torch.ones(2, 2, device="tpu"), 1, out=out)
+    assert out.shape == (2, 2) and out.cpu().tolist() == [[2.0, 2.0], [2.0, 2.0]]
+
+
+def test_backward_of_ops_that_save_their_output():
+    def f(d):
+        x = torch.linspace(-2, 2, 7, device=d).requires_grad_()
+        y = torch.exp(x).sum() + torch.tanh(x).sum() + torch.sigmoid(x).sum() + torch.relu(x).sum()
+        y.backward()
+        return x.grad
 
     both(f)

@@ -77,6 +77,11 @@ def _on_device(size, dtype: torch.dtype, index: int) -> torch.Tensor:
     return torch.utils.dlpack.from_dlpack(_capsule_new(addr, b"dltensor", None))
 
 
+def dummy_address() -> int:
+    """The data pointer every tpu storage reports: a small buffer nothing reads."""
+    return ctypes.addressof(_DUMMY)
+
+
 def new_impl(size, dtype: torch.dtype, index: int) -> torch.Tensor:
     """A data-less PrivateUse1 tensor of ``size`` and ``dtype`` on ``tpu:index`` with contiguous strides."""
     if index == 0:

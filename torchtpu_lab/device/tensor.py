@@ -11,11 +11,12 @@ and deep copies, which for tensors without host-visible data go through a CPU co
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
 from . import views
-from .impl_factory import new_impl
+from .impl_factory import dummy_address, new_impl
 from .storage import Storage
 
 
@@ -66,9 +67,49 @@ def make(storage: Storage, view: views.View | None) -> TpuTensor:
     size = storage.shape if view is None else view.size
     t = new_impl(size, storage.dtype, storage.device_index)
     t.__class__ = TpuTensor
+    _attach(t, storage, view)
+    return t
+
+
+def _attach(t: torch.Tensor, storage: Storage, view) -> None:
+    # The data is kept twice: on the tensor (the fast path) and on its torch storage object. Autograd saves an
+    # op's *output* as a shallow copy — a new TensorImpl, hence a new Python object without our attributes —
+    # that shares the torch storage, and PyTorch keeps a storage's Python object (and its attributes) alive for
+    # as long as the storage lives. :func:`adopt` recovers the data from there.
     t._tpu_storage = storage
     t._tpu_view = view
+    t.untyped_storage()._tpu_ref = (storage, view)
+
+
+def adopt(t: torch.Tensor) -> TpuTensor:
+    """The tpu tensor ``t`` as a :class:`TpuTensor` (a plain ``torch.Tensor`` on tpu — e.g. a tensor autograd
+    saved for backward — gets its class and data back)."""
+    if isinstance(t, TpuTensor):
+        return t
+    ref = t.untyped_storage().__dict__.get("_tpu_ref")
+    if ref is None:
+        raise RuntimeError("torchtpu_lab bug: a tpu tensor without device data reached a kernel")
+    t.__class__ = TpuTensor
+    t._tpu_storage, t._tpu_view = ref
     return t
+
+
+def on_tpu(v) -> bool:
+    """Whether ``v`` is a tensor on the tpu device (of our class or not yet adopted)."""
+    return isinstance(v, TpuTensor) or (isinstance(v, torch.Tensor) and v.device.type == "tpu")
+
+
+def set_geometry(t: TpuTensor, storage: Storage, view) -> None:
+    """Point ``t`` at ``storage``/``view`` in place, changing its torch-level sizes if they differ (in-place
+    view ops such as ``squeeze_``, and ``resize_``)."""
+    size = tuple(storage.shape if view is None else view.size)
+    if tuple(t.shape) != size:
+        nbytes = max(math.prod(size), 1) * t.dtype.itemsize
+        fake = torch._C._construct_storage_from_data_pointer(dummy_address(), t.device, nbytes)
+        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), t, fake, 0, list(size), list(views.contiguous_strides(size))
+        )
+    _attach(t, storage, view)
 
 
 def from_array(array, dtype: torch.dtype, device_index: int = 0) -> TpuTensor:

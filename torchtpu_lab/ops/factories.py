@@ -90,6 +90,8 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
 def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
     """PyTorch's CPU logspace: ends cast to the result dtype, their difference taken there, then the step,
     exponents (halfway rule as in linspace) and ``pow`` in double."""
+    if steps == 1:
+        return jnp.power(jnp.float64(base), jnp.asarray(start).astype(jnp.float64)).reshape(1)
     jdt = dtypes.to_jax(_space_dtype(dtype))
     start, end = jnp.asarray(start).astype(jdt), jnp.asarray(end).astype(jdt)
     step = (end - start).astype(jnp.float64) / max(steps - 1, 1)

@@ -90,6 +90,8 @@ def _crop(src, shape):
 
 @lower(aten.gather.default)
 def gather(x, dim, index, *, sparse_grad=False):
+    if index.size == 0:
+        return jnp.zeros(index.shape, x.dtype)
     if x.ndim == 0:
         return jnp.broadcast_to(x, index.shape)
     if index.ndim == 0:
@@ -98,6 +100,8 @@ def gather(x, dim, index, *, sparse_grad=False):
 
 
 def _scatter_dim(x, dim, index, src, how):
+    if index.size == 0:
+        return x
     if x.ndim == 0:
         x, index = x.reshape(1), index.reshape(1)
         src = src.reshape(1) if jnp.ndim(src) else src
@@ -167,6 +171,8 @@ def _reduce_into(x, scatter_at, src, reduce, include_self):
 
 @lower(aten.scatter_reduce.two)
 def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
+    if index.size == 0:
+        return x
     if x.ndim == 0:
         return scatter_reduce(x.reshape(1), 0, index.reshape(1), src.reshape(1), reduce,
                               include_self=include_self).reshape(())

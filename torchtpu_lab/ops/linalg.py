@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import lax
@@ -195,13 +194,11 @@ def _solve_is_vector(a, b):
 
 @lower(aten._linalg_solve_ex.default)
 def linalg_solve_ex(a, b, *, left=True, check_errors=False):
-    """Like PyTorch for a contiguous real A (every tpu tensor reports contiguous), the LU returned for the
-    backward pass is that of A^T, and the solve uses it with ``adjoint=True``."""
-    use_t = not jnp.iscomplexobj(a)
-    lu, piv, info = _lu(_mT(a) if use_t else a)
+    """Returns A's LU and pivots too (the backward pass solves with them), as PyTorch's CPU kernel does."""
+    lu, piv, info = _lu(a)
     vec = _solve_is_vector(a, b)
     bm = b[..., None] if vec else b
-    x = _lu_solve(lu, piv, bm, left, use_t)
+    x = _lu_solve(lu, piv, bm, left, False)
     return (x[..., 0] if vec else x), lu, piv, info
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -475,7 +474,6 @@ def mode(x, dim=-1, keepdim=False):
     axis = _axis(dim, x.ndim)
     xm = jnp.moveaxis(x, axis, -1)
     v, i = _sort(xm, xm.ndim - 1, False)
-    n = v.shape[-1]
     pos = lax.broadcasted_iota(jnp.int64, v.shape, v.ndim - 1)
     differs = v[..., 1:] != v[..., :-1]
     true = jnp.ones(v.shape[:-1] + (1,), bool)
@@ -484,7 +482,6 @@ def mode(x, dim=-1, keepdim=False):
     run_start = lax.cummax(jnp.where(start, pos, 0), axis=v.ndim - 1)
     freq = jnp.where(end, pos - run_start + 1, 0)
     best = jnp.argmax(freq, axis=-1, keepdims=True)
-    del n
     mv = jnp.take_along_axis(v, best, axis=-1)[..., 0]
     mi = jnp.take_along_axis(i, best, axis=-1)[..., 0]
     if keepdim:

@@ -6,12 +6,16 @@ modes; this module only moves data.)
 
 from __future__ import annotations
 
+import math
+
 import jax
+import jax.numpy
 import numpy as np
 import torch
 
 from .. import dtypes, platform
 from ..device import tensor
+from ..device.storage import Storage
 from ..ops.registry import Lowering
 from . import executor
 
@@ -55,7 +59,8 @@ _CAST = Lowering(aten._to_copy.default, lambda x, **_: x)
 def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
             memory_format=None):
     target = torch.device(device) if device is not None else self.device
-    if isinstance(self, tensor.TpuTensor):
+    if tensor.on_tpu(self):
+        self = tensor.adopt(self)
         if target.type == "tpu":
             index = _tpu_index(target) if target.index is not None else self._tpu_storage.device_index
             if index != self._tpu_storage.device_index:
@@ -69,11 +74,12 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
 
 
 def copy_(self, src, non_blocking=False):
-    if isinstance(self, tensor.TpuTensor):
+    if tensor.on_tpu(self):
+        self = tensor.adopt(self)
         index = self._tpu_storage.device_index
-        if not isinstance(src, tensor.TpuTensor):
+        if not tensor.on_tpu(src):
             src = from_host(src.to(self.dtype), index)
-        elif src._tpu_storage.device_index != index:
+        elif tensor.adopt(src)._tpu_storage.device_index != index:
             src = to_copy(src, device=torch.device("tpu", index))
         if tuple(self.shape) != tuple(torch.broadcast_shapes(self.shape, src.shape)):
             raise RuntimeError(
@@ -91,13 +97,28 @@ def local_scalar_dense(self):
     return np.asarray(executor.value(self)).item()
 
 
+
+
 def resize_(self, size, memory_format=None):
-    if tuple(self.shape) == tuple(size):
+    """PyTorch semantics: the first ``min(old, new)`` elements (in row-major order) keep their values; new
+    elements are uninitialized (here: zero)."""
+    self = tensor.adopt(self)
+    size = tuple(int(n) for n in size)
+    if tuple(self.shape) == size:
         return self
-    raise NotImplementedError(
-        f"aten::resize_ from {list(self.shape)} to {list(size)} on the tpu device: PyTorch's pure-Python backend "
-        "API cannot change a tensor's sizes in place; allocate a new tensor instead"
-    )
+    if any(n < 0 for n in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    old = self._tpu_storage
+    new = Storage(size, self.dtype, old.device_index)
+    keep = min(math.prod(size), self.numel())
+    if keep:
+        flat = executor.value(self).reshape(-1)[:keep]
+        if keep == math.prod(size):
+            new.array = flat.reshape(size)
+        else:
+            new.array = jax.numpy.zeros(math.prod(size), flat.dtype).at[:keep].set(flat).reshape(size)
+    tensor.set_geometry(self, new, None)
+    return self
 
 
 def equal(a, b) -> bool:

@@ -72,6 +72,8 @@ class _Encoder:
         self.static_scalars = static_scalars
 
     def encode(self, v, scalar: bool = False):
+        if isinstance(v, torch.Tensor) and not isinstance(v, tensor.TpuTensor) and v.device.type == "tpu":
+            v = tensor.adopt(v)
         if isinstance(v, tensor.TpuTensor):
             storage = v._tpu_storage
             if self.device_index is None:
@@ -247,7 +249,8 @@ def assign(dst: tensor.TpuTensor, src) -> None:
     """
     storage = dst._tpu_storage
     dst_view = dst._tpu_view
-    if isinstance(src, tensor.TpuTensor):
+    if tensor.on_tpu(src):
+        src = tensor.adopt(src)
         src_storage, src_view = src._tpu_storage, src._tpu_view
         src_array, src_base_shape = src_storage.array, src_storage.shape
         if (
@@ -266,6 +269,7 @@ def assign(dst: tensor.TpuTensor, src) -> None:
 
 def value(t: tensor.TpuTensor):
     """The materialized JAX array of ``t``'s values (a view is gathered into a new array)."""
+    t = tensor.adopt(t)
     storage = t._tpu_storage
     if t._tpu_view is None:
         return storage.array

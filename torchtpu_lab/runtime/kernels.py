@@ -40,6 +40,9 @@ def _functional_kernel(low):
     return kernel
 
 
+# In-place ops whose functional form has another name, so schema matching cannot pair them.
+_RENAMED_INPLACE = {aten.normal_.default: aten.normal_functional.default}
+
 _decomposing = threading.local()
 
 
@@ -86,6 +89,9 @@ def _collect() -> dict:
     kernels.update(core_kernels.KERNELS)
     for op in view_kernels.VIEW_OPS:
         kernels.setdefault(op, view_kernels.make_view_kernel(op))
+    for op in view_kernels.INPLACE_VIEW_OPS:
+        kernels.setdefault(op, view_kernels.make_inplace_view_kernel(op))
+    kernels.setdefault(aten.detach_.default, view_kernels.detach_)
     for op, low in LOWERINGS.items():
         kernels.setdefault(op, _functional_kernel(low))
     for op, fn in torch._decomp.decomposition_table.items():
@@ -97,6 +103,9 @@ def _collect() -> dict:
             continue
         kernels[op] = _decomposition_kernel(op, fn)
     # in-place and out= variants of every functional op we can run
+    for inplace, functional in _RENAMED_INPLACE.items():
+        if functional in kernels and inplace not in kernels:
+            kernels[inplace] = mutation.make_inplace_kernel(kernels[functional])
     functionals = {mutation.signature(op._schema): k for op, k in kernels.items() if not op._schema.is_mutable}
     for base in {s[0] for s in functionals}:
         for op in _overloads(base) + _overloads(base + "_"):

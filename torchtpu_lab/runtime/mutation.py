@@ -59,10 +59,11 @@ def write_result(dst, result, inplace: bool) -> None:
         )
     if not torch.can_cast(result.dtype, dst.dtype):
         raise RuntimeError(f"result type {_name(result.dtype)} can't be cast to the desired output type {_name(dst.dtype)}")
-    if not isinstance(dst, tensor.TpuTensor):
+    if not tensor.on_tpu(dst):
         raise RuntimeError(
             f"Expected all tensors to be on the same device, but found at least two devices, tpu:0 and {dst.device}!"
         )
+    dst = tensor.adopt(dst)
     if tuple(result.shape) != tuple(dst.shape):
         dst.resize_(result.shape)
     executor.assign(dst, result)

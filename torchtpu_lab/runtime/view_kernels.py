@@ -48,9 +48,17 @@ VIEW_OPS = (
     aten.split.Tensor,
     aten.split_with_sizes.default,
     aten.unbind.int,
-    aten.narrow.default,
-    aten.movedim.int,
 )
+# In-place view ops change the tensor they are called on; each maps to its out-of-place view op.
+INPLACE_VIEW_OPS = {
+    aten.squeeze_.default: aten.squeeze.default,
+    aten.squeeze_.dim: aten.squeeze.dim,
+    aten.squeeze_.dims: aten.squeeze.dims,
+    aten.unsqueeze_.default: aten.unsqueeze.default,
+    aten.t_.default: aten.t.default,
+    aten.transpose_.default: aten.transpose.int,
+    aten.as_strided_.default: aten.as_strided.default,
+}
 _RESHAPING = {aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default}
 _COPY = "copy"
 
@@ -114,6 +122,7 @@ def make_view_kernel(op):
     multi = op in (aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int)
 
     def kernel(self, *args, **kwargs):
+        self = tensor.adopt(self)
         storage = self._tpu_storage
         geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
@@ -124,3 +133,26 @@ def make_view_kernel(op):
 
     kernel.__name__ = f"view_kernel_{op}"
     return kernel
+
+
+def make_inplace_view_kernel(op):
+    functional = INPLACE_VIEW_OPS[op]
+
+    def kernel(self, *args, **kwargs):
+        self = tensor.adopt(self)
+        storage = self._tpu_storage
+        geoms = _plan(functional, storage.shape, _geometry(self), args, kwargs)
+        if geoms == _COPY:
+            raise NotImplementedError(
+                f"torchtpu_lab: {op} on a tpu view whose layout is not contiguous; call .contiguous() first"
+            )
+        tensor.set_geometry(self, storage, geoms[0])
+        return self
+
+    kernel.__name__ = f"inplace_view_kernel_{op}"
+    return kernel
+
+
+def detach_(self):
+    """In-place detach only changes autograd metadata, which the autograd layer already did."""
+    return self

@@ -1,0 +1,1 @@
+"""Renderers: turn computed summaries into text (and, later, HTML). They never compute."""

@@ -1,0 +1,147 @@
+"""Why did it compile? Every compilation becomes a telemetry event whose cause is found by comparing the new
+signature with the nearest one compiled before.
+
+Op signatures (strict/debug mode) are ``(op, argument template, keyword template)`` as built by the executor;
+graph signatures (fused mode) are sequences of op signatures plus their wiring. The cause is a sentence a user
+can act on: "first time this graph was seen", "input 0 of aten.mm changed shape [8, 128] -> [7, 128]",
+"op sequence differs at op 57: aten.mul vs aten.add", "a Python scalar that changes every step was baked in as
+a constant (aten.leaky_relu argument 1: 0.1 -> 0.2)".
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .. import telemetry
+
+_HISTORY = 512
+_op_history: dict = {}  # op -> deque of recent op signatures
+_graph_history: deque = deque(maxlen=_HISTORY)
+
+
+def _flatten(template, path=()):
+    """(path, leaf) pairs of an argument template, in order."""
+    from .executor import _Slot, _Static
+
+    if isinstance(template, (_Slot, _Static)) or not isinstance(template, tuple):
+        yield path, template
+        return
+    for i, item in enumerate(template):
+        yield from _flatten(item, path + (i,))
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ", ".join(str(int(n)) for n in shape) + "]"
+
+
+def _describe_arg_change(op_name: str, path: tuple, old, new) -> str:
+    from .executor import _Slot, _Static
+
+    where = f"input {path[0]}" + ("".join(f"[{i}]" for i in path[1:]) if len(path) > 1 else "")
+    if isinstance(old, _Slot) and isinstance(new, _Slot):
+        if old.shape != new.shape:
+            return f"{where} of {op_name} changed shape {_fmt_shape(old.shape)} -> {_fmt_shape(new.shape)}"
+        if old.dtype != new.dtype:
+            return f"{where} of {op_name} changed dtype {old.dtype} -> {new.dtype}"
+        if old.view != new.view or old.base_shape != new.base_shape:
+            return f"{where} of {op_name} is a different view of its storage (strides/offset changed)"
+        return f"{where} of {op_name} changed kind"
+    if isinstance(old, _Static) and isinstance(new, _Static) and old.type is new.type and old.type in (float, int):
+        return (
+            f"a Python scalar that changes every step was baked in as a constant "
+            f"({op_name} {where}: {old.value!r} -> {new.value!r})"
+        )
+    return f"static argument {where} of {op_name} changed: {_short(old)} -> {_short(new)}"
+
+
+def _short(v) -> str:
+    from .executor import _Slot, _Static
+
+    if isinstance(v, _Static):
+        return repr(v.value)
+    if isinstance(v, _Slot):
+        return f"tensor {_fmt_shape(v.shape)} {v.dtype}"
+    text = repr(v)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+def _diff_signatures(old, new) -> str | None:
+    """Describe the first difference between two op signatures ``(op, targs, tkwargs)``."""
+    op_name = str(new[0])
+    if old[0] != new[0]:
+        return f"{old[0]} vs {new[0]}"
+    old_items = list(_flatten(old[1])) + [(("kw", k),) + (v,) for k, v in old[2]]
+    new_items = list(_flatten(new[1])) + [(("kw", k),) + (v,) for k, v in new[2]]
+    for (p_old, v_old), (p_new, v_new) in zip(old_items, new_items):
+        if p_old != p_new:
+            return f"the arguments of {op_name} changed structure"
+        if v_old != v_new:
+            path = p_new if p_new and p_new[0] != "kw" else (p_new[0][1],)
+            return _describe_arg_change(op_name, path, v_old, v_new)
+    if len(old_items) != len(new_items):
+        return f"{op_name} was called with {len(new_items)} arguments, previously {len(old_items)}"
+    return None
+
+
+def op_cause(key) -> str:
+    history = _op_history.get(key[0])
+    if not history:
+        return "first time this op signature was seen"
+    best, best_score = None, -1
+    for old in history:
+        score = sum(1 for a, b in zip(_flatten(old[1]), _flatten(key[1])) if a == b)
+        if score > best_score:
+            best, best_score = old, score
+    return _diff_signatures(best, key) or "signature differs from every cached one"
+
+
+def graph_cause(key, nodes) -> str:
+    if not _graph_history:
+        return "first time this graph was seen"
+    best, best_prefix = None, -1
+    for old in _graph_history:
+        prefix = 0
+        for a, b in zip(old.nodes, key.nodes):
+            if a != b:
+                break
+            prefix += 1
+        if prefix > best_prefix:
+            best, best_prefix = old, prefix
+    old_nodes, new_nodes = best.nodes, key.nodes
+    i = best_prefix
+    if i < len(old_nodes) and i < len(new_nodes):
+        old_sig, new_sig = old_nodes[i][0], new_nodes[i][0]
+        line = f" (recorded at {nodes[i].source})" if nodes[i].source else ""
+        if isinstance(old_sig, tuple) and isinstance(new_sig, tuple) and old_sig[0] != new_sig[0]:
+            return f"op sequence differs at op {i}: {_name(old_sig)} vs {_name(new_sig)}{line}"
+        if old_sig == new_sig:
+            return f"same ops, different data flow into op {i} ({_name(new_sig)}){line}"
+        detail = _diff_signatures(old_sig, new_sig) if isinstance(new_sig, tuple) and len(new_sig) == 3 else None
+        return f"op {i}: {detail or _name(new_sig) + ' signature changed'}{line}"
+    if len(new_nodes) != len(old_nodes):
+        return (
+            f"graph has {len(new_nodes)} ops where the nearest cached graph has {len(old_nodes)} "
+            f"(identical for the first {i})"
+        )
+    if best.targets != key.targets:
+        return "same ops, but different tensors are still alive at the sync point"
+    return "graph inputs changed shape or dtype"
+
+
+def _name(sig) -> str:
+    return str(sig[0]) if isinstance(sig, tuple) and sig else str(sig)
+
+
+def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "") -> None:
+    """Remember a compiled signature and emit the compile event."""
+    if kind == "graph":
+        _graph_history.append(key)
+        name = f"graph[{len(key.nodes)} ops]"
+        n_ops = len(key.nodes)
+    else:
+        _op_history.setdefault(key[0], deque(maxlen=64)).append(key)
+        name = str(key[0])
+        n_ops = 1
+    telemetry.count("compiles")
+    telemetry.count("compile_seconds", seconds)
+    telemetry.record_compile(kind, name, cause, seconds, n_ops, reason)

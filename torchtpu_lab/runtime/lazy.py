@@ -1,0 +1,265 @@
+"""The lazy graph behind fused eager mode: record ops now, compile and run them together at a sync point.
+
+In fused mode an op does not run. Its traceable function (the same function strict mode would ``jax.jit`` on
+its own) is recorded as a :class:`Node` whose inputs are concrete JAX arrays, dynamic Python scalars or
+:class:`LazyValue` outputs of earlier nodes, and the op's output storages hold :class:`LazyValue` placeholders.
+
+At a sync point (:func:`sync`) every storage still holding a placeholder is materialized in **one** XLA
+computation: the recorded nodes reachable from those placeholders are replayed inside a single ``jax.jit``.
+The compiled computation is cached by the graph's *structure* — each node's signature (op, static arguments,
+input shapes and dtypes) and the wiring between nodes — never by input values, so a training step that records
+the same ops every iteration compiles once. Scalars and RNG seeds are graph inputs, not constants.
+
+A graph that fails to compile or run is replayed node by node so the error names the op and the user line
+that recorded it; the placeholders that depended on it are poisoned (reading them re-raises that error) and
+everything else — all tensors computed before — stays usable.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, NamedTuple
+
+import jax
+
+from .. import telemetry
+
+
+class LazyValue:
+    """Placeholder for one output of a recorded node; stands in for a JAX array inside a storage."""
+
+    __slots__ = ("node", "index", "shape", "dtype", "__weakref__")
+
+    def __init__(self, node: "Node", index: int, shape: tuple, dtype):
+        self.node = node
+        self.index = index
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+
+class Poisoned:
+    """What a storage holds when the computation of its value failed: reading it re-raises the failure."""
+
+    __slots__ = ("error", "shape", "dtype")
+
+    def __init__(self, error: BaseException, shape, dtype):
+        self.error = error
+        self.shape = shape
+        self.dtype = dtype
+
+
+class Node:
+    __slots__ = ("key", "fn", "inputs", "treedef", "avals", "name", "source", "__weakref__")
+
+    def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source):
+        self.key = key
+        self.fn = fn
+        self.inputs = inputs
+        self.treedef = treedef
+        self.avals = avals
+        self.name = name
+        self.source = source
+
+
+class _GraphKey(NamedTuple):
+    nodes: tuple
+    leaves: tuple
+    targets: tuple
+
+
+class _Compiled(NamedTuple):
+    fn: Any
+    n_nodes: int
+
+
+_pending: "weakref.WeakSet" = weakref.WeakSet()  # storages whose array is a LazyValue
+_recorded = [0]  # nodes recorded since the last sync
+_GRAPHS: dict = {}
+
+#: a graph is flushed once it has this many recorded ops
+max_graph_ops = 2000
+
+
+def is_lazy(value) -> bool:
+    return isinstance(value, LazyValue)
+
+
+def record(key, fn, inputs: list, out_avals, name: str, source=None):
+    """Record ``fn(*inputs)`` (traceable; ``out_avals`` its output ShapeDtypeStructs as a pytree) and return the
+    pytree of :class:`LazyValue` placeholders for its outputs."""
+    leaves, treedef = jax.tree_util.tree_flatten(out_avals)
+    node = Node(key, fn, list(inputs), treedef, leaves, name, source)
+    outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(leaves)]
+    _recorded[0] += 1
+    return jax.tree_util.tree_unflatten(treedef, outs)
+
+
+def track(storage) -> None:
+    """Note that ``storage`` now holds a placeholder that a sync must materialize."""
+    _pending.add(storage)
+
+
+def pending_ops() -> int:
+    return _recorded[0]
+
+
+def over_limit() -> bool:
+    return _recorded[0] >= max_graph_ops
+
+
+def _topo(targets: list[LazyValue]) -> list[Node]:
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(t.node, False) for t in reversed(targets)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in seen:
+            continue
+        if expanded:
+            seen.add(id(node))
+            order.append(node)
+            continue
+        stack.append((node, True))
+        for v in reversed(node.inputs):
+            if isinstance(v, LazyValue) and id(v.node) not in seen:
+                stack.append((v.node, False))
+    return order
+
+
+def _leaf_sig(v) -> tuple:
+    if isinstance(v, jax.Array):
+        return ("a", v.shape, str(v.dtype))
+    return ("s", type(v))
+
+
+def _build_key(nodes: list[Node], targets: list[LazyValue]):
+    position = {id(n): i for i, n in enumerate(nodes)}
+    leaves: list = []
+    leaf_pos: dict[int, int] = {}
+    node_keys = []
+    for n in nodes:
+        refs = []
+        for v in n.inputs:
+            if isinstance(v, LazyValue):
+                refs.append((position[id(v.node)], v.index))
+            elif isinstance(v, (Poisoned,)):
+                raise v.error
+            else:
+                k = id(v) if isinstance(v, jax.Array) else None
+                if k is not None and k in leaf_pos:
+                    refs.append((-1, leaf_pos[k]))
+                    continue
+                if k is not None:
+                    leaf_pos[k] = len(leaves)
+                refs.append((-1, len(leaves)))
+                leaves.append(v)
+        node_keys.append((n.key, tuple(refs)))
+    target_refs = tuple((position[id(t.node)], t.index) for t in targets)
+    key = _GraphKey(tuple(node_keys), tuple(_leaf_sig(v) for v in leaves), target_refs)
+    return key, leaves
+
+
+def _graph_fn(nodes: list[Node], key: _GraphKey):
+    fns = [n.fn for n in nodes]
+    wiring = [refs for _, refs in key.nodes]
+    treedefs = [n.treedef for n in nodes]
+
+    def run(*leaf_values):
+        outputs: list[list] = []
+        for fn, refs, treedef in zip(fns, wiring, treedefs):
+            args = [leaf_values[i] if node == -1 else outputs[node][i] for node, i in refs]
+            outputs.append(jax.tree_util.tree_leaves(fn(*args)) if treedef.num_leaves else [])
+        return [outputs[n][i] for n, i in key.targets]
+
+    return run
+
+
+def sync(reason: str = "sync") -> None:
+    """Materialize every pending placeholder in one compiled computation."""
+    storages = [s for s in list(_pending) if isinstance(s._array, LazyValue)]
+    _pending.clear()
+    _recorded[0] = 0
+    if not storages:
+        return
+    targets: list[LazyValue] = []
+    index: dict[int, int] = {}
+    for s in storages:
+        v = s._array
+        if id(v) not in index:
+            index[id(v)] = len(targets)
+            targets.append(v)
+    nodes = _topo(targets)
+    try:
+        key, leaves = _build_key(nodes, targets)
+    except BaseException as e:  # an input was poisoned by an earlier failure
+        for s in storages:
+            s._array = Poisoned(e, s.shape, None)
+        raise
+    compiled = _GRAPHS.get(key)
+    t0 = time.perf_counter()
+    if compiled is None:
+        from . import compile_events
+
+        cause = compile_events.graph_cause(key, nodes)
+        compiled = _Compiled(jax.jit(_graph_fn(nodes, key)), len(nodes))
+        try:
+            lowered = compiled.fn.lower(*leaves)
+            executable = lowered.compile()
+        except Exception as e:  # noqa: BLE001 — replayed below to name the op
+            _fail(nodes, targets, storages, index, e)
+        compiled = _Compiled(executable, len(nodes))
+        _GRAPHS[key] = compiled
+        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason)
+        t0 = time.perf_counter()
+    else:
+        telemetry.count("graph_cache_hits")
+    try:
+        results = compiled.fn(*leaves)
+    except Exception as e:  # noqa: BLE001
+        _fail(nodes, targets, storages, index, e)
+    telemetry.count("graph_ops_executed", len(nodes))
+    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes))
+    for s in storages:
+        s.array = results[index[id(s._array)]]
+
+
+def _fail(nodes, targets, storages, index, error):
+    """Replay node by node to find the op that fails; poison what depends on it; raise naming the op."""
+    values: dict[int, list] = {}
+    culprit, culprit_error = None, error
+    for n in nodes:
+        try:
+            args = []
+            for v in n.inputs:
+                if isinstance(v, LazyValue):
+                    if id(v.node) not in values:
+                        raise _Skipped()
+                    args.append(values[id(v.node)][v.index])
+                else:
+                    args.append(v)
+            values[id(n)] = jax.tree_util.tree_leaves(jax.jit(n.fn)(*args))
+        except _Skipped:
+            continue
+        except Exception as e:  # noqa: BLE001
+            if culprit is None:
+                culprit, culprit_error = n, e
+    where = f" (recorded at {culprit.source})" if culprit is not None and culprit.source else ""
+    what = culprit.name if culprit is not None else "the fused graph"
+    failure = RuntimeError(f"{what} failed{where}: {type(culprit_error).__name__}: {culprit_error}")
+    for s in storages:
+        v = s._array
+        done = values.get(id(v.node))
+        if done is not None:
+            s.array = done[v.index]
+        else:
+            s._array = Poisoned(failure, s.shape, s.dtype)
+    raise failure from culprit_error
+
+
+class _Skipped(Exception):
+    pass
+
+
+def graph_cache_size() -> int:
+    return len(_GRAPHS)

@@ -1,0 +1,152 @@
+"""The event stream: what the runtime did, for profiles, ``%tpu`` and the metrics report to read.
+
+Two tiers, so the hot path stays cheap:
+
+* **counters** (always on): plain integer/float accumulators per event kind — a dict update per event;
+* **events** (only while someone records, e.g. inside ``torchtpu_lab.profile()``): :class:`Event` records
+  appended to the open recorders' lists, with the user's source line looked up per event.
+
+Nothing here formats or renders; :mod:`torchtpu_lab.metrics` and the profile renderers do.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIP_PREFIXES: tuple[str, ...] = ()
+
+
+def _skip_prefixes() -> tuple[str, ...]:
+    global _SKIP_PREFIXES
+    if not _SKIP_PREFIXES:
+        import jax
+        import torch
+
+        _SKIP_PREFIXES = (
+            _PKG_DIR,
+            os.path.dirname(torch.__file__),
+            os.path.dirname(jax.__file__),
+            os.path.dirname(os.__file__),  # the standard library (contextlib, runpy, ...)
+            "<frozen",
+        )
+    return _SKIP_PREFIXES
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A line of user code: the first frame outside torch, jax, the stdlib and torchtpu_lab."""
+
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}"
+
+
+def user_source(depth: int = 2) -> Source | None:
+    """Where the user's code called into us (``None`` if no such frame, e.g. in a bare interpreter)."""
+    skip = _skip_prefixes()
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(skip):
+            return Source(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+@dataclass(slots=True)
+class Event:
+    """One thing that happened. ``kind`` is one of: op, graph, compile, sync, transfer, fallback, alloc, free."""
+
+    kind: str
+    name: str
+    t: float
+    dur: float = 0.0
+    nbytes: int = 0
+    source: Source | None = None
+    detail: dict = field(default_factory=dict)
+
+
+counters: dict[str, float] = defaultdict(float)
+_recorders: list[list[Event]] = []
+#: The most recent compiles, syncs and graph executions, kept whether or not anyone records (for ``%tpu``
+#: and the metrics report); bounded so a long session does not grow without limit.
+compile_log: deque[Event] = deque(maxlen=2000)
+sync_log: deque[Event] = deque(maxlen=2000)
+execute_log: deque[Event] = deque(maxlen=2000)
+
+
+def recording() -> bool:
+    return bool(_recorders)
+
+
+def count(key: str, amount: float = 1) -> None:
+    counters[key] += amount
+
+
+def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes: int = 0,
+         source: Source | None = None, with_source: bool = True, **detail) -> Event | None:
+    """Record an event for every open recorder (and nothing else); returns it, or ``None`` if nobody records."""
+    if not _recorders:
+        return None
+    if source is None and with_source:
+        source = user_source(3)
+    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail)
+    for sink in _recorders:
+        sink.append(event)
+    return event
+
+
+def _log(log: deque, event: Event) -> Event:
+    log.append(event)
+    for sink in _recorders:
+        sink.append(event)
+    return event
+
+
+def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "") -> Event:
+    """A compilation happened (always logged): what, why, how long, and the user line that triggered it."""
+    now = time.perf_counter()
+    return _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
+                                   {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason}))
+
+
+def record_sync(reason: str, n_ops: int = 0, source: Source | None = None) -> Event:
+    """The host waited for the device (always logged), with the reason and the user line."""
+    counters["syncs"] += 1
+    return _log(sync_log, Event("sync", reason, time.perf_counter(), 0.0, 0, source or user_source(3),
+                                {"pending_ops": n_ops}))
+
+
+def record_execute(name: str, t0: float, n_ops: int) -> Event:
+    counters["executions"] += 1
+    return _log(execute_log, Event("graph", name, t0, time.perf_counter() - t0, 0, None, {"n_ops": n_ops}))
+
+
+class Recorder:
+    """Collect every event emitted while open: ``with Recorder() as events: ...``."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __enter__(self) -> list[Event]:
+        _recorders.append(self.events)
+        return self.events
+
+    def __exit__(self, *exc) -> None:
+        _recorders.remove(self.events)
+
+
+def reset() -> None:
+    """Forget all counters and logs (``%tpu metrics --reset``, tests)."""
+    counters.clear()
+    compile_log.clear()
+    sync_log.clear()
+    execute_log.clear()
