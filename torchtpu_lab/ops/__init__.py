@@ -2,6 +2,6 @@
 
 from . import registry  # noqa: F401  (first: the families register into it)
 from . import elementwise, factories, indexing, linalg, nn, random, reductions, shape  # noqa: F401
-from .registry import DECOMP_SKIP, LOWERINGS, Lowering, lower, skip_decomposition
+from .registry import DECOMP_SKIP, LOWERINGS, PY_KERNELS, Lowering, kernel, lower, skip_decomposition
 
-__all__ = ["DECOMP_SKIP", "LOWERINGS", "Lowering", "lower", "skip_decomposition"]
+__all__ = ["DECOMP_SKIP", "LOWERINGS", "PY_KERNELS", "Lowering", "kernel", "lower", "skip_decomposition"]

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .registry import aten, lower, skip_decomposition
+from .registry import aten, kernel, lower
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -273,21 +273,8 @@ def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, ou
 
 # Batch norm in training mode updates the running statistics in place: plain Python kernels, not lowerings.
 
-_KERNELS = torch.library.Library("aten", "IMPL")
-
-
-def _kernel(op):
-    def register(fn):
-        skip_decomposition(op)
-        _KERNELS.impl(op, fn, "PrivateUse1")
-        return fn
-
-    return register
-
 
 def _update_stats(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    from ..runtime import executor
-
     if running_mean is None or running_var is None:
         if running_mean is not None or running_var is not None:
             raise RuntimeError("running_mean and running_var must both be given or both be None")
@@ -298,22 +285,22 @@ def _update_stats(x, weight, bias, running_mean, running_var, training, momentum
     out, save_mean, save_rstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
         x, weight, bias, running_mean, running_var, True, momentum, eps
     )
-    executor.assign(running_mean, new_mean)
-    executor.assign(running_var, new_var)
+    running_mean.copy_(new_mean)
+    running_var.copy_(new_var)
     return out, save_mean, save_rstd
 
 
-@_kernel(aten.native_batch_norm.default)
+@kernel(aten.native_batch_norm.default)
 def native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     return _update_stats(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
-@_kernel(aten._native_batch_norm_legit.default)
+@kernel(aten._native_batch_norm_legit.default)
 def native_batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
     return _update_stats(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
-@_kernel(aten._batch_norm_with_update.default)
+@kernel(aten._batch_norm_with_update.default)
 def batch_norm_with_update(x, weight, bias, running_mean, running_var, momentum, eps):
     out, save_mean, save_rstd = _update_stats(x, weight, bias, running_mean, running_var, True, momentum, eps)
     return out, save_mean, save_rstd, torch.empty(0, dtype=torch.uint8, device=x.device)

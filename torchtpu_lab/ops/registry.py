@@ -38,6 +38,25 @@ LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
 DECOMP_SKIP: set = set()
 
 
+#: Plain Python kernels for ops that cannot be a pure function (they mutate an argument, like batch norm's
+#: running statistics). They receive tpu tensors and call torch ops on them.
+PY_KERNELS: dict = {}
+
+
+def kernel(*ops):
+    """Register the decorated function as the tpu kernel of ``ops`` (for ops a lowering cannot express)."""
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            op = op.default if isinstance(op, torch._ops.OpOverloadPacket) else op
+            if op in LOWERINGS or op in PY_KERNELS:
+                raise RuntimeError(f"{op} has two tpu implementations")
+            PY_KERNELS[op] = fn
+        return fn
+
+    return register
+
+
 def skip_decomposition(*ops) -> None:
     """Never run PyTorch's decomposition of ``ops`` on tpu: the op falls back to raising until it is lowered."""
     for op in ops:

@@ -210,4 +210,4 @@ def block_diag(tensors):
 def repeat_interleave(repeats, *, output_size=None):
     """Data-dependent length unless ``output_size`` is given; runs eagerly."""
     total = int(jnp.sum(repeats)) if output_size is None else output_size
-    return jnp.repeat(jnp.arange(repeats.shape[0], dtype=jnp.int64), repeats, total_repeat_length=total)
+    return jnp.repeat(jnp.arange(repeats.shape[0], dtype=repeats.dtype), repeats, total_repeat_length=total)

@@ -13,7 +13,7 @@ import threading
 import torch
 import torch._decomp
 
-from ..ops import DECOMP_SKIP, LOWERINGS
+from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from . import core_kernels, executor, foreach, mutation, view_kernels
 
 aten = torch.ops.aten
@@ -87,6 +87,8 @@ def _overloads(packet_name: str):
 def _collect() -> dict:
     kernels: dict = {}
     kernels.update(core_kernels.KERNELS)
+    for op, fn in PY_KERNELS.items():
+        kernels.setdefault(op, fn)
     for op in view_kernels.VIEW_OPS:
         kernels.setdefault(op, view_kernels.make_view_kernel(op))
     for op in view_kernels.INPLACE_VIEW_OPS:
@@ -105,7 +107,7 @@ def _collect() -> dict:
     # in-place and out= variants of every functional op we can run
     for inplace, functional in _RENAMED_INPLACE.items():
         if functional in kernels and inplace not in kernels:
-            kernels[inplace] = mutation.make_inplace_kernel(kernels[functional])
+            kernels[inplace] = mutation.make_inplace_kernel(kernels[functional], inplace._schema)
     functionals = {mutation.signature(op._schema): k for op, k in kernels.items() if not op._schema.is_mutable}
     for base in {s[0] for s in functionals}:
         for op in _overloads(base) + _overloads(base + "_"):
@@ -116,9 +118,9 @@ def _collect() -> dict:
                 continue
             names = mutation.out_names(op._schema)
             if names:
-                kernels[op] = mutation.make_out_kernel(functional, names)
+                kernels[op] = mutation.make_out_kernel(functional, names, op._schema)
             elif mutation.is_inplace(op._schema):
-                kernels[op] = mutation.make_inplace_kernel(functional)
+                kernels[op] = mutation.make_inplace_kernel(functional, op._schema)
     return kernels
 
 

@@ -69,16 +69,34 @@ def write_result(dst, result, inplace: bool) -> None:
     executor.assign(dst, result)
 
 
-def make_inplace_kernel(functional):
+def _with_defaults(schema, args: tuple, kwargs: dict) -> tuple[list, dict]:
+    """Spell out every omitted argument that has a default in ``schema`` (the variant's defaults may be absent
+    from the functional op's schema, e.g. ``bernoulli_(p=0.5)`` vs ``bernoulli.p(p)``)."""
+    args, kwargs = list(args), dict(kwargs)
+    for i, a in enumerate(schema.arguments):
+        if a.kwarg_only:
+            if a.name not in kwargs and a.has_default_value():
+                kwargs[a.name] = a.default_value
+        elif i >= len(args) and a.name not in kwargs and a.has_default_value():
+            args.append(a.default_value)
+    return args, kwargs
+
+
+def make_inplace_kernel(functional, schema=None):
     def kernel(self, *args, **kwargs):
+        if schema is not None:
+            args, kwargs = _with_defaults(schema, (self, *args), kwargs)
+            args = args[1:]
         write_result(self, functional(self, *args, **kwargs), inplace=True)
         return self
 
     return kernel
 
 
-def make_out_kernel(functional, names: list[str]):
+def make_out_kernel(functional, names: list[str], schema=None):
     def kernel(*args, **kwargs):
+        if schema is not None:
+            args, kwargs = _with_defaults(schema, args, kwargs)
         outs = [kwargs.pop(n) for n in names]
         result = functional(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
