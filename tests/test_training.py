@@ -82,32 +82,36 @@ def _compare(model, make_opt, batches, loss_fn, clip=None):
     tpu_losses, tpu_model = _run(model, make_opt, batches, loss_fn, "tpu", clip)
     for step, (c, t) in enumerate(zip(cpu_losses, tpu_losses)):
         assert t == pytest.approx(c, rel=RTOL, abs=1e-6), f"step {step}: tpu {t} vs cpu {c}"
-    assert cpu_losses[-1] < cpu_losses[0]  # it really trained
+    assert sum(cpu_losses[-4:]) < sum(cpu_losses[:4])  # it really trained (batches cycle with period 4)
     return cpu_model, tpu_model
 
 
 def test_mlp_sgd_matches_cpu():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
-    batches = [(torch.randn(32, 20), torch.randn(32, 1)) for _ in range(STEPS)]
+    xs = [torch.randn(32, 20) for _ in range(4)]
+    batches = [(xs[i % 4], xs[i % 4][:, :5].sum(1, keepdim=True).sin()) for i in range(STEPS)]
     _compare(model, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), batches, F.mse_loss)
 
 
 def test_cnn_adam_matches_cpu_and_eval_dropout():
     torch.manual_seed(0)
     model = CNN().eval()  # dropout in eval: deterministic, batch norm uses running stats
-    batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))) for _ in range(STEPS)]
+    data = [(torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))) for _ in range(4)]
+    batches = [data[i % 4] for i in range(STEPS)]
     _compare(model, lambda p: torch.optim.Adam(p, lr=1e-3), batches, F.cross_entropy)
 
 
 def test_cnn_batchnorm_train_mode_running_stats_match():
+    # SGD, not Adam: a conv bias feeding batch norm has a mathematically zero gradient, so its float noise differs
+    # between backends, and Adam's normalized step turns that noise into +-lr updates the running mean then sees.
     torch.manual_seed(0)
     model = CNN()
     model.drop.p = 0.0
     batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))) for _ in range(5)]
-    cpu_model, tpu_model = None, None
-    cpu_losses, cpu_model = _run(model, lambda p: torch.optim.Adam(p, lr=1e-3), batches, F.cross_entropy, "cpu")
-    tpu_losses, tpu_model = _run(model, lambda p: torch.optim.Adam(p, lr=1e-3), batches, F.cross_entropy, "tpu")
+    make_opt = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
+    cpu_losses, cpu_model = _run(model, make_opt, batches, F.cross_entropy, "cpu")
+    tpu_losses, tpu_model = _run(model, make_opt, batches, F.cross_entropy, "tpu")
     assert tpu_losses == pytest.approx(cpu_losses, rel=RTOL)
     torch.testing.assert_close(tpu_model.bn1.running_mean.cpu(), cpu_model.bn1.running_mean, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(tpu_model.bn2.running_var.cpu(), cpu_model.bn2.running_var, rtol=1e-4, atol=1e-5)
@@ -117,10 +121,11 @@ def test_cnn_batchnorm_train_mode_running_stats_match():
 def test_transformer_adamw_clipping_matches_cpu():
     torch.manual_seed(0)
     model = TinyTransformer()
-    batches = []
-    for _ in range(STEPS):
+    data = []
+    for _ in range(4):
         idx = torch.randint(0, 50, (4, 16))
-        batches.append((idx, torch.roll(idx, -1, dims=1)))
+        data.append((idx, torch.roll(idx, -1, dims=1)))
+    batches = [data[i % 4] for i in range(STEPS)]
 
     def loss_fn(logits, y):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))

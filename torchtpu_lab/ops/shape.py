@@ -6,8 +6,6 @@ lowers the ops that build new arrays.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -188,7 +186,7 @@ def diag_embed(x, offset=0, dim1=-2, dim2=-1):
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
     """Positions are read in ``x``'s own contiguous layout, as the ``as_strided`` view kernel reads them."""
     index = jnp.full(tuple(size), storage_offset or 0, dtype=jnp.int64)
-    for d, (n, s) in enumerate(zip(size, stride)):
+    for d, s in enumerate(stride):
         index = index + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
     flat = x.reshape(-1).at[index.reshape(-1)].set(src.reshape(-1).astype(x.dtype))
     return flat.reshape(x.shape)
