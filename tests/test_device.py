@@ -190,7 +190,9 @@ assert a.device == torch.device("tpu:1")
 assert {d.id for d in a._tpu_storage.array.devices()} == {1}
 b = a * 2
 assert b.device == torch.device("tpu:1") and b.cpu().tolist() == [0.0, 2.0, 4.0]
+assert {d.id for d in b._tpu_storage.array.devices()} == {1}
 c = b.to("tpu:0")
+torchtpu_lab.sync()
 assert c.device == torch.device("tpu:0") and {d.id for d in c._tpu_storage.array.devices()} == {0}
 try:
     b + c

@@ -11,8 +11,28 @@ from .device.registration import register as _register
 
 _register()
 
+from . import debug  # noqa: E402
 from .device import tpu_module as tpu  # noqa: E402
+from .metrics import metrics_report  # noqa: E402
 from .platform import info as platform_info  # noqa: E402
+from .runtime import compile_cache  # noqa: E402
+from .runtime.modes import current as eager_mode_name  # noqa: E402
+from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["tpu", "platform_info", "__version__"]
+__all__ = [
+    "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
+    "debug", "__version__",
+]
+
+
+def sync() -> None:
+    """Run all pending fused work now (a sync point; a no-op in strict and debug modes)."""
+    from . import telemetry
+    from .runtime import lazy
+
+    telemetry.record_sync("torchtpu_lab.sync()", lazy.pending_ops())
+    lazy.sync("torchtpu_lab.sync()", record=False)
+
+
+compile_cache.enable()

@@ -4,6 +4,9 @@ A :class:`Storage` owns one JAX array in the base tensor's shape. Mutation never
 are immutable): a write computes a new array and :attr:`Storage.array` is replaced, so every tensor that shares
 the storage — the base and all its views — sees the new values. ``torch.empty`` allocates nothing: the array is
 created on first read, zero-filled, and usually never, because the first write replaces it whole.
+
+In fused mode the array may be a placeholder the runtime will compute at the next sync point; the storage
+only counts memory for concrete arrays and re-raises the error of a placeholder whose computation failed.
 """
 
 from __future__ import annotations
@@ -32,22 +35,28 @@ class Storage:
 
     @property
     def array(self):
-        """The JAX array holding the values (allocated, zero-filled, on first read of an empty storage)."""
-        if self._array is None:
+        """The JAX array holding the values (allocated, zero-filled, on first read of an empty storage), or in
+        fused mode a :class:`~torchtpu_lab.runtime.lazy.LazyValue` standing for one not computed yet."""
+        a = self._array
+        if a is None:
             from .. import platform
 
             with jax.default_device(platform.jax_device(self.device_index)):
                 self.array = jnp.zeros(self.shape, dtypes.to_jax(self.dtype))
-        return self._array
+            return self._array
+        if getattr(a, "poisoned", False):  # a fused computation of this value failed earlier
+            raise a.error
+        return a
 
     @array.setter
     def array(self, new) -> None:
         old = self._array
         if new is old:
             return
-        memory.acquire(new, self.device_index, self.nbytes)
+        if isinstance(new, jax.Array):
+            memory.acquire(new, self.device_index, self.nbytes)
         self._array = new
-        if old is not None:
+        if isinstance(old, jax.Array):
             memory.release(old)
 
     @property
@@ -55,5 +64,5 @@ class Storage:
         return self._array is not None
 
     def __del__(self) -> None:
-        if self._array is not None:
+        if isinstance(self._array, jax.Array):
             memory.release(self._array)

@@ -99,7 +99,12 @@ def get_device_properties(device=None) -> dict:
 
 
 def synchronize(device=None) -> None:
-    """Wait until every buffer held by tpu tensors on the device is computed."""
+    """Run pending fused work and wait until every buffer held by tpu tensors on the device is computed."""
+    from .. import telemetry
+    from ..runtime import lazy
+
+    telemetry.record_sync("torch.tpu.synchronize()", lazy.pending_ops())
+    lazy.sync("torch.tpu.synchronize()", record=False)
     for array in memory.live_buffers(_index(device)):
         array.block_until_ready()
 
@@ -133,12 +138,21 @@ def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
     rng.set_state(new_state, _index(device))
 
 
+def _flush() -> None:
+    # Memory figures describe buffers that exist: pending fused work is run first (a sync point).
+    from ..runtime import lazy
+
+    lazy.sync("memory query")
+
+
 def memory_allocated(device=None) -> int:
     """Bytes held by live tpu tensors (our own count; on CPU it matches ``jax.live_arrays()``)."""
+    _flush()
     return memory.allocated(_index(device))
 
 
 def max_memory_allocated(device=None) -> int:
+    _flush()
     return memory.peak(_index(device))
 
 
@@ -147,6 +161,7 @@ def reset_peak_memory_stats(device=None) -> None:
 
 
 def memory_stats(device=None) -> dict:
+    _flush()
     return memory.stats(_index(device))
 
 
@@ -170,6 +185,7 @@ def _fmt(n: int | None) -> str:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     idx = _index(device)
+    _flush()
     stats = memory.stats(idx)
     info = mem_get_info(idx)
     lines = [

@@ -6,6 +6,7 @@ modes; this module only moves data.)
 
 from __future__ import annotations
 
+import contextvars
 import math
 
 import jax
@@ -13,11 +14,14 @@ import jax.numpy
 import numpy as np
 import torch
 
-from .. import dtypes, platform
+from .. import dtypes, platform, telemetry
 from ..device import tensor
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor
+from . import executor, lazy
+
+#: Callers that know better (printing) name the reason of the sync their host read causes.
+sync_reason: contextvars.ContextVar = contextvars.ContextVar("sync_reason", default=None)
 
 aten = torch.ops.aten
 
@@ -31,15 +35,19 @@ def _tpu_index(device) -> int:
     return index
 
 
-def to_host(t: tensor.TpuTensor) -> torch.Tensor:
-    """A CPU copy of a tpu tensor's values (waits for the device)."""
-    return dtypes.host_tensor(np.asarray(executor.value(t)), t.dtype)
+def to_host(t: tensor.TpuTensor, reason: str = "copy to host (.cpu() / .to('cpu'))") -> torch.Tensor:
+    """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
+    telemetry.record_sync(sync_reason.get() or reason, lazy.pending_ops())
+    host = dtypes.host_tensor(np.asarray(executor.value(t, reason, record=False)), t.dtype)
+    telemetry.count("transfer_to_host_bytes", host.numel() * host.element_size())
+    return host
 
 
 def from_host(t: torch.Tensor, device_index: int) -> tensor.TpuTensor:
     """A new tpu tensor holding a copy of a CPU tensor's values."""
     host = np.array(dtypes.host_array(t), copy=True)  # never let the device alias user memory
     array = jax.device_put(host, platform.jax_device(device_index))
+    telemetry.count("transfer_to_device_bytes", host.nbytes)
     return tensor.from_array(array, t.dtype, device_index)
 
 
@@ -94,7 +102,8 @@ def copy_(self, src, non_blocking=False):
 
 
 def local_scalar_dense(self):
-    return np.asarray(executor.value(self)).item()
+    telemetry.record_sync(sync_reason.get() or "item() / bool() / int() of a tensor", lazy.pending_ops())
+    return np.asarray(executor.value(self, record=False)).item()
 
 
 

@@ -1,25 +1,30 @@
-"""Per-op execution: turn one ATen call on tpu tensors into one call of a cached, jitted JAX function.
+"""Per-op execution: turn one ATen call on tpu tensors into one cached, traceable JAX function, then run it
+(strict and debug modes) or record it into the lazy graph (fused mode, see :mod:`.lazy`).
 
 For each call we build a *template* of the arguments — tensors become slots naming their dtype, shape and view
 geometry, ``Scalar`` arguments become dynamic slots, everything else is kept as a static value — and a list of
 the dynamic inputs (storage arrays and scalars). The template is the cache key. On a miss we (1) run the op on
 meta tensors, which gives PyTorch's own output dtypes and shapes and PyTorch's own error for bad input, and
 (2) jit a function that materializes the views, calls the lowering and casts to the meta dtypes. On a hit the
-call costs one dict lookup plus one jitted dispatch.
+call costs one dict lookup plus one jitted dispatch (strict) or one graph node (fused).
+
+Every compilation of a new signature is a telemetry event with its cause (:mod:`.compile_events`).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import torch
 
-from .. import dtypes, platform
+from .. import dtypes, platform, telemetry
 from ..device import rng, tensor, views
 from ..ops.registry import Lowering
+from . import compile_events, lazy, modes
 
 
 class _Slot(NamedTuple):
@@ -155,12 +160,73 @@ def _wrap(out, meta, device_index: int):
         wrapped = [_wrap(o, m, device_index) for o, m in zip(out, metas)]
         return tuple(wrapped) if isinstance(out, tuple) else wrapped
     dtype = meta.dtype if isinstance(meta, torch.Tensor) else dtypes.to_torch(out.dtype)
-    return tensor.from_array(out, dtype, device_index)
+    t = tensor.from_array(out, dtype, device_index)
+    if isinstance(out, lazy.LazyValue):
+        lazy.track(t._tpu_storage)
+    return t
 
 
-class _Compiled(NamedTuple):
-    fn: object
-    meta: object
+class _Compiled:
+    """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
+    fused mode needs them) the abstract outputs."""
+
+    __slots__ = ("run", "jitted", "meta", "avals", "name")
+
+    def __init__(self, run, jit: bool, meta, name: str):
+        self.run = run
+        self.jitted = jax.jit(run) if jit else None
+        self.meta = meta
+        self.avals = None
+        self.name = name
+
+
+def _aval(v):
+    if isinstance(v, (jax.Array, lazy.LazyValue)):
+        return jax.ShapeDtypeStruct(v.shape, v.dtype)
+    return v
+
+
+def _concrete(dyn: list, reason: str) -> list:
+    """``dyn`` with every lazy input materialized (a sync point when fused work is pending)."""
+    if not any(isinstance(v, lazy.LazyValue) for v in dyn):
+        return dyn
+    lazy.sync(reason)
+    return [v.value if isinstance(v, lazy.LazyValue) else v for v in dyn]
+
+
+def launch(compiled: _Compiled, key, dyn: list, device_index: int, has_tensor_inputs: bool):
+    """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs."""
+    mode = modes.current()
+    if mode == "fused" and compiled.jitted is not None and has_tensor_inputs:
+        if compiled.avals is None:
+            compiled.avals = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+        source = telemetry.user_source(3) if lazy.track_sources else None
+        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.name, source)
+    dyn = _concrete(dyn, f"{compiled.name} needs concrete inputs")
+    fn = compiled.jitted or compiled.run
+    if has_tensor_inputs:
+        out = fn(*dyn)
+    else:
+        with jax.default_device(platform.jax_device(device_index)):
+            out = fn(*dyn)
+    if mode == "debug":
+        _debug_check(compiled.name, out)
+    return out
+
+
+def _debug_check(name: str, out) -> None:
+    """Debug mode: wait for the op, so errors surface here, and optionally check its outputs are finite."""
+    try:
+        jax.block_until_ready(out)
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError(f"{name} failed at {telemetry.user_source(3)}: {e}") from e
+    if modes.checking_finite():
+        for leaf in jax.tree_util.tree_leaves(out):
+            if jnp.issubdtype(leaf.dtype, jnp.inexact) and not bool(jnp.isfinite(leaf).all()):
+                raise FloatingPointError(
+                    f"{name} produced NaN or Inf at {telemetry.user_source(3)} "
+                    "(torchtpu_lab.debug.check_finite is on)"
+                )
 
 
 _CACHE: dict = {}
@@ -194,15 +260,23 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         enc.dyn.extend(rng.next_seed_and_counter(device_index))
     key = (op, targs, tkwargs)
     compiled = _CACHE.get(key)
-    if compiled is None:
+    fresh = compiled is None
+    if fresh:
+        t0 = time.perf_counter()
         compiled = _compile(low, targs, tkwargs, enc.dyn)
         _CACHE[key] = compiled
-    if enc.device_index is None:
-        with jax.default_device(platform.jax_device(device_index)):
-            out = compiled.fn(*enc.dyn)
+    if telemetry.recording():
+        t0 = time.perf_counter() if not fresh else t0
+        out = launch(compiled, key, enc.dyn, device_index, enc.device_index is not None)
+        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0)
     else:
-        out = compiled.fn(*enc.dyn)
-    return _wrap(out, compiled.meta, device_index)
+        out = launch(compiled, key, enc.dyn, device_index, enc.device_index is not None)
+    if fresh and modes.current() != "fused":
+        compile_events.note_compile("op", key, None, compile_events.op_cause(key), time.perf_counter() - t0)
+    result = _wrap(out, compiled.meta, device_index)
+    if lazy.over_limit():
+        lazy.sync("graph size limit")
+    return result
 
 
 def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
@@ -216,7 +290,8 @@ def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
             k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
         return _cast(op, low.fn(*a, **k), meta)
 
-    return _Compiled(jax.jit(run) if low.jit else run, meta)
+    return _Compiled(run, low.jit, meta, str(op))
+
 
 
 def cache_size() -> int:
@@ -227,7 +302,7 @@ def cache_size() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _assign_fn(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, overwrite_all: bool):
+def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, overwrite_all: bool):
     jdt = dtypes.to_jax(dst_dtype)
     dst_size = dst_base_shape if dst_view is None else dst_view.size
 
@@ -239,7 +314,7 @@ def _assign_fn(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, ov
         v = views.read(src_base, src_base_shape, src_view).astype(jdt)
         return views.write(dst_base, dst_base_shape, dst_view, v)
 
-    return jax.jit(whole if overwrite_all else partial)
+    return _Compiled(whole if overwrite_all else partial, True, None, "aten::copy_")
 
 
 def assign(dst: tensor.TpuTensor, src) -> None:
@@ -259,23 +334,51 @@ def assign(dst: tensor.TpuTensor, src) -> None:
             and src_storage.shape == storage.shape
             and src_storage.dtype == storage.dtype
         ):
-            storage.array = src_array  # arrays are immutable: sharing one is safe
+            _store(storage, src_array)  # arrays are immutable: sharing one is safe
             return
     else:
         src_array, src_base_shape, src_view = src, tuple(src.shape), None
-    fn = _assign_fn(storage.shape, dst_view, storage.dtype, src_base_shape, src_view, dst_view is None)
-    storage.array = fn(src_array) if dst_view is None else fn(storage.array, src_array)
+    sig = (storage.shape, dst_view, storage.dtype, tuple(src_base_shape), src_view, dst_view is None)
+    program = _assign_program(*sig)
+    dyn = [src_array] if dst_view is None else [storage.array, src_array]
+    _store(storage, launch(program, ("assign",) + sig + (_leaf_dtype(src_array),), dyn, storage.device_index, True))
 
 
-def value(t: tensor.TpuTensor):
-    """The materialized JAX array of ``t``'s values (a view is gathered into a new array)."""
+def _store(storage, array) -> None:
+    """Give ``storage`` a new array (or placeholder, which the next sync must then materialize)."""
+    storage.array = array
+    if isinstance(array, lazy.LazyValue):
+        lazy.track(storage)
+
+
+def _leaf_dtype(v) -> str:
+    return str(v.dtype)
+
+
+def value(t: tensor.TpuTensor, reason: str = "read of a tensor's value", record: bool = True):
+    """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
     storage = t._tpu_storage
+    if isinstance(storage._array, lazy.LazyValue):
+        lazy.sync(reason, record=record)
     if t._tpu_view is None:
         return storage.array
-    return _read_fn(storage.shape, t._tpu_view)(storage.array)
+    return _read_program(storage.shape, t._tpu_view).jitted(storage.array)
 
 
 @functools.lru_cache(maxsize=None)
-def _read_fn(base_shape, view):
-    return jax.jit(lambda base: views.read(base, base_shape, view))
+def _read_program(base_shape, view):
+    return _Compiled(lambda base: views.read(base, base_shape, view), True, None, "materialize view")
+
+
+def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
+    """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
+    t = tensor.adopt(t)
+    storage = t._tpu_storage
+    program = _read_program(storage.shape, t._tpu_view)
+    out = launch(program, ("read", storage.shape, t._tpu_view, storage.dtype), [storage.array],
+                 storage.device_index, True)
+    result = tensor.from_array(out, t.dtype, storage.device_index)
+    if isinstance(out, lazy.LazyValue):
+        lazy.track(result._tpu_storage)
+    return result

@@ -29,19 +29,21 @@ from .. import telemetry
 class LazyValue:
     """Placeholder for one output of a recorded node; stands in for a JAX array inside a storage."""
 
-    __slots__ = ("node", "index", "shape", "dtype", "__weakref__")
+    __slots__ = ("node", "index", "shape", "dtype", "value", "__weakref__")
 
     def __init__(self, node: "Node", index: int, shape: tuple, dtype):
         self.node = node
         self.index = index
         self.shape = tuple(shape)
         self.dtype = dtype
+        self.value = None  # the concrete array, once a sync computed it
 
 
 class Poisoned:
     """What a storage holds when the computation of its value failed: reading it re-raises the failure."""
 
     __slots__ = ("error", "shape", "dtype")
+    poisoned = True
 
     def __init__(self, error: BaseException, shape, dtype):
         self.error = error
@@ -79,6 +81,8 @@ _GRAPHS: dict = {}
 
 #: a graph is flushed once it has this many recorded ops
 max_graph_ops = 2000
+#: record the user's source line with every op (shown in compile causes and failures); costs a frame walk
+track_sources = True
 
 
 def is_lazy(value) -> bool:
@@ -175,13 +179,16 @@ def _graph_fn(nodes: list[Node], key: _GraphKey):
     return run
 
 
-def sync(reason: str = "sync") -> None:
-    """Materialize every pending placeholder in one compiled computation."""
+def sync(reason: str = "sync", record: bool = True) -> None:
+    """Materialize every pending placeholder in one compiled computation (a sync event when there was work)."""
     storages = [s for s in list(_pending) if isinstance(s._array, LazyValue)]
     _pending.clear()
+    n_recorded = _recorded[0]
     _recorded[0] = 0
     if not storages:
         return
+    if record:
+        telemetry.record_sync(reason, n_recorded)
     targets: list[LazyValue] = []
     index: dict[int, int] = {}
     for s in storages:
@@ -220,8 +227,10 @@ def sync(reason: str = "sync") -> None:
         _fail(nodes, targets, storages, index, e)
     telemetry.count("graph_ops_executed", len(nodes))
     telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes))
+    for v, r in zip(targets, results):
+        v.value = r
     for s in storages:
-        s.array = results[index[id(s._array)]]
+        s.array = s._array.value
 
 
 def _fail(nodes, targets, storages, index, error):
@@ -251,7 +260,8 @@ def _fail(nodes, targets, storages, index, error):
         v = s._array
         done = values.get(id(v.node))
         if done is not None:
-            s.array = done[v.index]
+            v.value = done[v.index]
+            s.array = v.value
         else:
             s._array = Poisoned(failure, s.shape, s.dtype)
     raise failure from culprit_error

@@ -126,8 +126,7 @@ def make_view_kernel(op):
         storage = self._tpu_storage
         geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
-            base = tensor.from_array(executor.value(self), self.dtype, storage.device_index)
-            return kernel(base, *args, **kwargs)
+            return kernel(executor.materialize(self), *args, **kwargs)
         outs = [tensor.make(storage, g) for g in geoms]
         return outs if multi else outs[0]
 
