@@ -52,9 +52,9 @@ class Poisoned:
 
 
 class Node:
-    __slots__ = ("key", "fn", "inputs", "treedef", "avals", "name", "source", "__weakref__")
+    __slots__ = ("key", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "__weakref__")
 
-    def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source):
+    def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source, seq: int):
         self.key = key
         self.fn = fn
         self.inputs = inputs
@@ -62,6 +62,7 @@ class Node:
         self.avals = avals
         self.name = name
         self.source = source
+        self.seq = seq  # recording order: graphs are laid out in it, so the same program gives the same key
 
 
 class _GraphKey(NamedTuple):
@@ -77,6 +78,7 @@ class _Compiled(NamedTuple):
 
 _pending: "weakref.WeakSet" = weakref.WeakSet()  # storages whose array is a LazyValue
 _recorded = [0]  # nodes recorded since the last sync
+_seq = [0]  # nodes recorded ever
 _GRAPHS: dict = {}
 
 #: a graph is flushed once it has this many recorded ops
@@ -93,7 +95,8 @@ def record(key, fn, inputs: list, out_avals, name: str, source=None):
     """Record ``fn(*inputs)`` (traceable; ``out_avals`` its output ShapeDtypeStructs as a pytree) and return the
     pytree of :class:`LazyValue` placeholders for its outputs."""
     leaves, treedef = jax.tree_util.tree_flatten(out_avals)
-    node = Node(key, fn, list(inputs), treedef, leaves, name, source)
+    _seq[0] += 1
+    node = Node(key, fn, list(inputs), treedef, leaves, name, source, _seq[0])
     outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(leaves)]
     _recorded[0] += 1
     return jax.tree_util.tree_unflatten(treedef, outs)
@@ -128,6 +131,7 @@ def _topo(targets: list[LazyValue]) -> list[Node]:
         for v in reversed(node.inputs):
             if isinstance(v, LazyValue) and id(v.node) not in seen:
                 stack.append((v.node, False))
+    order.sort(key=lambda n: n.seq)  # recording order is a valid topological order, and a stable one
     return order
 
 
@@ -191,11 +195,9 @@ def sync(reason: str = "sync", record: bool = True) -> None:
         telemetry.record_sync(reason, n_recorded)
     targets: list[LazyValue] = []
     index: dict[int, int] = {}
-    for s in storages:
-        v = s._array
-        if id(v) not in index:
-            index[id(v)] = len(targets)
-            targets.append(v)
+    for v in sorted({id(s._array): s._array for s in storages}.values(), key=lambda v: (v.node.seq, v.index)):
+        index[id(v)] = len(targets)
+        targets.append(v)
     nodes = _topo(targets)
     try:
         key, leaves = _build_key(nodes, targets)
