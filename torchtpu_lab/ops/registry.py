@@ -24,6 +24,12 @@ import torch
 aten = torch.ops.aten
 
 
+def op_name(op) -> str:
+    """``aten::add.Tensor``-style name of an OpOverload (``.default`` omitted), as PyTorch prints ops."""
+    overload = "" if op._overloadname == "default" else f".{op._overloadname}"
+    return f"{op._schema.name}{overload}"
+
+
 @dataclass(frozen=True)
 class Lowering:
     op: torch._ops.OpOverload

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 
 from .. import telemetry
+from ..ops.registry import op_name
 
 _HISTORY = 512
 _op_history: dict = {}  # op -> deque of recent op signatures
@@ -67,9 +68,9 @@ def _short(v) -> str:
 
 def _diff_signatures(old, new) -> str | None:
     """Describe the first difference between two op signatures ``(op, targs, tkwargs)``."""
-    op_name = str(new[0])
+    op_name = _name(new)
     if old[0] != new[0]:
-        return f"{old[0]} vs {new[0]}"
+        return f"{_name(old)} vs {op_name}"
     old_items = list(_flatten(old[1])) + [(("kw", k),) + (v,) for k, v in old[2]]
     new_items = list(_flatten(new[1])) + [(("kw", k),) + (v,) for k, v in new[2]]
     for (p_old, v_old), (p_new, v_new) in zip(old_items, new_items):
@@ -95,20 +96,34 @@ def op_cause(key) -> str:
     return _diff_signatures(best, key) or "signature differs from every cached one"
 
 
+def _similarity(old, key) -> tuple:
+    """How alike two graphs are: same op sequence first, then the longest common prefix of op names, then the
+    number of identical node signatures."""
+    old_ops = [_op_of(n[0]) for n in old.nodes]
+    new_ops = [_op_of(n[0]) for n in key.nodes]
+    lcp = 0
+    for a, b in zip(old_ops, new_ops):
+        if a != b:
+            break
+        lcp += 1
+    exact = sum(1 for a, b in zip(old.nodes, key.nodes) if a == b)
+    return (old_ops == new_ops, lcp, exact)
+
+
+def _op_of(sig):
+    return sig[0] if isinstance(sig, tuple) and sig else sig
+
+
 def graph_cause(key, nodes) -> str:
     if not _graph_history:
         return "first time this graph was seen"
-    best, best_prefix = None, -1
-    for old in _graph_history:
-        prefix = 0
-        for a, b in zip(old.nodes, key.nodes):
-            if a != b:
-                break
-            prefix += 1
-        if prefix > best_prefix:
-            best, best_prefix = old, prefix
+    best, best_score = None, None
+    for old in reversed(_graph_history):  # the most recent wins ties
+        score = _similarity(old, key)
+        if best_score is None or score > best_score:
+            best, best_score = old, score
     old_nodes, new_nodes = best.nodes, key.nodes
-    i = best_prefix
+    i = next((k for k, (a, b) in enumerate(zip(old_nodes, new_nodes)) if a != b), min(len(old_nodes), len(new_nodes)))
     if i < len(old_nodes) and i < len(new_nodes):
         old_sig, new_sig = old_nodes[i][0], new_nodes[i][0]
         line = f" (recorded at {nodes[i].source})" if nodes[i].source else ""
@@ -129,7 +144,13 @@ def graph_cause(key, nodes) -> str:
 
 
 def _name(sig) -> str:
-    return str(sig[0]) if isinstance(sig, tuple) and sig else str(sig)
+    op = _op_of(sig)
+    if isinstance(op, str):
+        return op
+    try:
+        return op_name(op)
+    except AttributeError:
+        return str(op)
 
 
 def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "") -> None:
@@ -140,7 +161,7 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
         n_ops = len(key.nodes)
     else:
         _op_history.setdefault(key[0], deque(maxlen=64)).append(key)
-        name = str(key[0])
+        name = _name(key)
         n_ops = 1
     telemetry.count("compiles")
     telemetry.count("compile_seconds", seconds)

@@ -23,7 +23,7 @@ import torch
 
 from .. import dtypes, platform, telemetry
 from ..device import rng, tensor, views
-from ..ops.registry import Lowering
+from ..ops.registry import Lowering, op_name
 from . import compile_events, lazy, modes
 
 
@@ -290,7 +290,7 @@ def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
             k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
         return _cast(op, low.fn(*a, **k), meta)
 
-    return _Compiled(run, low.jit, meta, str(op))
+    return _Compiled(run, low.jit, meta, op_name(op))
 
 
 

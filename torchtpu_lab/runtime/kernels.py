@@ -14,6 +14,7 @@ import torch
 import torch._decomp
 
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
+from ..ops.registry import op_name
 from . import core_kernels, executor, foreach, mutation, view_kernels
 
 aten = torch.ops.aten
@@ -56,7 +57,7 @@ def _decomposition_kernel(op, fn):
             active = _decomposing.ops = set()
         if op in active:
             raise NotImplementedError(
-                f"torchtpu_lab: {qualified_name(op)} has no lowering for the tpu device yet "
+                f"torchtpu_lab: {op_name(op)} has no lowering for the tpu device yet "
                 "(its PyTorch decomposition leads back to itself)"
             )
         active.add(op)
@@ -124,14 +125,8 @@ def _collect() -> dict:
     return kernels
 
 
-def qualified_name(op) -> str:
-    """``aten::add.Tensor``-style name of an OpOverload (``.default`` omitted, as PyTorch prints it)."""
-    overload = "" if op._overloadname == "default" else f".{op._overloadname}"
-    return f"{op._schema.name}{overload}"
-
-
 def _fallback(keyset, op, *args, **kwargs):
-    raise NotImplementedError(f"torchtpu_lab: {qualified_name(op)} has no lowering for the tpu device yet")
+    raise NotImplementedError(f"torchtpu_lab: {op_name(op)} has no lowering for the tpu device yet")
 
 
 def install() -> None:
