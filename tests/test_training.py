@@ -8,8 +8,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import torchtpu_lab
+
 STEPS = 20
 RTOL = 1e-4
+
+
+@pytest.fixture(params=["fused", "strict", "debug"], autouse=True)
+def eager_mode(request):
+    """Every training test runs in each eager mode."""
+    with torchtpu_lab.eager_mode(request.param):
+        yield request.param
 
 
 class CNN(nn.Module):

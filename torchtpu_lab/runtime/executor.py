@@ -53,13 +53,15 @@ except ImportError:  # pragma: no cover
 
 @functools.lru_cache(maxsize=None)
 def _scalar_args(op: torch._ops.OpOverload) -> tuple[frozenset, frozenset]:
-    """Positions and names of the op's arguments typed ``Scalar`` (or ``Scalar?``) in its schema."""
+    """Positions and names of the op's arguments where a Python number is a *value*, not configuration: those
+    typed ``Scalar`` (or ``Scalar?``), and those typed ``Tensor`` that received a number (a wrapped scalar, as
+    decompositions pass to ``aten.div.Tensor``). Numbers there become graph inputs, never constants."""
     positions, names = set(), set()
     for i, arg in enumerate(op._schema.arguments):
         t = arg.type
         if isinstance(t, torch.OptionalType):
             t = t.getElementType()
-        if t.kind() == "NumberType":
+        if t.kind() in ("NumberType", "TensorType"):
             names.add(arg.name)
             if not arg.kwarg_only:
                 positions.add(i)
