@@ -50,6 +50,10 @@ def _sample_is_random(op, sample) -> bool:
     return predicate is not None and bool(predicate(sample))
 
 
+# Arguments PyTorch itself requires on the CPU (by entry name and position in ``sample.args``).
+CPU_ARGS = {"tensor_split": {0}}
+
+
 def entry_name(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
@@ -59,6 +63,12 @@ def to_tpu(x):
         t = x.detach().to("tpu")
         return t.requires_grad_(x.requires_grad)
     return x
+
+
+def sample_to_tpu(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    keep = CPU_ARGS.get(entry_name(op), set())
+    moved = tuple(a if (i - 1) in keep else tree_map(to_tpu, a) for i, a in enumerate(args))
+    return moved, tree_map(to_tpu, kwargs)
 
 
 def _compare(name, cpu_out, tpu_out, dtype, random: bool):
@@ -111,8 +121,7 @@ def run_forward(op, dtype, samples_limit: int) -> tuple[bool, str]:
             n -= 1
             continue
         try:
-            t_args = tree_map(to_tpu, args)
-            t_kwargs = tree_map(to_tpu, sample.kwargs)
+            t_args, t_kwargs = sample_to_tpu(op, args, sample.kwargs)
             actual = op(*t_args, **t_kwargs)
             _compare(op.name, expected, actual, dtype, random or _sample_is_random(op, sample))
         except Exception as e:  # noqa: BLE001 — every failure is a data point
@@ -152,8 +161,7 @@ def run_backward(op, samples_limit: int) -> tuple[bool, str]:
             n -= 1
             continue
         try:
-            t_args = tree_map(to_tpu, args)
-            t_kwargs = tree_map(to_tpu, sample.kwargs)
+            t_args, t_kwargs = sample_to_tpu(op, args, sample.kwargs)
             t_leaves = [x for x in tree_flatten((t_args, t_kwargs))[0] if isinstance(x, torch.Tensor)]
             actual = _grads(op(*t_args, **t_kwargs), t_leaves)
             for e, a in zip(expected, actual):

@@ -52,7 +52,10 @@ class Source:
 def user_source(depth: int = 2) -> Source | None:
     """Where the user's code called into us (``None`` if no such frame, e.g. in a bare interpreter)."""
     skip = _skip_prefixes()
-    frame = sys._getframe(depth)
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # a shallow stack, e.g. PyTorch's autograd thread calling back into Python
+        return None
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(skip):
