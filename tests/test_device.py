@@ -82,13 +82,50 @@ def test_mixing_cpu_and_tpu_tensors_raises_like_pytorch():
     assert out.cpu().tolist() == [3.0, 3.0, 3.0]
 
 
-def test_unlowered_op_names_op_and_overload():
-    lib = torch.library.Library("ttl_test", "DEF")
-    lib.define("frobnicate.special(Tensor x, int k) -> Tensor")
-    lib.impl("frobnicate.special", lambda x, k: x * k, "CPU")
+_test_lib = torch.library.Library("ttl_test", "DEF")
+_test_lib.define("frobnicate.special(Tensor x, int k) -> Tensor")
+_test_lib.impl("frobnicate.special", lambda x, k: x * k, "CPU")
+_test_lib.define("bump_(Tensor(a!) x) -> Tensor(a!)")
+_test_lib.impl("bump_", lambda x: x.add_(1), "CPU")
+
+
+def test_unlowered_op_names_op_and_overload_when_fallback_is_off():
     assert torch.ops.ttl_test.frobnicate.special(torch.ones(2), 3).tolist() == [3.0, 3.0]
-    with pytest.raises(NotImplementedError, match=r"ttl_test::frobnicate\.special"):
-        torch.ops.ttl_test.frobnicate.special(torch.ones(2, device="tpu"), 3)
+    torchtpu_lab.set_cpu_fallback(False)
+    try:
+        with pytest.raises(NotImplementedError, match=r"ttl_test::frobnicate\.special"):
+            torch.ops.ttl_test.frobnicate.special(torch.ones(2, device="tpu"), 3)
+    finally:
+        torchtpu_lab.set_cpu_fallback(True)
+
+
+def test_cpu_fallback_runs_warns_once_and_counts_the_calling_line():
+    from torchtpu_lab import telemetry
+    from torchtpu_lab.runtime import cpu_fallback
+
+    x = torch.ones(2, device="tpu")
+    before = telemetry.counters["cpu_fallbacks"]
+    with pytest.warns(RuntimeWarning, match="ttl_test::frobnicate.special is not lowered"):
+        y = torch.ops.ttl_test.frobnicate.special(x, 3)  # FALLBACK_LINE
+    assert y.is_tpu and y.cpu().tolist() == [3.0, 3.0]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second call does not warn again
+        torch.ops.ttl_test.frobnicate.special(x, 2)
+    assert telemetry.counters["cpu_fallbacks"] == before + 2
+    entry = cpu_fallback.summary()["ttl_test::frobnicate.special"]
+    assert entry["count"] >= 2
+    assert any("test_device.py" in where for where in entry["sources"])
+
+
+def test_cpu_fallback_writes_mutated_arguments_back():
+    x = torch.zeros(3, device="tpu")
+    v = x[1:]
+    with pytest.warns(RuntimeWarning):
+        out = torch.ops.ttl_test.bump_(v)
+    assert out is v
+    assert x.cpu().tolist() == [0.0, 1.0, 1.0]
 
 
 def test_bad_input_error_keeps_earlier_tensors_usable():

@@ -16,13 +16,14 @@ from .device import tpu_module as tpu  # noqa: E402
 from .metrics import metrics_report  # noqa: E402
 from .platform import info as platform_info  # noqa: E402
 from .runtime import compile_cache  # noqa: E402
+from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
 from .runtime.modes import current as eager_mode_name  # noqa: E402
 from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
     "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
-    "debug", "__version__",
+    "debug", "set_cpu_fallback", "__version__",
 ]
 
 

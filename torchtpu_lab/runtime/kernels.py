@@ -2,8 +2,9 @@
 
 Order of preference for an op: a hand-written core kernel (transfers, allocation), a view kernel, a lowering
 from the op table, a decomposition from ``torch._decomp`` (which re-enters the dispatcher with simpler ops),
-an in-place/``out=`` variant derived from one of those, and finally the boxed fallback, which raises
-``NotImplementedError`` naming the op and overload, so an op we cannot run never returns a wrong number.
+an in-place/``out=`` variant derived from one of those, and finally the boxed fallback, which runs the op on
+the CPU (:mod:`.cpu_fallback`) or, with the fallback off, raises ``NotImplementedError`` naming the op and
+overload — an op we cannot run never returns a wrong number.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch._decomp
 
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import op_name
-from . import core_kernels, executor, foreach, mutation, view_kernels
+from . import core_kernels, cpu_fallback, executor, foreach, mutation, view_kernels
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -35,7 +36,10 @@ _DECOMP_SKIP = {
 
 def _functional_kernel(low):
     def kernel(*args, **kwargs):
-        return executor.execute(low, args, kwargs)
+        try:
+            return executor.execute(low, args, kwargs)
+        except NotImplementedError as e:  # the lowering does not cover these arguments
+            return cpu_fallback.run(low.op, args, kwargs, e)
 
     kernel.__name__ = f"lowered_{low.op}"
     return kernel
@@ -47,6 +51,14 @@ _RENAMED_INPLACE = {aten.normal_.default: aten.normal_functional.default}
 _decomposing = threading.local()
 
 
+class _Recursion(Exception):
+    """A decomposition re-entered its own op; unwinds to that op's kernel, which falls back to the CPU."""
+
+    def __init__(self, op):
+        super().__init__(str(op))
+        self.op = op
+
+
 def _decomposition_kernel(op, fn):
     """Run PyTorch's decomposition of ``op``; if it re-enters ``op`` (a ``torch._refs`` decomposition whose prims
     lead back to the same ATen op), raise the usual no-lowering error instead of recursing forever."""
@@ -56,13 +68,16 @@ def _decomposition_kernel(op, fn):
         if active is None:
             active = _decomposing.ops = set()
         if op in active:
-            raise NotImplementedError(
-                f"torchtpu_lab: {op_name(op)} has no lowering for the tpu device yet "
-                "(its PyTorch decomposition leads back to itself)"
-            )
+            raise _Recursion(op)
         active.add(op)
         try:
             return fn(*args, **kwargs)
+        except _Recursion as r:
+            if r.op is not op:
+                raise
+            return cpu_fallback.run(op, args, kwargs, NotImplementedError(
+                f"torchtpu_lab: {op_name(op)} has no lowering for the tpu device yet "
+                "(its PyTorch decomposition leads back to itself)"))
         finally:
             active.discard(op)
 
@@ -126,7 +141,7 @@ def _collect() -> dict:
 
 
 def _fallback(keyset, op, *args, **kwargs):
-    raise NotImplementedError(f"torchtpu_lab: {op_name(op)} has no lowering for the tpu device yet")
+    return cpu_fallback.run(op, args, kwargs)
 
 
 def install() -> None:
