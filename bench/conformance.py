@@ -3,10 +3,13 @@
     python bench/conformance.py                       # every op_db entry, float32 + int64 forward, float32 backward
     python bench/conformance.py --ops add,mul,sum     # a subset (exact OpInfo names, or name.variant)
     python bench/conformance.py --json out.json       # also write per-entry results
+    python bench/conformance.py --dtypes bfloat16     # low-precision run (tolerances scaled to the dtype)
+    python bench/conformance.py --no-fallback         # ops that would run on the CPU fallback count as failing
 
-An entry passes for a dtype when its first ``--samples`` sample inputs all match CPU (values within the OpInfo
-tolerance for float32, exactly for int64, same dtype and shape). Random ops compare shape and dtype only.
-Entries whose CPU reference does not support the dtype are not counted for it.
+An entry passes for a dtype when its first ``--samples`` sample inputs all match CPU (values within rtol 1e-4 /
+atol 1e-5 for float32, 1.6e-2 / 1e-2 for bfloat16 and float16, exactly for integers, same dtype and shape).
+Random ops compare shape and dtype only. Entries whose CPU reference does not support the dtype are not counted
+for it. Entries that needed the CPU fallback are reported separately (they pass, but not on the device).
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ def sample_to_tpu(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return moved, tree_map(to_tpu, kwargs)
 
 
+_TOLERANCES = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}
+
+
 def _compare(name, cpu_out, tpu_out, dtype, random: bool):
     cpu_flat, _ = tree_flatten(cpu_out)
     tpu_flat, _ = tree_flatten(tpu_out)
@@ -90,7 +96,8 @@ def _compare(name, cpu_out, tpu_out, dtype, random: bool):
             if random:
                 continue
             if dtype.is_floating_point or c.dtype.is_floating_point or c.dtype.is_complex:
-                torch.testing.assert_close(tc, c.detach(), rtol=1e-4, atol=1e-5, equal_nan=True,
+                rtol, atol = _TOLERANCES.get(c.dtype, _TOLERANCES.get(dtype, (1e-4, 1e-5)))
+                torch.testing.assert_close(tc, c.detach(), rtol=rtol, atol=atol, equal_nan=True,
                                            check_dtype=True)
             else:
                 torch.testing.assert_close(tc, c.detach(), rtol=0, atol=0, equal_nan=True)
@@ -175,6 +182,11 @@ def run_backward(op, samples_limit: int) -> tuple[bool, str]:
     return True, ""
 
 
+def _checks(row: dict):
+    """The (check name, (passed, message)) pairs of a result row."""
+    return [(k, v) for k, v in row.items() if isinstance(v, tuple)]
+
+
 def select(names: list[str] | None):
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -189,16 +201,24 @@ def main(argv=None) -> int:
     p.add_argument("--ops", help="comma-separated OpInfo names (default: all of op_db)")
     p.add_argument("--samples", type=int, default=4, help="sample inputs per entry and dtype (default 4)")
     p.add_argument("--no-backward", action="store_true")
+    p.add_argument("--dtypes", default="float32,int64", help="forward dtypes (default float32,int64)")
+    p.add_argument("--no-fallback", action="store_true", help="turn the CPU fallback off")
     p.add_argument("--json", help="write per-entry results here")
     p.add_argument("--quiet", action="store_true", help="only the summary")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
+    from torchtpu_lab.runtime import cpu_fallback, executor
+
+    torchtpu_lab.set_cpu_fallback(not args.no_fallback)
     ops = select(args.ops.split(",") if args.ops else None)
+    forward_dtypes = [(getattr(torch, name), name) for name in args.dtypes.split(",")]
     results = []
     t0 = time.time()
     for op in ops:
         row = {"entry": entry_name(op)}
-        for dtype, key in ((torch.float32, "float32"), (torch.int64, "int64")):
+        seen_before = set(executor.OPS_SEEN)
+        fallbacks_before = {k: v["count"] for k, v in cpu_fallback.stats.items()}
+        for dtype, key in forward_dtypes:
             if dtype not in op.supported_dtypes("cpu"):
                 continue
             try:
@@ -210,28 +230,37 @@ def main(argv=None) -> int:
                 row["backward"] = run_backward(op, min(args.samples, 2))
             except Exception as e:  # noqa: BLE001
                 row["backward"] = (False, "harness: " + _first_error(e))
+        used = {k for k, v in cpu_fallback.stats.items() if v["count"] != fallbacks_before.get(k, 0)}
+        row["fallback_ops"] = sorted(used)
+        row["lowered_ops"] = sorted(str(o) for o in executor.OPS_SEEN - seen_before)
         results.append(row)
         if not args.quiet:
-            bad = {k: v[1] for k, v in row.items() if k != "entry" and not v[0]}
+            bad = {k: v[1] for k, v in _checks(row) if not v[0]}
             print(f"{'FAIL' if bad else 'ok  '} {row['entry']}" + (f"  {bad}" if bad else ""), flush=True)
-    print(f"\n== conformance over {len(results)} op_db entries ({time.time() - t0:.0f}s) ==")
-    for key in ("float32", "int64", "backward"):
+    print(f"\n== conformance over {len(results)} op_db entries ({time.time() - t0:.0f}s, "
+          f"eager mode {torchtpu_lab.eager_mode_name()}, CPU fallback {'off' if args.no_fallback else 'on'}) ==")
+    for key in [k for _, k in forward_dtypes] + ["backward"]:
         rows = [r for r in results if key in r]
-        passed = sum(1 for r in rows if r[key][0])
+        passed = [r for r in rows if r[key][0]]
         if rows:
-            print(f"{key:9s} forward" if key != "backward" else "float32  backward", end="")
-            print(f": {passed}/{len(rows)} = {100 * passed / len(rows):.1f}%")
+            label = f"{key:9s} forward" if key != "backward" else "float32  backward"
+            via = sum(1 for r in passed if r["fallback_ops"])
+            print(f"{label}: {len(passed)}/{len(rows)} = {100 * len(passed) / len(rows):.1f}%"
+                  f"  ({via} of them used the CPU fallback)")
+    fallback_ops = Counter(op for r in results for op in r["fallback_ops"])
+    if fallback_ops:
+        print("ops run by the CPU fallback:", ", ".join(f"{k} x{n}" for k, n in fallback_ops.most_common()))
     failing = Counter()
     for r in results:
-        for k, v in r.items():
-            if k != "entry" and not v[0]:
+        for k, v in _checks(r):
+            if not v[0]:
                 failing[v[1].split(":")[0]] += 1
     if failing:
         print("most common failure kinds:", ", ".join(f"{k} x{n}" for k, n in failing.most_common(6)))
     print("\nfailing entries (first error):")
     for r in results:
-        for k, v in r.items():
-            if k != "entry" and not v[0]:
+        for k, v in _checks(r):
+            if not v[0]:
                 print(f"  {r['entry']} [{k}]: {v[1]}")
     if args.json:
         with open(args.json, "w") as f:
