@@ -11,6 +11,7 @@ from .device.registration import register as _register
 
 _register()
 
+from . import autocast as _autocast  # noqa: E402,F401  (torch.autocast("tpu") policy)
 from . import debug  # noqa: E402
 from .device import tpu_module as tpu  # noqa: E402
 from .metrics import metrics_report  # noqa: E402

@@ -49,17 +49,23 @@ class Source:
         return f"{self.filename}:{self.lineno} in {self.function}"
 
 
+_internal_code: dict = {}  # code object -> whether it belongs to torch/jax/stdlib/us (cached: walks are hot)
+
+
 def user_source(depth: int = 2) -> Source | None:
     """Where the user's code called into us (``None`` if no such frame, e.g. in a bare interpreter)."""
-    skip = _skip_prefixes()
     try:
         frame = sys._getframe(depth)
     except ValueError:  # a shallow stack, e.g. PyTorch's autograd thread calling back into Python
         return None
+    internal = _internal_code
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(skip):
-            return Source(filename, frame.f_lineno, frame.f_code.co_name)
+        code = frame.f_code
+        skip = internal.get(code)
+        if skip is None:
+            skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
+        if not skip:
+            return Source(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
     return None
 

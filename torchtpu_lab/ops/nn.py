@@ -717,6 +717,17 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad
     return jnp.zeros((num_weights, g.shape[1]), g.dtype).at[idx].add(g)
 
 
+@lower(aten.embedding_renorm)
+def embedding_renorm(weight, indices, max_norm, norm_type):
+    """Rows that ``indices`` names and whose ``norm_type``-norm exceeds ``max_norm`` are scaled to
+    ``max_norm / (norm + 1e-7)``, as PyTorch does (each row once, however often it is named)."""
+    w = _acc(weight)
+    named = jnp.zeros((weight.shape[0],), bool).at[indices.reshape(-1)].set(True)
+    norm = jnp.linalg.norm(w, ord=norm_type, axis=1) if norm_type != 2 else jnp.sqrt(jnp.sum(w * w, axis=1))
+    scale = jnp.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1)
+    return w * scale[:, None].astype(w.dtype)
+
+
 def _nll_terms(x, target, weight, ignore_index):
     """Per-element ``-x[target] * w[target]`` and weights ``w[target]`` (zero where ignored); class dim is 1
     (or 0 for an unbatched input)."""
@@ -1092,3 +1103,359 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
     h = gelu(h) if use_gelu else jnp.maximum(h, 0)
     x = jnp.matmul(h, ffn_weight_2.T, precision=HIGHEST) + ffn_bias_2 + residual
     return x if norm_first else _layer_norm(x, norm_weight_2, norm_bias_2, eps)
+
+
+# ---- embedding_bag -----------------------------------------------------------------------------------------------
+
+
+def _bags(indices, offsets, include_last_offset, padding_idx):
+    """Bag of each index (``offset2bag``), the number of bags and which indices count (not ``padding_idx``)."""
+    n_bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
+    positions = jnp.arange(indices.shape[0], dtype=offsets.dtype)
+    bag = jnp.searchsorted(offsets[:n_bags], positions, side="right") - 1
+    if include_last_offset:  # indices past the last offset belong to no bag
+        bag = jnp.where(positions < offsets[n_bags], bag, n_bags)
+    keep = indices != padding_idx if padding_idx >= 0 else jnp.ones(indices.shape, bool)
+    return bag, n_bags, keep
+
+
+@lower(aten._embedding_bag, aten._embedding_bag_forward_only)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+                  include_last_offset=False, padding_idx=-1):
+    """Returns (output, offset2bag, bag_size, max_indices); mean divides by the bag's non-padding count, and an
+    empty bag (or one of padding only) gives zeros. ``max`` takes the first maximum, as PyTorch's CPU kernel."""
+    bag, n_bags, keep = _bags(indices, offsets, include_last_offset, padding_idx)
+    rows = jnp.take(_acc(weight), indices, axis=0)
+    count = jax.ops.segment_sum(keep.astype(jnp.int64), bag, n_bags)
+    if mode == 2:
+        fill = jnp.asarray(-jnp.inf, rows.dtype)
+        vals = jnp.where(keep[:, None], rows, fill)
+        best = jax.ops.segment_max(vals, bag, n_bags)
+        hit = keep[:, None] & (vals == best[jnp.minimum(bag, n_bags - 1)]) & (bag < n_bags)[:, None]
+        first = jax.ops.segment_min(jnp.where(hit, jnp.arange(indices.shape[0])[:, None], indices.shape[0]),
+                                    bag, n_bags)
+        max_idx = jnp.where(count[:, None] > 0, jnp.take(indices, jnp.minimum(first, indices.shape[0] - 1)), -1)
+        out = jnp.where(count[:, None] > 0, best, jnp.zeros((), rows.dtype))
+        return out, bag, _bag_size(count, offsets), max_idx
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights[:, None].astype(rows.dtype)
+    rows = jnp.where(keep[:, None], rows, jnp.zeros((), rows.dtype))
+    out = jax.ops.segment_sum(rows, bag, n_bags)
+    if mode == 1:
+        out = out / jnp.maximum(count, 1)[:, None].astype(out.dtype)
+    return out, bag, _bag_size(count, offsets), jnp.zeros((0,), jnp.int64)
+
+
+def _bag_size(count, offsets):
+    """``bag_size`` has one entry per offset, include_last_offset or not (the extra one is zero)."""
+    return jnp.pad(count, (0, offsets.shape[0] - count.shape[0]))
+
+
+def _embedding_bag_grad(grad, indices, offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq, mode,
+                        per_sample_weights, padding_idx):
+    grad = _acc(grad)
+    n_bags, dim = grad.shape
+    if mode == 2:
+        valid = (max_indices >= 0) & (bag_size[:n_bags, None] > 0)
+        target = jnp.where(valid, max_indices, num_weights)
+        cols = jnp.broadcast_to(jnp.arange(dim), target.shape)
+        return jnp.zeros((num_weights + 1, dim), grad.dtype).at[target, cols].add(grad)[:num_weights]
+    in_bag = offset2bag < n_bags
+    g = jnp.take(grad, jnp.minimum(offset2bag, n_bags - 1), axis=0)
+    if mode == 1:
+        g = g / jnp.maximum(jnp.take(bag_size, jnp.minimum(offset2bag, n_bags - 1)), 1)[:, None].astype(g.dtype)
+    if per_sample_weights is not None:
+        g = g * per_sample_weights[:, None].astype(g.dtype)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), g.dtype).at[indices].add(1)
+        g = g / counts[indices][:, None]
+    keep = in_bag & (indices != padding_idx) if padding_idx >= 0 else in_bag
+    g = jnp.where(keep[:, None], g, jnp.zeros((), g.dtype))
+    return jnp.zeros((num_weights, dim), g.dtype).at[indices].add(g)
+
+
+@lower(aten._embedding_bag_dense_backward)
+def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq,
+                                 mode, per_sample_weights, padding_idx=-1):
+    return _embedding_bag_grad(grad, indices, offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq,
+                               mode, per_sample_weights, padding_idx)
+
+
+@lower(aten._embedding_bag_backward)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq,
+                           mode, sparse, per_sample_weights, padding_idx=-1):
+    if sparse:
+        raise NotImplementedError("torchtpu_lab: sparse embedding_bag gradients are not supported")
+    return _embedding_bag_grad(grad, indices, offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq,
+                               mode, per_sample_weights, padding_idx)
+
+
+@lower(aten._embedding_bag_per_sample_weights_backward)
+def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+    n_bags = grad.shape[0]
+    g = jnp.take(_acc(grad), jnp.minimum(offset2bag, n_bags - 1), axis=0)
+    out = jnp.sum(g * jnp.take(_acc(weight), indices, axis=0), axis=1)
+    keep = offset2bag < n_bags
+    if padding_idx >= 0:
+        keep = keep & (indices != padding_idx)
+    return jnp.where(keep, out, jnp.zeros((), out.dtype))
+
+
+# ---- pairwise distances ------------------------------------------------------------------------------------------
+
+
+def _pnorm(diff, p):
+    """The ``p``-norm over the last axis, with PyTorch's p = 0 (count of nonzeros) and p = inf (max) cases."""
+    a = jnp.abs(diff)
+    if p == 0:
+        return jnp.sum((a != 0).astype(diff.dtype), axis=-1)
+    if p == 1:
+        return jnp.sum(a, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=-1))
+    if math.isinf(p):
+        return jnp.max(a, axis=-1, initial=0)
+    return jnp.sum(a ** p, axis=-1) ** (1 / p)
+
+
+def _pnorm_grad(grad, diff, dist, p):
+    """PyTorch's ``d dist / d diff`` times ``grad`` (zero where ``dist`` is zero), ``dist`` broadcast over the last
+    axis of ``diff``."""
+    g, d = grad[..., None], dist[..., None]
+    zero = jnp.zeros((), diff.dtype)
+    if p == 0:
+        return jnp.zeros_like(diff)
+    if p == 1:
+        return g * jnp.sign(diff)
+    if p == 2:
+        return jnp.where(d == 0, zero, g * diff / jnp.where(d == 0, 1, d))
+    if math.isinf(p):
+        return jnp.where(d == 0, zero, g * jnp.sign(diff) * (jnp.abs(diff) == d))
+    safe = jnp.where(d == 0, 1, d)
+    if p < 1:
+        out = g * jnp.sign(diff) * jnp.abs(diff) ** (p - 1) / safe ** (p - 1)
+        return jnp.where((d == 0) | (diff == 0), zero, out)
+    if p < 2:
+        out = g * jnp.sign(diff) * jnp.abs(diff) ** (p - 1) / safe ** (p - 1)
+        return jnp.where(d == 0, zero, out)
+    return jnp.where(d == 0, zero, g * diff * jnp.abs(diff) ** (p - 2) / safe ** (p - 1))
+
+
+@lower(aten._cdist_forward)
+def cdist_forward(x1, x2, p, compute_mode):
+    """For p = 2 PyTorch uses the matrix-product form (``|a|^2 - 2ab + |b|^2``) when ``compute_mode`` is 1, or is
+    None/0 and either side has more than 25 rows; we follow, since its rounding differs from the direct form."""
+    x1, x2 = _acc(x1), _acc(x2)
+    batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    x1 = jnp.broadcast_to(x1, batch + x1.shape[-2:])
+    x2 = jnp.broadcast_to(x2, batch + x2.shape[-2:])
+    mm = compute_mode == 1 or (compute_mode in (None, 0) and (x1.shape[-2] > 25 or x2.shape[-2] > 25))
+    if p == 2 and mm:
+        n1 = jnp.sum(x1 * x1, axis=-1, keepdims=True)
+        n2 = jnp.sum(x2 * x2, axis=-1, keepdims=True)
+        prod = jnp.matmul(x1, jnp.swapaxes(x2, -1, -2), precision=HIGHEST)
+        return jnp.sqrt(jnp.maximum(n1 - 2 * prod + jnp.swapaxes(n2, -1, -2), 0))
+    return _pnorm(x1[..., :, None, :] - x2[..., None, :, :], p)
+
+
+@lower(aten._cdist_backward)
+def cdist_backward(grad, x1, x2, p, dist):
+    batch = dist.shape[:-2]
+    a = jnp.broadcast_to(_acc(x1), batch + x1.shape[-2:])
+    b = jnp.broadcast_to(_acc(x2), batch + x2.shape[-2:])
+    g = _pnorm_grad(_acc(grad), a[..., :, None, :] - b[..., None, :, :], _acc(dist), p)
+    return jnp.sum(g, axis=-2)
+
+
+def _pairs(n):
+    return np.triu_indices(n, 1)
+
+
+@lower(aten._pdist_forward)
+def pdist_forward(x, p=2.0):
+    i, j = _pairs(x.shape[0])
+    x = _acc(x)
+    return _pnorm(x[i] - x[j], p)
+
+
+@lower(aten._pdist_backward)
+def pdist_backward(grad, x, p, dist):
+    i, j = _pairs(x.shape[0])
+    xf = _acc(x)
+    g = _pnorm_grad(_acc(grad), xf[i] - xf[j], _acc(dist), p)
+    return jnp.zeros_like(xf).at[i].add(g).at[j].add(-g)
+
+
+# ---- CTC loss ----------------------------------------------------------------------------------------------------
+
+
+def _ctc_labels(targets, target_lengths, blank):
+    """Per sample the extended label sequence ``blank, l1, blank, l2, ..., blank`` (padded with blank to
+    ``2 * max_len + 1``), its valid length, and where the skip transition ``s-2 -> s`` is allowed."""
+    lengths = np.asarray(target_lengths, np.int64)
+    n, s_max = len(lengths), int(lengths.max(initial=0))
+    if targets.ndim == 2:
+        pos = np.minimum(np.arange(s_max)[None, :], max(targets.shape[1] - 1, 0))
+        lab = targets[:, :s_max] if targets.shape[1] >= s_max else jnp.take_along_axis(targets, jnp.asarray(pos), 1)
+    else:
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        pos = np.minimum(starts[:, None] + np.arange(s_max)[None, :], max(targets.shape[0] - 1, 0))
+        lab = jnp.take(targets, jnp.asarray(pos)) if targets.shape[0] else jnp.zeros((n, s_max), targets.dtype)
+    lab = jnp.where(np.arange(s_max)[None, :] < lengths[:, None], lab, blank).astype(jnp.int32)
+    ext = jnp.full((n, 2 * s_max + 1), blank, jnp.int32).at[:, 1::2].set(lab)
+    prev2 = jnp.pad(ext, ((0, 0), (2, 0)), constant_values=blank)[:, :-2]
+    skip = (ext != blank) & (ext != prev2) & (np.arange(2 * s_max + 1) >= 2)
+    return ext, 2 * lengths + 1, skip
+
+
+def _lse(*xs):
+    m = xs[0]
+    for x in xs[1:]:
+        m = jnp.maximum(m, x)
+    m0 = jnp.where(jnp.isinf(m) & (m < 0), 0, m)
+    return jnp.log(sum(jnp.exp(x - m0) for x in xs)) + m0
+
+
+def _ctc_alpha(lp, ext, ext_len, skip, input_lengths):
+    """log alpha, (N, T, S') with -inf outside each sample's lattice; lp is (T, N, C)."""
+    t_max, n = lp.shape[0], lp.shape[1]
+    s = ext.shape[1]
+    neg = jnp.asarray(-jnp.inf, lp.dtype)
+    emit = jnp.take_along_axis(lp, jnp.broadcast_to(ext[None], (t_max,) + ext.shape), axis=2)  # (T, N, S')
+    in_lattice = np.arange(s)[None, :] < ext_len[:, None]
+    a0 = jnp.where((np.arange(s)[None, :] < 2) & in_lattice, emit[0], neg)
+
+    def step(a, e):
+        a1 = jnp.pad(a, ((0, 0), (1, 0)), constant_values=-jnp.inf)[:, :-1]
+        a2 = jnp.pad(a, ((0, 0), (2, 0)), constant_values=-jnp.inf)[:, :-2]
+        nxt = _lse(a, a1, jnp.where(skip, a2, neg)) + e
+        nxt = jnp.where(in_lattice, nxt, neg)
+        return nxt, nxt
+
+    _, rest = lax.scan(step, a0, emit[1:])
+    alpha = jnp.concatenate([a0[None], rest], axis=0)  # (T, N, S')
+    alive = np.arange(t_max)[:, None] < np.asarray(input_lengths)[None, :]
+    return jnp.swapaxes(jnp.where(alive[..., None], alpha, neg), 0, 1), emit
+
+
+def _ctc_nll(alpha, ext_len, input_lengths):
+    n = alpha.shape[0]
+    last = alpha[np.arange(n), np.maximum(np.asarray(input_lengths) - 1, 0)]  # (N, S')
+    end1 = last[np.arange(n), ext_len - 1]
+    end2 = jnp.where(ext_len > 1, last[np.arange(n), np.maximum(ext_len - 2, 0)], -jnp.inf)
+    return -_lse(end1, end2)
+
+
+@lower(aten._ctc_loss)
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """Returns (neg_log_likelihood, log_alpha) per sample, as PyTorch's CPU kernel (log_alpha is (N, T, 2S+1));
+    ``zero_infinity`` only affects the backward pass, as in PyTorch."""
+    lp = _acc(log_probs)
+    ext, ext_len, skip = _ctc_labels(targets, target_lengths, blank)
+    alpha, _ = _ctc_alpha(lp, ext, ext_len, skip, input_lengths)
+    return _ctc_nll(alpha, ext_len, input_lengths), alpha
+
+
+@lower(aten._ctc_loss_backward)
+def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank,
+                      zero_infinity=False):
+    """PyTorch's gradient: ``exp(lp) - exp(log(sum alpha*beta over s with label c) + nll - lp)``, times ``grad``;
+    it is the gradient w.r.t. the logits of a log_softmax, not of ``lp`` itself."""
+    lp = _acc(log_probs)
+    t_max, n, c = lp.shape
+    ext, ext_len, skip = _ctc_labels(targets, target_lengths, blank)
+    alpha, emit = _ctc_alpha(lp, ext, ext_len, skip, input_lengths)
+    s = ext.shape[1]
+    neg = jnp.asarray(-jnp.inf, lp.dtype)
+    in_lattice = np.arange(s)[None, :] < ext_len[:, None]
+    il = np.asarray(input_lengths)
+    skip_next = jnp.pad(skip, ((0, 0), (0, 2)), constant_values=False)[:, 2:]  # s -> s+2 allowed
+
+    def step(b, xs):
+        t, e = xs
+        b1 = jnp.pad(b, ((0, 0), (0, 1)), constant_values=-jnp.inf)[:, 1:]
+        b2 = jnp.pad(b, ((0, 0), (0, 2)), constant_values=-jnp.inf)[:, 2:]
+        nxt = _lse(b, b1, jnp.where(skip_next, b2, neg)) + e
+        start = (np.arange(s)[None, :] >= (ext_len - 2)[:, None]) & in_lattice
+        init = jnp.where(start, e, neg)
+        nxt = jnp.where((t == il - 1)[:, None], init, jnp.where((t < il - 1)[:, None], nxt, neg))
+        nxt = jnp.where(in_lattice, nxt, neg)
+        return nxt, nxt
+
+    b_last = jnp.full((n, s), -jnp.inf, lp.dtype)
+    _, beta = lax.scan(step, b_last, (jnp.arange(t_max), emit), reverse=True)  # (T, N, S')
+    ab = jnp.swapaxes(alpha, 0, 1) + beta
+    onehot = ext[..., None] == jnp.arange(c)  # (N, S', C)
+    lcab = jnp.where(onehot[None], ab[..., None], neg)
+    m = jnp.max(lcab, axis=2, keepdims=True)
+    m0 = jnp.where(jnp.isinf(m), 0, m)
+    lcab = jnp.log(jnp.sum(jnp.exp(lcab - m0), axis=2)) + m0[:, :, 0]  # (T, N, C)
+    nll = _acc(nll)
+    res = (jnp.exp(lp) - jnp.exp(lcab + nll[None, :, None] - lp)) * _acc(grad)[None, :, None]
+    alive = np.arange(t_max)[:, None] < il[None, :]
+    res = jnp.where(alive[..., None], res, jnp.zeros((), res.dtype))
+    if zero_infinity:
+        res = jnp.where(jnp.isinf(nll)[None, :, None], jnp.zeros((), res.dtype), res)
+    return res
+
+
+# ---- fractional max pooling --------------------------------------------------------------------------------------
+
+
+def _fractional_starts(sample, n_in, n_out, k):
+    """PyTorch's ``generate_intervals`` in float32: window starts per output position, for each sample (..., )."""
+    o = jnp.arange(n_out, dtype=jnp.float32)
+    if n_out > 1:
+        alpha = jnp.float32(n_in - k) / jnp.float32(n_out - 1)
+        s = sample.astype(jnp.float32)[..., None]
+        starts = ((o + s) * alpha).astype(jnp.int64) - (s * alpha).astype(jnp.int64)
+    else:
+        starts = jnp.zeros(sample.shape + (n_out,), jnp.int64)
+    return starts.at[..., n_out - 1].set(n_in - k) if n_out > 0 else starts
+
+
+def _fractional_max_pool(x, kernel_size, output_size, samples, nd):
+    """Samples index the spatial dims in reverse (W, H) for 2-D and in order (T, H, W) for 3-D, as in PyTorch.
+    Takes the first maximum (or a NaN) of each window; indices are flat over the input's spatial dims."""
+    batched = x.ndim == nd + 2
+    xb = x if batched else x[None]
+    size, k, out = xb.shape[2:], _tup(kernel_size, nd), _tup(output_size, nd)
+    order = [1, 0] if nd == 2 else [0, 1, 2]
+    starts = [_fractional_starts(samples[..., order[a]], size[a], out[a], k[a]) for a in range(nd)]  # (N, C, o)
+    flat = xb.reshape(xb.shape[:2] + (-1,))
+    strides = [math.prod(size[a + 1:]) for a in range(nd)]
+    best = idx = None
+    for offs in itertools.product(*[range(kk) for kk in k]):
+        index = 0
+        for a in range(nd):
+            pos = starts[a] + offs[a]
+            shape = pos.shape[:2] + tuple(out[a] if b == a else 1 for b in range(nd))
+            index = index + pos.reshape(shape) * strides[a]
+        index = jnp.broadcast_to(index, xb.shape[:2] + out)
+        val = jnp.take_along_axis(flat, index.reshape(xb.shape[:2] + (-1,)), axis=2).reshape(index.shape)
+        if best is None:
+            best, idx = val, index
+            continue
+        take = (val > best) | jnp.isnan(val)
+        best, idx = jnp.where(take, val, best), jnp.where(take, index, idx)
+    return (best, idx) if batched else (best[0], idx[0])
+
+
+@lower(aten.fractional_max_pool2d)
+def fractional_max_pool2d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, kernel_size, output_size, random_samples, 2)
+
+
+@lower(aten.fractional_max_pool3d)
+def fractional_max_pool3d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, kernel_size, output_size, random_samples, 3)
+
+
+@lower(aten.fractional_max_pool2d_backward)
+def fractional_max_pool2d_backward(grad, x, kernel_size, output_size, indices):
+    return _scatter_to_input(grad, x, indices, 2)
+
+
+@lower(aten.fractional_max_pool3d_backward)
+def fractional_max_pool3d_backward(grad, x, kernel_size, output_size, indices):
+    return _scatter_to_input(grad, x, indices, 3)

@@ -172,13 +172,14 @@ class _Compiled:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
-    __slots__ = ("run", "jitted", "meta", "avals", "name")
+    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name")
 
     def __init__(self, run, jit: bool, meta, name: str):
         self.run = run
         self.jitted = jax.jit(run) if jit else None
         self.meta = meta
-        self.avals = None
+        self.avals = None  # flattened output ShapeDtypeStructs, computed on first use in fused mode
+        self.treedef = None
         self.name = name
 
 
@@ -190,7 +191,7 @@ def _aval(v):
 
 def _concrete(dyn: list, reason: str) -> list:
     """``dyn`` with every lazy input materialized (a sync point when fused work is pending)."""
-    if not any(isinstance(v, lazy.LazyValue) for v in dyn):
+    if not lazy.has_pending() or not any(isinstance(v, lazy.LazyValue) for v in dyn):
         return dyn
     lazy.sync(reason)
     return [v.value if isinstance(v, lazy.LazyValue) else v for v in dyn]
@@ -201,9 +202,10 @@ def launch(compiled: _Compiled, key, dyn: list, device_index: int, has_tensor_in
     mode = modes.current()
     if mode == "fused" and compiled.jitted is not None and has_tensor_inputs:
         if compiled.avals is None:
-            compiled.avals = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+            out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+            compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if lazy.track_sources else None
-        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.name, source)
+        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source)
     dyn = _concrete(dyn, f"{compiled.name} needs concrete inputs")
     fn = compiled.jitted or compiled.run
     if has_tensor_inputs:

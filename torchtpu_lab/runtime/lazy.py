@@ -76,7 +76,7 @@ class _Compiled(NamedTuple):
     n_nodes: int
 
 
-_pending: "weakref.WeakSet" = weakref.WeakSet()  # storages whose array is a LazyValue
+_pending: dict = {}  # id(storage) -> weakref to a storage whose array is (or was) a LazyValue
 _recorded = [0]  # nodes recorded since the last sync
 _seq = [0]  # nodes recorded ever
 _GRAPHS: dict = {}
@@ -91,20 +91,24 @@ def is_lazy(value) -> bool:
     return isinstance(value, LazyValue)
 
 
-def record(key, fn, inputs: list, out_avals, name: str, source=None):
-    """Record ``fn(*inputs)`` (traceable; ``out_avals`` its output ShapeDtypeStructs as a pytree) and return the
-    pytree of :class:`LazyValue` placeholders for its outputs."""
-    leaves, treedef = jax.tree_util.tree_flatten(out_avals)
+def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None):
+    """Record ``fn(*inputs)`` (traceable; ``out_leaves``/``treedef``: its flattened output ShapeDtypeStructs) and
+    return the pytree of :class:`LazyValue` placeholders for its outputs."""
     _seq[0] += 1
-    node = Node(key, fn, list(inputs), treedef, leaves, name, source, _seq[0])
-    outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(leaves)]
+    node = Node(key, fn, inputs, treedef, out_leaves, name, source, _seq[0])
+    outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(out_leaves)]
     _recorded[0] += 1
-    return jax.tree_util.tree_unflatten(treedef, outs)
+    return outs[0] if treedef.num_leaves == 1 and treedef.num_nodes == 1 else jax.tree_util.tree_unflatten(
+        treedef, outs)
 
 
 def track(storage) -> None:
     """Note that ``storage`` now holds a placeholder that a sync must materialize."""
-    _pending.add(storage)
+    _pending[id(storage)] = weakref.ref(storage)
+
+
+def has_pending() -> bool:
+    return bool(_pending)
 
 
 def pending_ops() -> int:
@@ -185,8 +189,9 @@ def _graph_fn(nodes: list[Node], key: _GraphKey):
 
 def sync(reason: str = "sync", record: bool = True) -> None:
     """Materialize every pending placeholder in one compiled computation (a sync event when there was work)."""
-    storages = [s for s in list(_pending) if isinstance(s._array, LazyValue)]
+    refs = list(_pending.values())
     _pending.clear()
+    storages = [s for s in (r() for r in refs) if s is not None and isinstance(s._array, LazyValue)]
     n_recorded = _recorded[0]
     _recorded[0] = 0
     if not storages:

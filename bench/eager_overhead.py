@@ -1,0 +1,89 @@
+"""Per-op cost of eager execution on the tpu device.
+
+    python bench/eager_overhead.py [--iters 2000] [--reps 7]
+
+* strict mode, cache hit: one small op (64x64 float32) as a tpu tensor op vs one call of the same jitted JAX
+  function (target: at most 2x);
+* fused mode capture: the cost of recording one op into the lazy graph (no execution; target: about 10 us).
+
+Each figure is the median over ``--reps`` repetitions of the mean per op over ``--iters`` ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import common  # noqa: F401  (sets sys.path)
+import jax
+import jax.numpy as jnp
+import torch
+
+import torchtpu_lab
+from torchtpu_lab.runtime import lazy
+
+OPS = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b),
+    "relu": (lambda a, b: torch.relu(a), lambda a, b: jax.nn.relu(a)),
+    "matmul": (lambda a, b: a @ b, lambda a, b: a @ b),
+    "sum": (lambda a, b: a.sum(), lambda a, b: a.sum()),
+}
+
+
+def strict_rows(iters: int, reps: int) -> list[tuple]:
+    from common import median_time
+
+    x = torch.randn(64, 64)
+    a, b = x.to("tpu"), x.to("tpu")
+    aj, bj = jnp.asarray(x.numpy()), jnp.asarray(x.numpy())
+    rows = []
+    with torchtpu_lab.eager_mode("strict"):
+        for name, (tfn, jfn) in OPS.items():
+            jitted = jax.jit(jfn)
+            t_tpu = median_time(lambda: tfn(a, b), lambda o: torch.tpu.synchronize(), iters, reps)
+            t_jax = median_time(lambda: jitted(aj, bj), lambda o: o.block_until_ready(), iters, reps)
+            rows.append((name, f"{t_tpu * 1e6:.1f}", f"{t_jax * 1e6:.1f}", f"{t_tpu / t_jax:.2f}x"))
+    return rows
+
+
+def capture_rows(iters: int, reps: int) -> list[tuple]:
+    from common import median_time
+
+    a = torch.randn(64, 64).to("tpu")
+    rows = []
+    lazy.max_graph_ops = 10**9  # measure recording only; the graph is dropped unexecuted by the sync below
+    with torchtpu_lab.eager_mode("fused"):
+        for name, (tfn, _) in OPS.items():
+            state = {"x": a}
+
+            def record():
+                state["x"] = tfn(state["x"], a) if name != "sum" else tfn(a, a)
+                return state["x"]
+
+            def finish(_):
+                state["x"] = a
+                lazy._pending.clear()
+                lazy._recorded[0] = 0
+
+            t = median_time(record, finish, iters, reps)
+            rows.append((name, f"{t * 1e6:.1f}"))
+    lazy.max_graph_ops = 2000
+    return rows
+
+
+def main(argv=None) -> None:
+    from common import table
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iters", type=int, default=2000)
+    p.add_argument("--reps", type=int, default=7)
+    args = p.parse_args(argv)
+    print(f"platform: {torch.tpu.platform_name()}")
+    print(table("\nstrict mode, per op (cache hit), 64x64 float32",
+                strict_rows(args.iters, args.reps), ("op", "tpu us", "jax.jit us", "ratio")))
+    print(table("\nfused mode, capture cost per recorded op", capture_rows(args.iters, args.reps),
+                ("op", "us/op")))
+
+
+if __name__ == "__main__":
+    main()
