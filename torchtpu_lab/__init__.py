@@ -15,6 +15,7 @@ from . import autocast as _autocast  # noqa: E402,F401  (torch.autocast("tpu") p
 from . import debug  # noqa: E402
 from .device import tpu_module as tpu  # noqa: E402
 from .metrics import metrics_report  # noqa: E402
+from .profile import Profile, profile  # noqa: E402
 from .platform import info as platform_info  # noqa: E402
 from .runtime import compile_cache  # noqa: E402
 from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
@@ -24,7 +25,7 @@ from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
 __version__ = "0.1.0"
 __all__ = [
     "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
-    "debug", "set_cpu_fallback", "__version__",
+    "debug", "set_cpu_fallback", "profile", "Profile", "__version__",
 ]
 
 
@@ -33,8 +34,24 @@ def sync() -> None:
     from . import telemetry
     from .runtime import lazy
 
-    telemetry.record_sync("torchtpu_lab.sync()", lazy.pending_ops())
+    import time
+
+    event = telemetry.record_sync("torchtpu_lab.sync()", lazy.pending_ops())
     lazy.sync("torchtpu_lab.sync()", record=False)
+    event.dur = time.perf_counter() - event.t
 
 
 compile_cache.enable()
+
+
+def load_ipython_extension(ip) -> None:
+    """``%load_ext torchtpu_lab``: see :mod:`torchtpu_lab.jupyter.session`."""
+    from .jupyter import load_ipython_extension as load
+
+    load(ip)
+
+
+def unload_ipython_extension(ip) -> None:
+    from .jupyter import unload_ipython_extension as unload
+
+    unload(ip)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ def user_source(depth: int = 2) -> Source | None:
     try:
         frame = sys._getframe(depth)
     except ValueError:  # a shallow stack, e.g. PyTorch's autograd thread calling back into Python
-        return None
+        return BACKWARD
     internal = _internal_code
     while frame is not None:
         code = frame.f_code
@@ -67,7 +68,28 @@ def user_source(depth: int = 2) -> Source | None:
         if not skip:
             return Source(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
-    return None
+    return BACKWARD if threading.current_thread() is not threading.main_thread() else None
+
+
+#: Callables ``filename -> label or None``; the IPython extension adds one that names notebook cells.
+labelers: list = []
+
+
+def describe(source: Source | None) -> str:
+    """A short human name for a source line: ``cell [3], line 2`` in a notebook, ``train.py:41`` elsewhere."""
+    if source is None:
+        return "<unknown>"
+    if source.filename == "<autograd backward>":
+        return "backward (autograd)"
+    for labeler in labelers:
+        label = labeler(source.filename)
+        if label:
+            return f"{label}, line {source.lineno}"
+    return f"{os.path.basename(source.filename)}:{source.lineno}"
+
+
+#: Ops run by PyTorch's autograd engine on its own thread have no user frame: they belong to ``.backward()``.
+BACKWARD = Source("<autograd backward>", 0, "backward")
 
 
 @dataclass(slots=True)
@@ -121,10 +143,12 @@ def _log(log: deque, event: Event) -> Event:
 
 
 def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "") -> Event:
-    """A compilation happened (always logged): what, why, how long, and the user line that triggered it."""
+    """A compilation happened (always logged): what, why, how long, and the user line that triggered it.
+    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting)."""
     now = time.perf_counter()
     return _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
-                                   {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason}))
+                                   {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
+                                    "recompile": not cause.startswith("first time")}))
 
 
 def record_sync(reason: str, n_ops: int = 0, source: Source | None = None) -> Event:
@@ -134,9 +158,10 @@ def record_sync(reason: str, n_ops: int = 0, source: Source | None = None) -> Ev
                                 {"pending_ops": n_ops}))
 
 
-def record_execute(name: str, t0: float, n_ops: int) -> Event:
+def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool) -> Event:
     counters["executions"] += 1
-    return _log(execute_log, Event("graph", name, t0, time.perf_counter() - t0, 0, None, {"n_ops": n_ops}))
+    return _log(execute_log, Event("graph", name, t0, time.perf_counter() - t0, 0, None,
+                                   {"n_ops": n_ops, "cache_hit": cache_hit}))
 
 
 class Recorder:

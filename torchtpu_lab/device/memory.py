@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import platform
+from .. import platform, telemetry
 
-# id(array) -> [array, references from storages, device index, bytes]
+# id(array) -> [array, references from storages, device index, bytes, (shape, dtype, source) of its storage]
 _live: dict[int, list] = {}
 _allocated: dict[int, int] = {}
 _peak: dict[int, int] = {}
@@ -25,13 +25,18 @@ _counts = {"alloc": 0, "free": 0}
 listeners: list[Callable[[str, int, int], None]] = []
 
 
-def acquire(array, device_index: int, nbytes: int) -> None:
-    """Note that one more storage holds ``array`` (of ``nbytes`` bytes)."""
+#: When true, storages remember the user line that created them (``%tpu memory``, profiles); off by default
+#: because it costs a stack walk per allocation.
+track_sources = False
+
+
+def acquire(array, device_index: int, nbytes: int, origin: tuple | None = None) -> None:
+    """Note that one more storage holds ``array`` (of ``nbytes`` bytes; ``origin``: shape, dtype, source)."""
     entry = _live.get(id(array))
     if entry is not None:
         entry[1] += 1
         return
-    _live[id(array)] = [array, 1, device_index, nbytes]
+    _live[id(array)] = [array, 1, device_index, nbytes, origin]
     total = _allocated.get(device_index, 0) + nbytes
     _allocated[device_index] = total
     if total > _peak.get(device_index, 0):
@@ -69,6 +74,17 @@ def peak(device_index: int = 0) -> int:
 
 def reset_peak(device_index: int = 0) -> None:
     _peak[device_index] = _allocated.get(device_index, 0)
+
+
+def largest(device_index: int = 0, n: int = 10) -> list[dict]:
+    """The ``n`` largest live buffers: bytes, shape, dtype and the user line that created them (if tracked)."""
+    entries = sorted((e for e in _live.values() if e[2] == device_index), key=lambda e: -e[3])[:n]
+    out = []
+    for e in entries:
+        shape, dtype, source = e[4] if e[4] else (tuple(e[0].shape), None, None)
+        out.append({"nbytes": e[3], "shape": list(shape), "dtype": str(dtype).replace("torch.", "") if dtype else
+                    str(e[0].dtype), "source": telemetry.describe(source) if source else None})
+    return out
 
 
 def live_buffers(device_index: int | None = None) -> list:

@@ -17,18 +17,19 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import dtypes
+from .. import dtypes, telemetry
 from . import memory
 
 
 class Storage:
-    __slots__ = ("_array", "shape", "dtype", "device_index", "nbytes", "__weakref__")
+    __slots__ = ("_array", "shape", "dtype", "device_index", "nbytes", "source", "__weakref__")
 
     def __init__(self, shape: tuple, dtype: torch.dtype, device_index: int, array=None):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.device_index = device_index
         self.nbytes = math.prod(self.shape) * dtype.itemsize
+        self.source = telemetry.user_source(2) if memory.track_sources else None
         self._array = None
         if array is not None:
             self.array = array
@@ -54,7 +55,7 @@ class Storage:
         if new is old:
             return
         if isinstance(new, jax.Array):
-            memory.acquire(new, self.device_index, self.nbytes)
+            memory.acquire(new, self.device_index, self.nbytes, (self.shape, self.dtype, self.source))
         self._array = new
         if isinstance(old, jax.Array):
             memory.release(old)

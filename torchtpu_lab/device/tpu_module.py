@@ -7,6 +7,7 @@ asks :func:`get_amp_supported_dtype`, ``Module.tpu()`` and friends check :func:`
 from __future__ import annotations
 
 import contextlib
+import time
 
 import torch
 
@@ -103,10 +104,11 @@ def synchronize(device=None) -> None:
     from .. import telemetry
     from ..runtime import lazy
 
-    telemetry.record_sync("torch.tpu.synchronize()", lazy.pending_ops())
+    event = telemetry.record_sync("torch.tpu.synchronize()", lazy.pending_ops())
     lazy.sync("torch.tpu.synchronize()", record=False)
     for array in memory.live_buffers(_index(device)):
         array.block_until_ready()
+    event.dur = time.perf_counter() - event.t
 
 
 def manual_seed(seed: int) -> None:

@@ -20,7 +20,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from .registry import aten, lower
+from .registry import aten, kernel, lower
 
 
 def _axes(dim, ndim: int) -> list[int]:
@@ -94,3 +94,28 @@ def conj(x):
 @lower(aten._neg_view.default)
 def neg_view(x):
     return -x
+
+
+@kernel(aten.conj_physical_.default)
+def conj_physical_(self):
+    if self.is_complex():
+        self.copy_(aten._conj_physical.default(self))
+    return self
+
+
+def _pair(a, b):
+    a, b = jnp.broadcast_arrays(a, b)
+    dtype = jnp.result_type(a, b)
+    return a.astype(dtype), b.astype(dtype)
+
+
+@lower(aten.complex.default)
+def complex_(real, imag):
+    """Lowered (not decomposed): PyTorch's decomposition writes through ``result.real``/``result.imag``."""
+    return lax.complex(*_pair(real, imag))
+
+
+@lower(aten.polar.default)
+def polar(abs, angle):
+    abs, angle = _pair(abs, angle)
+    return lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))

@@ -1459,3 +1459,264 @@ def fractional_max_pool2d_backward(grad, x, kernel_size, output_size, indices):
 @lower(aten.fractional_max_pool3d_backward)
 def fractional_max_pool3d_backward(grad, x, kernel_size, output_size, indices):
     return _scatter_to_input(grad, x, indices, 3)
+
+
+# ---- margin losses (the forwards decompose; the backwards are the vjp of the same per-sample formula) -----------
+
+
+def _multi_margin(x, target, p, margin, weight):
+    """Per-sample ``sum_{j != y} max(0, margin - x[y] + x[j])^p * w[y] / C`` of a 2-D input."""
+    u = jnp.take_along_axis(x, target[:, None], axis=1)
+    z = jnp.maximum(margin - u + x, 0)
+    z = z if p == 1 else z * z
+    if weight is not None:
+        z = z * jnp.take(weight, target)[:, None].astype(z.dtype)
+    z = jnp.where(jnp.arange(x.shape[1]) != target[:, None], z, jnp.zeros((), z.dtype))
+    return jnp.sum(z, axis=1) / x.shape[1]
+
+
+def _multilabel_margin(x, target):
+    """Per-sample multilabel margin loss of a 2-D input (targets end at the first -1)."""
+    dim = x.shape[1]
+    idx = jnp.arange(dim)
+    end = jnp.min(jnp.where(target == -1, idx, dim), axis=1, keepdims=True)
+    valid = idx < end
+    u = jnp.take_along_axis(x, jnp.where(valid, target, 0), axis=1)  # (N, K)
+    is_target = jnp.any((idx[None, None, :] == target[:, :, None]) & valid[:, :, None], axis=1)
+    z = jnp.maximum(1 - u[:, :, None] + x[:, None, :], 0) / dim  # (N, K, C)
+    z = jnp.where(valid[:, :, None] & ~is_target[:, None, :], z, jnp.zeros((), z.dtype))
+    return jnp.sum(z, axis=(1, 2))
+
+
+def _margin_backward(per_sample, grad, x, reduction):
+    x2 = jnp.atleast_2d(_acc(x))
+    losses, vjp = jax.vjp(per_sample, x2)
+    g = _reduce_backward(_acc(grad).reshape(-1) if reduction == 0 else _acc(grad), losses.shape, reduction)
+    return vjp(g.astype(losses.dtype))[0].reshape(x.shape)
+
+
+@lower(aten.multi_margin_loss_backward, static_scalars=True)
+def multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=1):
+    t = jnp.atleast_1d(target)
+    return _margin_backward(lambda v: _multi_margin(v, t, p, margin, weight), grad, x, reduction)
+
+
+@lower(aten.multilabel_margin_loss_backward)
+def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
+    t = jnp.atleast_2d(target)
+    return _margin_backward(lambda v: _multilabel_margin(v, t), grad, x, reduction)
+
+
+# ---- segment_reduce ----------------------------------------------------------------------------------------------
+
+
+def _segments(data, lengths, offsets, axis):
+    """``data`` as (B*L, rest) rows, each row's segment id (B*S for rows in no segment), B*S, and the output shape.
+    Segments run along ``axis``; ``lengths`` (lead, S) or ``offsets`` (lead, S+1) may differ per leading index."""
+    if offsets is None:
+        offsets = jnp.concatenate([jnp.zeros(lengths.shape[:-1] + (1,), lengths.dtype),
+                                   jnp.cumsum(lengths, axis=-1)], axis=-1)
+    lead, n, rest = data.shape[:axis], data.shape[axis], data.shape[axis + 1:]
+    b, s = math.prod(lead), offsets.shape[-1] - 1
+    offs = offsets.reshape(b, s + 1)
+    pos = jnp.arange(n, dtype=offs.dtype)
+    seg = jax.vmap(lambda o: jnp.searchsorted(o, pos, side="right") - 1)(offs)  # (B, L)
+    inside = (seg >= 0) & (seg < s) & (pos[None, :] < offs[:, s:])
+    ids = jnp.where(inside, seg + s * jnp.arange(b)[:, None], b * s).reshape(-1)
+    return data.reshape((b * n,) + rest), ids, b * s, lead + (s,) + rest, offs
+
+
+def _segment_counts(offs):
+    return jnp.diff(offs, axis=-1).reshape(-1)
+
+
+@lower(aten.segment_reduce)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """Empty segments give ``initial`` (or the reduction's identity; NaN for mean); a given ``initial`` also
+    enters every non-empty segment's reduction, as in PyTorch."""
+    if indices is not None:
+        raise NotImplementedError("torchtpu_lab: segment_reduce with indices is not supported")
+    axis = axis % data.ndim
+    rows, ids, nseg, shape, offs = _segments(_acc(data), lengths, offsets, axis)
+    count = _segment_counts(offs).reshape((-1,) + (1,) * (rows.ndim - 1))
+    if reduce in ("sum", "mean"):
+        out = jax.ops.segment_sum(rows, ids, nseg + 1)[:nseg]
+        if initial is not None:
+            out = out + initial
+        if reduce == "mean":
+            empty = jnp.asarray(jnp.nan if initial is None else initial, out.dtype)
+            out = jnp.where(count > 0, out / jnp.maximum(count, 1), empty)
+    elif reduce == "prod":
+        out = jax.ops.segment_prod(rows, ids, nseg + 1)[:nseg]
+        if initial is not None:
+            out = out * initial
+    elif reduce in ("max", "min"):
+        fn = jax.ops.segment_max if reduce == "max" else jax.ops.segment_min
+        out = fn(rows, ids, nseg + 1)[:nseg]
+        nan = jax.ops.segment_max(jnp.isnan(rows).astype(jnp.int32), ids, nseg + 1)[:nseg] > 0
+        out = jnp.where(nan, jnp.nan, out)
+        if initial is not None:
+            out = jnp.maximum(out, initial) if reduce == "max" else jnp.minimum(out, initial)
+        ident = -jnp.inf if reduce == "max" else jnp.inf
+        out = jnp.where(count > 0, out, jnp.asarray(ident if initial is None else initial, out.dtype))
+    else:
+        raise NotImplementedError(f"torchtpu_lab: segment_reduce reduce={reduce!r}")
+    return out.reshape(shape)
+
+
+@lower(aten._segment_reduce_backward)
+def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    """max/min share a segment's gradient equally among the elements equal to its result; prod divides the
+    result by each element, except at zeros and NaNs, which get the product of the others (as PyTorch)."""
+    axis = axis % data.ndim
+    rows, ids, nseg, _, offs = _segments(_acc(data), lengths, offsets, axis)
+    count = _segment_counts(offs)
+    g_seg = jnp.concatenate([_acc(grad).reshape((nseg,) + rows.shape[1:]),
+                             jnp.zeros((1,) + rows.shape[1:], rows.dtype)])
+    out_seg = jnp.concatenate([_acc(output).reshape((nseg,) + rows.shape[1:]),
+                               jnp.zeros((1,) + rows.shape[1:], rows.dtype)])
+    g, out = g_seg[ids], out_seg[ids]
+    zero = jnp.zeros((), rows.dtype)
+    if reduce == "sum":
+        res = g
+    elif reduce == "mean":
+        n = jnp.concatenate([count, jnp.ones((1,), count.dtype)])[ids]
+        res = g / jnp.maximum(n, 1).reshape((-1,) + (1,) * (rows.ndim - 1)).astype(rows.dtype)
+    elif reduce in ("max", "min"):
+        hit = (rows == out) | (jnp.isnan(rows) & jnp.isnan(out))
+        ties = jax.ops.segment_sum(hit.astype(rows.dtype), ids, nseg + 1)[ids]
+        res = jnp.where(hit, g / jnp.maximum(ties, 1), zero)
+    elif reduce == "prod":
+        special = (rows == 0) | jnp.isnan(rows)
+        plain = jax.ops.segment_prod(jnp.where(special, 1, rows), ids, nseg + 1)[ids]
+        if initial is not None:
+            plain = plain * initial
+        n_zero = jax.ops.segment_sum((rows == 0).astype(jnp.int32), ids, nseg + 1)[ids] - (rows == 0)
+        n_nan = jax.ops.segment_sum(jnp.isnan(rows).astype(jnp.int32), ids, nseg + 1)[ids] - jnp.isnan(rows)
+        others = jnp.where(n_nan > 0, jnp.nan, jnp.where(n_zero > 0, 0 * plain, plain))
+        res = jnp.where(special, g * others, g * out / jnp.where(special, 1, rows))
+    else:
+        raise NotImplementedError(f"torchtpu_lab: _segment_reduce_backward reduce={reduce!r}")
+    res = jnp.where((ids < nseg).reshape((-1,) + (1,) * (rows.ndim - 1)), res, zero)
+    return res.reshape(data.shape)
+
+
+# ---- grid sampling -----------------------------------------------------------------------------------------------
+
+
+def _flip(x, neg):
+    return jnp.where(neg, -x, x)  # gradient +1 at zero (PyTorch's ``in < 0`` test), unlike jnp.abs
+
+
+def _reflect(x, twice_low, twice_high):
+    if twice_low == twice_high:
+        return jnp.zeros_like(x)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    d = x - low
+    d = _flip(d, d < 0)
+    extra = jnp.fmod(d, span)
+    flips = jnp.floor(d / span)
+    return jnp.where(jnp.fmod(flips, 2) == 0, extra + low, span - extra + low)
+
+
+def _clip(x, size):
+    return jnp.where(x < 0, jnp.zeros((), x.dtype), jnp.where(x > size - 1, jnp.asarray(size - 1, x.dtype), x))
+
+
+def _pad_coord(x, size, padding_mode, align_corners):
+    """PyTorch's ``compute_coordinates``: border clips, reflection reflects then clips."""
+    if padding_mode == 1:
+        return _clip(x, size)
+    if padding_mode == 2:
+        x = _reflect(x, 0, 2 * (size - 1)) if align_corners else _reflect(x, -1, 2 * size - 1)
+        return _clip(x, size)
+    return x
+
+
+def _unnormalize(coord, size, align_corners):
+    if align_corners:
+        return (coord + 1) / 2 * (size - 1)
+    return ((coord + 1) * size - 1) / 2
+
+
+def _grid_sample(x, grid, mode, padding_mode, align_corners):
+    """``grid_sampler_{2,3}d``: x (N, C, *S), grid (N, *O, nd) with coordinates ordered (W, H[, D]).
+    Modes: 0 bilinear, 1 nearest, 2 bicubic (2-D); padding: 0 zeros, 1 border, 2 reflection."""
+    nd = x.ndim - 2
+    size = x.shape[2:]
+    flat = x.reshape(x.shape[:2] + (-1,))
+    strides = [math.prod(size[a + 1:]) for a in range(nd)]
+    coords = [grid[..., nd - 1 - a] for a in range(nd)]  # per spatial axis of x: D, H, W
+
+    def tap(pos):
+        """x at integer positions ``pos`` (per axis, float or int, shaped (N, *O)); zero outside."""
+        valid = jnp.ones(pos[0].shape, bool)
+        index = 0
+        for a in range(nd):
+            p = pos[a].astype(jnp.int64)
+            valid = valid & (pos[a] >= 0) & (pos[a] <= size[a] - 1)
+            index = index + jnp.clip(p, 0, size[a] - 1) * strides[a]
+        vals = jax.vmap(lambda f, i: f[:, i])(flat, index)  # (N, C, *O)
+        return jnp.where(valid[:, None], vals, jnp.zeros((), vals.dtype))
+
+    if mode == 2:
+        a_ = -0.75
+
+        def near(v):
+            return ((a_ + 2) * v - (a_ + 3)) * v * v + 1
+
+        def far(v):
+            return ((a_ * v - 5 * a_) * v + 8 * a_) * v - 4 * a_
+
+        src = [_unnormalize(c, n, align_corners) for c, n in zip(coords, size)]
+        base = [jnp.floor(s) for s in src]
+        t = [s - b for s, b in zip(src, base)]
+        coeff = [[far(tt + 1), near(tt), near(1 - tt), far(2 - tt)] for tt in t]
+        out = 0
+        for offs in itertools.product(range(4), repeat=nd):
+            pos = [_pad_coord(b - 1 + o, n, padding_mode, align_corners) for b, o, n in zip(base, offs, size)]
+            w = math.prod(coeff[a][offs[a]] for a in range(nd))
+            out = out + w[:, None] * tap([jnp.trunc(p) if padding_mode else p for p in pos])
+        return out
+    src = [_pad_coord(_unnormalize(c, n, align_corners), n, padding_mode, align_corners)
+           for c, n in zip(coords, size)]
+    if mode == 1:
+        return tap([jnp.round(s) for s in src])
+    base = [jnp.floor(s) for s in src]
+    out = 0
+    for offs in itertools.product(range(2), repeat=nd):
+        w = math.prod((s - b) if o else (b + 1 - s) for s, b, o in zip(src, base, offs))
+        out = out + w[:, None] * tap([b + o for b, o in zip(base, offs)])
+    return out
+
+
+def _grid_sample_backward(grad, x, grid, mode, padding_mode, align_corners, output_mask):
+    xf, gf = _acc(x), _acc(grid)
+    _, vjp = jax.vjp(lambda v, g: _grid_sample(v, g, mode, padding_mode, align_corners), xf, gf)
+    gx, gg = vjp(_acc(grad).astype(xf.dtype))
+    return (gx if output_mask[0] else None), (gg if output_mask[1] else None)
+
+
+@lower(aten.grid_sampler_2d, aten.grid_sampler_3d)
+def grid_sampler(x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(_acc(x), _acc(grid), interpolation_mode, padding_mode, align_corners)
+
+
+@lower(aten.grid_sampler_2d_backward, aten.grid_sampler_3d_backward)
+def grid_sampler_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+    return _grid_sample_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners, output_mask)
+
+
+# ---- rrelu (mutates ``noise``) -----------------------------------------------------------------------------------
+
+
+@kernel(aten.rrelu_with_noise.default)
+def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    """Training: each ``x <= 0`` is scaled by a fresh U(lower, upper) sample, stored in ``noise`` (1 elsewhere).
+    Otherwise a leaky ReLU with slope ``(lower + upper) / 2``; ``noise`` is left alone."""
+    if not training:
+        return torch.where(x > 0, x, x * ((lower + upper) / 2))
+    r = torch.rand(x.shape, dtype=x.dtype, device=x.device) * (upper - lower) + lower
+    r = torch.where(x <= 0, r, torch.ones((), dtype=x.dtype, device=x.device))
+    noise.copy_(r)
+    return x * r

@@ -130,6 +130,14 @@ _3PI_4 = 2.356194490192344928846982537459627163
 _ONE_OVER_SQRT_PI = 5.64189583547756286948e-01
 
 
+def _libm(fn, x):
+    """``fn(x)`` rounded once to float32, as glibc's float functions give it; the trigonometric forms of the
+    Chebyshev polynomials multiply an angle by ``n``, so XLA's few-ulp float32 ``acos`` would show."""
+    if x.dtype == jnp.float32:
+        return fn(x.astype(jnp.float64)).astype(jnp.float32)
+    return fn(x)
+
+
 def _horner(z, coeffs):
     acc = jnp.zeros_like(z)  # starts at 0 like the C loops (0 * inf is NaN there too)
     for c in coeffs:
@@ -393,24 +401,30 @@ def _chebyshev(kind: str, x, n, shifted: bool):
     at_left = x == 0.0 if shifted else x == -1.0
     threshold = {"t": 6, "u": 6 if shifted else 8, "v": 6 if shifted else 8, "w": 4 if shifted else 8}[kind]
     odd_sign = jnp.where(even, one, -one)
-    theta = jnp.arccos(y)
+    def sin(v):
+        return _libm(jnp.sin, v)
+
+    def cos(v):
+        return _libm(jnp.cos, v)
+
+    theta = _libm(jnp.arccos, y)
     if kind == "t":
         right, left = one, odd_sign
-        trig = jnp.cos(nf * theta)
+        trig = cos(nf * theta)
         q1 = y
     elif kind == "u":
         right, left = nf + 1, odd_sign * (nf + 1)
-        s = jnp.sin(theta)
-        trig = jnp.where(s != 0.0, jnp.sin((nf + 1) * theta) / s, (nf + 1) * jnp.cos((nf + 1) * theta) / y)
+        s = sin(theta)
+        trig = jnp.where(s != 0.0, sin((nf + 1) * theta) / s, (nf + 1) * cos((nf + 1) * theta) / y)
         q1 = y + y
     elif kind == "v":
         right, left = one, odd_sign * (nf + nf + 1)
-        trig = jnp.where(jnp.sin(theta / 2.0) != 1.0, jnp.cos((nf + 0.5) * theta) / jnp.cos(theta / 2.0), left)
+        trig = jnp.where(sin(theta / 2.0) != 1.0, cos((nf + 0.5) * theta) / cos(theta / 2.0), left)
         q1 = y + y - 1.0
     else:
         right, left = nf + nf + 1, odd_sign
-        trig = jnp.where(jnp.cos(theta / 2.0) != 1.0, jnp.sin((nf + 0.5) * theta) / jnp.sin(theta / 2.0),
-                         left if shifted else jnp.where(x > 0.0, right, left))
+        fallback = left if shifted else jnp.where(x > 0.0, right, left)
+        trig = jnp.where(cos(theta / 2.0) != 1.0, sin((nf + 0.5) * theta) / sin(theta / 2.0), fallback)
         q1 = y + y + 1.0
     use_trig = (k > threshold) & (jnp.abs(y) < 1.0)
     ends = at_right | at_left

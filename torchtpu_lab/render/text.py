@@ -34,3 +34,67 @@ def metrics_text(s: dict) -> str:
             where = f" at {c['source']}" if c["source"] else ""
             lines.append(f"  {c['name']} ({_ms(c['seconds'])}): {c['cause']}{where}")
     return "\n".join(lines)
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "n/a"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def fmt_s(seconds) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def summary_line(s: dict) -> str:
+    rate = "n/a" if s["cache_hit_rate"] is None else f"{100 * s['cache_hit_rate']:.0f}%"
+    return (f"wall {fmt_s(s['wall_s'])} | device {fmt_s(s['device_s'])} | {s['ops']} ops | "
+            f"{s['graphs_executed']} graphs | {s['compiles']} compiles ({s['recompiles']} recompiles) | "
+            f"cache hit rate {rate} | {s['syncs']} syncs | {s['cpu_fallbacks']} CPU fallbacks | "
+            f"peak {fmt_bytes(s['peak_bytes'])}")
+
+
+def profile_text(r: dict) -> str:
+    s = r["summary"]
+    out = [f"torchtpu_lab profile ({s['platform']})", summary_line(s)]
+    if s["error"]:
+        out.append(f"the block raised {s['error']} (partial report)")
+    if r["ops"]["by_time"]:
+        out.append("top ops by time:")
+        for o in r["ops"]["by_time"]:
+            out.append(f"  {o['op']:<40} x{o['count']:<5} {fmt_s(o['total_s']):>9}  {o['line']}")
+    if r["compiles"]:
+        out.append("compilations:")
+        for c in r["compiles"]:
+            mark = "RECOMPILE " if c["recompile"] else ""
+            out.append(f"  {mark}{c['name']} {fmt_s(c['seconds'])} at {c['line']}: {c['cause']}")
+    if r["syncs"]:
+        out.append("syncs:")
+        for g in r["syncs"]:
+            out.append(f"  {g['count']} x {g['reason']} at {g['line']} (waited {fmt_s(g['wait_s'])})")
+            if g["hint"]:
+                out.append(f"    hint: {g['hint']}")
+    if r["fallbacks"]:
+        out.append("CPU fallbacks:")
+        for f in r["fallbacks"]:
+            out.append(f"  {f['count']} x {f['op']} at {f['line']}")
+    m = r["memory"]
+    out.append(f"device memory: start {fmt_bytes(m['start'])}, end {fmt_bytes(m['end'])}, peak {fmt_bytes(m['peak'])}, "
+               f"limit {fmt_bytes(m['limit'])}; allocated {fmt_bytes(m['allocated'])}, freed {fmt_bytes(m['freed'])}")
+    for t in m["largest"][:5]:
+        out.append(f"  {fmt_bytes(t['nbytes']):>10} {t['dtype']}{t['shape']} created at {t['source'] or 'n/a'}")
+    if r["xprof_dir"]:
+        out.append(f"XProf trace: {r['xprof_dir']}")
+        out.append(f"  open it with:  tensorboard --logdir {r['xprof_dir']}   (then the Profile tab)")
+    return "\n".join(out)

@@ -47,11 +47,13 @@ def _describe_arg_change(op_name: str, path: tuple, old, new) -> str:
         if old.view != new.view or old.base_shape != new.base_shape:
             return f"{where} of {op_name} is a different view of its storage (strides/offset changed)"
         return f"{where} of {op_name} changed kind"
-    if isinstance(old, _Static) and isinstance(new, _Static) and old.type is new.type and old.type in (float, int):
+    if isinstance(old, _Static) and isinstance(new, _Static) and old.type is new.type is float:
         return (
             f"a Python scalar that changes every step was baked in as a constant "
             f"({op_name} {where}: {old.value!r} -> {new.value!r})"
         )
+    if isinstance(old, _Static) and isinstance(new, _Static) and old.type is new.type is int:
+        return f"static size/dim argument {where} of {op_name} changed {old.value} -> {new.value}"
     return f"static argument {where} of {op_name} changed: {_short(old)} -> {_short(new)}"
 
 
@@ -126,7 +128,7 @@ def graph_cause(key, nodes) -> str:
     i = next((k for k, (a, b) in enumerate(zip(old_nodes, new_nodes)) if a != b), min(len(old_nodes), len(new_nodes)))
     if i < len(old_nodes) and i < len(new_nodes):
         old_sig, new_sig = old_nodes[i][0], new_nodes[i][0]
-        line = f" (recorded at {nodes[i].source})" if nodes[i].source else ""
+        line = f" (recorded at {telemetry.describe(nodes[i].source)})" if nodes[i].source else ""
         if isinstance(old_sig, tuple) and isinstance(new_sig, tuple) and old_sig[0] != new_sig[0]:
             return f"op sequence differs at op {i}: {_name(old_sig)} vs {_name(new_sig)}{line}"
         if old_sig == new_sig:

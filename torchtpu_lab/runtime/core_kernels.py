@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import time
 
 import jax
 import jax.numpy
@@ -37,9 +38,10 @@ def _tpu_index(device) -> int:
 
 def to_host(t: tensor.TpuTensor, reason: str = "copy to host (.cpu() / .to('cpu'))") -> torch.Tensor:
     """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
-    telemetry.record_sync(sync_reason.get() or reason, lazy.pending_ops())
+    event = telemetry.record_sync(sync_reason.get() or reason, lazy.pending_ops())
     host = dtypes.host_tensor(np.asarray(executor.value(t, reason, record=False)), t.dtype)
     telemetry.count("transfer_to_host_bytes", host.numel() * host.element_size())
+    event.dur = time.perf_counter() - event.t
     return host
 
 
@@ -102,8 +104,10 @@ def copy_(self, src, non_blocking=False):
 
 
 def local_scalar_dense(self):
-    telemetry.record_sync(sync_reason.get() or "item() / bool() / int() of a tensor", lazy.pending_ops())
-    return np.asarray(executor.value(self, record=False)).item()
+    event = telemetry.record_sync(sync_reason.get() or "item() / bool() / int() of a tensor", lazy.pending_ops())
+    value = np.asarray(executor.value(self, record=False)).item()
+    event.dur = time.perf_counter() - event.t
+    return value
 
 
 

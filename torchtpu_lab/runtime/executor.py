@@ -275,12 +275,17 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0)
     else:
         out = launch(compiled, key, enc.dyn, device_index, enc.device_index is not None)
-    if fresh and modes.current() != "fused":
+    if fresh and compiled.jitted is not None and not _recorded_lazily(out):
         compile_events.note_compile("op", key, None, compile_events.op_cause(key), time.perf_counter() - t0)
     result = _wrap(out, compiled.meta, device_index)
     if lazy.over_limit():
         lazy.sync("graph size limit")
     return result
+
+
+def _recorded_lazily(out) -> bool:
+    leaves = jax.tree_util.tree_leaves(out, is_leaf=lambda v: isinstance(v, lazy.LazyValue))
+    return any(isinstance(v, lazy.LazyValue) for v in leaves)
 
 
 def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:

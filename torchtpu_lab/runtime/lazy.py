@@ -196,8 +196,7 @@ def sync(reason: str = "sync", record: bool = True) -> None:
     _recorded[0] = 0
     if not storages:
         return
-    if record:
-        telemetry.record_sync(reason, n_recorded)
+    sync_event = telemetry.record_sync(reason, n_recorded) if record else None
     targets: list[LazyValue] = []
     index: dict[int, int] = {}
     for v in sorted({id(s._array): s._array for s in storages}.values(), key=lambda v: (v.node.seq, v.index)):
@@ -211,6 +210,7 @@ def sync(reason: str = "sync", record: bool = True) -> None:
             s._array = Poisoned(e, s.shape, None)
         raise
     compiled = _GRAPHS.get(key)
+    hit = compiled is not None
     t0 = time.perf_counter()
     if compiled is None:
         from . import compile_events
@@ -233,11 +233,13 @@ def sync(reason: str = "sync", record: bool = True) -> None:
     except Exception as e:  # noqa: BLE001
         _fail(nodes, targets, storages, index, e)
     telemetry.count("graph_ops_executed", len(nodes))
-    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes))
+    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit)
     for v, r in zip(targets, results):
         v.value = r
     for s in storages:
         s.array = s._array.value
+    if sync_event is not None:
+        sync_event.dur = time.perf_counter() - sync_event.t
 
 
 def _fail(nodes, targets, storages, index, error):

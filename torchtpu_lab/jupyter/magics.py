@@ -1,0 +1,181 @@
+"""``%tpu`` (status, mode, cache, memory, metrics, watch) and ``%%tpu_profile`` (profile one cell)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import display
+
+from .. import metrics
+from ..device import memory
+from ..profile import profile
+from ..runtime import compile_cache, cpu_fallback, modes
+from .status import status, status_lines
+
+USAGE = """usage:
+  %tpu                      status of the tpu session
+  %tpu mode [debug|strict|fused]
+  %tpu cache                compile cache location and size;  %tpu cache clear  empties it
+  %tpu memory [--top N]     live device tensors by size, with the line that created each
+  %tpu metrics [--reset]    the metrics report (compile/execute times, counters)
+  %tpu fallback [on|off]    the CPU fallback for ops without a tpu lowering
+  %tpu watch [stop]         a live panel of memory, mode and compile counters
+%%tpu_profile [--top N] [--xprof] [--no-flame] [--output DIR]   profile the cell"""
+
+
+class TextAndHtml:
+    """A display object with a ``text/plain`` part for every viewer and an HTML part for notebooks."""
+
+    def __init__(self, text: str, html: str | None = None):
+        self.text = text
+        self.html = html
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = {"text/plain": self.text}
+        if self.html is not None:
+            bundle["text/html"] = self.html
+        return bundle
+
+
+def _in_notebook(shell) -> bool:
+    """True in a Jupyter kernel (which can show plotly figures), false in a terminal IPython."""
+    return type(shell).__name__ == "ZMQInteractiveShell" or hasattr(shell, "kernel")
+
+
+def _parse_top(args: list[str], default: int) -> int:
+    if "--top" in args:
+        i = args.index("--top")
+        try:
+            return int(args[i + 1])
+        except (IndexError, ValueError):
+            raise ValueError("--top takes a number") from None
+    return default
+
+
+@magics_class
+class TpuMagics(Magics):
+    @line_magic
+    def tpu(self, line: str = ""):
+        try:
+            args = shlex.split(line)
+        except ValueError as e:
+            print(f"%tpu: {e}\n{USAGE}")
+            return
+        cmd = args[0] if args else "status"
+        handler = getattr(self, f"_cmd_{cmd}", None)
+        if handler is None:
+            print(f"%tpu: unknown subcommand {cmd!r}\n{USAGE}")
+            return
+        try:
+            return handler(args[1:])
+        except ValueError as e:
+            print(f"%tpu {cmd}: {e}\n{USAGE}")
+
+    def _cmd_status(self, args):
+        from ..render.html import status_html
+
+        s = status()
+        display(TextAndHtml("\n".join(status_lines(s)), status_html(s)))
+
+    def _cmd_help(self, args):
+        print(USAGE)
+
+    def _cmd_mode(self, args):
+        if not args:
+            print(f"eager mode: {modes.current()}")
+            return
+        modes.set_eager_mode(args[0])
+        print(f"eager mode: {modes.current()}")
+
+    def _cmd_cache(self, args):
+        if args and args[0] == "clear":
+            removed = compile_cache.clear()
+            print(f"removed {removed} entries from {compile_cache.directory()}")
+            return
+        if args:
+            raise ValueError(f"unknown cache action {args[0]!r}")
+        print(f"compile cache: {compile_cache.directory() or '(off)'}, {compile_cache.entries()} entries on disk")
+
+    def _cmd_memory(self, args):
+        from ..render.text import fmt_bytes
+
+        top = _parse_top(args, 10)
+        rows = memory.largest(0, top)
+        lines = [f"tpu:0 memory: {fmt_bytes(memory.allocated(0))} allocated, peak {fmt_bytes(memory.peak(0))}"]
+        for r in rows:
+            lines.append(f"  {fmt_bytes(r['nbytes']):>10}  {r['dtype']}{r['shape']}  created at {r['source'] or 'n/a'}")
+        if not rows:
+            lines.append("  (no live tpu tensors)")
+        print("\n".join(lines))
+
+    def _cmd_metrics(self, args):
+        if args and args[0] == "--reset":
+            from .. import telemetry
+
+            telemetry.reset()
+            print("metrics reset")
+            return
+        print(metrics.metrics_report())
+
+    def _cmd_fallback(self, args):
+        if args:
+            if args[0] not in ("on", "off"):
+                raise ValueError("fallback takes on or off")
+            cpu_fallback.set_cpu_fallback(args[0] == "on")
+        ops = cpu_fallback.summary()
+        print(f"CPU fallback: {'on' if cpu_fallback.enabled() else 'off'}; "
+              + (", ".join(f"{k} x{v['count']}" for k, v in ops.items()) or "no op has fallen back"))
+
+    def _cmd_watch(self, args):
+        from . import watch
+
+        if args and args[0] == "stop":
+            watch.stop()
+            print("stopped the tpu watch panel")
+            return
+        display(watch.start())
+
+    @cell_magic
+    def tpu_profile(self, line: str, cell: str):
+        try:
+            args = shlex.split(line)
+            top = _parse_top(args, 10)
+        except ValueError as e:
+            print(f"%%tpu_profile: {e}\n{USAGE}")
+            return
+        known = {"--top", "--xprof", "--no-flame", "--output"}
+        unknown = [a for i, a in enumerate(args) if a.startswith("--") and a not in known]
+        if unknown:
+            print(f"%%tpu_profile: unknown option {unknown[0]}\n{USAGE}")
+            return
+        xprof_dir = None
+        if "--xprof" in args:
+            if "--output" in args and args.index("--output") + 1 < len(args):
+                xprof_dir = args[args.index("--output") + 1]
+            else:
+                count = self.shell.execution_count
+                xprof_dir = os.path.join(tempfile.gettempdir(), "torchtpu_lab_xprof", f"cell_{count}")
+        prof_obj = None
+        with profile(xprof_dir=xprof_dir) as prof:
+            prof_obj = prof
+            # the comment stands for the %%tpu_profile line, so reported line numbers are the cell's own
+            # (IPython strips leading blank lines, not comments)
+            result = self.shell.run_cell("# %%tpu_profile\n" + cell, store_history=False, silent=False)
+        self.shell.user_ns["_tpu_profile"] = prof_obj
+        if result.error_in_exec is not None and prof_obj.error is None:
+            prof_obj.error = f"{type(result.error_in_exec).__name__}: {result.error_in_exec}"
+        report = prof_obj.report(top)
+        from ..render import html as render_html
+        from ..render import plot
+        from ..render.text import profile_text
+
+        display(TextAndHtml(profile_text(report), render_html.profile_html(report)))
+        if not _in_notebook(self.shell):
+            return  # a terminal has no plotly renderer; the text report above is the whole report
+        if "--no-flame" not in args:
+            display(plot.flame_figure(report["flame"]))
+        if len(report["memory"]["timeline"]) > 2:
+            display(plot.memory_figure(report["memory"]["timeline"], report["memory"]["limit"]))

@@ -1,0 +1,88 @@
+"""``%load_ext torchtpu_lab``: turn the kernel into a tpu session; ``%unload_ext`` turns it back.
+
+Loading registers the device (already done by the import), switches to fused eager mode, enables the persistent
+compile cache, starts remembering which line created each device buffer, flushes pending fused work at the end
+of every cell, names notebook cells in reports ("cell [3], line 2") and shows a banner. Loading twice only shows
+the banner again. Unloading flushes, removes the hook and the magics, and switches to strict mode, where every
+op runs when it is called, as in plain PyTorch (the device itself stays registered: PyTorch cannot unregister it).
+"""
+
+from __future__ import annotations
+
+from IPython.display import display
+
+from .. import telemetry
+from ..device import memory
+from ..runtime import compile_cache, lazy, modes
+from .status import status, status_lines
+
+_state: dict = {"loaded": False}
+
+
+class Banner:
+    """The load banner: HTML in a notebook, text in a terminal."""
+
+    def __init__(self, data: dict):
+        self.data = data
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from ..render.html import status_html
+
+        return {"text/plain": "\n".join(status_lines(self.data)), "text/html": status_html(self.data)}
+
+
+def _end_of_cell(result=None) -> None:
+    try:
+        lazy.sync("end of cell")
+    except Exception as e:  # noqa: BLE001 — report, keep the kernel alive; the failure is in the tensors
+        print(f"torchtpu_lab: pending work of this cell failed: {type(e).__name__}: {e}")
+
+
+def _cell_labeler(shell):
+    def label(filename: str):
+        count = getattr(shell.compile, "_filename_map", {}).get(filename)
+        return f"cell [{count}]" if count is not None else None
+
+    return label
+
+
+def load_ipython_extension(ip) -> None:
+    from .magics import TpuMagics
+
+    if not _state["loaded"]:
+        _state["previous_track"] = memory.track_sources
+        modes.set_eager_mode("fused")
+        if compile_cache.directory() is None:
+            compile_cache.enable()
+        memory.track_sources = True
+        ip.events.register("post_run_cell", _end_of_cell)
+        _state["labeler"] = _cell_labeler(ip)
+        telemetry.labelers.append(_state["labeler"])
+        ip.register_magics(TpuMagics)
+        _state["loaded"] = True
+        telemetry.count("extension_loads")
+    display(Banner(status()))
+
+
+def unload_ipython_extension(ip) -> None:
+    if not _state["loaded"]:
+        return
+    from . import watch
+
+    watch.stop()
+    lazy.sync("extension unloaded")
+    try:
+        ip.events.unregister("post_run_cell", _end_of_cell)
+    except ValueError:
+        pass
+    telemetry.labelers.remove(_state["labeler"])
+    for kind, names in (("line", ("tpu",)), ("cell", ("tpu_profile",))):
+        for name in names:
+            ip.magics_manager.magics[kind].pop(name, None)
+    memory.track_sources = _state["previous_track"]
+    modes.set_eager_mode("strict")  # plain PyTorch behaviour: every op runs when it is called
+    _state["loaded"] = False
+
+
+def loaded() -> bool:
+    return _state["loaded"]

@@ -1,0 +1,163 @@
+"""The :class:`Profile`: the events of one profiled block and the summary users and renderers read."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from .. import platform
+from ..telemetry import Event
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    t: float  # seconds since the block started
+    allocated: int  # bytes held by tpu tensors after the change
+    kind: str  # "alloc" | "free"
+    nbytes: int
+
+
+@dataclass
+class Profile:
+    """What happened on the tpu device during one profiled block (a cell, under ``%%tpu_profile``)."""
+
+    device_index: int = 0
+    events: list[Event] = field(default_factory=list)
+    memory: list[MemorySample] = field(default_factory=list)
+    t0: float = 0.0
+    wall_s: float = 0.0
+    start_bytes: int = 0
+    end_bytes: int = 0
+    peak_bytes: int = 0
+    limit_bytes: int | None = None
+    live_at_end: list = field(default_factory=list)  # (nbytes, shape, dtype, source) of the largest live buffers
+    error: str | None = None
+    xprof_dir: str | None = None
+    platform: str = ""
+    _start_ids: set = field(default_factory=set, repr=False)
+
+    def start(self, allocated: int, live) -> None:
+        self.t0 = time.perf_counter()
+        self.start_bytes = allocated
+        self._start_ids = {id(a) for a in live}
+        self.platform = platform.info().description
+
+    def finish(self, events, samples, peak, allocated, live, xprof_dir) -> None:
+        from ..device import memory
+
+        self.wall_s = time.perf_counter() - self.t0
+        self.events = list(events)
+        self.memory = list(samples)
+        self.peak_bytes = max(peak, allocated, self.start_bytes)
+        self.end_bytes = allocated
+        stats = platform.jax_device(self.device_index).memory_stats() or {}
+        self.limit_bytes = stats.get("bytes_limit")
+        self.live_at_end = memory.largest(self.device_index, 20)
+        self.xprof_dir = xprof_dir
+
+    # ---- views of the events ---------------------------------------------------------------------------------
+
+    def of_kind(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    @property
+    def ops(self) -> list[Event]:
+        return self.of_kind("op")
+
+    @property
+    def compiles(self) -> list[Event]:
+        return self.of_kind("compile")
+
+    @property
+    def syncs(self) -> list[Event]:
+        return self.of_kind("sync")
+
+    @property
+    def graphs(self) -> list[Event]:
+        return self.of_kind("graph")
+
+    @property
+    def fallbacks(self) -> list[Event]:
+        return self.of_kind("fallback")
+
+    def device_seconds(self) -> float:
+        """Device time: from the XProf trace when one was recorded, else the host's wait at sync points."""
+        from .processors import device_seconds
+
+        return device_seconds(self)
+
+    def summary(self) -> dict:
+        """Plain-data headline figures (see DESIGN.md: the public keys users and tests rely on)."""
+        compiles = self.compiles
+        graph_runs = self.graphs
+        hits = sum(1 for g in graph_runs if g.detail.get("cache_hit"))
+        misses = sum(1 for c in compiles)
+        return {
+            "wall_s": self.wall_s,
+            "device_s": self.device_seconds(),
+            "ops": len(self.ops),
+            "graphs_executed": len(graph_runs),
+            "compiles": len(compiles),
+            "recompiles": sum(1 for c in compiles if c.detail.get("recompile")),
+            "cache_hits": hits,
+            "cache_misses": misses,
+            "cache_hit_rate": hits / (hits + misses) if hits + misses else None,
+            "syncs": len(self.syncs),
+            "cpu_fallbacks": len(self.fallbacks),
+            "peak_bytes": self.peak_bytes,
+            "start_bytes": self.start_bytes,
+            "end_bytes": self.end_bytes,
+            "limit_bytes": self.limit_bytes,
+            "platform": self.platform,
+            "error": self.error,
+        }
+
+    def to_dict(self) -> dict:
+        def ev(e: Event) -> dict:
+            return {"kind": e.kind, "name": e.name, "t": e.t - self.t0, "dur": e.dur, "nbytes": e.nbytes,
+                    "source": None if e.source is None else {"file": e.source.filename, "line": e.source.lineno,
+                                                              "function": e.source.function},
+                    "detail": {k: v for k, v in e.detail.items() if isinstance(v, (str, int, float, bool, type(None)))}}
+
+        return {
+            "summary": self.summary(),
+            "compiles": [ev(e) for e in self.compiles],
+            "syncs": [ev(e) for e in self.syncs],
+            "ops": [ev(e) for e in self.ops],
+            "graphs": [ev(e) for e in self.graphs],
+            "fallbacks": [ev(e) for e in self.fallbacks],
+            "memory": [{"t": m.t, "allocated": m.allocated, "kind": m.kind, "nbytes": m.nbytes} for m in self.memory],
+            "largest_live": [dict(x) for x in self.live_at_end],
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def flamegraph(self):
+        """A plotly figure (icicle) of where the time went: user lines -> torch ops -> XLA graphs."""
+        from ..render import plot
+        from .processors import flame_tree
+
+        return plot.flame_figure(flame_tree(self))
+
+    def text(self, top: int = 10) -> str:
+        from ..render.text import profile_text
+
+        return profile_text(self.report(top))
+
+    def report(self, top: int = 10) -> dict:
+        """Everything a renderer shows, computed once (renderers never compute)."""
+        from .processors import build_report
+
+        return build_report(self, top)
+
+    def _repr_html_(self) -> str:
+        from ..render.html import profile_html
+
+        return profile_html(self.report())
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return (f"<Profile {s['wall_s'] * 1e3:.1f} ms wall, {s['ops']} ops, {s['compiles']} compiles, "
+                f"{s['syncs']} syncs, peak {s['peak_bytes']} B>")
