@@ -23,9 +23,9 @@ test: $(STAMP)
 
 lab: $(STAMP)
 ifeq ($(HEADLESS),1)
-	$(PY) -m torchtpu_lab.demo
+	$(PY) -m torchtpu_lab.run_notebook notebooks/01_quickstart.ipynb
 else
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/01_quickstart.ipynb
 endif
 
 conformance: $(STAMP)

@@ -1720,3 +1720,68 @@ def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generat
     r = torch.where(x <= 0, r, torch.ones((), dtype=x.dtype, device=x.device))
     noise.copy_(r)
     return x * r
+
+
+# ---- antialiased upsampling (PIL-style separable filters) --------------------------------------------------------
+
+
+def _aa_matrix(n_in, n_out, align_corners, scale, cubic):
+    """PyTorch's antialias weights: a triangle (bilinear) or a=-0.5 cubic filter stretched by the downscale factor,
+    each output's taps normalized to sum to one; computed in float32 as PyTorch's CPU kernel."""
+    f32 = np.float32
+    if align_corners:
+        s = f32((n_in - 1) / (n_out - 1)) if n_out > 1 else f32(0)
+    else:
+        s = _scale(n_in, n_out, scale)
+    half = f32(2.0 if cubic else 1.0)
+    support = half * s if s >= 1 else half
+    invscale = f32(1) / s if s >= 1 else f32(1)
+
+    def filt(x):
+        x = np.abs(x)
+        if not cubic:
+            return np.where(x < 1, 1 - x, 0)
+        a = -0.5
+        return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                        np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0))
+
+    m = np.zeros((n_out, n_in), np.float32)
+    for i in range(n_out):
+        center = s * f32(i + 0.5)
+        lo = max(int(center - support + f32(0.5)), 0)
+        hi = min(int(center + support + f32(0.5)), n_in)
+        j = np.arange(lo, hi)
+        w = filt((j - center + f32(0.5)).astype(np.float32) * invscale).astype(np.float32)
+        total = w.sum(dtype=np.float32)
+        m[i, lo:hi] = w / total if total != 0 else w
+    return m
+
+
+def _aa_linear(n_in, n_out, align_corners, scale):
+    return _aa_matrix(n_in, n_out, align_corners, scale, False)
+
+
+def _aa_cubic(n_in, n_out, align_corners, scale):
+    return _aa_matrix(n_in, n_out, align_corners, scale, True)
+
+
+@lower(aten._upsample_bilinear2d_aa)
+def upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample_interp(x, output_size, align_corners, [scales_h, scales_w], _aa_linear)
+
+
+@lower(aten._upsample_bicubic2d_aa)
+def upsample_bicubic2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample_interp(x, output_size, align_corners, [scales_h, scales_w], _aa_cubic)
+
+
+@lower(aten._upsample_bilinear2d_aa_backward)
+def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    return _linear_backward(lambda v: _upsample_interp(v, output_size, align_corners, [scales_h, scales_w], _aa_linear),
+                            grad, _zeros_input(grad, input_size))
+
+
+@lower(aten._upsample_bicubic2d_aa_backward)
+def upsample_bicubic2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    return _linear_backward(lambda v: _upsample_interp(v, output_size, align_corners, [scales_h, scales_w], _aa_cubic),
+                            grad, _zeros_input(grad, input_size))

@@ -336,7 +336,7 @@ def airy_ai(x):
     series_x = jnp.where(neg | pos, jnp.zeros_like(x), x)  # the other lanes need not iterate
     series = _airy_series(series_x)
 
-    xn = jnp.where(neg, x, -jnp.ones_like(x) * 3.0)
+    xn = jnp.where(neg, x, jnp.full_like(x, -3.0))  # placeholders keep the unused lanes finite
     zeta_n = -2.0 * xn * jnp.sqrt(-xn) / 3.0
     z = 1.0 / zeta_n
     zz = z * z
@@ -346,7 +346,7 @@ def airy_ai(x):
     negative = _ONE_OVER_SQRT_PI / jnp.sqrt(jnp.sqrt(-xn)) * (
         jnp.sin(t) * (1.0 + zz * afn / afd) - jnp.cos(t) * (z * agn / agd))
 
-    xp = jnp.where(pos, x, jnp.ones_like(x) * 3.0)
+    xp = jnp.where(pos, x, jnp.full_like(x, 3.0))
     zeta_p = 2.0 * xp * jnp.sqrt(xp) / 3.0
     inv = 1.0 / zeta_p
     positive = _ONE_OVER_SQRT_PI * (_horner(inv, _AI_AN) / _horner(inv, _AI_AD)) / (

@@ -1,0 +1,646 @@
+"""Odd corners of PyTorch semantics, on tpu vs the same code on CPU: layouts, empty and 0-dim tensors, integer
+overflow and rounding, NaN, masks, indexing with repeats, dtype promotion, bfloat16."""
+
+import pytest
+import torch
+
+import torchtpu_lab  # noqa: F401
+
+
+def _tpu(v):
+    if isinstance(v, torch.Tensor):
+        return v.to("tpu")
+    if isinstance(v, (tuple, list)):
+        return type(v)(_tpu(x) for x in v)
+    return v
+
+
+def _assert_same(t, c, exact, rtol, atol, where="result"):
+    if isinstance(c, (tuple, list)):
+        assert isinstance(t, (tuple, list)) and len(t) == len(c), where
+        for i, (ti, ci) in enumerate(zip(t, c)):
+            _assert_same(ti, ci, exact, rtol, atol, f"{where}[{i}]")
+    elif isinstance(c, torch.Tensor):
+        assert isinstance(t, torch.Tensor) and t.device.type == "tpu", f"{where}: {type(t)} on {t.device}"
+        t = t.cpu()
+        assert t.dtype == c.dtype, f"{where}: dtype {t.dtype} vs cpu {c.dtype}"
+        assert t.shape == c.shape, f"{where}: shape {tuple(t.shape)} vs cpu {tuple(c.shape)}"
+        if exact or not (c.is_floating_point() or c.is_complex()):
+            assert torch.equal(t, c) or (c.is_floating_point() and torch.allclose(t, c, 0, 0, equal_nan=True)), (
+                f"{where}: tpu {t} vs cpu {c}"
+            )
+        else:
+            torch.testing.assert_close(t, c, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        assert t == c or (t != t and c != c), f"{where}: {t!r} vs cpu {c!r}"
+
+
+def same(fn, *args, exact=True, rtol=1e-6, atol=1e-6):
+    """``fn`` on CPU arguments and on their tpu copies: same dtype, shape and values (bitwise unless
+    ``exact=False``); NaN matches NaN. Returns the tpu result."""
+    expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    got = fn(*_tpu(args))
+    _assert_same(got, expected, exact, rtol, atol)
+    return got
+
+
+def both_raise(fn, *args, exc=(RuntimeError, IndexError, ValueError)):
+    with pytest.raises(exc):
+        fn(*args)
+    with pytest.raises(exc):
+        r = fn(*_tpu(args))
+        if isinstance(r, torch.Tensor):
+            r.cpu()  # a deferred (fused) error surfaces at the sync point
+
+
+# -------------------------------------------------------------------------------- non-contiguous, as_strided
+
+
+def _base():
+    return torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.5 - 3
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.t() + 1,
+        lambda x: x[:, ::2] * x[:, 1::2],
+        lambda x: x.t() @ x[:, :4],
+        lambda x: x[::2].sum(1),
+        lambda x: x.t().softmax(-1),
+        lambda x: x.t().contiguous().view(-1),
+        lambda x: x.t().reshape(-1),
+        lambda x: x.unsqueeze(0).expand(3, 4, 6).sum(0),
+        lambda x: x.view(2, 2, 6).permute(2, 0, 1).cumsum(0),
+        lambda x: x[1:, 2:].flip(0),
+        lambda x: torch.cat([x.t(), x[:, :4].t()], dim=0),
+        lambda x: x.t()[1:4].clone(),
+        lambda x: x.unfold(1, 3, 2),
+        lambda x: x.diagonal(offset=1) * 2,
+    ],
+    ids=["t", "step_slices", "matmul_t", "step_rows_sum", "softmax_t", "contig_view", "reshape_t", "expand",
+         "permute_cumsum", "slice_flip", "cat_t", "clone_slice", "unfold", "diagonal"],
+)
+def test_non_contiguous_inputs(fn):
+    same(fn, _base())
+
+
+def test_in_place_through_non_contiguous_view_updates_base():
+    def fn(x):
+        x[:, ::2].mul_(-2)
+        x.t()[1].add_(100)  # column 1
+        v = x[1:3, 1:5]
+        v.copy_(torch.ones(4, 2, device=x.device).t())
+        return x
+
+    same(fn, _base())
+
+
+def test_copy_into_transposed_destination():
+    def fn(x, y):
+        x.t().copy_(y)
+        return x
+
+    same(fn, torch.zeros(3, 5), torch.arange(15.0).reshape(5, 3))
+
+
+@pytest.mark.parametrize(
+    "size,stride,offset",
+    [((2, 2), (1, 2), 0), ((3, 3), (1, 1), 0), ((2, 3), (3, 1), 5), ((4,), (0,), 2), ((3, 2), (2, 4), 1)],
+    ids=["transpose_like", "overlapping", "offset", "stride0", "gapped"],
+)
+def test_as_strided(size, stride, offset):
+    same(lambda x: x.as_strided(size, stride, offset) * 1, torch.arange(12.0))
+
+
+def test_as_strided_on_a_contiguous_view_and_in_place():
+    def fn(x):
+        v = x[1:]  # a contiguous view, offset 4
+        a = v.as_strided((2, 2), (4, 1), 1).clone()
+        x.as_strided((2,), (5,), 0).fill_(-1.0)  # writes the diagonal of the 4x... layout
+        return a, x
+
+    same(fn, torch.arange(16.0).reshape(4, 4))
+
+
+def test_as_strided_backward_overlapping():
+    x = torch.arange(6.0, requires_grad=True)
+    xt = x.detach().to("tpu").requires_grad_()
+    for v in (x, xt):
+        (v.as_strided((3, 3), (1, 1)) * torch.arange(9.0, device=v.device).view(3, 3)).sum().backward()
+    _assert_same(xt.grad, x.grad, True, 0, 0)
+
+
+# ----------------------------------------------------------------------------------------- empty, 0-dim
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x + 1,
+        lambda x: x.sum(),
+        lambda x: x.sum(0),
+        lambda x: x.sum(1),
+        lambda x: x.prod(),
+        lambda x: x.mean(),
+        lambda x: x.mean(0),
+        lambda x: x.amax(1),
+        lambda x: x.max(1),
+        lambda x: x.argmax(1),
+        lambda x: x.std(0),
+        lambda x: x.cumsum(0),
+        lambda x: x.softmax(1),
+        lambda x: x @ torch.ones(3, 4, device=x.device),
+        lambda x: x.t() @ x,
+        lambda x: torch.cat([x, torch.ones(2, 3, device=x.device)]),
+        lambda x: x[x > 0],
+        lambda x: x.nonzero(),
+        lambda x: x.reshape(3, 0, 1).sum((0, 2)),
+        lambda x: x.any(),
+        lambda x: x.all(0),
+        lambda x: x.norm(),
+        lambda x: x.sort(0),
+        lambda x: x.flatten().topk(0),
+    ],
+    ids=["add", "sum", "sum0", "sum1", "prod", "mean_nan", "mean0", "amax1", "max1", "argmax1", "std0",
+         "cumsum", "softmax", "matmul", "matmul_k0", "cat", "mask", "nonzero", "reshape_sum", "any", "all0",
+         "norm", "sort", "topk0"],
+)
+def test_zero_size(fn):
+    same(fn, torch.empty(0, 3))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: x.max(), lambda x: x.amax(0), lambda x: x.argmax(), lambda x: x.min(0)],
+    ids=["max", "amax0", "argmax", "min0"],
+)
+def test_zero_size_reduction_without_identity_raises(fn):
+    both_raise(fn, torch.empty(0, 3))
+
+
+def test_zero_size_in_place_and_backward():
+    def fn(x):
+        x.add_(1).mul_(2)
+        return x
+
+    same(fn, torch.empty(0, 3))
+    x = torch.empty(0, 3, device="tpu", requires_grad=True)
+    (x * 2).sum().backward()
+    assert x.grad.shape == (0, 3) and x.grad.device.type == "tpu"
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda s: s * 2 + 1,
+        lambda s: s + torch.arange(3.0, device=s.device),
+        lambda s: s.exp(),
+        lambda s: s.sum(),
+        lambda s: s.unsqueeze(0),
+        lambda s: s.reshape(1, 1),
+        lambda s: s[None, None],
+        lambda s: s[()],
+        lambda s: s.max(0),
+        lambda s: torch.stack([s, s]),
+        lambda s: s.expand(2, 3),
+        lambda s: torch.where(s > 0, s, -s),
+        lambda s: s.clone().add_(torch.ones((), device=s.device)),
+    ],
+    ids=["arith", "broadcast", "exp", "sum", "unsqueeze", "reshape", "none_index", "empty_index", "max_dim0",
+         "stack", "expand", "where", "inplace"],
+)
+def test_zero_dim(fn):
+    same(fn, torch.tensor(-1.5))
+
+
+def test_zero_dim_item_and_python_conversions():
+    s = torch.tensor(7, device="tpu")
+    assert s.item() == 7 and int(s) == 7 and float(s * 0.5) == 3.5 and bool(s)
+    assert s.dim() == 0 and s.shape == () and s.numel() == 1
+    x = torch.arange(10, device="tpu")
+    assert x[s].item() == 7  # a 0-dim tpu tensor as an index
+    assert x[torch.tensor(3)].item() == 3  # a 0-dim CPU tensor as an index
+
+
+def test_cpu_zero_dim_tensor_combines_with_tpu_tensor():
+    # as on CUDA: a 0-dim CPU tensor is a scalar and may meet a tensor on another device
+    same(lambda x: x * torch.tensor(2.5) + torch.tensor(1), torch.arange(4.0))
+
+
+def test_cpu_non_scalar_tensor_does_not_combine_with_tpu_tensor():
+    with pytest.raises(RuntimeError, match="device"):
+        (torch.ones(3, device="tpu") + torch.ones(3)).cpu()
+
+
+# ------------------------------------------------------------------------------------ in-place broadcasting
+
+
+def test_in_place_broadcast_into_unsqueezed_view():
+    def fn(x, y):
+        x[:, None] += y  # (3, 1, 4) += (4,)
+        x.unsqueeze(1).mul_(torch.tensor([[[2.0]]], device=x.device))
+        return x
+
+    same(fn, torch.arange(12.0).reshape(3, 4), torch.arange(4.0))
+
+
+def test_in_place_broadcast_along_dim():
+    def fn(x, col, row):
+        x += col  # (3, 4) += (3, 1)
+        x -= row  # (3, 4) -= (4,)
+        x[1:] *= row[:1]
+        return x
+
+    same(fn, torch.ones(3, 4), torch.arange(3.0)[:, None], torch.arange(4.0))
+
+
+def test_in_place_that_would_need_a_larger_output_raises():
+    def fn(x, y):
+        x += y
+        return x
+
+    both_raise(fn, torch.zeros(3, 1), torch.ones(3, 4))
+
+
+# ---------------------------------------------------------------------------------------- integer semantics
+
+
+def test_int8_wraparound():
+    x = torch.tensor([127, -128, 100, -100, 0], dtype=torch.int8)
+    same(lambda a: a + 1, x)
+    same(lambda a: a - 1, x)
+    same(lambda a: a * 3, x)
+    same(lambda a: -a, x)
+    same(lambda a: a.abs(), x)  # abs(-128) is -128
+    same(lambda a: a * a, x)
+    same(lambda a: a << 1, x)
+
+
+def test_uint8_wraparound():
+    same(lambda a: a - 1, torch.tensor([0, 1, 255], dtype=torch.uint8))
+    same(lambda a: a + a, torch.tensor([0, 200, 255], dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("dtype,big", [(torch.int32, 2**31 - 1), (torch.int64, 2**63 - 1)])
+def test_int32_int64_wraparound(dtype, big):
+    x = torch.tensor([big, -big - 1, 3], dtype=dtype)
+    same(lambda a: a + 1, x)
+    same(lambda a: a - 2, x)
+    same(lambda a: a * 2, x)
+    same(lambda a: a.sum(), x)
+    same(lambda a: a.cumsum(0), x)
+
+
+def test_int32_pow_overflow_and_large_int64_pow():
+    same(lambda a: a**20, torch.tensor([3, -3, 2], dtype=torch.int32))
+    same(lambda a: a**40, torch.tensor([2, 3], dtype=torch.int64))
+
+
+def test_int_reductions_accumulate_in_int64():
+    x = torch.full((300,), 100, dtype=torch.int8)
+    same(lambda a: a.sum(), x)  # int8 sum is int64: 30000, no wraparound
+    same(lambda a: a.cumsum(0), x)
+    same(lambda a: a.prod(), torch.tensor([100, 100, 100], dtype=torch.int16))
+    same(lambda a: a.sum(dtype=torch.int8), x)  # explicitly int8: wraps
+
+
+_NUM = torch.tensor([7, -7, 7, -7, 0, 5, -5, 6])
+_DEN = torch.tensor([2, 2, -2, -2, 3, 5, 3, -4])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a // b,
+        lambda a, b: torch.div(a, b, rounding_mode="floor"),
+        lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        lambda a, b: a / b,
+        lambda a, b: a % b,
+        lambda a, b: torch.remainder(a, b),
+        lambda a, b: torch.fmod(a, b),
+        lambda a, b: a // 3,
+        lambda a, b: a % -3,
+        lambda a, b: torch.fmod(a, -3),
+        lambda a, b: -7 // b,
+        lambda a, b: 7 % b,
+    ],
+    ids=["floordiv", "div_floor", "div_trunc", "truediv", "mod", "remainder", "fmod", "floordiv_scalar",
+         "mod_neg_scalar", "fmod_neg_scalar", "rfloordiv", "rmod"],
+)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.float32], ids=str)
+def test_division_rounding_and_remainder_signs(fn, dtype):
+    same(fn, _NUM.to(dtype), _DEN.to(dtype))
+
+
+def test_float_remainder_signs_and_floor_division():
+    a = torch.tensor([5.5, -5.5, 5.5, -5.5, -0.0, 1e-8])
+    b = torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, -1.0])
+    same(lambda x, y: torch.remainder(x, y), a, b)
+    same(lambda x, y: torch.fmod(x, y), a, b)
+    same(lambda x, y: x // y, a, b)
+
+
+def test_float_to_int_conversion_truncates():
+    x = torch.tensor([-1.7, -0.5, 0.5, 1.5, 2.7, -2.5])
+    for dtype in (torch.int8, torch.int32, torch.int64):
+        same(lambda a: a.to(dtype), x)
+    same(lambda a: a.round(), x)  # half to even
+
+
+# ------------------------------------------------------------------------------------------ NaN propagation
+
+
+_NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.max(),
+        lambda x: x.min(),
+        lambda x: x.sum(),
+        lambda x: x.mean(),
+        lambda x: x.argmax(),
+        lambda x: x.argmin(),
+        lambda x: x.max(1),
+        lambda x: x.min(1),
+        lambda x: x.argmax(1),
+        lambda x: x.amax(0),
+        lambda x: x.amin(1),
+        lambda x: x.aminmax(),
+        lambda x: x.cummax(1),
+        lambda x: x.nansum(),
+        lambda x: x.nanmean(1),
+        lambda x: x.sort(1),
+        lambda x: x.topk(2, 1),
+        lambda x: torch.maximum(x, x.flip(1)),
+        lambda x: torch.fmax(x, x.flip(1)),
+        lambda x: torch.fmin(x, x.flip(0)),
+        lambda x: x.clamp(-1, 1),
+        lambda x: x.relu(),
+        lambda x: x.softmax(1),
+        lambda x: x == x,
+        lambda x: x.isnan().nonzero(),
+        lambda x: x.nan_to_num(0.0, 9.0, -9.0),
+    ],
+    ids=["max", "min", "sum", "mean", "argmax", "argmin", "max1", "min1", "argmax1", "amax0", "amin1", "aminmax",
+         "cummax", "nansum", "nanmean", "sort", "topk", "maximum", "fmax", "fmin", "clamp", "relu", "softmax",
+         "eq_self", "isnan", "nan_to_num"],
+)
+def test_nan_propagation(fn):
+    x = torch.tensor([[1.0, _NAN, 3.0, -2.0], [0.5, 4.0, -1.0, 2.0], [_NAN, _NAN, float("inf"), -float("inf")]])
+    same(fn, x)
+
+
+# ------------------------------------------------------------------------------------- where, masks, indexing
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda c, x, i: torch.where(c, x, 0.0),
+        lambda c, x, i: torch.where(c, 1.0, x),
+        lambda c, x, i: torch.where(c, 1, 0),
+        lambda c, x, i: torch.where(c, 2.5, -1),
+        lambda c, x, i: torch.where(c, i, 7),
+        lambda c, x, i: torch.where(c, i, 0.5),
+        lambda c, x, i: torch.where(c, x.half(), 1.0),
+        lambda c, x, i: torch.where(c, True, False),
+        lambda c, x, i: torch.where(c, x, i),
+        lambda c, x, i: torch.where(c[:, None], x, x[:1]),
+        lambda c, x, i: torch.where(c),
+        lambda c, x, i: x.masked_fill(c, -1.5),
+        lambda c, x, i: i.masked_fill(c, 2.9),
+    ],
+    ids=["x_0.0", "1.0_x", "1_0", "2.5_-1", "int_7", "int_0.5", "half_1.0", "bools", "float_int", "broadcast",
+         "one_arg", "masked_fill", "int_masked_fill_float"],
+)
+def test_where_with_python_scalars(fn):
+    c = torch.tensor([True, False, True, False])
+    same(fn, c, torch.tensor([1.5, -2.0, 3.0, 4.0]), torch.tensor([1, 2, 3, 4], dtype=torch.int32))
+
+
+def _mask_data():
+    x = torch.arange(12.0).reshape(3, 4) - 5
+    return x, x > 0
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, m: x[m],
+        lambda x, m: x[~m.any(1)],
+        lambda x, m: x[m[:, 0]],
+        lambda x, m: x[:, m[0] | True],
+        lambda x, m: x[m & False],
+        lambda x, m: x.masked_select(m),
+        lambda x, m: x.unsqueeze(0).expand(2, 3, 4)[m.expand(2, 3, 4)],
+        lambda x, m: x[m].sum() + x[m].numel(),
+    ],
+    ids=["read", "row_mask", "mask_dim0", "all_true_cols", "all_false", "masked_select", "expanded", "then_reduce"],
+)
+def test_boolean_mask_read(fn):
+    same(fn, *_mask_data())
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, m: x.__setitem__(m, 0),
+        lambda x, m: x.__setitem__(m, torch.arange(float(m.sum()), device=x.device)),
+        lambda x, m: x.__setitem__(m[:, 0], torch.tensor([9.0, 8.0, 7.0, 6.0], device=x.device)),
+        lambda x, m: x.__setitem__(m & False, 1.0),
+        lambda x, m: x.masked_fill_(m, 3.0),
+        lambda x, m: x.masked_scatter_(m, torch.arange(12.0, device=x.device) * -1),
+    ],
+    ids=["zero", "values", "rows", "none", "masked_fill_", "masked_scatter_"],
+)
+def test_boolean_mask_write(fn):
+    def run(x, m):
+        fn(x, m)
+        return x
+
+    same(run, *_mask_data())
+
+
+def test_boolean_mask_in_place_add_and_backward():
+    def fn(x, m):
+        x[m] += 1
+        return x
+
+    same(fn, *_mask_data())
+    x, m = _mask_data()
+    x.requires_grad_()
+    xt = x.detach().to("tpu").requires_grad_()
+    for v, mm in ((x, m), (xt, m.to("tpu"))):
+        (v[mm] * torch.arange(float(m.sum()), device=v.device)).sum().backward()
+    _assert_same(xt.grad, x.grad, True, 0, 0)
+
+
+def test_index_put_accumulate_with_repeated_indices():
+    idx = torch.tensor([0, 2, 0, 0, 4, 2])
+    vals = torch.tensor([1.0, 10.0, 100.0, 1000.0, 0.5, -10.0])
+    same(lambda x, i, v: x.index_put_((i,), v, accumulate=True), torch.zeros(5), idx, vals)
+    same(lambda x, i, v: x.index_put((i,), v, accumulate=True), torch.ones(5), idx, vals)
+    same(lambda x, i, v: x.index_put_((i,), v[:1], accumulate=True), torch.zeros(5), idx, vals)  # broadcast
+    rows, cols = torch.tensor([0, 1, 0, 0]), torch.tensor([2, 0, 2, 2])
+    same(lambda x, r, c: x.index_put_((r, c), torch.ones(4, device=x.device), accumulate=True),
+         torch.zeros(2, 3), rows, cols)
+    same(lambda x, r: x.index_put_((r,), torch.ones(4, 3, device=x.device), accumulate=True), torch.zeros(2, 3),
+         rows)
+    same(lambda x, i: x.index_put_((i,), torch.tensor([1, 2, 3, 4, 5, 6], device=x.device), accumulate=True),
+         torch.zeros(5, dtype=torch.int64), idx)
+
+
+def test_repeated_indices_without_accumulate():
+    def fn(x, i):
+        x[i] += 1  # read-modify-write: a repeated index is incremented once, not twice
+        return x
+
+    same(fn, torch.zeros(5), torch.tensor([1, 1, 3, 1]))
+    same(lambda x, i: x.index_put_((i,), torch.tensor(7.0, device=x.device)), torch.zeros(5), torch.tensor([2, 2]))
+
+
+def test_index_add_and_scatter_add_with_repeats():
+    idx = torch.tensor([0, 2, 0, 0, 1])
+    src = torch.arange(10.0).reshape(5, 2)
+    same(lambda x, i, s: x.index_add(0, i, s, alpha=2), torch.ones(3, 2), idx, src)
+    same(lambda x, i, s: x.scatter_add(0, i[:, None].expand(5, 2), s), torch.zeros(3, 2), idx, src)
+    same(lambda x, i, s: x.scatter_reduce(0, i[:, None].expand(5, 2), s, "amax", include_self=False),
+         torch.zeros(3, 2), idx, src)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x[[0, 2]],
+        lambda x: x[[0, 2]][:, [1, 1, 0]],
+        lambda x: x[torch.tensor([[0, 1], [2, 2]], device=x.device)],
+        lambda x: x[torch.tensor([0, 2], device=x.device), torch.tensor([3, 1], device=x.device)],
+        lambda x: x[torch.tensor([[0], [2]], device=x.device), torch.tensor([1, 3], device=x.device)],
+        lambda x: x[:, torch.tensor([-1, 0], device=x.device)],
+        lambda x: x[..., torch.tensor([3, 3], device=x.device)],
+        lambda x: x[1:, torch.tensor([0, 2], device=x.device)],
+        lambda x: x[torch.tensor([0, 2])],  # a CPU index into a tpu tensor
+        lambda x: x[None, [1], 2:],
+    ],
+    ids=["list", "list_list", "2d_index", "pairwise", "broadcast_pairs", "negative", "ellipsis", "slice_then_adv",
+         "cpu_index", "none_list_slice"],
+)
+def test_advanced_indexing(fn):
+    same(fn, torch.arange(12.0).reshape(3, 4))
+
+
+# ------------------------------------------------------------------------------------------- dtype promotion
+
+
+_PROMOTION_VALUES = {
+    torch.bool: [True, False, True],
+    torch.uint8: [0, 200, 7],
+    torch.int8: [-3, 0, 100],
+    torch.int16: [-300, 2, 5],
+    torch.int32: [7, -9, 100000],
+    torch.int64: [2**40, -5, 3],
+    torch.float16: [0.5, -1.25, 3.0],
+    torch.bfloat16: [0.5, -1.25, 3.0],
+    torch.float32: [1.5, -2.5, 1e-3],
+    torch.float64: [1.0 / 3, -2.0, 1e10],
+}
+_PAIRS = [
+    (torch.int32, torch.float32), (torch.int64, torch.float16), (torch.bool, torch.int8), (torch.uint8, torch.int8),
+    (torch.int8, torch.int16), (torch.bool, torch.bool), (torch.bool, torch.float32), (torch.float16, torch.bfloat16),
+    (torch.float32, torch.float64), (torch.int64, torch.bfloat16), (torch.uint8, torch.bool),
+]
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "sub", "div", "lt", "maximum"])
+@pytest.mark.parametrize("pair", _PAIRS, ids=lambda p: f"{p[0]}-{p[1]}".replace("torch.", ""))
+def test_binary_promotion(pair, op):
+    a, b = (torch.tensor(_PROMOTION_VALUES[d], dtype=d) for d in pair)
+    if op == "sub" and torch.bool in pair:
+        both_raise(torch.sub, a, b)
+        return
+    same(getattr(torch, op), a, b)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda i, f, b: i + 1.5,
+        lambda i, f, b: i * True,
+        lambda i, f, b: b + 1,
+        lambda i, f, b: b * 2.5,
+        lambda i, f, b: i / 2,
+        lambda i, f, b: i + torch.tensor(2.5, dtype=torch.float64, device=i.device),
+        lambda i, f, b: i + torch.tensor(5, dtype=torch.int64, device=i.device),
+        lambda i, f, b: f.half() + torch.tensor(1.0, device=f.device),
+        lambda i, f, b: f + torch.tensor(1.0, dtype=torch.float64, device=f.device),
+        lambda i, f, b: i.to(torch.uint8) + torch.tensor(-1, device=i.device),
+        lambda i, f, b: i.to(torch.int8) * 1000,
+        lambda i, f, b: b.sum(),
+        lambda i, f, b: b.cumsum(0),
+        lambda i, f, b: i.to(torch.int16).mean(dtype=torch.float32),
+        lambda i, f, b: torch.tensor(3, device=i.device) * f.half(),
+        lambda i, f, b: f ** 2,
+        lambda i, f, b: i ** 2.0,
+        lambda i, f, b: 2 ** i,
+        lambda i, f, b: i.float().pow(torch.tensor(2, device=i.device)),
+        lambda i, f, b: torch.ones(3, dtype=torch.float16, device=i.device).add_(i),
+    ],
+    ids=["int+float", "int*True", "bool+1", "bool*2.5", "int/int", "int+f64_0dim", "int32+i64_0dim",
+         "half+f32_0dim", "f32+f64_0dim", "u8+neg_0dim", "int8*1000", "bool_sum", "bool_cumsum", "int_mean_dtype",
+         "i64_0dim*half", "f**2", "int**2.0", "2**int", "pow_0dim", "half_add_int_inplace"],
+)
+def test_scalar_and_zero_dim_promotion(fn):
+    same(fn, torch.tensor([1, -2, 3], dtype=torch.int32), torch.tensor([0.5, -1.5, 2.0]),
+         torch.tensor([True, False, True]))
+
+
+def test_in_place_that_cannot_hold_the_promoted_type_raises():
+    both_raise(lambda i: i.add_(1.5), torch.tensor([1, 2, 3]))
+    both_raise(lambda b: b.mul_(2), torch.tensor([True, False]))
+
+
+# ------------------------------------------------------------------------------------------------- bfloat16
+
+
+_BF_A = torch.tensor([1.0, -2.5, 3.140625, 1e-3, 65504.0, -0.0, 1e30, 7.0]).bfloat16()
+_BF_B = torch.tensor([0.3, 0.7, -1.1, 3.0, 2.0, 5.0, 1e10, 7.0]).bfloat16()
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a + b,
+        lambda a, b: a - b,
+        lambda a, b: a * b,
+        lambda a, b: a / b,
+        lambda a, b: -a,
+        lambda a, b: a.abs(),
+        lambda a, b: a + 1.1,
+        lambda a, b: a * 3,
+        lambda a, b: a + b.float(),
+        lambda a, b: a.float(),
+        lambda a, b: b.float().mul(1.0001).bfloat16(),  # float32 -> bf16 rounds to nearest even
+        lambda a, b: a.to(torch.int32),
+        lambda a, b: a > b,
+        lambda a, b: torch.maximum(a, b),
+        lambda a, b: a.sqrt(),
+    ],
+    ids=["add", "sub", "mul", "div", "neg", "abs", "add_py_float", "mul_py_int", "add_f32", "to_f32", "from_f32",
+         "to_int", "gt", "maximum", "sqrt_nan"],
+)
+def test_bfloat16_elementwise_bitwise(fn):
+    same(fn, _BF_A, _BF_B)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: x.sum(), lambda x: x.mean(1), lambda x: x @ x.t(), lambda x: x.softmax(-1), lambda x: x.exp()],
+    ids=["sum", "mean", "matmul", "softmax", "exp"],
+)
+def test_bfloat16_reductions_and_matmul(fn):
+    # accumulation order and transcendental implementations may differ by one bf16 ulp (2**-8 relative)
+    torch.manual_seed(0)
+    same(fn, torch.randn(8, 16).bfloat16(), exact=False, rtol=2**-7, atol=1e-2)
