@@ -323,3 +323,75 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
 @lower(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(a):
     return jsl.expm(a) if a.shape[-1] else a
+
+
+# ---- least squares, Householder products, eig -------------------------------------------------------------------
+
+
+@lower(aten.linalg_lstsq.default, jit=False)
+def linalg_lstsq(a, b, rcond=None, *, driver=None):
+    """Minimum-norm solution through the SVD (what gelsy/gelsd/gelss compute; gels assumes full rank). The
+    other outputs follow the driver as on PyTorch's CPU: ``rank`` for gelsy/gelsd/gelss (singular values above
+    ``rcond * s_max``), singular values for gelsd/gelss, and residuals only when m > n (for gelsd/gelss only if
+    every matrix has full rank) — hence not jitted."""
+    driver = driver or "gelsy"
+    m, n = a.shape[-2:]
+    vec = b.ndim == a.ndim - 1
+    bm = b[..., None] if vec else b
+    batch = jnp.broadcast_shapes(a.shape[:-2], bm.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    bm = jnp.broadcast_to(bm, batch + bm.shape[-2:])
+    real = jnp.finfo(a.dtype).dtype
+    if rcond is None or rcond < 0:
+        rcond = float(jnp.finfo(a.dtype).eps) * max(m, n)
+    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    keep = s > (rcond * jnp.max(s, axis=-1, keepdims=True, initial=0) if driver != "gels" else 0)
+    inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
+    x = _mm(_mH(vh), inv[..., :, None] * _mm(_mH(u), bm))
+    rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
+    residuals = jnp.zeros((0,), real)
+    if m > n and driver != "gelsy" and (driver == "gels" or bool(jnp.all(rank == n))):
+        residuals = jnp.sum(jnp.abs(_mm(a, x) - bm) ** 2, axis=-2)  # (..., k), k = 1 for a vector b
+    if driver == "gels":
+        rank = jnp.zeros((0,), jnp.int64)
+    sv = s.astype(real) if driver in ("gelsd", "gelss") else jnp.zeros((0,), real)
+    return (x[..., 0] if vec else x), residuals, rank, sv
+
+
+@lower(aten.linalg_householder_product.default)
+def linalg_householder_product(a, tau):
+    return lax.linalg.householder_product(a, tau)
+
+
+@lower(aten.geqrf.default)
+def geqrf(a):
+    """LAPACK geqrf (JAX's CPU backend calls the same routine): R above the diagonal, reflectors below, and tau."""
+    from jax._src.lax.linalg import geqrf as _geqrf  # not re-exported by jax.lax.linalg
+
+    return _geqrf(a)
+
+
+@lower(aten.ormqr.default)
+def ormqr(a, tau, c, left=True, transpose=False):
+    batch = jnp.broadcast_shapes(a.shape[:-2], c.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    tau = jnp.broadcast_to(tau, batch + tau.shape[-1:])
+    c = jnp.broadcast_to(c, batch + c.shape[-2:])
+    return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
+
+
+def _eig(a, vectors):
+    """LAPACK geev (JAX's CPU backend; no TPU implementation): complex eigenvalues and unit-norm eigenvectors
+    whose largest component is real, the same normalization PyTorch's CPU kernel gets from geev."""
+    out = lax.linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=vectors)
+    return out[0], (out[1] if vectors else None)
+
+
+@lower(aten.linalg_eig.default)
+def linalg_eig(a):
+    return _eig(a, True)
+
+
+@lower(aten._linalg_eigvals.default)
+def linalg_eigvals(a):
+    return _eig(a, False)[0]
