@@ -1318,7 +1318,7 @@ def _lse(*xs):
 
 def _ctc_alpha(lp, ext, ext_len, skip, input_lengths):
     """log alpha, (N, T, S') with -inf outside each sample's lattice; lp is (T, N, C)."""
-    t_max, n = lp.shape[0], lp.shape[1]
+    t_max = lp.shape[0]
     s = ext.shape[1]
     neg = jnp.asarray(-jnp.inf, lp.dtype)
     emit = jnp.take_along_axis(lp, jnp.broadcast_to(ext[None], (t_max,) + ext.shape), axis=2)  # (T, N, S')

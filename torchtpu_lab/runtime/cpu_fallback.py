@@ -85,6 +85,8 @@ def run(op, args: tuple, kwargs: dict, error: BaseException | None = None):
         original = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
         updated = cpu_kwargs.get(a.name) if a.kwarg_only or i >= len(cpu_args) else cpu_args[i]
         if tensor.on_tpu(original) and isinstance(updated, torch.Tensor):
+            if original.shape != updated.shape:  # an out= argument the CPU kernel resized
+                original.resize_(updated.shape)
             original.copy_(updated)
     mutated = {id(v) for v in list(cpu_args) + list(cpu_kwargs.values()) if isinstance(v, torch.Tensor)}
 
@@ -94,7 +96,7 @@ def run(op, args: tuple, kwargs: dict, error: BaseException | None = None):
                 for orig, cpu_v in zip(list(args) + list(kwargs.values()), list(cpu_args) + list(cpu_kwargs.values())):
                     if cpu_v is v:
                         return orig
-            return v.to(device)
+            return v.contiguous().to(device)
         return v
 
     return tree_map(back, out)
