@@ -141,13 +141,8 @@ def test_resnet_eval_no_grad_is_deterministic():
     assert torch.equal(out2.detach().cpu(), out.cpu())
 
 
-INFERENCE_VIEW_BUG = (
-    "a view op (t, transpose, ...) of a normal tpu tensor inside torch.inference_mode raises "
-    "'Cannot set version_counter for inference tensor': the view kernel creates its output as an inference tensor"
-)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=INFERENCE_VIEW_BUG)
 def test_resnet_eval_inference_mode():
     model, x = _eval_resnet()
     tm = copy.deepcopy(model).to("tpu")
@@ -253,13 +248,8 @@ def test_gpt_untied_forward_backward(mode):
         _fwd_bwd(model, (idx,), loss_fn)
 
 
-TYING_BUG = (
-    "Module.to('tpu') unties shared parameters: a CPU->tpu copy is not a 'compatible shallow-copy type' "
-    "(PrivateUse1 isn't among TensorImpl's dense backends), so Module._apply makes a new Parameter per module"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=TYING_BUG)
 def test_weight_tying_survives_to_tpu():
     model = GPT()
     assert model.lm_head.weight is model.wte.weight
@@ -268,7 +258,6 @@ def test_weight_tying_survives_to_tpu():
     assert len(list(model.parameters())) == len(list(GPT().parameters()))
 
 
-@pytest.mark.xfail(strict=True, reason=TYING_BUG)
 def test_gpt_tied_forward_backward():
     model, idx, loss_fn = _gpt_case(tie_weights=True)
     _fwd_bwd(model, (idx,), loss_fn)  # the tied weight's gradient sums the embedding and lm-head parts
@@ -500,7 +489,6 @@ def test_inference_mode_elementwise_and_matmul():
         y.add_(1)  # outside inference mode, an inference tensor can't be changed in place
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=INFERENCE_VIEW_BUG)
 def test_inference_mode_view_of_normal_tensor():
     x = torch.randn(3, 4, device="tpu")
     with torch.inference_mode():
@@ -642,13 +630,8 @@ def test_optimizer_foreach_matches_cpu_loop(name):
     _compare_optimizer(lambda p: cls(p, **kw), lambda p: cls(p, foreach=True, **kw))
 
 
-FUSED_FALLBACK_BUG = (
-    "fused optimizer ops (aten::_fused_adam_/_fused_adamw_/_fused_sgd_) go to the CPU fallback, which writes "
-    "back only single-Tensor(a!) arguments, not Tensor(a!)[] lists: the step is silently lost"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=FUSED_FALLBACK_BUG)
 @pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
 def test_optimizer_fused_matches_cpu(name):
     """fused=True is accepted for tpu (PyTorch lists PrivateUse1 among fused devices); it must be right."""

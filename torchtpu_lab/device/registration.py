@@ -25,6 +25,11 @@ def register() -> None:
             f"PrivateUse1 is already taken by the {current!r} backend in this process; torchtpu_lab needs it"
         )
     platform.configure_x64()
+    # Module.to("cuda") keeps tied weights tied because CPU and CUDA tensors are "shallow-copy compatible" and
+    # Module._apply moves each Parameter in place; PrivateUse1 tensors are not, so it would make one new
+    # Parameter per module and silently untie them. Swapping the converted tensors into the existing Parameter
+    # objects (PyTorch's announced future default) keeps every reference, and so every tie, intact.
+    torch.__future__.set_swap_module_params_on_conversion(True)
     _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module)
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     kernels.install()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import torch
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -56,20 +57,26 @@ def _scatter(x, present, accumulate, values, *idx):
     return ref.add(values) if accumulate else ref.set(values)
 
 
-@lower(aten.index.Tensor, aten._unsafe_index.Tensor, jit=False)
+def _no_masks(args, kwargs) -> bool:
+    """Integer indexing compiles (and fuses); a boolean/uint8 mask makes the output shape data-dependent."""
+    indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+    return not any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+@lower(aten.index.Tensor, aten._unsafe_index.Tensor, jit=_no_masks)
 def index(x, indices):
     idx = _integer_indices(indices)
     return _gather(x, tuple(i is not None for i in idx), *[i for i in idx if i is not None])
 
 
-@lower(aten.index_put.default, aten._unsafe_index_put.default, jit=False)
+@lower(aten.index_put.default, aten._unsafe_index_put.default, jit=_no_masks)
 def index_put(x, indices, values, accumulate=False):
     """``accumulate=True`` sums duplicate indices."""
     idx = _integer_indices(indices)
     return _scatter(x, tuple(i is not None for i in idx), bool(accumulate), values, *[i for i in idx if i is not None])
 
 
-@lower(aten._index_put_impl.default, jit=False)
+@lower(aten._index_put_impl.default, jit=_no_masks)
 def index_put_impl(x, indices, values, accumulate=False, unsafe=False):
     return index_put(x, indices, values, accumulate)
 

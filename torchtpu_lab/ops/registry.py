@@ -6,7 +6,9 @@ as ``Scalar`` arrive as traced JAX scalars, so a learning rate that changes each
 lowering that needs a Python number there (say, for an output shape) declares ``static_scalars=True``.
 A lowering that draws random numbers declares ``rng=True`` and receives a JAX PRNG key as ``key=``.
 A lowering whose output shape depends on input *values* (``nonzero``, ``masked_select``, ``unique``) declares
-``jit=False``: it then runs op by op on concrete arrays (a sync point), never inside a compiled graph.
+``jit=False``: it then runs op by op on concrete arrays (a sync point), never inside a compiled graph. When only
+some calls are data-dependent (indexing with a boolean mask), ``jit`` is a predicate ``(args, kwargs) -> bool``
+deciding per call; the decision must follow from what the cache key holds (dtypes, shapes, static values).
 
 The executor casts results to the dtype PyTorch's own meta kernel predicts, so lowerings may compute in
 whatever dtype JAX promotes to; they must get shapes and values right.
@@ -36,7 +38,10 @@ class Lowering:
     fn: Callable
     static_scalars: bool = False
     rng: bool = False
-    jit: bool = True
+    jit: bool | Callable = True
+
+    def jit_for(self, args: tuple, kwargs: dict) -> bool:
+        return self.jit if isinstance(self.jit, bool) else bool(self.jit(args, kwargs))
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -69,7 +74,7 @@ def skip_decomposition(*ops) -> None:
         DECOMP_SKIP.add(op.default if isinstance(op, torch._ops.OpOverloadPacket) else op)
 
 
-def lower(*ops, static_scalars: bool = False, rng: bool = False, jit: bool = True):
+def lower(*ops, static_scalars: bool = False, rng: bool = False, jit: bool | Callable = True):
     """Register the decorated function as the lowering of each of ``ops`` (OpOverloads or packets' defaults)."""
 
     def register(fn: Callable) -> Callable:

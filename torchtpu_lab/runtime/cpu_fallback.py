@@ -84,10 +84,12 @@ def run(op, args: tuple, kwargs: dict, error: BaseException | None = None):
             continue
         original = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
         updated = cpu_kwargs.get(a.name) if a.kwarg_only or i >= len(cpu_args) else cpu_args[i]
-        if tensor.on_tpu(original) and isinstance(updated, torch.Tensor):
-            if original.shape != updated.shape:  # an out= argument the CPU kernel resized
-                original.resize_(updated.shape)
-            original.copy_(updated)
+        pairs = zip(original, updated) if isinstance(original, (list, tuple)) else [(original, updated)]
+        for orig, upd in pairs:  # a Tensor(a!)[] argument (fused optimizers) is written back element by element
+            if tensor.on_tpu(orig) and isinstance(upd, torch.Tensor):
+                if orig.shape != upd.shape:  # an out= argument the CPU kernel resized
+                    orig.resize_(upd.shape)
+                orig.copy_(upd)
     mutated = {id(v) for v in list(cpu_args) + list(cpu_kwargs.values()) if isinstance(v, torch.Tensor)}
 
     def back(v):

@@ -71,12 +71,13 @@ def _scalar_args(op: torch._ops.OpOverload) -> tuple[frozenset, frozenset]:
 class _Encoder:
     """Builds a hashable template of an argument structure and collects its dynamic inputs."""
 
-    __slots__ = ("dyn", "device_index", "static_scalars")
+    __slots__ = ("dyn", "device_index", "static_scalars", "host_tensors")
 
-    def __init__(self, static_scalars: bool):
+    def __init__(self, static_scalars: bool, host_tensors: bool = False):
         self.dyn: list = []
         self.device_index: int | None = None
         self.static_scalars = static_scalars
+        self.host_tensors = host_tensors  # CPU tensors of any shape are accepted (index tensors, as on CUDA)
 
     def encode(self, v, scalar: bool = False):
         if isinstance(v, torch.Tensor) and not isinstance(v, tensor.TpuTensor) and v.device.type == "tpu":
@@ -93,6 +94,9 @@ class _Encoder:
             self.dyn.append(storage.array)
             return _Slot("T", len(self.dyn) - 1, v.dtype, tuple(v.shape), storage.shape, v._tpu_view)
         if isinstance(v, torch.Tensor):
+            if v.device.type == "cpu" and v.dim() != 0 and self.host_tensors:
+                self.dyn.append(jnp.asarray(dtypes.host_array(v)))
+                return _Slot("H", len(self.dyn) - 1, v.dtype, tuple(v.shape), (), None)
             if v.dim() != 0 or v.device.type != "cpu":
                 raise RuntimeError(
                     "Expected all tensors to be on the same device, but found at least two devices, "
@@ -234,6 +238,11 @@ def _debug_check(name: str, out) -> None:
 
 
 _CACHE: dict = {}
+#: Ops that accept CPU index tensors next to tpu tensors (as CUDA does); those are copied to the device.
+HOST_INDEX_OPS = frozenset({
+    torch.ops.aten.index.Tensor, torch.ops.aten._unsafe_index.Tensor, torch.ops.aten.index_put.default,
+    torch.ops.aten._unsafe_index_put.default, torch.ops.aten._index_put_impl.default,
+})
 #: Every lowered op executed in this process (the CI conformance subset checks it covers the whole op table).
 OPS_SEEN: set = set()
 
@@ -253,7 +262,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
     OPS_SEEN.add(op)
-    enc = _Encoder(low.static_scalars)
+    enc = _Encoder(low.static_scalars, op in HOST_INDEX_OPS)
     positions, names = _scalar_args(op)
     targs = tuple(enc.encode(a, i in positions) for i, a in enumerate(args))
     tkwargs = tuple((k, enc.encode(v, k in names)) for k, v in kwargs.items())
@@ -267,7 +276,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     fresh = compiled is None
     if fresh:
         t0 = time.perf_counter()
-        compiled = _compile(low, targs, tkwargs, enc.dyn)
+        compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
         _CACHE[key] = compiled
     if telemetry.recording():
         t0 = time.perf_counter() if not fresh else t0
@@ -288,9 +297,9 @@ def _recorded_lazily(out) -> bool:
     return any(isinstance(v, lazy.LazyValue) for v in leaves)
 
 
-def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
+def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> _Compiled:
     op = low.op
-    meta = _meta_outputs(op, targs, tkwargs, dyn) if low.jit else None
+    meta = _meta_outputs(op, targs, tkwargs, dyn) if jit else None
 
     def run(*dyn_values):
         a = [_decode(t, dyn_values) for t in targs]
@@ -299,7 +308,7 @@ def _compile(low: Lowering, targs, tkwargs, dyn) -> _Compiled:
             k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
         return _cast(op, low.fn(*a, **k), meta)
 
-    return _Compiled(run, low.jit, meta, op_name(op))
+    return _Compiled(run, jit, meta, op_name(op))
 
 
 

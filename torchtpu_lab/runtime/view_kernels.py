@@ -127,7 +127,12 @@ def make_view_kernel(op):
         geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
             return kernel(executor.materialize(self), *args, **kwargs)
-        outs = [tensor.make(storage, g) for g in geoms]
+        if torch.is_inference_mode_enabled() and not self.is_inference():
+            # a view of a normal tensor is a normal tensor, even inside inference_mode (as on CPU)
+            with torch.inference_mode(False):
+                outs = [tensor.make(storage, g) for g in geoms]
+        else:
+            outs = [tensor.make(storage, g) for g in geoms]
         return outs if multi else outs[0]
 
     kernel.__name__ = f"view_kernel_{op}"
