@@ -27,6 +27,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 import torchtpu_lab  # noqa: E402,F401
 
 RANDOM_OPS = {
@@ -66,13 +67,18 @@ def to_tpu(x):
     if isinstance(x, torch.Tensor):
         t = x.detach().to("tpu")
         return t.requires_grad_(x.requires_grad)
+    if isinstance(x, torch.device) and x.type == "cpu":
+        return torch.device("tpu")
     return x
 
 
 def sample_to_tpu(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     keep = CPU_ARGS.get(entry_name(op), set())
     moved = tuple(a if (i - 1) in keep else tree_map(to_tpu, a) for i, a in enumerate(args))
-    return moved, tree_map(to_tpu, kwargs)
+    kw = tree_map(to_tpu, kwargs)
+    if kw.get("device") in ("cpu", "cpu:0"):  # factory samples name the device: make them build on tpu
+        kw["device"] = "tpu"
+    return moved, kw
 
 
 _TOLERANCES = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}
@@ -222,7 +228,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     for op in ops:
         row = {"entry": entry_name(op)}
-        seen_before = set(executor.OPS_SEEN)
+        executor.OPS_SEEN.clear()
         fallbacks_before = {k: v["count"] for k, v in cpu_fallback.stats.items()}
         for dtype, key in forward_dtypes:
             if dtype not in op.supported_dtypes("cpu"):
@@ -238,7 +244,7 @@ def main(argv=None) -> int:
                 row["backward"] = (False, "harness: " + _first_error(e))
         used = {k for k, v in cpu_fallback.stats.items() if v["count"] != fallbacks_before.get(k, 0)}
         row["fallback_ops"] = sorted(used)
-        row["lowered_ops"] = sorted(str(o) for o in executor.OPS_SEEN - seen_before)
+        row["lowered_ops"] = sorted(str(o) for o in executor.OPS_SEEN)
         results.append(row)
         if not args.quiet:
             bad = {k: v[1] for k, v in _checks(row) if not v[0]}
@@ -263,6 +269,16 @@ def main(argv=None) -> int:
                 failing[v[1].split(":")[0]] += 1
     if failing:
         print("most common failure kinds:", ", ".join(f"{k} x{n}" for k, n in failing.most_common(6)))
+    from known_failures import KNOWN_FAILURES
+
+    failed = {(r["entry"], k) for r in results for k, v in _checks(r) if not v[0]}
+    ran = {(r["entry"], k) for r in results for k, _ in _checks(r)}
+    unexpected = sorted(failed - set(KNOWN_FAILURES))
+    fixed = sorted(k for k in KNOWN_FAILURES if k in ran and k not in failed)
+    print(f"known failures (bench/known_failures.py): {len(failed & set(KNOWN_FAILURES))} still fail; "
+          f"{len(unexpected)} unexpected failures; {len(fixed)} listed entries now pass")
+    for k in fixed:
+        print(f"  now passing, remove from the list: {k}")
     print("\nfailing entries (first error):")
     for r in results:
         for k, v in _checks(r):

@@ -180,10 +180,8 @@ def test_zero_size(fn):
         lambda x: x.amax(0),
         lambda x: x.argmax(),
         lambda x: x.argmin(0),
-        pytest.param(lambda x: x.min(0), marks=pytest.mark.xfail(strict=True, reason=(
-            "min.dim over a zero-size dim returns values 0 and indices INT64_MAX instead of raising"))),
-        pytest.param(lambda x: x.max(0), marks=pytest.mark.xfail(strict=True, reason=(
-            "max.dim over a zero-size dim returns values 0 and indices INT64_MAX instead of raising"))),
+        lambda x: x.min(0),
+        lambda x: x.max(0),
     ],
     ids=["max", "amax0", "argmax", "argmin0", "min0", "max0"],
 )
@@ -381,12 +379,9 @@ _NAN = float("nan")
         lambda x: x.amax(0),
         lambda x: x.amin(1),
         lambda x: x.aminmax(),
-        pytest.param(lambda x: x.cummax(1), marks=pytest.mark.xfail(strict=True, reason=(
-            "cummax/cummin: after a NaN each later NaN takes over the index on CPU ([nan, nan, inf] -> indices "
-            "[0, 1, 1]); tpu keeps the first NaN's index ([0, 0, 0])"))),
+        lambda x: x.cummax(1),
         lambda x: x[:2].cummin(1),
-        pytest.param(lambda x: x.cummin(1), marks=pytest.mark.xfail(strict=True, reason=(
-            "cummin: as cummax, a later NaN takes over the index on CPU; tpu keeps the first NaN's index"))),
+        lambda x: x.cummin(1),
         lambda x: x.nansum(),
         lambda x: x.nanmean(1),
         lambda x: x.sort(dim=1, stable=True),
@@ -593,9 +588,6 @@ def test_sub_of_bools_raises():
     both_raise(torch.sub, *_pair_tensors((torch.bool, torch.bool)))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sub with one bool operand computes a result on tpu; CPU raises 'Subtraction, the `-` operator, with a bool "
-    "tensor is not supported' (the check is in the CPU kernel, so running the op on meta doesn't catch it)"))
 @pytest.mark.parametrize("pair", [p for p in _PAIRS if torch.bool in p and p != (torch.bool, torch.bool)],
                          ids=_pair_id)
 def test_sub_with_one_bool_operand_raises(pair):

@@ -301,13 +301,6 @@ class Seq2Label(nn.Module):
         return self.head(torch.cat([h[0], h[1]], dim=1)) + mean.sum(1, keepdim=True)
 
 
-RNN_CELL_BUG = (
-    "for PrivateUse1 inputs ATen's LSTM/GRU cells call aten::_thnn_fused_lstm_cell / _thnn_fused_gru_cell "
-    "(as for CUDA), which are not lowered, and the CPU fallback can't run them (no CPU kernel)"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=RNN_CELL_BUG)
 @pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
 def test_lstm_gru_forward_backward(packed):
     torch.manual_seed(0)
@@ -323,7 +316,6 @@ def test_lstm_gru_forward_backward(packed):
     )
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=RNN_CELL_BUG)
 def test_lstm_with_initial_state_and_stateful_steps():
     torch.manual_seed(0)
     lstm = nn.LSTM(4, 6, num_layers=2)

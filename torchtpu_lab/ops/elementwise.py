@@ -61,14 +61,25 @@ def add(x, y, alpha=1):
     return x + y * alpha
 
 
+def _check_sub(x, y):
+    """CPU's check (in its kernel, so the meta pass doesn't make it): no bool operand, tensor or scalar."""
+    if jnp.result_type(x) == jnp.bool_ or jnp.result_type(y) == jnp.bool_:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+
+
 @lower(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha=1):
+    _check_sub(x, y)
     x, y, alpha = _promote(x, y, alpha)
     return x - y * alpha
 
 
 @lower(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(x, y, alpha=1):
+    _check_sub(x, y)
     x, y, alpha = _promote(x, y, alpha)
     return y - x * alpha
 

@@ -148,10 +148,12 @@ def _arg_extreme(x, axis: int, largest: bool):
     return lax.reduce((x, idx), init, reducer, (axis,))
 
 
-def _select_dim(x, dim, keepdim, largest):
+def _select_dim(x, dim, keepdim, largest, name):
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     axis = _axis(dim, x.ndim)
+    if x.shape[axis] == 0:  # PyTorch's meta kernel lets this through; its CPU kernel raises
+        raise IndexError(f"{name}(): Expected reduction dim {axis} to have non-zero size.")
     v, i = _arg_extreme(x, axis, largest)
     v = v.astype(x.dtype)
     if keepdim:
@@ -161,19 +163,20 @@ def _select_dim(x, dim, keepdim, largest):
 
 @lower(aten.max.dim)
 def max_dim(x, dim, keepdim=False):
-    return _select_dim(x, dim, keepdim, True)
+    return _select_dim(x, dim, keepdim, True, "max")
 
 
 @lower(aten.min.dim)
 def min_dim(x, dim, keepdim=False):
-    return _select_dim(x, dim, keepdim, False)
+    return _select_dim(x, dim, keepdim, False, "min")
 
 
 def _arg_reduce(x, dim, keepdim, largest):
+    name = "argmax" if largest else "argmin"
     if dim is None:
-        i = _select_dim(x.reshape(-1), 0, False, largest)[1]
+        i = _select_dim(x.reshape(-1), 0, False, largest, name)[1]
         return i.reshape((1,) * x.ndim) if keepdim else i
-    return _select_dim(x, dim, keepdim, largest)[1]
+    return _select_dim(x, dim, keepdim, largest, name)[1]
 
 
 @lower(aten.argmax.default)
@@ -252,7 +255,8 @@ def cumprod(x, dim, *, dtype=None):
 
 
 def _cum_extreme(x, dim, largest):
-    """Running max/min with PyTorch's indices: ties take the latest index; the first NaN sticks."""
+    """Running max/min with PyTorch's indices: ties take the latest index; a NaN sticks until the next NaN,
+    which takes over (CPU's ``isnan(x) || (!isnan(out) && x >= out)``)."""
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     axis = _axis(dim, x.ndim)
@@ -264,13 +268,14 @@ def _cum_extreme(x, dim, largest):
         (va, ia), (vb, ib) = a, b
         ge = (vb >= va) if largest else (vb <= va)
         if floating:
-            take_b = ~jnp.isnan(va) & (jnp.isnan(vb) | ge)
+            take_b = jnp.isnan(vb) | (~jnp.isnan(va) & ge)
         else:
             take_b = ge
         return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
 
-    vals, inds = lax.associative_scan(combine, (v, idx), axis=axis)
-    return vals.astype(x.dtype), inds
+    inds = lax.associative_scan(combine, (v, idx), axis=axis)[1]
+    # the values are gathered at the indices: the scan's interleaving adds zero padding, which turns -0.0 into 0.0
+    return jnp.take_along_axis(x, inds, axis=axis), inds
 
 
 @lower(aten.cummax.default)

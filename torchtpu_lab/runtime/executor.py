@@ -42,11 +42,13 @@ class _Static(NamedTuple):
 
 
 _MISSING_META = object()
-_META_SKIP = (NotImplementedError,)
-try:  # data-dependent shapes cannot be computed on meta tensors
+# A meta kernel that cannot say (no meta kernel, data-dependent shapes, or one that trips over a None optional
+# argument, as the fused LSTM cell's does without biases) means "no metadata", not a user error.
+_META_SKIP = (NotImplementedError, AttributeError)
+try:
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
-    _META_SKIP = (NotImplementedError, DataDependentOutputException, DynamicOutputShapeException)
+    _META_SKIP = (NotImplementedError, AttributeError, DataDependentOutputException, DynamicOutputShapeException)
 except ImportError:  # pragma: no cover
     pass
 
