@@ -59,6 +59,7 @@ def load_ipython_extension(ip) -> None:
         _state["labeler"] = _cell_labeler(ip)
         telemetry.labelers.append(_state["labeler"])
         ip.register_magics(TpuMagics)
+        __import__("torchtpu_lab.jupyter.comm", fromlist=["setup"]).setup(ip)  # JupyterLab panel; never raises
         _state["loaded"] = True
         telemetry.count("extension_loads")
     display(Banner(status()))

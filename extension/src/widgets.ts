@@ -1,0 +1,246 @@
+/**
+ * The status bar item and the side panel. Every piece of kernel data goes into the DOM as text
+ * (textContent / SVG attributes holding numbers we computed), never as HTML.
+ */
+
+import { LabIcon } from '@jupyterlab/ui-components';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import { KernelLink } from './link';
+import {
+  compileLines,
+  EAGER_MODES,
+  formatBytes,
+  memoryPolyline,
+  profileLines,
+  statusBarText,
+  statusBarTitle,
+  summaryLines
+} from './model';
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+export const tpuIcon = new LabIcon({
+  name: 'torchtpu-lab:chip',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+    '<g class="jp-icon3" fill="#616161"><path d="M7 7h10v10H7z" fill-opacity="0.35"/>' +
+    '<path d="M9 2h2v3H9zm4 0h2v3h-2zM9 19h2v3H9zm4 0h2v3h-2zM2 9h3v2H2zm0 4h3v2H2zm17-4h3v2h-3zm0 4h3v2h-3z' +
+    'M5 5h14v14H5zm2 2v10h10V7z"/></g></svg>'
+});
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, className: string, text?: string): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = className;
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/** Follows one KernelLink at a time (the active notebook's); subclasses render it. */
+abstract class LinkView extends Widget {
+  get link(): KernelLink | null {
+    return this._link;
+  }
+
+  setLink(link: KernelLink | null, label = ''): void {
+    if (this._link === link && this._label === label) {
+      return;
+    }
+    if (this._link && !this._link.isDisposed) {
+      this._link.changed.disconnect(this._onChanged, this);
+    }
+    this._link = link;
+    this._label = label;
+    if (link) {
+      link.changed.connect(this._onChanged, this);
+    }
+    this.render();
+  }
+
+  protected get label(): string {
+    return this._label;
+  }
+
+  private _onChanged(): void {
+    this.render();
+  }
+
+  protected abstract render(): void;
+
+  private _link: KernelLink | null = null;
+  private _label = '';
+}
+
+/** The status bar item: `tpu XLA:CPU · fused · 1.00 MiB / n/a · cache 50% (2 compiles)`; hidden when unloaded. */
+export class TpuStatusItem extends LinkView {
+  constructor() {
+    super();
+    this.addClass('jp-torchtpu-status');
+    this.node.textContent = '';
+    this.render();
+  }
+
+  get active(): boolean {
+    return this.link?.status != null;
+  }
+
+  get activeStateChanged(): ISignal<this, void> {
+    return this._activeStateChanged;
+  }
+
+  protected render(): void {
+    const status = this.link?.status ?? null;
+    if (status) {
+      this.node.textContent = statusBarText(status);
+      this.node.title = statusBarTitle(status);
+    } else {
+      this.node.textContent = '';
+      this.node.title = '';
+    }
+    if (this._wasActive !== this.active) {
+      this._wasActive = this.active;
+      this._activeStateChanged.emit();
+    }
+  }
+
+  private _wasActive = false;
+  private _activeStateChanged = new Signal<this, void>(this);
+}
+
+/** The side panel: summary, actions, memory chart, recent compilations and the last %%tpu_profile. */
+export class TpuPanel extends LinkView {
+  constructor() {
+    super();
+    this.id = 'torchtpu-lab-panel';
+    this.addClass('jp-torchtpu-panel');
+    this.title.icon = tpuIcon;
+    this.title.caption = 'torchtpu_lab: the tpu session of the active notebook';
+
+    const header = el('div', 'jp-torchtpu-header', 'torchtpu_lab');
+    this._session = el('div', 'jp-torchtpu-session');
+    this._empty = el('div', 'jp-torchtpu-empty');
+    this._body = el('div', 'jp-torchtpu-body');
+
+    this._summary = el('pre', 'jp-torchtpu-summary');
+    const actions = el('div', 'jp-torchtpu-actions');
+    const modeLabel = el('span', 'jp-torchtpu-label', 'eager mode:');
+    actions.appendChild(modeLabel);
+    for (const mode of EAGER_MODES) {
+      const button = el('button', 'jp-torchtpu-button jp-torchtpu-mode', mode);
+      button.dataset.mode = mode;
+      button.addEventListener('click', () => this.link?.request('set_mode', mode));
+      this._modeButtons.push(button);
+      actions.appendChild(button);
+    }
+    const clear = el('button', 'jp-torchtpu-button jp-torchtpu-clear-cache', 'clear compile cache');
+    clear.addEventListener('click', () => this.link?.request('clear_cache'));
+    const refresh = el('button', 'jp-torchtpu-button jp-torchtpu-refresh', 'refresh');
+    refresh.addEventListener('click', () => this.link?.request('status'));
+    const actions2 = el('div', 'jp-torchtpu-actions');
+    actions2.append(clear, refresh);
+    this._message = el('div', 'jp-torchtpu-message');
+
+    this._svg = document.createElementNS(SVG_NS, 'svg');
+    this._svg.setAttribute('class', 'jp-torchtpu-chart');
+    this._svg.setAttribute('viewBox', `0 0 ${CHART_W} ${CHART_H}`);
+    this._svg.setAttribute('preserveAspectRatio', 'none');
+    this._line = document.createElementNS(SVG_NS, 'polyline');
+    this._line.setAttribute('fill', 'none');
+    this._line.setAttribute('stroke-width', '1.5');
+    this._line.setAttribute('vector-effect', 'non-scaling-stroke');
+    this._svg.appendChild(this._line);
+    this._chartCaption = el('div', 'jp-torchtpu-caption');
+
+    this._compiles = el('ol', 'jp-torchtpu-compiles');
+    this._profile = el('div', 'jp-torchtpu-profile');
+
+    this._body.append(
+      this._summary,
+      actions,
+      actions2,
+      this._message,
+      el('h3', 'jp-torchtpu-h', 'device memory over time'),
+      this._svg,
+      this._chartCaption,
+      el('h3', 'jp-torchtpu-h', 'recent compilations'),
+      this._compiles,
+      el('h3', 'jp-torchtpu-h', 'last %%tpu_profile'),
+      this._profile
+    );
+    this.node.append(header, this._session, this._empty, this._body);
+    this.render();
+  }
+
+  protected render(): void {
+    const link = this.link;
+    const status = link?.status ?? null;
+    this._session.textContent = this.label ? `notebook: ${this.label}` : 'no notebook';
+    if (!status) {
+      this._empty.textContent = link
+        ? 'torchtpu_lab is not loaded in this kernel: run %load_ext torchtpu_lab'
+        : 'Open a notebook to see its tpu session.';
+      this._empty.hidden = false;
+      this._body.hidden = true;
+      return;
+    }
+    this._empty.hidden = true;
+    this._body.hidden = false;
+    this._summary.textContent = summaryLines(status).join('\n');
+    for (const button of this._modeButtons) {
+      const current = button.dataset.mode === status.mode;
+      button.classList.toggle('jp-mod-current', current);
+      button.disabled = current;
+    }
+    this._message.textContent = link?.lastMessage ?? '';
+
+    const points = memoryPolyline(status.memoryHistory, CHART_W, CHART_H);
+    this._line.setAttribute('points', points);
+    const hist = status.memoryHistory;
+    const highest = hist.length ? Math.max(...hist.map(p => p.allocated)) : status.memory.allocated;
+    this._chartCaption.textContent =
+      `now ${formatBytes(status.memory.allocated)} · top of chart ${formatBytes(highest)} · ` +
+      `peak ${formatBytes(status.memory.peak)} · limit ${formatBytes(status.memory.limit)} · ${hist.length} samples`;
+
+    this._compiles.replaceChildren();
+    const recent = status.compilations.slice(-15).reverse();
+    if (!recent.length) {
+      this._compiles.appendChild(el('li', 'jp-torchtpu-none', 'no compilations yet'));
+    }
+    for (const c of recent) {
+      const [head, why] = compileLines(c);
+      const item = el('li', 'jp-torchtpu-compile');
+      item.append(el('div', 'jp-torchtpu-compile-head', head), el('div', 'jp-torchtpu-compile-cause', why));
+      this._compiles.appendChild(item);
+    }
+
+    this._profile.replaceChildren();
+    if (status.profile) {
+      this._profile.appendChild(el('pre', 'jp-torchtpu-profile-summary', profileLines(status.profile).join('\n')));
+      if (status.profile.text) {
+        const details = el('details', 'jp-torchtpu-profile-details');
+        details.append(el('summary', '', 'full report'), el('pre', 'jp-torchtpu-profile-text', status.profile.text));
+        this._profile.appendChild(details);
+      }
+    } else {
+      this._profile.appendChild(el('div', 'jp-torchtpu-none', 'no %%tpu_profile run yet'));
+    }
+  }
+
+  private _session: HTMLDivElement;
+  private _empty: HTMLDivElement;
+  private _body: HTMLDivElement;
+  private _summary: HTMLPreElement;
+  private _message: HTMLDivElement;
+  private _modeButtons: HTMLButtonElement[] = [];
+  private _svg: SVGSVGElement;
+  private _line: SVGPolylineElement;
+  private _chartCaption: HTMLDivElement;
+  private _compiles: HTMLOListElement;
+  private _profile: HTMLDivElement;
+}
+
+const CHART_W = 300;
+const CHART_H = 80;

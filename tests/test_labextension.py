@@ -1,0 +1,441 @@
+"""The JupyterLab extension: the kernel side of its comm, its installation, and the real thing in a browser.
+
+(a) drives ``torchtpu_lab.jupyter.comm``'s handler with a fake comm: only the fixed commands act, anything else
+    is refused with an error reply and changes nothing;
+(b) ``jupyter labextension list`` shows the prebuilt extension enabled (it is installed by ``pip install``);
+(c) end to end: ``jupyter lab`` on a free port, Debian's chromium driven by Playwright, a notebook that loads
+    the extension and compiles a graph, and the status bar and the side panel showing mode, compiles and
+    memory. Skipped (with the reason) where /usr/bin/chromium or Playwright is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from torchtpu_lab.jupyter import comm as tpucomm
+from torchtpu_lab.runtime import compile_cache, modes
+
+ROOT = Path(__file__).resolve().parents[1]
+JUPYTER = Path(sys.executable).with_name("jupyter")
+CHROMIUM = "/usr/bin/chromium"
+
+
+class FakeComm:
+    """Stands in for an ipykernel Comm: records what is sent and lets the test deliver messages."""
+
+    def __init__(self):
+        self.comm_id = uuid.uuid4().hex
+        self.sent: list[dict] = []
+        self._on_msg = None
+        self.closed = False
+
+    def send(self, data=None, **kwargs):
+        json.dumps(data)  # what goes over the wire must be plain JSON
+        self.sent.append(data)
+
+    def on_msg(self, callback):
+        self._on_msg = callback
+
+    def on_close(self, callback):
+        self._on_close = callback
+
+    def close(self, *args, **kwargs):
+        self.closed = True
+
+    def deliver(self, data) -> dict:
+        self._on_msg({"content": {"comm_id": self.comm_id, "data": data}})
+        return self.sent[-1]
+
+
+@pytest.fixture
+def fake_comm():
+    c = FakeComm()
+    tpucomm._adopt(c)
+    previous = modes.current()
+    yield c
+    tpucomm._forget(c)
+    modes.set_eager_mode(previous)
+
+
+MALFORMED = [
+    None,
+    "status",
+    ["status"],
+    42,
+    {},
+    {"command": "status"},  # no version
+    {"v": 2, "id": "a", "command": "status"},
+    {"v": "1", "id": "a", "command": "status"},
+    {"v": True, "id": "a", "command": "status"},
+    {"v": 1, "id": 7, "command": "status"},
+    {"v": 1, "id": "x" * 500, "command": "status"},
+    {"v": 1, "id": "a", "command": "status", "code": "import os"},
+    {"v": 1, "id": "a", "command": ["set_mode"]},
+    {"v": 1, "id": "a", "command": "set_mode"},
+    {"v": 1, "id": "a", "command": "set_mode", "args": {"mode": "turbo"}},
+    {"v": 1, "id": "a", "command": "set_mode", "args": {"mode": "debug", "extra": 1}},
+    {"v": 1, "id": "a", "command": "set_mode", "args": "debug"},
+    {"v": 1, "id": "a", "command": "set_mode", "args": {"mode": ["debug"]}},
+    {"v": 1, "id": "a", "command": "clear_cache", "args": {"path": "/"}},
+    {"v": 1, "id": "a", "command": "status", "args": {"x": 1}},
+]
+
+UNKNOWN = [
+    {"v": 1, "id": "u1", "command": "exec", "args": {"code": "open('/tmp/pwned', 'w')"}},
+    {"v": 1, "id": "u2", "command": "eval"},
+    {"v": 1, "id": "u3", "command": "__import__('os').system('true')"},
+    {"v": 1, "id": "u4", "command": "run_cell", "args": {}},
+    {"v": 1, "id": "u5", "command": "STATUS"},
+]
+
+
+@pytest.fixture
+def actions(monkeypatch):
+    """Records every call of the two state-changing actions a request could reach."""
+    calls: list = []
+    real_set = modes.set_eager_mode
+    monkeypatch.setattr(modes, "set_eager_mode", lambda m: (calls.append(("set_eager_mode", m)), real_set(m))[1])
+    monkeypatch.setattr(compile_cache, "clear", lambda: calls.append(("clear",)) or 0)
+    return calls
+
+
+def _observable_state():
+    return modes.current(), compile_cache.directory()
+
+
+@pytest.mark.parametrize("payload", UNKNOWN, ids=lambda p: p["command"][:20])
+def test_unknown_commands_are_refused_and_change_nothing(fake_comm, payload, actions):
+    modes.set_eager_mode("strict")
+    actions.clear()
+    before = _observable_state()
+    reply = fake_comm.deliver(payload)
+    assert reply["v"] == 1 and reply["type"] == "error", reply
+    assert reply["id"] == payload["id"]
+    assert "unknown command" in reply["error"]
+    assert "data" not in reply
+    assert _observable_state() == before and actions == []
+    assert not os.path.exists("/tmp/pwned")
+
+
+@pytest.mark.parametrize("payload", MALFORMED, ids=lambda p: repr(p)[:40])
+def test_malformed_payloads_are_refused_and_change_nothing(fake_comm, payload, actions):
+    modes.set_eager_mode("strict")
+    actions.clear()
+    before = _observable_state()
+    reply = fake_comm.deliver(payload)
+    assert reply["v"] == 1 and reply["type"] == "error" and reply["error"], reply
+    assert reply["id"] in (None, "a")
+    assert "data" not in reply
+    assert _observable_state() == before and actions == []
+
+
+def test_malformed_comm_messages_are_refused(fake_comm):
+    fake_comm._on_msg({"content": {"comm_id": fake_comm.comm_id}})  # no data at all
+    assert fake_comm.sent[-1]["type"] == "error"
+    fake_comm._on_msg("not a message")
+    assert fake_comm.sent[-1]["type"] == "error"
+
+
+def test_the_fixed_commands_act_and_reply_with_status(fake_comm, actions):
+    reply = fake_comm.deliver({"v": 1, "id": "s1", "command": "status"})
+    assert reply["type"] == "reply" and reply["id"] == "s1"
+    data = reply["data"]
+    for key in ("platform", "mode", "memory", "compiles", "cache_hit_rate", "compilations", "memory_history"):
+        assert key in data
+    json.dumps(data)
+    reply = fake_comm.deliver({"v": 1, "id": "m1", "command": "set_mode", "args": {"mode": "debug"}})
+    assert reply["type"] == "reply" and reply["message"] == "eager mode: debug" and modes.current() == "debug"
+    assert reply["data"]["mode"] == "debug"
+    reply = fake_comm.deliver({"v": 1, "id": "c1", "command": "clear_cache"})
+    assert reply["type"] == "reply" and reply["message"].startswith("removed ")
+    assert actions == [("set_eager_mode", "debug"), ("clear",)]
+
+
+def test_status_carries_compilations_with_causes_and_lines(fake_comm):
+    import torch
+
+    modes.set_eager_mode("fused")
+    x = torch.randn(8, 8, device="tpu")
+    (x @ x).relu().sum().item()
+    data = fake_comm.deliver({"v": 1, "id": "s2", "command": "status"})["data"]
+    assert data["compiles"] >= 1 and data["compilations"]
+    last = data["compilations"][-1]
+    assert last["cause"] and last["where"] and "seconds" in last
+
+
+def test_setup_is_a_no_op_in_a_terminal_ipython():
+    class Terminal:  # what a TerminalInteractiveShell looks like to setup(): no kernel
+        events = None
+
+    assert tpucomm.setup(Terminal()) is False
+
+
+def _iopub_until_idle(kc, parent_id: str, timeout: float = 120) -> list[dict]:
+    msgs = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.time()))
+        if msg["parent_header"].get("msg_id") != parent_id:
+            continue
+        msgs.append(msg)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return msgs
+    raise TimeoutError("kernel did not go idle")
+
+
+@pytest.mark.timeout(300)
+def test_in_a_real_kernel_the_comm_opens_answers_refuses_and_closes_on_unload(tmp_path):
+    jupyter_client = pytest.importorskip("jupyter_client")
+    pytest.importorskip("ipykernel")
+    env = dict(os.environ, TORCHTPU_LAB_PLATFORM="cpu", TORCHTPU_LAB_CACHE_DIR=str(tmp_path / "xla-cache"),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.kernel_spec.argv[0] = sys.executable  # this environment's Python, whatever the spec says
+    km.start_kernel(env=env, cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        assert kc.comm_info(target_name=tpucomm.TARGET, reply=True)["content"]["comms"] == {}
+
+        msgs = _iopub_until_idle(kc, kc.execute("%load_ext torchtpu_lab\nimport torch"))
+        opens = [m for m in msgs if m["msg_type"] == "comm_open"]
+        assert len(opens) == 1 and opens[0]["content"]["target_name"] == "torchtpu_lab"
+        comm_id = opens[0]["content"]["comm_id"]
+        pushes = [m["content"]["data"] for m in msgs if m["msg_type"] == "comm_msg"]
+        assert pushes and pushes[-1]["v"] == 1 and pushes[-1]["type"] == "status"
+        assert pushes[-1]["data"]["mode"] == "fused"
+        comms = kc.comm_info(target_name=tpucomm.TARGET, reply=True)["content"]["comms"]
+        assert list(comms) == [comm_id]  # what a reloaded page finds and attaches to
+
+        def request(data) -> dict:
+            msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+            kc.shell_channel.send(msg)
+            replies = [m["content"]["data"] for m in _iopub_until_idle(kc, msg["header"]["msg_id"])
+                       if m["msg_type"] == "comm_msg"]
+            assert len(replies) == 1, replies
+            return replies[0]
+
+        reply = request({"v": 1, "id": "x", "command": "exec", "args": {"code": "import os; os.remove('x')"}})
+        assert reply["type"] == "error" and "unknown command" in reply["error"] and "data" not in reply
+        reply = request({"v": 1, "id": "y", "command": "set_mode", "args": {"mode": "strict"}})
+        assert reply["type"] == "reply" and reply["id"] == "y" and reply["data"]["mode"] == "strict"
+
+        msgs = _iopub_until_idle(kc, kc.execute("x = torch.ones(4, device='tpu'); x.sum().item()"))
+        pushes = [m["content"]["data"] for m in msgs if m["msg_type"] == "comm_msg"]
+        assert pushes[-1]["reason"] == "cell" and pushes[-1]["data"]["memory"]["allocated"] >= 16
+
+        msgs = _iopub_until_idle(kc, kc.execute("%unload_ext torchtpu_lab"))
+        assert [m["content"]["data"] for m in msgs if m["msg_type"] == "comm_msg"][-1] == {"v": 1, "type": "unloaded"}
+        assert any(m["msg_type"] == "comm_close" and m["content"]["comm_id"] == comm_id for m in msgs)
+        assert kc.comm_info(target_name=tpucomm.TARGET, reply=True)["content"]["comms"] == {}
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_frontend_unit_tests_pass():
+    """``npm test`` in extension/ (the frontend model's unit tests); skipped where Node or node_modules is missing."""
+    npm = shutil.which("npm")
+    if npm is None or not (ROOT / "extension" / "node_modules").is_dir():
+        pytest.skip("npm or extension/node_modules is missing (cd extension && npm ci)")
+    out = subprocess.run([npm, "test"], cwd=ROOT / "extension", capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert out.returncode == 0 and "# fail 0" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+# ---- (b) installation ----------------------------------------------------------------------------------------
+
+def test_labextension_list_shows_it_enabled():
+    try:
+        importlib.metadata.distribution("torchtpu-lab")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("torchtpu-lab is not pip-installed in this environment (make install does it)")
+    if not JUPYTER.exists():
+        pytest.skip("jupyterlab is not installed in this environment")
+    out = subprocess.run([str(JUPYTER), "labextension", "list"], capture_output=True, text=True, timeout=120, check=False)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+    assert re.search(r"torchtpu-lab v\S+ enabled\s+OK", text), text
+
+
+def test_the_prebuilt_extension_is_in_the_package():
+    built = ROOT / "torchtpu_lab" / "labextension"
+    meta = json.loads((built / "package.json").read_text())
+    assert meta["name"] == "torchtpu-lab"
+    assert (built / meta["jupyterlab"]["_build"]["load"]).exists()
+
+
+# ---- (c) end to end in a browser -----------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except Exception:  # noqa: BLE001
+            time.sleep(0.3)
+    raise TimeoutError(url)
+
+
+CELLS = [
+    "%load_ext torchtpu_lab",
+    "import torch\nx = torch.randn(128, 256, device='tpu')\ny = (x @ x.T).relu().sum()\nprint('result', y.item())",
+    "%%tpu_profile --no-flame\nz = (x * 3).tanh().mean()\nprint('profiled', z.item())",
+]
+
+
+@pytest.fixture
+def lab_server(tmp_path):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    if not JUPYTER.exists():
+        pytest.skip("jupyterlab is not installed in this environment")
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = {"nbformat": 4, "nbformat_minor": 5,
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None, "outputs": [],
+                     "source": src} for i, src in enumerate(CELLS)]}
+    (root / "tpu.ipynb").write_text(json.dumps(nb))
+    (root / "plain.ipynb").write_text(json.dumps({**nb, "cells": [nb["cells"][0] | {"source": "1 + 1"}]}))
+    port, token = _free_port(), uuid.uuid4().hex
+    env = dict(os.environ, TORCHTPU_LAB_PLATFORM="cpu", TORCHTPU_LAB_CACHE_DIR=str(tmp_path / "xla-cache"),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notification.parent.mkdir(parents=True)
+    notification.write_text(json.dumps({"fetchNews": "false"}))
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(
+        [str(JUPYTER), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None"]
+        + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc, 60)
+        yield f"http://127.0.0.1:{port}", token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.timeout(300)
+def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token = lab_server
+    shot = tmp_path / "jupyterlab.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1500, "height": 950})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(f"{base}/lab/tree/tpu.ipynb?token={token}")
+            # the kernel is ready when the toolbar's kernel status shows idle
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=90_000)
+            status_item = page.locator(".jp-torchtpu-status")
+            # before %load_ext the item is hidden (the kernel has no torchtpu_lab): no text, not visible
+            assert status_item.count() == 0 or not status_item.is_visible()
+
+            page.locator(".jp-Notebook .jp-Cell").first.click()
+            page.keyboard.press("Shift+Enter")  # %load_ext torchtpu_lab
+            page.keyboard.press("Shift+Enter")  # compile and run a graph
+            page.keyboard.press("Shift+Enter")  # %%tpu_profile another
+            for printed in ("result", "profiled"):
+                expect(page.locator(".jp-Notebook .jp-OutputArea-output").filter(has_text=printed)).to_be_visible(
+                    timeout=120_000)
+
+            expect(status_item).to_be_visible(timeout=30_000)
+            expect(status_item).to_contain_text("fused", timeout=30_000)
+            text = status_item.inner_text()
+            assert re.search(r"tpu XLA:\w+ · fused · [\d.]+ (B|KiB|MiB|GiB) / ", text), text
+            compiles = int(re.search(r"\((\d+) compiles\)", text).group(1))
+            assert compiles > 0, text
+
+            # open the side panel from its tab in the right sidebar
+            page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id='torchtpu-lab-panel']").click()
+            panel = page.locator("#torchtpu-lab-panel")
+            expect(panel).to_be_visible(timeout=10_000)
+            expect(panel.locator(".jp-torchtpu-summary")).to_contain_text("eager mode: fused")
+            summary = panel.locator(".jp-torchtpu-summary").inner_text()
+            assert re.search(r"memory: [\d.]+ (B|KiB|MiB|GiB) \(peak", summary), summary
+            assert int(re.search(r"compiles: (\d+)", summary).group(1)) > 0, summary
+            expect(panel.locator(".jp-torchtpu-compile").first).to_contain_text("cell [")
+            assert panel.locator(".jp-torchtpu-chart polyline").get_attribute("points")
+            expect(panel.locator(".jp-torchtpu-profile-summary")).to_contain_text(
+                "last %%tpu_profile (cell [3])", timeout=30_000)
+            expect(panel.locator(".jp-torchtpu-profile-summary")).to_contain_text("compiles 1")
+
+            # a panel button runs a fixed action in the kernel: switch to strict mode and back
+            panel.locator("button.jp-torchtpu-mode[data-mode='strict']").click()
+            expect(status_item).to_contain_text("strict", timeout=30_000)
+            expect(panel.locator(".jp-torchtpu-message")).to_contain_text("eager mode: strict")
+            panel.locator("button.jp-torchtpu-mode[data-mode='fused']").click()
+            expect(status_item).to_contain_text("fused", timeout=30_000)
+            page.screenshot(path=str(shot))
+
+            # switching to a notebook whose kernel has no torchtpu_lab hides the item and empties the panel
+            page.locator(".jp-DirListing-item", has_text="plain.ipynb").dblclick()
+            expect(page.locator(".lm-TabBar-tab.lm-mod-current", has_text="plain.ipynb")).to_be_visible(
+                timeout=30_000)
+            expect(panel.locator(".jp-torchtpu-session")).to_contain_text("plain.ipynb", timeout=30_000)
+            expect(panel.locator(".jp-torchtpu-empty")).to_contain_text("not loaded", timeout=60_000)
+            expect(status_item).to_be_hidden(timeout=10_000)
+            # and back: the tpu notebook's session again
+            page.locator(".lm-TabBar-tab", has_text="tpu.ipynb").first.click()
+            expect(panel.locator(".jp-torchtpu-summary")).to_contain_text("eager mode: fused", timeout=30_000)
+            expect(status_item).to_contain_text("fused", timeout=30_000)
+
+            # a page reload finds the open comm again (comm_info) without re-running %load_ext
+            page.reload()
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            page.locator(".lm-TabBar-tab", has_text="tpu.ipynb").first.click()
+            status_item = page.locator(".jp-torchtpu-status")
+            expect(status_item).to_contain_text("fused", timeout=60_000)
+            tab = page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id='torchtpu-lab-panel']")
+            if not page.locator("#torchtpu-lab-panel").is_visible():
+                tab.click()
+            panel = page.locator("#torchtpu-lab-panel")
+            expect(panel.locator(".jp-torchtpu-summary")).to_contain_text("eager mode: fused", timeout=30_000)
+            page.screenshot(path=str(tmp_path / "jupyterlab-after-reload.png"))
+        except Exception:
+            page.screenshot(path=str(tmp_path / "failure.png"))
+            raise
+        finally:
+            browser.close()
+    assert shot.exists()
+    assert not [e for e in errors if "torchtpu" in e], errors

@@ -1,0 +1,220 @@
+"""The tutorial notebooks (02-06) execute under nbclient and show what they teach; Binder's configuration
+installs the package and runs the quickstart in a fresh environment.
+
+Each notebook has a budget of 120 s here (they take 20-50 s on a 2-core machine). The assertions read the
+notebooks' outputs: a number that must drop, bytes that must halve, a trace file that must exist.
+
+``test_binder_config_runs_quickstart`` builds a fresh virtual environment (a few minutes), so it is marked
+``slow`` and runs only with ``TORCHTPU_LAB_SLOW=1``.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+NB_DIR = os.path.join(ROOT, "notebooks")
+BUDGET_S = 120
+BADGE = "https://colab.research.google.com/github/torchtpu-lab/torchtpu-lab/blob/main/notebooks/{}"
+TUTORIALS = ["02_eager_modes.ipynb", "03_recompilations.ipynb", "04_host_syncs.ipynb", "05_memory.ipynb",
+             "06_profiling.ipynb"]
+
+_executed: dict = {}
+
+
+def _text(cell, mime="text/plain") -> str:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            out.append(o["text"])
+        elif mime in o.get("data", {}):
+            out.append(o["data"][mime])
+    return "\n".join(out)
+
+
+def _run(name: str):
+    """Execute a notebook once per test session (several tests read the same run)."""
+    if name not in _executed:
+        from torchtpu_lab.run_notebook import execute
+
+        t0 = time.perf_counter()
+        nb = execute(os.path.join(NB_DIR, name), timeout=BUDGET_S)
+        _executed[name] = (nb, time.perf_counter() - t0)
+    nb, seconds = _executed[name]
+    assert seconds < BUDGET_S, f"{name} took {seconds:.0f} s (budget {BUDGET_S} s)"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, [f"{e['ename']}: {e['evalue']}" for e in errors]
+    return code
+
+
+def _cell(code, marker: str):
+    found = [c for c in code if marker in c.source]
+    assert found, f"no code cell contains {marker!r}"
+    return found[0]
+
+
+def _has_plotly(cell) -> bool:
+    return any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("name", TUTORIALS)
+def test_tutorial_opens_like_the_quickstart(name):
+    """Colab badge with the notebook's own name, then the same install-only-if-missing cell as 01."""
+    import nbformat
+
+    first = nbformat.read(os.path.join(NB_DIR, "01_quickstart.ipynb"), as_version=4)
+    nb = nbformat.read(os.path.join(NB_DIR, name), as_version=4)
+    assert nb.cells[0].cell_type == "markdown" and BADGE.format(name) in nb.cells[0].source
+    assert nb.cells[1].cell_type == "code" and nb.cells[1].source == first.cells[1].source
+    assert any(c.source.strip() == "%load_ext torchtpu_lab" for c in nb.cells if c.cell_type == "code")
+
+
+def test_02_eager_modes_timed_side_by_side_and_nan_caught():
+    code = _run("02_eager_modes.ipynb")
+    table = _text(_cell(code, "results = {mode: measure(mode)"))
+    rows = {m.group(1): m for m in re.finditer(
+        r"^(debug|strict|fused)\s+\|\s+([\d.]+) ms/step\s+\|\s+(\d+) compiles\s+\|\s+(\d+) ops/step\s+\|"
+        r"\s+(\d+) XLA launches/step", table, re.M)}
+    assert set(rows) == {"debug", "strict", "fused"}, table
+    for m in rows.values():
+        assert float(m.group(2)) > 0
+    # fused runs the whole step as one XLA program; the per-op modes launch one per op
+    assert int(rows["fused"].group(5)) == 1 and int(rows["strict"].group(5)) > 10
+    assert int(rows["fused"].group(3)) >= 1 and int(rows["debug"].group(3)) > 10  # one graph vs one per op
+    assert _has_plotly(_cell(code, "fig = make_subplots("))
+    fused_nan = _text(_cell(code, "fused: loss ="))
+    assert "nan" in fused_nan.lower()
+    caught = _text(_cell(code, "torchtpu_lab.debug.check_finite(True)"))
+    # the op, and the user function and line that called it (the division in normalize, line 2 of its cell)
+    assert "FloatingPointError: aten::div.Tensor produced NaN" in caught, caught
+    assert re.search(r":2 in normalize|cell \[\d+\], line 2", caught), caught
+
+
+def test_03_recompilations_found_and_fixed_by_bucketing():
+    code = _run("03_recompilations.ipynb")
+    naive = _text(_cell(code, "for tokens, labels in batches:\n    loss = train_step(tokens"))
+    assert "RECOMPILE" in naive and "changed shape [16, " in naive, naive
+    causes = _text(_cell(code, "naive = _tpu_profile.summary()"))
+    assert re.search(r"changed shape \[16, \d+\] -> \[16, \d+\] \(recorded at cell \[\d+\], line \d+\)", causes)
+    m = re.search(r"compiles: (\d+) unpadded -> (\d+) bucketed", _text(_cell(code, "bucketed = _tpu_profile")))
+    assert m, "the compile counts are printed"
+    before, after = int(m.group(1)), int(m.group(2))
+    assert after < before and after <= 3 and before >= 8, (before, after)
+    assert _has_plotly(_cell(code, "go.Scatter(y=lengths"))
+
+
+def test_04_host_syncs_per_step_drop():
+    code = _run("04_host_syncs.ipynb")
+    report = _text(_cell(code, "total += loss.item()"))
+    assert "item() / bool() / int() of a tensor" in report and "print / repr of a tensor" in report
+    assert "this line runs in a loop" in report
+    m = re.search(r"syncs per step: ([\d.]+) before -> ([\d.]+) after", _text(_cell(code, "after = syncs_per_step(")))
+    assert m
+    before, after = float(m.group(1)), float(m.group(2))
+    assert before >= 2 and after < before, (before, after)
+    m = re.search(r"value reads per step: ([\d.]+) before -> ([\d.]+) after",
+                  _text(_cell(code, "after = syncs_per_step(")))
+    assert float(m.group(1)) >= 2 and float(m.group(2)) <= 0.2
+    assert _has_plotly(_cell(code, "go.Bar("))
+
+
+def test_05_memory_accounting():
+    code = _run("05_memory.ipynb")
+    params = _text(_cell(code, "param_bytes = "))
+    m = re.search(r"parameters: (\d+) bytes = (\d+) params x 4 bytes", params)
+    assert m and int(m.group(1)) == 4 * int(m.group(2)), params
+    adam = _text(_cell(code, "adam_bytes = "))
+    assert "= 2.00 x the parameters" in adam, adam
+    top = _text(_cell(code, "%tpu memory --top"))
+    assert "float32[1024, 1024]" in top and "created at" in top
+    peak = _text(_cell(code, "step_peak = "))
+    m = re.search(r"peak during the step: ([\d.]+) MiB \(start ([\d.]+) MiB", peak)
+    assert m and float(m.group(1)) > float(m.group(2)), peak  # activations and temporaries on top
+    bf16 = _text(_cell(code, "bf16_bytes = "))
+    m = re.search(r"fp32: (\d+) bytes, bf16: (\d+) bytes", bf16)
+    assert m and 2 * int(m.group(2)) == int(m.group(1)), bf16
+    freed = _text(_cell(code, "del model_bf16"))
+    m = re.search(r"del model_bf16 freed (\d+) bytes", freed)
+    assert m and 2 * int(m.group(1)) == int(re.search(r"fp32: (\d+)", bf16).group(1)), freed
+    assert _has_plotly(_cell(code, "go.Waterfall("))
+
+
+def test_06_profiling_flamegraph_table_json_and_xprof():
+    code = _run("06_profiling.ipynb")
+    prof = _cell(code, "%%tpu_profile --top 8")
+    assert "top ops by time" in _text(prof) and _has_plotly(prof)
+    assert _has_plotly(_cell(code, "fig = _tpu_profile.flamegraph()"))
+    table = _text(_cell(code, "report = _tpu_profile.report("))
+    assert "aten::" in table and "by count" in table
+    js = _text(_cell(code, "json.loads(_tpu_profile.to_json())"))
+    assert "keys: ['summary', 'compiles', 'syncs', 'ops'" in js
+    xprof = _text(_cell(code, "xplanes = glob.glob("))
+    paths = re.findall(r"^\s*(\S+\.xplane\.pb)$", xprof, re.M)
+    assert paths and all(os.path.getsize(p) > 0 for p in paths), xprof
+    md = [c for c in _executed["06_profiling.ipynb"][0].cells if c.cell_type == "markdown"]
+    assert any("%load_ext tensorboard" in c.source and "%tensorboard --logdir" in c.source for c in md)
+
+
+# ---- Binder ---------------------------------------------------------------------------------------------------
+
+# What Binder's base image provides and a bare venv lacks: the kernel and the notebook client.
+BINDER_BASE_IMAGE = ["ipykernel", "nbclient", "nbformat"]
+
+
+def _requirements_for_this_machine(path: str) -> list[str]:
+    """binder/requirements.txt, less the lines that point pip at an index this machine cannot reach (the
+    PyTorch CPU index): here pip's own configuration supplies the CPU torch wheel from local disk."""
+    out = []
+    for line in open(path):
+        s = line.strip()
+        if s.startswith(("--extra-index-url", "--index-url", "-i ")) and "download.pytorch.org" in s:
+            continue
+        out.append(line.rstrip("\n"))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TORCHTPU_LAB_SLOW") != "1", reason="slow (fresh venv): set TORCHTPU_LAB_SLOW=1")
+def test_binder_config_runs_quickstart(tmp_path):
+    binder = os.path.join(ROOT, "binder")
+    reqs = _requirements_for_this_machine(os.path.join(binder, "requirements.txt"))
+    assert any(r.strip().startswith("torch==") for r in reqs), "binder pins torch"
+    # a clean copy of the repository, as repo2docker clones it
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", ".pytest_cache",
+                                                              "*.egg-info", "build", "dist"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PATH=f"{venv / 'bin'}:{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
+               JUPYTER_DATA_DIR=str(tmp_path / "jupyter"), JUPYTER_PATH="",
+               TORCHTPU_LAB_CACHE_DIR=str(tmp_path / "xla_cache"))
+    (tmp_path / "requirements.txt").write_text("\n".join(reqs) + "\n")
+
+    def run(args, **kw):
+        r = subprocess.run(args, env=env, capture_output=True, text=True, **kw)
+        assert r.returncode == 0, f"{args} failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+        return r
+
+    run([py, "-m", "pip", "install", "-q", "-r", str(tmp_path / "requirements.txt")], cwd=repo)
+    run(["bash", str(repo / "binder" / "postBuild")], cwd=repo)  # exactly as repo2docker runs it
+    run([py, "-m", "pip", "install", "-q", *BINDER_BASE_IMAGE], cwd=repo)
+    run([py, "-m", "ipykernel", "install", "--user", "--name", "python3"], cwd=repo)  # the venv's kernel
+    versions = run([py, "-c", "import torch, torchtpu_lab, plotly; print(torch.__version__, torchtpu_lab.__file__)"],
+                   cwd=tmp_path).stdout
+    assert versions.startswith("2.13.0") and str(repo) in versions, versions
+    # Binder opens notebooks with the notebook's folder as the working directory: the package is found only
+    # because it was installed
+    r = run([py, "-m", "torchtpu_lab.run_notebook", "01_quickstart.ipynb", "--timeout", "300"],
+            cwd=repo / "notebooks", timeout=900)
+    out = r.stdout
+    assert "tpu device on XLA:" in out and "loss:" in out and "changed shape [256, 20] -> [100, 20]" in out, out
+    assert "=== executed 01_quickstart.ipynb" in out

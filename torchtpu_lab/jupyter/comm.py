@@ -1,0 +1,272 @@
+"""The kernel side of the JupyterLab extension's data path: the ``torchtpu_lab`` Jupyter comm.
+
+No server process: ``%load_ext torchtpu_lab`` calls :func:`setup`, which registers the comm target and opens
+one comm to the frontend (the extension in ``extension/`` registers the target there, and after a page reload
+finds this comm with a ``comm_info`` request). Messages are small versioned JSON:
+
+kernel -> frontend
+    ``{"v": 1, "type": "status", "reason": "cell" | "request" | "open", "data": {...}}`` after every cell
+    ``{"v": 1, "type": "reply", "id": ..., "command": ..., "message": "...", "data": {...}}`` a command's outcome
+    ``{"v": 1, "type": "error", "id": ..., "error": "..."}`` a refused request (nothing was changed)
+    ``{"v": 1, "type": "unloaded"}`` after ``%unload_ext torchtpu_lab`` (then the comm closes)
+frontend -> kernel
+    ``{"v": 1, "id": "<str>", "command": "status" | "set_mode" | "clear_cache", "args": {...}}``
+
+The kernel accepts only those three commands, checks every field, and never evaluates anything it receives;
+a request that is not exactly right gets an error reply and changes nothing. Everything is sent from the main
+thread: from the ``post_run_cell`` hook and from comm message handlers (ipykernel runs those on the main
+shell thread); a push from any other thread sends nothing. The lock guards the open comms and the history.
+"""
+
+from __future__ import annotations
+
+import linecache
+import threading
+import time
+
+from .. import telemetry
+
+TARGET = "torchtpu_lab"
+VERSION = 1
+COMMANDS = ("status", "set_mode", "clear_cache")
+MODES = ("debug", "strict", "fused")
+MAX_COMPILES = 25  # recent compilations sent with each status
+HISTORY = 240  # memory samples kept (one per cell and per status request)
+MAX_ID = 100  # characters in a request id
+
+_lock = threading.Lock()
+_state: dict = {"shell": None, "comms": {}, "history": [], "profile": (None, None)}
+
+
+# ---- status payload ------------------------------------------------------------------------------------------
+
+def _compile_rows() -> list[dict]:
+    rows = []
+    for e in list(telemetry.compile_log)[-MAX_COMPILES:]:
+        src = e.source
+        code = ""
+        if src is not None and src.lineno > 0:
+            code = linecache.getline(src.filename, src.lineno).strip()[:200]
+        rows.append({"name": str(e.name)[:200], "kind": str(e.detail.get("kind", "")), "n_ops": e.detail.get("n_ops"),
+                     "seconds": float(e.dur), "cause": str(e.detail.get("cause", ""))[:500],
+                     "recompile": bool(e.detail.get("recompile")), "where": telemetry.describe(src), "code": code})
+    return rows
+
+
+def _profile_info(shell) -> dict | None:
+    """The last ``%%tpu_profile``'s summary and text report (the text is computed once per profile)."""
+    from ..profile.session import Profile
+
+    prof = getattr(shell, "user_ns", {}).get("_tpu_profile") if shell is not None else None
+    if not isinstance(prof, Profile):
+        return None
+    cached_prof, cached = _state["profile"]
+    if cached_prof is prof:
+        return cached
+    summary = {k: v for k, v in prof.summary().items() if isinstance(v, (str, int, float, bool, type(None)))}
+    try:
+        text = prof.text(top=5)
+    except Exception as e:  # noqa: BLE001 — a report that cannot render must not stop the status
+        text = f"(report unavailable: {type(e).__name__})"
+    count = _state.get("count")
+    info = {"summary": summary, "text": text[:20000], "cell": f"cell [{count}]" if count is not None else ""}
+    _state["profile"] = (prof, info)
+    return info
+
+
+def snapshot(shell=None) -> dict:
+    """The status the frontend shows, as plain JSON-able data (and one memory sample added to the history)."""
+    from .status import status
+
+    s = status()
+    with _lock:
+        history = _state["history"]
+        history.append((round(time.time(), 3), int(s["memory allocated"])))
+        del history[:-HISTORY]
+        history = [list(p) for p in history]
+    return {
+        "platform": s["platform"],
+        "devices": s["devices"],
+        "mode": s["eager mode"],
+        "memory": {"allocated": s["memory allocated"], "peak": s["memory peak"], "limit": s["memory limit"]},
+        "compiles": s["compiles"],
+        "cache_hits": s["graph cache hits"],
+        "cache_hit_rate": s["cache hit rate"],
+        "syncs": s["syncs"],
+        "cpu_fallbacks": s["CPU fallbacks"],
+        "pending_ops": s["pending fused ops"],
+        "cache_dir": s["cache dir"],
+        "cache_entries": s["cache entries on disk"],
+        "compilations": _compile_rows(),
+        "memory_history": history,
+        "profile": _profile_info(shell if shell is not None else _state["shell"]),
+    }
+
+
+# ---- requests ------------------------------------------------------------------------------------------------
+
+class Refused(ValueError):
+    """A request that is not one of the fixed commands with exactly the right arguments."""
+
+
+def _validate(data) -> tuple[str | None, str, dict]:
+    """``(id, command, args)`` of a well-formed request; raises :class:`Refused` (with the id when readable)."""
+    if not isinstance(data, dict):
+        raise Refused(None, f"a request must be a JSON object, not {type(data).__name__}")
+    rid = data.get("id")
+    if rid is not None and not (isinstance(rid, str) and len(rid) <= MAX_ID):
+        raise Refused(None, f"'id' must be a string of at most {MAX_ID} characters")
+    extra = set(data) - {"v", "id", "command", "args"}
+    if extra:
+        raise Refused(rid, f"unexpected fields {sorted(map(str, extra))}")
+    if type(data.get("v")) is not int or data["v"] != VERSION:
+        raise Refused(rid, f"unsupported protocol version {data.get('v')!r} (this kernel speaks v{VERSION})")
+    command = data.get("command")
+    if not isinstance(command, str) or command not in COMMANDS:
+        shown = command[:40] if isinstance(command, str) else command
+        raise Refused(rid, f"unknown command {shown!r}; accepted: {', '.join(COMMANDS)}")
+    args = data.get("args", {})
+    if not isinstance(args, dict):
+        raise Refused(rid, "'args' must be an object")
+    if command == "set_mode":
+        if set(args) != {"mode"} or args["mode"] not in MODES:
+            raise Refused(rid, f"set_mode takes args {{'mode': one of {', '.join(MODES)}}}")
+    elif args:
+        raise Refused(rid, f"{command} takes no arguments")
+    return rid, command, args
+
+
+def handle(data, shell=None) -> dict:
+    """The reply to one request from the frontend (a dict to send back). Only here does a request act."""
+    try:
+        rid, command, args = _validate(data)
+    except Refused as e:
+        rid, reason = e.args
+        return {"v": VERSION, "type": "error", "id": rid, "error": reason}
+    try:
+        if command == "set_mode":
+            from ..runtime import modes
+
+            modes.set_eager_mode(args["mode"])
+            message = f"eager mode: {modes.current()}"
+        elif command == "clear_cache":
+            from ..runtime import compile_cache
+
+            removed = compile_cache.clear()
+            message = f"removed {removed} entries from {compile_cache.directory() or '(persistent cache off)'}"
+        else:
+            message = "status"
+        return {"v": VERSION, "type": "reply", "id": rid, "command": command, "message": message,
+                "data": snapshot(shell)}
+    except Exception as e:  # noqa: BLE001 — report it to the frontend; never take the kernel down
+        return {"v": VERSION, "type": "error", "id": rid, "error": f"{command} failed: {type(e).__name__}: {e}"}
+
+
+# ---- comms ---------------------------------------------------------------------------------------------------
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _send(comm, payload: dict) -> None:
+    try:
+        comm.send(payload)
+    except Exception:  # noqa: BLE001 — a frontend that went away must not break the kernel
+        _forget(comm)
+
+
+def _forget(comm) -> None:
+    with _lock:
+        _state["comms"].pop(getattr(comm, "comm_id", id(comm)), None)
+
+
+def _adopt(comm) -> None:
+    """Answer this comm's requests and include it in the status pushes."""
+    with _lock:
+        _state["comms"][getattr(comm, "comm_id", id(comm))] = comm
+
+    def on_msg(msg) -> None:
+        data = (msg or {}).get("content", {}).get("data") if isinstance(msg, dict) else None
+        _send(comm, handle(data, _state["shell"]))
+
+    comm.on_msg(on_msg)
+    comm.on_close(lambda msg=None: _forget(comm))
+
+
+def _on_open(comm, msg) -> None:
+    """A frontend opened a comm to our target: adopt it and send the status at once."""
+    _adopt(comm)
+    _send(comm, {"v": VERSION, "type": "status", "reason": "open", "data": snapshot(_state["shell"])})
+
+
+def _comms() -> list:
+    with _lock:
+        return list(_state["comms"].values())
+
+
+def push(reason: str = "cell") -> None:
+    """Send the status to every open comm (main thread only; cheap when nobody listens)."""
+    if not _on_main_thread():
+        return
+    comms = _comms()
+    if not comms:
+        return
+    payload = {"v": VERSION, "type": "status", "reason": reason, "data": snapshot(_state["shell"])}
+    for c in comms:
+        _send(c, payload)
+
+
+def _post_run_cell(result=None) -> None:
+    from . import session
+
+    try:
+        if not session.loaded():  # %unload_ext ran in this cell: say so, close, and stop
+            teardown()
+            return
+        _state["count"] = getattr(result, "execution_count", None)
+        push("cell")
+    except Exception:  # noqa: BLE001 — the status panel must never break a cell
+        pass
+
+
+def setup(ip) -> bool:
+    """Register the comm target and open a comm to the frontend; ``False`` (and nothing done) outside a kernel."""
+    try:
+        kernel = getattr(ip, "kernel", None)
+        manager = getattr(kernel, "comm_manager", None)
+        if manager is None:
+            return False  # a terminal IPython: no frontend to talk to
+        if _state["shell"] is ip:
+            return True  # loading twice: already set up
+        _state["shell"] = ip
+        manager.register_target(TARGET, _on_open)
+        ip.events.register("post_run_cell", _post_run_cell)
+        from comm import create_comm
+
+        c = create_comm(target_name=TARGET, data={"v": VERSION, "type": "hello"})
+        _adopt(c)
+        return True
+    except Exception:  # noqa: BLE001 — the extension must load even if the comm cannot be set up
+        return False
+
+
+def teardown() -> None:
+    """Tell the frontends, close the comms, unregister the target and the hook (called after ``%unload_ext``)."""
+    ip = _state["shell"]
+    for c in _comms():
+        _send(c, {"v": VERSION, "type": "unloaded"})
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001
+            pass
+        _forget(c)
+    if ip is not None:
+        try:
+            ip.kernel.comm_manager.unregister_target(TARGET, _on_open)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            ip.events.unregister("post_run_cell", _post_run_cell)
+        except ValueError:
+            pass
+    _state["shell"] = None
