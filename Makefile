@@ -5,13 +5,13 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test install conformance bench clean
+.PHONY: lab test install conformance bench clean labextension test-js
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml constraints-dev.txt
+$(STAMP): $(PY) pyproject.toml constraints-dev.txt torchtpu_lab/labextension/package.json
 	$(PIP) install -q -c constraints-dev.txt torch==2.13.0
 	$(PIP) install -q -c constraints-dev.txt -e ".[lab,dev]"
 	touch $(STAMP)
@@ -33,6 +33,13 @@ conformance: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/op_overhead.py
+
+labextension:
+	cd extension && npm ci --no-audit --no-fund && PATH=$(abspath $(VENV))/bin:$$PATH npm run build
+	$(PIP) install -q --no-deps -e .
+
+test-js:
+	cd extension && npm ci --no-audit --no-fund && npm test
 
 clean:
 	rm -rf $(VENV) .pytest_cache

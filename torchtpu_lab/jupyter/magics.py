@@ -40,6 +40,20 @@ class TextAndHtml:
         return bundle
 
 
+def _calling_cell_number(shell) -> int | None:
+    """The execution count of the cell that invoked the magic (found from its code's filename on the stack)."""
+    import sys
+
+    names = getattr(shell.compile, "_filename_map", {})
+    frame = sys._getframe(1)
+    while frame is not None:
+        number = names.get(frame.f_code.co_filename)
+        if number is not None:
+            return number
+        frame = frame.f_back
+    return None
+
+
 def _in_notebook(shell) -> bool:
     """True in a Jupyter kernel (which can show plotly figures), false in a terminal IPython."""
     return type(shell).__name__ == "ZMQInteractiveShell" or hasattr(shell, "kernel")
@@ -159,11 +173,18 @@ class TpuMagics(Magics):
                 count = self.shell.execution_count
                 xprof_dir = os.path.join(tempfile.gettempdir(), "torchtpu_lab_xprof", f"cell_{count}")
         prof_obj = None
-        with profile(xprof_dir=xprof_dir) as prof:
-            prof_obj = prof
-            # the comment stands for the %%tpu_profile line, so reported line numbers are the cell's own
-            # (IPython strips leading blank lines, not comments)
-            result = self.shell.run_cell("# %%tpu_profile\n" + cell, store_history=False, silent=False)
+        outer = _calling_cell_number(self.shell)
+        saved_count = self.shell.execution_count
+        if outer is not None:
+            self.shell.execution_count = outer  # the body is named (and numbered) as the cell the user ran
+        try:
+            with profile(xprof_dir=xprof_dir) as prof:
+                prof_obj = prof
+                # the comment stands for the %%tpu_profile line, so reported line numbers are the cell's own
+                # (IPython strips leading blank lines, not comments)
+                result = self.shell.run_cell("# %%tpu_profile\n" + cell, store_history=False, silent=False)
+        finally:
+            self.shell.execution_count = saved_count
         self.shell.user_ns["_tpu_profile"] = prof_obj
         if result.error_in_exec is not None and prof_obj.error is None:
             prof_obj.error = f"{type(result.error_in_exec).__name__}: {result.error_in_exec}"
