@@ -59,11 +59,11 @@ def test_unchanged_step_compiles_once_then_hits_the_cache():
     batches = [_batch(16) for _ in range(6)]
     for b in batches[:3]:  # step 1 creates momentum buffers, step 2 is the steady state
         _mlp_step(model, opt, b).item()
-    compiles = len(telemetry.compile_log)
     hits = telemetry.counters["graph_cache_hits"]
-    for b in batches[3:]:
-        _mlp_step(model, opt, b).item()
-    assert len(telemetry.compile_log) == compiles
+    with telemetry.Recorder() as events:
+        for b in batches[3:]:
+            _mlp_step(model, opt, b).item()
+    assert [e for e in events if e.kind == "compile"] == []
     assert telemetry.counters["graph_cache_hits"] == hits + 3
 
 
@@ -71,9 +71,9 @@ def test_new_batch_size_recompiles_naming_the_dimension_and_line():
     model, opt = _setup()
     for _ in range(3):
         _mlp_step(model, opt, _batch(16)).item()
-    n = len(telemetry.compile_log)
-    _mlp_step(model, opt, _batch(7)).item()
-    new = list(telemetry.compile_log)[n:]
+    with telemetry.Recorder() as events:
+        _mlp_step(model, opt, _batch(7)).item()
+    new = [e for e in events if e.kind == "compile"]
     assert len(new) == 1
     cause = new[0].detail["cause"]
     assert "[16, 32] -> [7, 32]" in cause, cause
@@ -82,12 +82,12 @@ def test_new_batch_size_recompiles_naming_the_dimension_and_line():
 
 def test_item_in_a_loop_is_one_sync_per_iteration_naming_the_line():
     x = torch.randn(8, device="tpu")
-    n = len(telemetry.sync_log)
     total = 0.0
-    for _ in range(5):
-        x = x * 0.5
-        total += x.sum().item()  # ITEM_LINE
-    syncs = list(telemetry.sync_log)[n:]
+    with telemetry.Recorder() as events:
+        for _ in range(5):
+            x = x * 0.5
+            total += x.sum().item()  # ITEM_LINE
+    syncs = [e for e in events if e.kind == "sync"]
     assert len(syncs) == 5
     line = _line_of("ITEM_LINE")
     assert all(e.source is not None and e.source.lineno == line for e in syncs), [str(e.source) for e in syncs]
@@ -95,13 +95,13 @@ def test_item_in_a_loop_is_one_sync_per_iteration_naming_the_line():
 
 
 def test_print_and_explicit_sync_are_sync_points():
-    n = len(telemetry.sync_log)
-    x = torch.ones(2, device="tpu") + 1
-    repr(x)
-    y = x * 3
-    torchtpu_lab.sync()
+    with telemetry.Recorder() as events:
+        x = torch.ones(2, device="tpu") + 1
+        repr(x)
+        y = x * 3
+        torchtpu_lab.sync()
     assert y._tpu_storage._array.__class__.__name__ != "LazyValue"
-    reasons = [e.name for e in list(telemetry.sync_log)[n:]]
+    reasons = [e.name for e in events if e.kind == "sync"]
     assert any("print" in r for r in reasons) and "torchtpu_lab.sync()" in reasons
 
 

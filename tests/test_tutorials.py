@@ -114,7 +114,7 @@ def test_04_host_syncs_per_step_drop():
     code = _run("04_host_syncs.ipynb")
     report = _text(_cell(code, "total += loss.item()"))
     assert "item() / bool() / int() of a tensor" in report and "print / repr of a tensor" in report
-    assert "this line runs in a loop" in report
+    assert "a line that runs repeatedly" in report
     m = re.search(r"syncs per step: ([\d.]+) before -> ([\d.]+) after", _text(_cell(code, "after = syncs_per_step(")))
     assert m
     before, after = float(m.group(1)), float(m.group(2))

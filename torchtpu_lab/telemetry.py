@@ -28,13 +28,18 @@ def _skip_prefixes() -> tuple[str, ...]:
         import jax
         import torch
 
-        _SKIP_PREFIXES = (
+        prefixes = [
             _PKG_DIR,
             os.path.dirname(torch.__file__),
             os.path.dirname(jax.__file__),
-            os.path.dirname(os.__file__),  # the standard library (contextlib, runpy, ...)
+            os.path.dirname(os.__file__),  # the standard library (contextlib, runpy, asyncio, ...)
             "<frozen",
-        )
+        ]
+        for name in ("IPython", "ipykernel", "traitlets", "tornado", "zmq", "jupyter_client"):
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "__file__", None):
+                prefixes.append(os.path.dirname(module.__file__))
+        _SKIP_PREFIXES = tuple(prefixes)
     return _SKIP_PREFIXES
 
 
@@ -81,12 +86,17 @@ def describe(source: Source | None) -> str:
         return "<unknown>"
     if source.filename == "<autograd backward>":
         return "backward (autograd)"
+    if source.filename == "<end of cell>":
+        return "end of cell"
     for labeler in labelers:
         label = labeler(source.filename)
         if label:
             return f"{label}, line {source.lineno}"
     return f"{os.path.basename(source.filename)}:{source.lineno}"
 
+
+#: The implicit sync when a notebook cell finishes (no user line asked for it).
+END_OF_CELL = Source("<end of cell>", 0, "")
 
 #: Ops run by PyTorch's autograd engine on its own thread have no user frame: they belong to ``.backward()``.
 BACKWARD = Source("<autograd backward>", 0, "backward")

@@ -8,8 +8,8 @@ from _common import INSTALL, badge, code, md, write  # noqa: E402
 
 NAME = "06_profiling.ipynb"
 
-TENSORBOARD = """To look at the trace, run these two lines in a notebook cell (here or on Colab), with the directory printed
-above; then open the **Profile** tab (it comes from `tensorboard-plugin-profile`, part of the `lab` extras):
+TENSORBOARD = """To look at the trace, run these two lines in a notebook cell (here or on Colab), with the directory
+printed above; then open the **Profile** tab (it comes from `tensorboard-plugin-profile`, part of the `lab` extras):
 
 ```python
 %load_ext tensorboard

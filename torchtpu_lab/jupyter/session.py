@@ -33,7 +33,7 @@ class Banner:
 
 def _end_of_cell(result=None) -> None:
     try:
-        lazy.sync("end of cell")
+        lazy.sync("end of cell", source=telemetry.END_OF_CELL)
     except Exception as e:  # noqa: BLE001 — report, keep the kernel alive; the failure is in the tensors
         print(f"torchtpu_lab: pending work of this cell failed: {type(e).__name__}: {e}")
 

@@ -61,6 +61,11 @@ def compile_rows(prof) -> list[dict]:
             for e in prof.compiles]
 
 
+# Syncs that read no value back: a per-step torchtpu_lab.sync() is the intended step boundary, not a mistake.
+_NON_READ_SYNCS = ("end of", "torchtpu_lab.sync()", "torch.tpu.synchronize()", "graph size limit", "memory query",
+                   "eager mode switch", "profile start")
+
+
 def sync_groups(prof) -> list[dict]:
     """Syncs grouped by reason and line; several at one line in one block means a sync inside a loop."""
     groups: dict[tuple, dict] = {}
@@ -71,10 +76,11 @@ def sync_groups(prof) -> list[dict]:
         g["wait_s"] += e.dur
     out = sorted(groups.values(), key=lambda g: -g["count"])
     for g in out:
+        reads_value = not any(g["reason"].startswith(p) for p in _NON_READ_SYNCS)
         g["hint"] = (
-            f"{g['count']} syncs at {g['line']}: this line runs in a loop and stops the device each time; "
-            "keep the value on the device (accumulate in a tensor) and read it once after the loop"
-            if g["count"] > 1 and not g["reason"].startswith("end of") else ""
+            f"{g['count']} value reads at {g['line']}: a line that runs repeatedly and stops the device each "
+            "time; keep the value on the device (accumulate in a tensor) and read it once at the end"
+            if g["count"] > 1 and reads_value else ""
         )
     return out
 

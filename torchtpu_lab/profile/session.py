@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import platform
-from ..telemetry import Event
+from ..telemetry import Event, describe
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,8 @@ class Profile:
         def ev(e: Event) -> dict:
             return {"kind": e.kind, "name": e.name, "t": e.t - self.t0, "dur": e.dur, "nbytes": e.nbytes,
                     "source": None if e.source is None else {"file": e.source.filename, "line": e.source.lineno,
-                                                              "function": e.source.function},
+                                                              "function": e.source.function,
+                                                              "where": describe(e.source)},
                     "detail": {k: v for k, v in e.detail.items() if isinstance(v, (str, int, float, bool, type(None)))}}
 
         return {

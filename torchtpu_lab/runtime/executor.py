@@ -178,11 +178,12 @@ class _Compiled:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
-    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name")
+    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly")
 
     def __init__(self, run, jit: bool, meta, name: str):
         self.run = run
         self.jitted = jax.jit(run) if jit else None
+        self.ran_eagerly = False  # the jitted version (an XLA executable of its own) has been compiled
         self.meta = meta
         self.avals = None  # flattened output ShapeDtypeStructs, computed on first use in fused mode
         self.treedef = None
@@ -229,12 +230,12 @@ def _debug_check(name: str, out) -> None:
     try:
         jax.block_until_ready(out)
     except Exception as e:  # noqa: BLE001
-        raise RuntimeError(f"{name} failed at {telemetry.user_source(3)}: {e}") from e
+        raise RuntimeError(f"{name} failed at {telemetry.describe(telemetry.user_source(3))}: {e}") from e
     if modes.checking_finite():
         for leaf in jax.tree_util.tree_leaves(out):
             if jnp.issubdtype(leaf.dtype, jnp.inexact) and not bool(jnp.isfinite(leaf).all()):
                 raise FloatingPointError(
-                    f"{name} produced NaN or Inf at {telemetry.user_source(3)} "
+                    f"{name} produced NaN or Inf at {telemetry.describe(telemetry.user_source(3))} "
                     "(torchtpu_lab.debug.check_finite is on)"
                 )
 
@@ -280,14 +281,18 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         t0 = time.perf_counter()
         compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
         _CACHE[key] = compiled
+    t_launch = time.perf_counter()
     if telemetry.recording():
-        t0 = time.perf_counter() if not fresh else t0
+        t0 = t_launch if not fresh else t0
         out = launch(compiled, key, enc.dyn, device_index, enc.device_index is not None)
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0)
     else:
         out = launch(compiled, key, enc.dyn, device_index, enc.device_index is not None)
-    if fresh and compiled.jitted is not None and not _recorded_lazily(out):
-        compile_events.note_compile("op", key, None, compile_events.op_cause(key), time.perf_counter() - t0)
+    if compiled.jitted is not None and not compiled.ran_eagerly and not _recorded_lazily(out):
+        # first eager run of this signature: jax.jit compiled it (fused recording alone compiles nothing)
+        compiled.ran_eagerly = True
+        compile_events.note_compile("op", key, None, compile_events.op_cause(key),
+                                    time.perf_counter() - (t0 if fresh else t_launch))
     result = _wrap(out, compiled.meta, device_index)
     if lazy.over_limit():
         lazy.sync("graph size limit")

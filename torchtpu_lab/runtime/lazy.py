@@ -187,7 +187,7 @@ def _graph_fn(nodes: list[Node], key: _GraphKey):
     return run
 
 
-def sync(reason: str = "sync", record: bool = True) -> None:
+def sync(reason: str = "sync", record: bool = True, source=None) -> None:
     """Materialize every pending placeholder in one compiled computation (a sync event when there was work)."""
     refs = list(_pending.values())
     _pending.clear()
@@ -196,7 +196,7 @@ def sync(reason: str = "sync", record: bool = True) -> None:
     _recorded[0] = 0
     if not storages:
         return
-    sync_event = telemetry.record_sync(reason, n_recorded) if record else None
+    sync_event = telemetry.record_sync(reason, n_recorded, source) if record else None
     targets: list[LazyValue] = []
     index: dict[int, int] = {}
     for v in sorted({id(s._array): s._array for s in storages}.values(), key=lambda v: (v.node.seq, v.index)):
