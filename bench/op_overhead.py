@@ -1,4 +1,5 @@
-"""Per-op overhead of ``a + b`` on a 64x64 float32 tensor: tpu device vs one jitted JAX add vs CPU torch.
+"""Per-op overhead of ``a + b`` on a 64x64 float32 tensor in strict mode: tpu device vs one jitted JAX add vs
+CPU torch.
 
     python bench/op_overhead.py [--iters 2000] [--reps 7]
 
@@ -40,6 +41,7 @@ def measure(iters: int = 2000, reps: int = 7) -> dict[str, float]:
     a_t, b_t = x.to("tpu"), x.to("tpu")
     a_j, b_j = jnp.asarray(x.numpy()), jnp.asarray(x.numpy())
     jadd = jax.jit(lambda p, q: p + q)
+    torchtpu_lab.set_eager_mode("strict")  # one op = one execution; fused capture is bench/eager_overhead.py
     for _ in range(10):  # warm every cache
         (a_t + b_t), jadd(a_j, b_j).block_until_ready(), (x + x)
     return {
