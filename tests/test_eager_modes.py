@@ -192,3 +192,15 @@ def test_unwritable_cache_dir_warns_and_carries_on(tmp_path):
         assert compile_cache.enable(str(blocker / "cache")) is None
     compile_cache.enable(previous)
     assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]
+
+
+def test_fused_step_donates_the_old_parameter_buffers():
+    model, opt = _setup()
+    for _ in range(3):
+        _mlp_step(model, opt, _batch(16)).item()
+    weight = model[0].weight
+    old = weight._tpu_storage.array  # the buffer holding the weight before this step
+    _mlp_step(model, opt, _batch(16)).item()
+    assert weight._tpu_storage.array is not old
+    assert old.is_deleted()  # donated to the step's graph: the model is not held twice
+    assert torch.isfinite(weight).all().item()

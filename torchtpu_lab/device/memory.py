@@ -62,6 +62,11 @@ def release(array) -> None:
         fn("free", nbytes, entry[2])
 
 
+def is_held(array) -> bool:
+    """Whether some live storage holds ``array``."""
+    return id(array) in _live
+
+
 def allocated(device_index: int = 0) -> int:
     """Bytes of device buffers held by live tpu tensors on ``tpu:device_index``."""
     return _allocated.get(device_index, 0)

@@ -142,6 +142,8 @@ def graph_cause(key, nodes) -> str:
         )
     if best.targets != key.targets:
         return "same ops, but different tensors are still alive at the sync point"
+    if best.leaves == key.leaves and best.donate != key.donate:
+        return "same graph, but a different set of inputs is still referenced elsewhere (donation differs)"
     return "graph inputs changed shape or dtype"
 
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections import Counter
 from typing import Any, NamedTuple
 
 import jax
 
 from .. import telemetry
+from ..device import memory
 
 
 class LazyValue:
@@ -69,6 +71,7 @@ class _GraphKey(NamedTuple):
     nodes: tuple
     leaves: tuple
     targets: tuple
+    donate: tuple = ()  # leaf positions whose buffers nothing else holds: XLA may reuse them for outputs
 
 
 class _Compiled(NamedTuple):
@@ -168,7 +171,18 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
                 leaves.append(v)
         node_keys.append((n.key, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
-    key = _GraphKey(tuple(node_keys), tuple(_leaf_sig(v) for v in leaves), target_refs)
+    # A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
+    # temporary) is donated, so a training step does not keep two copies of the model.
+    # Only buffers an output can reuse (same shape and dtype) are worth donating; XLA warns about the rest.
+    reusable = Counter((tuple(t.shape), str(t.dtype)) for t in targets)
+    donate = []
+    for i, v in enumerate(leaves):
+        sig = (tuple(v.shape), str(v.dtype)) if isinstance(v, jax.Array) else None
+        if sig is not None and reusable[sig] > 0 and not memory.is_held(v):
+            reusable[sig] -= 1
+            donate.append(i)
+    donate = tuple(donate)
+    key = _GraphKey(tuple(node_keys), tuple(_leaf_sig(v) for v in leaves), target_refs, donate)
     return key, leaves
 
 
@@ -216,7 +230,7 @@ def sync(reason: str = "sync", record: bool = True, source=None) -> None:
         from . import compile_events
 
         cause = compile_events.graph_cause(key, nodes)
-        compiled = _Compiled(jax.jit(_graph_fn(nodes, key)), len(nodes))
+        compiled = _Compiled(jax.jit(_graph_fn(nodes, key), donate_argnums=key.donate), len(nodes))
         try:
             lowered = compiled.fn.lower(*leaves)
             executable = lowered.compile()
