@@ -15,14 +15,10 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 BUDGET_S = 300
 
 
-def _outputs(cell, mime="text/plain"):
-    out = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            out.append(o["text"])
-        elif mime in o.get("data", {}):
-            out.append(o["data"][mime])
-    return "\n".join(out)
+def _outputs(cell, mime="text/plain") -> str:
+    from torchtpu_lab.run_notebook import cell_text
+
+    return cell_text(cell, mime)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)

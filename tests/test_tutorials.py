@@ -29,13 +29,9 @@ _executed: dict = {}
 
 
 def _text(cell, mime="text/plain") -> str:
-    out = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            out.append(o["text"])
-        elif mime in o.get("data", {}):
-            out.append(o["data"][mime])
-    return "\n".join(out)
+    from torchtpu_lab.run_notebook import cell_text
+
+    return cell_text(cell, mime)
 
 
 def _run(name: str):

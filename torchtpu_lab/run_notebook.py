@@ -21,16 +21,21 @@ def execute(path: str, timeout: int = 600):
     return nb
 
 
-def text_outputs(cell) -> list[str]:
+def text_outputs(cell, mime: str = "text/plain") -> list[str]:
+    """A cell's outputs as text: streams, the ``mime`` part of rich outputs, and errors."""
     out = []
     for o in cell.get("outputs", []):
         if o.get("output_type") == "stream":
             out.append(o.get("text", ""))
-        elif "data" in o and "text/plain" in o["data"]:
-            out.append(o["data"]["text/plain"])
+        elif mime in o.get("data", {}):
+            out.append(o["data"][mime])
         elif o.get("output_type") == "error":
             out.append(f"{o.get('ename')}: {o.get('evalue')}")
     return out
+
+
+def cell_text(cell, mime: str = "text/plain") -> str:
+    return "\n".join(text_outputs(cell, mime))
 
 
 def main(argv=None) -> int:

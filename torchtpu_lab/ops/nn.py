@@ -946,40 +946,24 @@ def _zeros_input(grad, input_size):
     return jnp.zeros(tuple(input_size), _acc(grad).dtype)
 
 
-@lower(aten.upsample_nearest1d_backward)
-def upsample_nearest1d_backward(grad, output_size, input_size, scales=None):
-    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales], False), grad,
-                            _zeros_input(grad, input_size))
+def _nearest_backward(exact: bool):
+    """Backward of nearest upsampling (plain or ``_exact``) for any rank: the ``scales*`` arguments follow
+    ``input_size`` in schema order, one per spatial dim."""
+
+    def backward(grad, output_size, input_size, *scales, **named_scales):
+        given = list(scales) + list(named_scales.values())  # keyword scales arrive in schema order
+        given += [None] * (len(output_size) - len(given))
+        return _linear_backward(lambda v: _upsample_nearest(v, output_size, given, exact), grad,
+                                _zeros_input(grad, input_size))
+
+    return backward
 
 
-@lower(aten.upsample_nearest2d_backward)
-def upsample_nearest2d_backward(grad, output_size, input_size, scales_h=None, scales_w=None):
-    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_h, scales_w], False), grad,
-                            _zeros_input(grad, input_size))
-
-
-@lower(aten.upsample_nearest3d_backward)
-def upsample_nearest3d_backward(grad, output_size, input_size, scales_d=None, scales_h=None, scales_w=None):
-    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_d, scales_h, scales_w], False),
-                            grad, _zeros_input(grad, input_size))
-
-
-@lower(aten._upsample_nearest_exact1d_backward)
-def upsample_nearest_exact1d_backward(grad, output_size, input_size, scales=None):
-    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales], True), grad,
-                            _zeros_input(grad, input_size))
-
-
-@lower(aten._upsample_nearest_exact2d_backward)
-def upsample_nearest_exact2d_backward(grad, output_size, input_size, scales_h=None, scales_w=None):
-    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_h, scales_w], True), grad,
-                            _zeros_input(grad, input_size))
-
-
-@lower(aten._upsample_nearest_exact3d_backward)
-def upsample_nearest_exact3d_backward(grad, output_size, input_size, scales_d=None, scales_h=None, scales_w=None):
-    return _linear_backward(lambda v: _upsample_nearest(v, output_size, [scales_d, scales_h, scales_w], True),
-                            grad, _zeros_input(grad, input_size))
+for _exact, _ops in ((False, (aten.upsample_nearest1d_backward, aten.upsample_nearest2d_backward,
+                              aten.upsample_nearest3d_backward)),
+                     (True, (aten._upsample_nearest_exact1d_backward, aten._upsample_nearest_exact2d_backward,
+                             aten._upsample_nearest_exact3d_backward))):
+    lower(*_ops)(_nearest_backward(_exact))
 
 
 @lower(aten.upsample_linear1d)

@@ -204,10 +204,15 @@ def _concrete(dyn: list, reason: str) -> list:
     return [v.value if isinstance(v, lazy.LazyValue) else v for v in dyn]
 
 
+def _records(compiled: _Compiled, has_tensor_inputs: bool) -> bool:
+    """Whether :func:`launch` records this call into the lazy graph rather than running it."""
+    return modes.current() == "fused" and compiled.jitted is not None and has_tensor_inputs
+
+
 def launch(compiled: _Compiled, key, dyn: list, device_index: int, has_tensor_inputs: bool):
     """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs."""
     mode = modes.current()
-    if mode == "fused" and compiled.jitted is not None and has_tensor_inputs:
+    if _records(compiled, has_tensor_inputs):
         if compiled.avals is None:
             out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
@@ -281,14 +286,15 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         t0 = time.perf_counter()
         compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
         _CACHE[key] = compiled
+    has_tensors = enc.device_index is not None
     t_launch = time.perf_counter()
     if telemetry.recording():
         t0 = t_launch if not fresh else t0
-        out = launch(compiled, key, enc.dyn, device_index, enc.device_index is not None)
+        out = launch(compiled, key, enc.dyn, device_index, has_tensors)
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0)
     else:
-        out = launch(compiled, key, enc.dyn, device_index, enc.device_index is not None)
-    if compiled.jitted is not None and not compiled.ran_eagerly and not _recorded_lazily(out):
+        out = launch(compiled, key, enc.dyn, device_index, has_tensors)
+    if compiled.jitted is not None and not compiled.ran_eagerly and not _records(compiled, has_tensors):
         # first eager run of this signature: jax.jit compiled it (fused recording alone compiles nothing)
         compiled.ran_eagerly = True
         compile_events.note_compile("op", key, None, compile_events.op_cause(key),
@@ -297,11 +303,6 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     if lazy.over_limit():
         lazy.sync("graph size limit")
     return result
-
-
-def _recorded_lazily(out) -> bool:
-    leaves = jax.tree_util.tree_leaves(out, is_leaf=lambda v: isinstance(v, lazy.LazyValue))
-    return any(isinstance(v, lazy.LazyValue) for v in leaves)
 
 
 def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> _Compiled:
