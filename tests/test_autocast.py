@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtpu_lab
-from torchtpu_lab import autocast as tpu_autocast
+from torchtpu_lab.backend import autocast as tpu_autocast
 
 LOW = [torch.bfloat16, torch.float16]
 BF16_RTOL = 1.6e-2

@@ -11,7 +11,7 @@ import torchtpu_lab
 
 
 def test_import_registers_device_idempotently():
-    from torchtpu_lab.device.registration import register
+    from torchtpu_lab.backend.registration import register
 
     register()
     register()

@@ -7,13 +7,15 @@ and says which (``torch.tpu.platform_name()``).
 
 from __future__ import annotations
 
-from .device.registration import register as _register
+import os
+
+from .backend.registration import register as _register
 
 _register()
 
-from . import autocast as _autocast  # noqa: E402,F401  (torch.autocast("tpu") policy)
 from . import debug  # noqa: E402
-from .device import tpu_module as tpu  # noqa: E402
+from .backend import autocast as _autocast  # noqa: E402,F401  (torch.autocast("tpu") policy)
+from .backend import tpu_module as tpu  # noqa: E402
 from .metrics import metrics_report  # noqa: E402
 from .profile import Profile, profile  # noqa: E402
 from .platform import info as platform_info  # noqa: E402
@@ -25,7 +27,7 @@ from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
 __version__ = "0.1.0"
 __all__ = [
     "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
-    "debug", "set_cpu_fallback", "profile", "Profile", "__version__",
+    "debug", "set_cpu_fallback", "profile", "Profile", "configure", "global_changes", "__version__",
 ]
 
 
@@ -34,14 +36,50 @@ def sync() -> None:
     from . import telemetry
     from .runtime import lazy
 
-    import time
-
-    event = telemetry.record_sync("torchtpu_lab.sync()", lazy.pending_ops())
-    lazy.sync("torchtpu_lab.sync()", record=False)
-    event.dur = time.perf_counter() - event.t
+    with telemetry.sync_event(telemetry.SyncReason.USER_SYNC, lazy.pending_ops()):
+        lazy.sync(telemetry.SyncReason.USER_SYNC, record=False)
 
 
-compile_cache.enable()
+if os.environ.get("TORCHTPU_LAB_CACHE_DIR"):  # asked for explicitly; otherwise %load_ext or configure() enable it
+    compile_cache.enable()
+
+
+def configure(*, cache_dir: str | None | bool = None, eager_mode: str | None = None) -> dict:
+    """Set up the session explicitly (what ``%load_ext torchtpu_lab`` does for a notebook).
+
+    ``cache_dir``: a directory for the persistent compilation cache, ``True`` for the default one
+    (``~/.cache/torchtpu_lab/xla``), ``False`` to leave it off. It is JAX's process-wide cache, so it also
+    serves the user's own ``jax.jit`` code in this process. ``eager_mode``: ``"debug"``, ``"strict"`` or
+    ``"fused"``. Returns :func:`global_changes`."""
+    if cache_dir is True:
+        compile_cache.enable()
+    elif isinstance(cache_dir, str):
+        compile_cache.enable(cache_dir)
+    if eager_mode is not None:
+        set_eager_mode(eager_mode)
+    return global_changes()
+
+
+def global_changes() -> dict:
+    """What torchtpu_lab changed outside its own objects, so nothing is a surprise: each entry says what and why.
+
+    * ``jax_enable_x64``: on at import (int64 indices and float64 keep their meaning); ``TORCHTPU_LAB_X64=0``
+      opts out.
+    * ``swap_module_params_on_conversion``: on at import, so ``module.to("tpu")`` keeps tied weights tied
+      (PyTorch's announced future default; it makes every ``Module._apply`` swap tensors in place).
+    * ``jax_compilation_cache_dir``: set only by ``%load_ext``, :func:`configure` or ``$TORCHTPU_LAB_CACHE_DIR``.
+    """
+    import jax
+    import torch
+
+    from .platform import x64_enabled
+
+    return {
+        "jax_enable_x64": x64_enabled(),
+        "torch.__future__.swap_module_params_on_conversion": torch.__future__.get_swap_module_params_on_conversion(),
+        "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
+        "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
+    }
 
 
 def load_ipython_extension(ip) -> None:

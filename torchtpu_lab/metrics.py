@@ -24,6 +24,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def summary() -> dict:
     """Counters and timing distributions since the start of the session (or the last reset)."""
+    from . import caches
     from .runtime import compile_cache, executor, lazy, modes
 
     c = telemetry.counters
@@ -40,6 +41,7 @@ def summary() -> dict:
         ],
         "op_cache_entries": executor.cache_size(),
         "graph_cache_entries": lazy.graph_cache_size(),
+        "caches": caches.stats(),
         "persistent_cache_dir": compile_cache.directory(),
         "persistent_cache_entries": compile_cache.entries(),
     }

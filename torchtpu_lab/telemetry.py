@@ -11,11 +11,15 @@ Nothing here formats or renders; :mod:`torchtpu_lab.metrics` and the profile ren
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import enum
 import os
 import sys
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -161,11 +165,55 @@ def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int,
                                     "recompile": not cause.startswith("first time")}))
 
 
-def record_sync(reason: str, n_ops: int = 0, source: Source | None = None) -> Event:
-    """The host waited for the device (always logged), with the reason and the user line."""
+class SyncReason(enum.Enum):
+    """Why the host waited for the device. ``reads_value``: the sync reads a value back (a ``.item()`` in a loop
+    is worth a hint); the others are step boundaries or bookkeeping the user asked for."""
+
+    TO_HOST = ("copy to host (.cpu() / .to('cpu'))", True)
+    ITEM = ("item() / bool() / int() of a tensor", True)
+    PRINT = ("print / repr of a tensor", True)
+    READ = ("read of a tensor's value", True)
+    CONCRETE_INPUTS = ("needs concrete inputs", True)  # a data-dependent op (nonzero, boolean mask) ran
+    USER_SYNC = ("torchtpu_lab.sync()", False)
+    SYNCHRONIZE = ("torch.tpu.synchronize()", False)
+    GRAPH_LIMIT = ("graph size limit", False)
+    MEMORY_QUERY = ("memory query", False)
+    MODE_SWITCH = ("eager mode switch", False)
+    PROFILE_START = ("profile start", False)
+    PROFILE_END = ("end of profiled block", False)
+    END_OF_CELL = ("end of cell", False)
+    UNLOAD = ("extension unloaded", False)
+
+    def __init__(self, text: str, reads_value: bool) -> None:
+        self.text = text
+        self.reads_value = reads_value
+
+    def label(self, detail: str | None = None) -> str:
+        """The human text of this reason; ``detail`` names the op for :attr:`CONCRETE_INPUTS`."""
+        return f"{detail} {self.text}" if detail else self.text
+
+
+#: Callers that know better (printing a tensor) name the reason of the sync their host read causes.
+sync_reason: contextvars.ContextVar[SyncReason | None] = contextvars.ContextVar("sync_reason", default=None)
+
+
+def record_sync(reason: SyncReason, n_ops: int = 0, source: Source | None = None, detail: str | None = None) -> Event:
+    """The host waited for the device (always logged), with the reason and the user line. The event's name is
+    the reason's text; ``detail["reason"]`` is the :class:`SyncReason` itself."""
     counters["syncs"] += 1
-    return _log(sync_log, Event("sync", reason, time.perf_counter(), 0.0, 0, source or user_source(3),
-                                {"pending_ops": n_ops}))
+    return _log(sync_log, Event("sync", reason.label(detail), time.perf_counter(), 0.0, 0,
+                                source or user_source(3), {"pending_ops": n_ops, "reason": reason}))
+
+
+@contextlib.contextmanager
+def sync_event(reason: SyncReason, n_ops: int = 0, source: Source | None = None,
+               detail: str | None = None) -> Iterator[Event]:
+    """Record a sync and time the block that performs it: ``with telemetry.sync_event(SyncReason.ITEM): ...``."""
+    event = record_sync(reason, n_ops, source or user_source(4), detail)
+    try:
+        yield event
+    finally:
+        event.dur = time.perf_counter() - event.t
 
 
 def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool) -> Event:
@@ -185,7 +233,11 @@ class Recorder:
         return self.events
 
     def __exit__(self, *exc) -> None:
-        _recorders.remove(self.events)
+        # by identity: two recorders with equal (say, both empty) lists must not remove each other's
+        for i in range(len(_recorders) - 1, -1, -1):
+            if _recorders[i] is self.events:
+                del _recorders[i]
+                return
 
 
 def reset() -> None:

@@ -51,11 +51,21 @@ def next_seed_and_counter(device_index: int) -> tuple[int, int]:
     return (st[0] ^ (st[0] >> 32)) & 0xFFFF_FFFF, st[1]
 
 
+_U64 = 1 << 64
+
+
 def get_state(device_index: int = 0) -> torch.Tensor:
+    """The generator state as 16 bytes (seed and counter, each a 64-bit two's-complement int64, as PyTorch's
+    CUDA generator state is a byte tensor): every seed, including those at or above 2**63, round-trips."""
     s, c = _get(device_index)
-    return torch.tensor([s & 0x7FFF_FFFF_FFFF_FFFF, c], dtype=torch.int64).view(torch.uint8)
+    signed = s - _U64 if s >= 1 << 63 else s
+    return torch.tensor([signed, c], dtype=torch.int64).view(torch.uint8)
 
 
 def set_state(state: torch.Tensor, device_index: int = 0) -> None:
-    s, c = state.view(torch.int64).tolist()
-    _state[device_index] = [s, c]
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != 16:
+        got = (f"a {state.dtype} tensor of {state.numel()} elements" if isinstance(state, torch.Tensor)
+               else type(state).__name__)
+        raise RuntimeError(f"set_rng_state: expected a torch.uint8 tensor of 16 bytes (from get_rng_state), got {got}")
+    s, c = state.detach().cpu().contiguous().view(torch.int64).tolist()
+    _state[device_index] = [s % _U64, c]

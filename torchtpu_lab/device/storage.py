@@ -6,7 +6,9 @@ the storage — the base and all its views — sees the new values. ``torch.empt
 created on first read, zero-filled, and usually never, because the first write replaces it whole.
 
 In fused mode the array may be a placeholder the runtime will compute at the next sync point; the storage
-only counts memory for concrete arrays and re-raises the error of a placeholder whose computation failed.
+only counts memory for concrete arrays. The runtime marks a value whose computation failed with a
+:class:`FailedValue` (the protocol declared here, so the data model never needs to know the runtime): reading
+such a storage re-raises the failure.
 """
 
 from __future__ import annotations
@@ -19,6 +21,19 @@ import torch
 
 from .. import dtypes, telemetry
 from . import memory
+
+
+class FailedValue:
+    """What a storage holds in place of an array whose computation failed: reading it re-raises ``error``.
+
+    Declared here (the data model); the runtime subclasses it for its own failures."""
+
+    __slots__ = ("error", "shape", "dtype")
+
+    def __init__(self, error: BaseException, shape, dtype):
+        self.error = error
+        self.shape = shape
+        self.dtype = dtype
 
 
 class Storage:
@@ -45,7 +60,7 @@ class Storage:
             with jax.default_device(platform.jax_device(self.device_index)):
                 self.array = jnp.zeros(self.shape, dtypes.to_jax(self.dtype))
             return self._array
-        if getattr(a, "poisoned", False):  # a fused computation of this value failed earlier
+        if isinstance(a, FailedValue):  # a fused computation of this value failed earlier
             raise a.error
         return a
 

@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from .. import telemetry
 from . import views
 from .impl_factory import dummy_address, new_impl
 from .storage import Storage
@@ -27,13 +28,11 @@ class TpuTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None) -> str:
         if tensor_contents is None:
-            from ..runtime.core_kernels import sync_reason
-
-            token = sync_reason.set("print / repr of a tensor")
+            token = telemetry.sync_reason.set(telemetry.SyncReason.PRINT)
             try:
                 host = self.detach().to("cpu")
             finally:
-                sync_reason.reset(token)
+                telemetry.sync_reason.reset(token)
             tensor_contents = torch._tensor_str._tensor_str(host, len("tensor("))
         # PyTorch prefixes a subclass's repr with its class name; a tpu tensor should read like a cuda one.
         cls = self.__class__

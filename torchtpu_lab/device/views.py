@@ -1,6 +1,6 @@
 """Reading and writing a strided view of a storage, as JAX functions that trace into any graph.
 
-Decision (DESIGN.md, "Views and mutation"): we keep PyTorch's own model rather than functionalization. Every
+Decision (views and mutation): we keep PyTorch's own model rather than functionalization. Every
 storage holds one JAX array in its base shape (row-major). A tensor is a storage plus a :class:`View` — size,
 stride and element offset into the flattened storage, exactly PyTorch's geometry — or ``None`` when it *is*
 the base. Reading a view gathers from the storage; writing through a view scatters into a new storage array,
@@ -17,12 +17,14 @@ transpose and a broadcast when each view dimension maps onto one base dimension,
 
 from __future__ import annotations
 
-import functools
+
 import math
 from typing import NamedTuple
 
 import jax.numpy as jnp
 from jax import lax
+
+from .. import caches
 
 
 class View(NamedTuple):
@@ -68,7 +70,7 @@ class _Plan(NamedTuple):
     pre_broadcast: tuple = ()  # view shape with broadcast dims set to 1
 
 
-@functools.lru_cache(maxsize=4096)
+@caches.memoize("view_read_plans", 8192)
 def _plan(base_shape: tuple, view: View) -> _Plan:
     size, stride, offset = view
     if _is_contiguous(size, stride):

@@ -90,7 +90,7 @@ def snapshot(shell=None) -> dict:
         "mode": s["eager mode"],
         "memory": {"allocated": s["memory allocated"], "peak": s["memory peak"], "limit": s["memory limit"]},
         "compiles": s["compiles"],
-        "cache_hits": s["graph cache hits"],
+        "cache_hits": s["cache hits"],
         "cache_hit_rate": s["cache hit rate"],
         "syncs": s["syncs"],
         "cpu_fallbacks": s["CPU fallbacks"],
@@ -150,10 +150,9 @@ def handle(data, shell=None) -> dict:
             modes.set_eager_mode(args["mode"])
             message = f"eager mode: {modes.current()}"
         elif command == "clear_cache":
-            from ..runtime import compile_cache
+            from ..runtime import state
 
-            removed = compile_cache.clear()
-            message = f"removed {removed} entries from {compile_cache.directory() or '(persistent cache off)'}"
+            message = state.clear_everything()
         else:
             message = "status"
         return {"v": VERSION, "type": "reply", "id": rid, "command": command, "message": message,

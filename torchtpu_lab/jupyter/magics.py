@@ -9,10 +9,11 @@ import tempfile
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
-from .. import metrics
+from .. import caches, metrics
 from ..device import memory
 from ..profile import profile
 from ..runtime import compile_cache, cpu_fallback, modes
+from ..runtime import state as runtime_state
 from .status import status, status_lines
 
 USAGE = """usage:
@@ -106,12 +107,14 @@ class TpuMagics(Magics):
 
     def _cmd_cache(self, args):
         if args and args[0] == "clear":
-            removed = compile_cache.clear()
-            print(f"removed {removed} entries from {compile_cache.directory()}")
+            print(runtime_state.clear_everything())
             return
         if args:
             raise ValueError(f"unknown cache action {args[0]!r}")
         print(f"compile cache: {compile_cache.directory() or '(off)'}, {compile_cache.entries()} entries on disk")
+        for name, c in caches.stats().items():
+            print(f"  {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, {c['misses']} misses, "
+                  f"{c['evictions']} evictions")
 
     def _cmd_memory(self, args):
         from ..render.text import fmt_bytes

@@ -33,7 +33,7 @@ class Banner:
 
 def _end_of_cell(result=None) -> None:
     try:
-        lazy.sync("end of cell", source=telemetry.END_OF_CELL)
+        lazy.sync(telemetry.SyncReason.END_OF_CELL, source=telemetry.END_OF_CELL)
     except Exception as e:  # noqa: BLE001 — report, keep the kernel alive; the failure is in the tensors
         print(f"torchtpu_lab: pending work of this cell failed: {type(e).__name__}: {e}")
 
@@ -71,7 +71,7 @@ def unload_ipython_extension(ip) -> None:
     from . import watch
 
     watch.stop()
-    lazy.sync("extension unloaded")
+    lazy.sync(telemetry.SyncReason.UNLOAD)
     try:
         ip.events.unregister("post_run_cell", _end_of_cell)
     except ValueError:

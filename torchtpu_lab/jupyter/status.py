@@ -10,7 +10,8 @@ from ..runtime import compile_cache, executor, lazy, modes
 def status() -> dict:
     info = platform.info()
     stats = info.devices[0].memory_stats() or {}
-    hits = telemetry.counters.get("graph_cache_hits", 0)
+    # executions served by an executable compiled before: fused graphs at syncs, ops run in strict/debug mode
+    hits = telemetry.counters.get("graph_cache_hits", 0) + telemetry.counters.get("op_cache_hits", 0)
     compiles = telemetry.counters.get("compiles", 0)
     return {
         "platform": info.description,
@@ -20,7 +21,7 @@ def status() -> dict:
         "memory peak": memory.peak(0),
         "memory limit": stats.get("bytes_limit"),
         "compiles": int(compiles),
-        "graph cache hits": int(hits),
+        "cache hits": int(hits),
         "cache hit rate": (hits / (hits + compiles)) if hits + compiles else None,
         "syncs": int(telemetry.counters.get("syncs", 0)),
         "CPU fallbacks": int(telemetry.counters.get("cpu_fallbacks", 0)),
@@ -40,7 +41,7 @@ def status_lines(s: dict) -> list[str]:
         f"torchtpu_lab: tpu device on {s['platform']} ({s['devices']} device(s))",
         f"  eager mode {s['eager mode']} | memory {fmt_bytes(s['memory allocated'])} (peak "
         f"{fmt_bytes(s['memory peak'])}, limit {fmt_bytes(s['memory limit'])})",
-        f"  compiles {s['compiles']} | graph cache hits {s['graph cache hits']} ({rate}) | syncs {s['syncs']} | "
+        f"  compiles {s['compiles']} | cache hits {s['cache hits']} ({rate}) | syncs {s['syncs']} | "
         f"CPU fallbacks {s['CPU fallbacks']}",
         f"  compile cache: {s['cache dir']} ({s['cache entries on disk']} entries)",
     ]

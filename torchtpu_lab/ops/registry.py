@@ -13,7 +13,8 @@ deciding per call; the decision must follow from what the cache key holds (dtype
 The executor casts results to the dtype PyTorch's own meta kernel predicts, so lowerings may compute in
 whatever dtype JAX promotes to; they must get shapes and values right.
 
-The same table serves per-op eager execution, the fused lazy graph and ``torch.compile`` graphs.
+The same table serves per-op eager execution and the fused lazy graph (both through the runtime's executor);
+nothing in it knows which mode runs it.
 """
 
 from __future__ import annotations
@@ -69,9 +70,17 @@ def kernel(*ops):
 
 
 def skip_decomposition(*ops) -> None:
-    """Never run PyTorch's decomposition of ``ops`` on tpu: the op falls back to raising until it is lowered."""
+    """Never run PyTorch's decomposition of ``ops`` (an OpOverload, or a packet: all its overloads) on tpu: the
+    op then runs through the CPU fallback (or raises, naming it) until it is lowered."""
     for op in ops:
-        DECOMP_SKIP.add(op.default if isinstance(op, torch._ops.OpOverloadPacket) else op)
+        if isinstance(op, torch._ops.OpOverloadPacket):
+            DECOMP_SKIP.update(getattr(op, name) for name in op.overloads())
+        else:
+            DECOMP_SKIP.add(op)
+
+
+# Decompositions that assume real strides or storage, which tpu tensors do not expose.
+skip_decomposition(aten.as_strided_scatter, aten._unsafe_view, aten.view, aten.empty_like)
 
 
 def lower(*ops, static_scalars: bool = False, rng: bool = False, jit: bool | Callable = True):

@@ -40,7 +40,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     """
     from ..runtime import lazy
 
-    lazy.sync("profile start", record=False)
+    lazy.sync(telemetry.SyncReason.PROFILE_START, record=False)
     prof = Profile(device_index=device_index)
     prof.start(memory.allocated(device_index), memory.live_buffers(device_index))
     watch = _MemoryWatch(prof.t0, device_index)
@@ -62,7 +62,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
         raise
     finally:
         try:
-            lazy.sync("end of profiled block")
+            lazy.sync(telemetry.SyncReason.PROFILE_END)
         except Exception as e:  # noqa: BLE001 — a failing fused graph is part of the block's outcome
             prof.error = prof.error or f"{type(e).__name__}: {e}"
         recorder.__exit__(None, None, None)

@@ -61,22 +61,20 @@ def compile_rows(prof) -> list[dict]:
             for e in prof.compiles]
 
 
-# Syncs that read no value back: a per-step torchtpu_lab.sync() is the intended step boundary, not a mistake.
-_NON_READ_SYNCS = ("end of", "torchtpu_lab.sync()", "torch.tpu.synchronize()", "graph size limit", "memory query",
-                   "eager mode switch", "profile start")
-
-
 def sync_groups(prof) -> list[dict]:
     """Syncs grouped by reason and line; several at one line in one block means a sync inside a loop."""
     groups: dict[tuple, dict] = {}
     for e in prof.syncs:
         key = (e.name, _where(e.source))
-        g = groups.setdefault(key, {"reason": e.name, "line": key[1], "count": 0, "wait_s": 0.0})
+        reason = e.detail.get("reason")
+        g = groups.setdefault(key, {"reason": e.name, "line": key[1], "count": 0, "wait_s": 0.0,
+                                    "reads_value": reason is None or reason.reads_value})
         g["count"] += 1
         g["wait_s"] += e.dur
     out = sorted(groups.values(), key=lambda g: -g["count"])
     for g in out:
-        reads_value = not any(g["reason"].startswith(p) for p in _NON_READ_SYNCS)
+        # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
+        reads_value = g.pop("reads_value")
         g["hint"] = (
             f"{g['count']} value reads at {g['line']}: a line that runs repeatedly and stops the device each "
             "time; keep the value on the device (accumulate in a tensor) and read it once at the end"

@@ -88,10 +88,12 @@ class Profile:
         return device_seconds(self)
 
     def summary(self) -> dict:
-        """Plain-data headline figures (see DESIGN.md: the public keys users and tests rely on)."""
+        """Plain-data headline figures: the public keys users, tests and the JupyterLab panel rely on."""
         compiles = self.compiles
         graph_runs = self.graphs
-        hits = sum(1 for g in graph_runs if g.detail.get("cache_hit"))
+        # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
+        hits = sum(1 for g in graph_runs if g.detail.get("cache_hit")) + sum(
+            1 for o in self.ops if o.detail.get("cache_hit"))
         misses = sum(1 for c in compiles)
         return {
             "wall_s": self.wall_s,

@@ -28,6 +28,9 @@ def metrics_text(s: dict) -> str:
         lines.append(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
     lines.append(f"Caches: {s['op_cache_entries']} op executables, {s['graph_cache_entries']} fused graphs in memory; "
                  f"{s['persistent_cache_entries']} on disk ({s['persistent_cache_dir'] or 'persistent cache off'})")
+    for name, c in s.get("caches", {}).items():
+        lines.append(f"  cache {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, {c['misses']} misses, "
+                     f"{c['evictions']} evictions")
     if s["recent_compiles"]:
         lines.append("Recent compiles:")
         for c in s["recent_compiles"]:

@@ -1,6 +1,11 @@
 """The persistent compilation cache: JAX's on-disk cache, in a directory of ours, so that a restarted kernel
 does not recompile what it compiled before.
 
+It is process-wide JAX configuration, so ``import torchtpu_lab`` does not switch it on by itself: it is enabled
+by ``%load_ext torchtpu_lab``, by :func:`torchtpu_lab.configure`, or at import when the user asked for it by
+setting ``$TORCHTPU_LAB_CACHE_DIR``. If the user's own code already set ``jax_compilation_cache_dir``, that
+directory is kept (never overridden) and used as ours. :func:`torchtpu_lab.global_changes` lists what is on.
+
 The directory is ``$TORCHTPU_LAB_CACHE_DIR`` or the user cache directory (``$XDG_CACHE_HOME/torchtpu_lab/xla``,
 by default ``~/.cache/torchtpu_lab/xla``). Every executable is cached, however small or fast to compile (JAX's
 defaults skip entries under one second, which is all of them on small models). An unwritable or corrupt
@@ -43,6 +48,9 @@ def _on_duration(event: str, duration: float, **kwargs) -> None:
 def enable(directory: str | None = None) -> str | None:
     """Turn on the persistent cache in ``directory`` (default: see module docstring); returns the directory,
     or ``None`` (with a warning) when it cannot be used."""
+    theirs = jax.config.jax_compilation_cache_dir
+    if theirs and theirs != _state["dir"]:
+        directory = theirs  # the user configured JAX's cache themselves: share it, never override it
     directory = directory or os.environ.get("TORCHTPU_LAB_CACHE_DIR") or default_dir()
     try:
         os.makedirs(directory, exist_ok=True)

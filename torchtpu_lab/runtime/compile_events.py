@@ -1,8 +1,8 @@
 """Why did it compile? Every compilation becomes a telemetry event whose cause is found by comparing the new
 signature with the nearest one compiled before.
 
-Op signatures (strict/debug mode) are ``(op, argument template, keyword template)`` as built by the executor;
-graph signatures (fused mode) are sequences of op signatures plus their wiring. The cause is a sentence a user
+Op signatures (:class:`~.signatures.OpSignature`) and graph signatures (:class:`~.signatures.GraphSignature`,
+op signatures plus their wiring) are the executors' cache keys, read here by field name. The cause is a sentence a user
 can act on: "first time this graph was seen", "input 0 of aten.mm changed shape [8, 128] -> [7, 128]",
 "op sequence differs at op 57: aten.mul vs aten.add", "a Python scalar that changes every step was baked in as
 a constant (aten.leaky_relu argument 1: 0.1 -> 0.2)".
@@ -12,19 +12,24 @@ from __future__ import annotations
 
 from collections import deque
 
-from .. import telemetry
-from ..ops.registry import op_name
+from .. import caches, telemetry
+from .signatures import GraphSignature, OpSignature, Slot, Static, op_label
 
 _HISTORY = 512
-_op_history: dict = {}  # op -> deque of recent op signatures
+#: op -> deque of its recent signatures (bounded in ops and per op)
+_op_history = caches.cache("op_history", 4096)
 _graph_history: deque = deque(maxlen=_HISTORY)
+
+
+def clear() -> None:
+    """Forget the signatures compiled so far (the next compile of each is a first sighting again)."""
+    _op_history.clear()
+    _graph_history.clear()
 
 
 def _flatten(template, path=()):
     """(path, leaf) pairs of an argument template, in order."""
-    from .executor import _Slot, _Static
-
-    if isinstance(template, (_Slot, _Static)) or not isinstance(template, tuple):
+    if isinstance(template, (Slot, Static)) or not isinstance(template, tuple):
         yield path, template
         return
     for i, item in enumerate(template):
@@ -36,10 +41,8 @@ def _fmt_shape(shape) -> str:
 
 
 def _describe_arg_change(op_name: str, path: tuple, old, new) -> str:
-    from .executor import _Slot, _Static
-
     where = f"input {path[0]}" + ("".join(f"[{i}]" for i in path[1:]) if len(path) > 1 else "")
-    if isinstance(old, _Slot) and isinstance(new, _Slot):
+    if isinstance(old, Slot) and isinstance(new, Slot):
         if old.shape != new.shape:
             return f"{where} of {op_name} changed shape {_fmt_shape(old.shape)} -> {_fmt_shape(new.shape)}"
         if old.dtype != new.dtype:
@@ -47,34 +50,35 @@ def _describe_arg_change(op_name: str, path: tuple, old, new) -> str:
         if old.view != new.view or old.base_shape != new.base_shape:
             return f"{where} of {op_name} is a different view of its storage (strides/offset changed)"
         return f"{where} of {op_name} changed kind"
-    if isinstance(old, _Static) and isinstance(new, _Static) and old.type is new.type is float:
+    if isinstance(old, Static) and isinstance(new, Static) and old.type is new.type is float:
         return (
             f"a Python scalar that changes every step was baked in as a constant "
             f"({op_name} {where}: {old.value!r} -> {new.value!r})"
         )
-    if isinstance(old, _Static) and isinstance(new, _Static) and old.type is new.type is int:
+    if isinstance(old, Static) and isinstance(new, Static) and old.type is new.type is int:
         return f"static size/dim argument {where} of {op_name} changed {old.value} -> {new.value}"
     return f"static argument {where} of {op_name} changed: {_short(old)} -> {_short(new)}"
 
 
 def _short(v) -> str:
-    from .executor import _Slot, _Static
-
-    if isinstance(v, _Static):
+    if isinstance(v, Static):
         return repr(v.value)
-    if isinstance(v, _Slot):
+    if isinstance(v, Slot):
         return f"tensor {_fmt_shape(v.shape)} {v.dtype}"
     text = repr(v)
     return text if len(text) < 60 else text[:57] + "..."
 
 
-def _diff_signatures(old, new) -> str | None:
-    """Describe the first difference between two op signatures ``(op, targs, tkwargs)``."""
-    op_name = _name(new)
-    if old[0] != new[0]:
-        return f"{_name(old)} vs {op_name}"
-    old_items = list(_flatten(old[1])) + [(("kw", k),) + (v,) for k, v in old[2]]
-    new_items = list(_flatten(new[1])) + [(("kw", k),) + (v,) for k, v in new[2]]
+def _diff_signatures(old: OpSignature, new: OpSignature) -> str | None:
+    """Describe the first difference between two op signatures."""
+    op_name = op_label(new.op)
+    if old.op != new.op:
+        return f"{op_label(old.op)} vs {op_name}"
+    if old.precision != new.precision:
+        return (f"float32 matmul precision changed {old.precision!r} -> {new.precision!r} "
+                "(torch.set_float32_matmul_precision)")
+    old_items = list(_flatten(old.args)) + [(("kw", k),) + (v,) for k, v in old.kwargs]
+    new_items = list(_flatten(new.args)) + [(("kw", k),) + (v,) for k, v in new.kwargs]
     for (p_old, v_old), (p_new, v_new) in zip(old_items, new_items):
         if p_old != p_new:
             return f"the arguments of {op_name} changed structure"
@@ -86,23 +90,23 @@ def _diff_signatures(old, new) -> str | None:
     return None
 
 
-def op_cause(key) -> str:
-    history = _op_history.get(key[0])
+def op_cause(key: OpSignature) -> str:
+    history = _op_history.peek(key.op)
     if not history:
         return "first time this op signature was seen"
     best, best_score = None, -1
     for old in history:
-        score = sum(1 for a, b in zip(_flatten(old[1]), _flatten(key[1])) if a == b)
+        score = sum(1 for a, b in zip(_flatten(old.args), _flatten(key.args)) if a == b)
         if score > best_score:
             best, best_score = old, score
     return _diff_signatures(best, key) or "signature differs from every cached one"
 
 
-def _similarity(old, key) -> tuple:
+def _similarity(old: GraphSignature, key: GraphSignature) -> tuple:
     """How alike two graphs are: same op sequence first, then the longest common prefix of op names, then the
     number of identical node signatures."""
-    old_ops = [_op_of(n[0]) for n in old.nodes]
-    new_ops = [_op_of(n[0]) for n in key.nodes]
+    old_ops = [n.op.op for n in old.nodes]
+    new_ops = [n.op.op for n in key.nodes]
     lcp = 0
     for a, b in zip(old_ops, new_ops):
         if a != b:
@@ -112,11 +116,7 @@ def _similarity(old, key) -> tuple:
     return (old_ops == new_ops, lcp, exact)
 
 
-def _op_of(sig):
-    return sig[0] if isinstance(sig, tuple) and sig else sig
-
-
-def graph_cause(key, nodes) -> str:
+def graph_cause(key: GraphSignature, nodes) -> str:
     if not _graph_history:
         return "first time this graph was seen"
     best, best_score = None, None
@@ -127,14 +127,14 @@ def graph_cause(key, nodes) -> str:
     old_nodes, new_nodes = best.nodes, key.nodes
     i = next((k for k, (a, b) in enumerate(zip(old_nodes, new_nodes)) if a != b), min(len(old_nodes), len(new_nodes)))
     if i < len(old_nodes) and i < len(new_nodes):
-        old_sig, new_sig = old_nodes[i][0], new_nodes[i][0]
+        old_sig, new_sig = old_nodes[i].op, new_nodes[i].op
         line = f" (recorded at {telemetry.describe(nodes[i].source)})" if nodes[i].source else ""
-        if isinstance(old_sig, tuple) and isinstance(new_sig, tuple) and old_sig[0] != new_sig[0]:
-            return f"op sequence differs at op {i}: {_name(old_sig)} vs {_name(new_sig)}{line}"
+        if old_sig.op != new_sig.op:
+            return f"op sequence differs at op {i}: {op_label(old_sig.op)} vs {op_label(new_sig.op)}{line}"
         if old_sig == new_sig:
-            return f"same ops, different data flow into op {i} ({_name(new_sig)}){line}"
-        detail = _diff_signatures(old_sig, new_sig) if isinstance(new_sig, tuple) and len(new_sig) == 3 else None
-        return f"op {i}: {detail or _name(new_sig) + ' signature changed'}{line}"
+            return f"same ops, different data flow into op {i} ({op_label(new_sig.op)}){line}"
+        detail = _diff_signatures(old_sig, new_sig)
+        return f"op {i}: {detail or op_label(new_sig.op) + ' signature changed'}{line}"
     if len(new_nodes) != len(old_nodes):
         return (
             f"graph has {len(new_nodes)} ops where the nearest cached graph has {len(old_nodes)} "
@@ -147,16 +147,6 @@ def graph_cause(key, nodes) -> str:
     return "graph inputs changed shape or dtype"
 
 
-def _name(sig) -> str:
-    op = _op_of(sig)
-    if isinstance(op, str):
-        return op
-    try:
-        return op_name(op)
-    except AttributeError:
-        return str(op)
-
-
 def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "") -> None:
     """Remember a compiled signature and emit the compile event."""
     if kind == "graph":
@@ -164,8 +154,12 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
         name = f"graph[{len(key.nodes)} ops]"
         n_ops = len(key.nodes)
     else:
-        _op_history.setdefault(key[0], deque(maxlen=64)).append(key)
-        name = _name(key)
+        history = _op_history.peek(key.op)
+        if history is None:
+            history = deque(maxlen=64)
+            _op_history.put(key.op, history)
+        history.append(key)
+        name = op_label(key.op)
         n_ops = 1
     telemetry.count("compiles")
     telemetry.count("compile_seconds", seconds)

@@ -6,9 +6,7 @@ modes; this module only moves data.)
 
 from __future__ import annotations
 
-import contextvars
 import math
-import time
 
 import jax
 import jax.numpy
@@ -16,32 +14,28 @@ import numpy as np
 import torch
 
 from .. import dtypes, platform, telemetry
-from ..device import tensor
+from ..telemetry import SyncReason
+from ..device import context, tensor
 from ..device.storage import Storage
 from ..ops.registry import Lowering
 from . import executor, lazy
-
-#: Callers that know better (printing) name the reason of the sync their host read causes.
-sync_reason: contextvars.ContextVar = contextvars.ContextVar("sync_reason", default=None)
 
 aten = torch.ops.aten
 
 
 def _tpu_index(device) -> int:
-    from ..device import tpu_module
-
     device = torch.device(device) if device is not None else torch.device("tpu")
-    index = tpu_module.current_device() if device.index is None else device.index
+    index = context.current_index() if device.index is None else device.index
     platform.jax_device(index)  # raises, listing the devices, when tpu:index does not exist
     return index
 
 
-def to_host(t: tensor.TpuTensor, reason: str = "copy to host (.cpu() / .to('cpu'))") -> torch.Tensor:
+def to_host(t: tensor.TpuTensor, reason: SyncReason = SyncReason.TO_HOST) -> torch.Tensor:
     """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
-    event = telemetry.record_sync(sync_reason.get() or reason, lazy.pending_ops())
-    host = dtypes.host_tensor(np.asarray(executor.value(t, reason, record=False)), t.dtype)
+    reason = telemetry.sync_reason.get() or reason
+    with telemetry.sync_event(reason, lazy.pending_ops()):
+        host = dtypes.host_tensor(np.asarray(executor.value(t, reason, record=False)), t.dtype)
     telemetry.count("transfer_to_host_bytes", host.numel() * host.element_size())
-    event.dur = time.perf_counter() - event.t
     return host
 
 
@@ -104,10 +98,9 @@ def copy_(self, src, non_blocking=False):
 
 
 def local_scalar_dense(self):
-    event = telemetry.record_sync(sync_reason.get() or "item() / bool() / int() of a tensor", lazy.pending_ops())
-    value = np.asarray(executor.value(self, record=False)).item()
-    event.dur = time.perf_counter() - event.t
-    return value
+    reason = telemetry.sync_reason.get() or SyncReason.ITEM
+    with telemetry.sync_event(reason, lazy.pending_ops()):
+        return np.asarray(executor.value(self, reason, record=False)).item()
 
 
 

@@ -13,32 +13,20 @@ Every compilation of a new signature is a telemetry event with its cause (:mod:`
 
 from __future__ import annotations
 
-import functools
 import time
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import torch
 
-from .. import dtypes, platform, telemetry
-from ..device import rng, tensor, views
+from .. import caches, dtypes, platform, telemetry
+from ..telemetry import SyncReason
+from ..device import context, rng, tensor, views
 from ..ops.registry import Lowering, op_name
 from . import compile_events, lazy, modes
+from .signatures import OpSignature, Slot, Static
 
-
-class _Slot(NamedTuple):
-    kind: str  # "T": tpu tensor, "H": 0-dim host tensor, "S": dynamic scalar
-    index: int
-    dtype: object
-    shape: tuple
-    base_shape: tuple
-    view: object
-
-
-class _Static(NamedTuple):
-    type: type
-    value: object
+_precision = torch.get_float32_matmul_precision  # part of every op signature: lowerings read it when traced
 
 
 _MISSING_META = object()
@@ -53,7 +41,7 @@ except ImportError:  # pragma: no cover
     pass
 
 
-@functools.lru_cache(maxsize=None)
+@caches.memoize("op_schemas", 8192)
 def _scalar_args(op: torch._ops.OpOverload) -> tuple[frozenset, frozenset]:
     """Positions and names of the op's arguments where a Python number is a *value*, not configuration: those
     typed ``Scalar`` (or ``Scalar?``), and those typed ``Tensor`` that received a number (a wrapped scalar, as
@@ -94,32 +82,32 @@ class _Encoder:
                     f"tpu:{self.device_index} and tpu:{storage.device_index}!"
                 )
             self.dyn.append(storage.array)
-            return _Slot("T", len(self.dyn) - 1, v.dtype, tuple(v.shape), storage.shape, v._tpu_view)
+            return Slot("T", len(self.dyn) - 1, v.dtype, tuple(v.shape), storage.shape, v._tpu_view)
         if isinstance(v, torch.Tensor):
             if v.device.type == "cpu" and v.dim() != 0 and self.host_tensors:
                 self.dyn.append(jnp.asarray(dtypes.host_array(v)))
-                return _Slot("H", len(self.dyn) - 1, v.dtype, tuple(v.shape), (), None)
+                return Slot("H", len(self.dyn) - 1, v.dtype, tuple(v.shape), (), None)
             if v.dim() != 0 or v.device.type != "cpu":
                 raise RuntimeError(
                     "Expected all tensors to be on the same device, but found at least two devices, "
                     f"tpu:{self.device_index or 0} and {v.device}!"
                 )
             self.dyn.append(jnp.asarray(dtypes.host_array(v)))
-            return _Slot("H", len(self.dyn) - 1, v.dtype, (), (), None)
+            return Slot("H", len(self.dyn) - 1, v.dtype, (), (), None)
         if isinstance(v, (list, tuple)):
             return tuple(self.encode(x, scalar) for x in v)
         if scalar and not self.static_scalars and isinstance(v, (bool, int, float, complex)):
             self.dyn.append(v)
-            return _Slot("S", len(self.dyn) - 1, type(v), (), (), None)
+            return Slot("S", len(self.dyn) - 1, type(v), (), (), None)
         if isinstance(v, torch.Generator):
             return None
         if isinstance(v, (bool, int, float, complex)):
-            return _Static(type(v), v)
+            return Static(type(v), v)
         return v
 
 
 def _decode(t, dyn, meta: bool = False):
-    if isinstance(t, _Slot):
+    if isinstance(t, Slot):
         if t.kind == "S":
             return dyn[t.index]
         if meta:
@@ -127,7 +115,7 @@ def _decode(t, dyn, meta: bool = False):
         if t.kind == "H":
             return dyn[t.index]
         return views.read(dyn[t.index], t.base_shape, t.view)
-    if isinstance(t, _Static):
+    if isinstance(t, Static):
         return t.value
     if isinstance(t, tuple):
         return [_decode(x, dyn, meta) for x in t]
@@ -174,7 +162,7 @@ def _wrap(out, meta, device_index: int):
     return t
 
 
-class _Compiled:
+class OpExecutable:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
@@ -196,20 +184,20 @@ def _aval(v):
     return v
 
 
-def _concrete(dyn: list, reason: str) -> list:
+def _concrete(dyn: list, op_label: str) -> list:
     """``dyn`` with every lazy input materialized (a sync point when fused work is pending)."""
     if not lazy.has_pending() or not any(isinstance(v, lazy.LazyValue) for v in dyn):
         return dyn
-    lazy.sync(reason)
+    lazy.sync(SyncReason.CONCRETE_INPUTS, detail=op_label)
     return [v.value if isinstance(v, lazy.LazyValue) else v for v in dyn]
 
 
-def _records(compiled: _Compiled, has_tensor_inputs: bool) -> bool:
+def _records(compiled: OpExecutable, has_tensor_inputs: bool) -> bool:
     """Whether :func:`launch` records this call into the lazy graph rather than running it."""
     return modes.current() == "fused" and compiled.jitted is not None and has_tensor_inputs
 
 
-def launch(compiled: _Compiled, key, dyn: list, device_index: int, has_tensor_inputs: bool):
+def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
     """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs."""
     mode = modes.current()
     if _records(compiled, has_tensor_inputs):
@@ -218,7 +206,7 @@ def launch(compiled: _Compiled, key, dyn: list, device_index: int, has_tensor_in
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if lazy.track_sources else None
         return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source)
-    dyn = _concrete(dyn, f"{compiled.name} needs concrete inputs")
+    dyn = _concrete(dyn, compiled.name)
     fn = compiled.jitted or compiled.run
     if has_tensor_inputs:
         out = fn(*dyn)
@@ -245,13 +233,15 @@ def _debug_check(name: str, out) -> None:
                 )
 
 
-_CACHE: dict = {}
+#: Compiled op signatures (strict/debug executables and fused-mode node functions), bounded.
+_OPS = caches.cache("ops", 4096)
 #: Ops that accept CPU index tensors next to tpu tensors (as CUDA does); those are copied to the device.
 HOST_INDEX_OPS = frozenset({
     torch.ops.aten.index.Tensor, torch.ops.aten._unsafe_index.Tensor, torch.ops.aten.index_put.default,
     torch.ops.aten._unsafe_index_put.default, torch.ops.aten._index_put_impl.default,
 })
-#: Every lowered op executed in this process (the CI conformance subset checks it covers the whole op table).
+#: Every lowered op compiled in this process (the CI conformance subset checks it covers the whole op table);
+#: filled on cache misses only, so the hot path never touches it.
 OPS_SEEN: set = set()
 
 
@@ -261,15 +251,12 @@ def _device_from_args(args, kwargs) -> int:
         dev = next((a for a in args if isinstance(a, torch.device)), None)
     if isinstance(dev, torch.device) and dev.type == "tpu" and dev.index is not None:
         return dev.index
-    from ..device import tpu_module
-
-    return tpu_module.current_device()
+    return context.current_index()
 
 
 def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
-    OPS_SEEN.add(op)
     enc = _Encoder(low.static_scalars, op in HOST_INDEX_OPS)
     positions, names = _scalar_args(op)
     targs = tuple(enc.encode(a, i in positions) for i, a in enumerate(args))
@@ -279,33 +266,38 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         device_index = _device_from_args(args, kwargs)
     if low.rng:
         enc.dyn.extend(rng.next_seed_and_counter(device_index))
-    key = (op, targs, tkwargs)
-    compiled = _CACHE.get(key)
+    key = OpSignature(op, targs, tkwargs, _precision())
+    compiled = _OPS.get(key)
     fresh = compiled is None
     if fresh:
         t0 = time.perf_counter()
+        OPS_SEEN.add(op)
         compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
-        _CACHE[key] = compiled
+        _OPS.put(key, compiled)
     has_tensors = enc.device_index is not None
     t_launch = time.perf_counter()
+    out = launch(compiled, key, enc.dyn, device_index, has_tensors)
+    # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
+    ran = compiled.jitted is not None and not _records(compiled, has_tensors)
+    hit = None
+    if ran:
+        hit = compiled.ran_eagerly
+        if hit:
+            telemetry.counters["op_cache_hits"] += 1
+        else:
+            compiled.ran_eagerly = True
+            compile_events.note_compile("op", key, None, compile_events.op_cause(key),
+                                        time.perf_counter() - (t0 if fresh else t_launch))
     if telemetry.recording():
         t0 = t_launch if not fresh else t0
-        out = launch(compiled, key, enc.dyn, device_index, has_tensors)
-        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0)
-    else:
-        out = launch(compiled, key, enc.dyn, device_index, has_tensors)
-    if compiled.jitted is not None and not compiled.ran_eagerly and not _records(compiled, has_tensors):
-        # first eager run of this signature: jax.jit compiled it (fused recording alone compiles nothing)
-        compiled.ran_eagerly = True
-        compile_events.note_compile("op", key, None, compile_events.op_cause(key),
-                                    time.perf_counter() - (t0 if fresh else t_launch))
+        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=hit)
     result = _wrap(out, compiled.meta, device_index)
     if lazy.over_limit():
-        lazy.sync("graph size limit")
+        lazy.sync(SyncReason.GRAPH_LIMIT)
     return result
 
 
-def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> _Compiled:
+def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
     op = low.op
     meta = _meta_outputs(op, targs, tkwargs, dyn) if jit else None
 
@@ -316,18 +308,18 @@ def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> _Compiled:
             k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
         return _cast(op, low.fn(*a, **k), meta)
 
-    return _Compiled(run, jit, meta, op_name(op))
+    return OpExecutable(run, jit, meta, op_name(op))
 
 
 
 def cache_size() -> int:
-    return len(_CACHE)
+    return len(_OPS)
 
 
 # ---- assignment: the one way a tpu tensor's values change ------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@caches.memoize("programs", 2048)
 def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, overwrite_all: bool):
     jdt = dtypes.to_jax(dst_dtype)
     dst_size = dst_base_shape if dst_view is None else dst_view.size
@@ -340,7 +332,7 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
         v = views.read(src_base, src_base_shape, src_view).astype(jdt)
         return views.write(dst_base, dst_base_shape, dst_view, v)
 
-    return _Compiled(whole if overwrite_all else partial, True, None, "aten::copy_")
+    return OpExecutable(whole if overwrite_all else partial, True, None, "aten::copy_")
 
 
 def assign(dst: tensor.TpuTensor, src) -> None:
@@ -367,7 +359,7 @@ def assign(dst: tensor.TpuTensor, src) -> None:
     sig = (storage.shape, dst_view, storage.dtype, tuple(src_base_shape), src_view, dst_view is None)
     program = _assign_program(*sig)
     dyn = [src_array] if dst_view is None else [storage.array, src_array]
-    _store(storage, launch(program, ("assign",) + sig + (_leaf_dtype(src_array),), dyn, storage.device_index, True))
+    _store(storage, launch(program, OpSignature("assign", sig + (_leaf_dtype(src_array),), ()), dyn, storage.device_index, True))
 
 
 def _store(storage, array) -> None:
@@ -381,7 +373,7 @@ def _leaf_dtype(v) -> str:
     return str(v.dtype)
 
 
-def value(t: tensor.TpuTensor, reason: str = "read of a tensor's value", record: bool = True):
+def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
     """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
     storage = t._tpu_storage
@@ -392,9 +384,9 @@ def value(t: tensor.TpuTensor, reason: str = "read of a tensor's value", record:
     return _read_program(storage.shape, t._tpu_view).jitted(storage.array)
 
 
-@functools.lru_cache(maxsize=None)
+@caches.memoize("view_reads", 2048)
 def _read_program(base_shape, view):
-    return _Compiled(lambda base: views.read(base, base_shape, view), True, None, "materialize view")
+    return OpExecutable(lambda base: views.read(base, base_shape, view), True, None, "materialize view")
 
 
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
@@ -402,7 +394,7 @@ def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     t = tensor.adopt(t)
     storage = t._tpu_storage
     program = _read_program(storage.shape, t._tpu_view)
-    out = launch(program, ("read", storage.shape, t._tpu_view, storage.dtype), [storage.array],
+    out = launch(program, OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ()), [storage.array],
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
     if isinstance(out, lazy.LazyValue):

@@ -24,8 +24,11 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .. import telemetry
+from .. import caches, telemetry
+from ..device.storage import FailedValue
+from ..telemetry import SyncReason
 from ..device import memory
+from .signatures import GraphSignature, NodeSignature
 
 
 class LazyValue:
@@ -41,16 +44,10 @@ class LazyValue:
         self.value = None  # the concrete array, once a sync computed it
 
 
-class Poisoned:
-    """What a storage holds when the computation of its value failed: reading it re-raises the failure."""
+class Poisoned(FailedValue):
+    """What a storage holds when the fused computation of its value failed: reading it re-raises the failure."""
 
-    __slots__ = ("error", "shape", "dtype")
-    poisoned = True
-
-    def __init__(self, error: BaseException, shape, dtype):
-        self.error = error
-        self.shape = shape
-        self.dtype = dtype
+    __slots__ = ()
 
 
 class Node:
@@ -67,22 +64,25 @@ class Node:
         self.seq = seq  # recording order: graphs are laid out in it, so the same program gives the same key
 
 
-class _GraphKey(NamedTuple):
-    nodes: tuple
-    leaves: tuple
-    targets: tuple
-    donate: tuple = ()  # leaf positions whose buffers nothing else holds: XLA may reuse them for outputs
-
-
-class _Compiled(NamedTuple):
-    fn: Any
+class GraphExecutable(NamedTuple):
+    fn: Any  # the compiled XLA executable (called with the graph's leaf values)
     n_nodes: int
 
 
-_pending: dict = {}  # id(storage) -> weakref to a storage whose array is (or was) a LazyValue
-_recorded = [0]  # nodes recorded since the last sync
-_seq = [0]  # nodes recorded ever
-_GRAPHS: dict = {}
+class PendingWork:
+    """The recorded-but-not-run state of fused mode: storages holding placeholders and how many ops wait."""
+
+    __slots__ = ("storages", "recorded", "seq")
+
+    def __init__(self) -> None:
+        self.storages: dict = {}  # id(storage) -> weakref to a storage whose array is (or was) a LazyValue
+        self.recorded = 0  # nodes recorded since the last sync
+        self.seq = 0  # nodes recorded ever (recording order)
+
+
+PENDING = PendingWork()
+#: Compiled fused graphs by structure, bounded (a long-lived kernel sees many shapes).
+_GRAPHS = caches.cache("graphs", 256)
 
 #: a graph is flushed once it has this many recorded ops
 max_graph_ops = 2000
@@ -97,29 +97,30 @@ def is_lazy(value) -> bool:
 def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None):
     """Record ``fn(*inputs)`` (traceable; ``out_leaves``/``treedef``: its flattened output ShapeDtypeStructs) and
     return the pytree of :class:`LazyValue` placeholders for its outputs."""
-    _seq[0] += 1
-    node = Node(key, fn, inputs, treedef, out_leaves, name, source, _seq[0])
+    pending = PENDING
+    pending.seq += 1
+    node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq)
     outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(out_leaves)]
-    _recorded[0] += 1
+    pending.recorded += 1
     return outs[0] if treedef.num_leaves == 1 and treedef.num_nodes == 1 else jax.tree_util.tree_unflatten(
         treedef, outs)
 
 
 def track(storage) -> None:
     """Note that ``storage`` now holds a placeholder that a sync must materialize."""
-    _pending[id(storage)] = weakref.ref(storage)
+    PENDING.storages[id(storage)] = weakref.ref(storage)
 
 
 def has_pending() -> bool:
-    return bool(_pending)
+    return bool(PENDING.storages)
 
 
 def pending_ops() -> int:
-    return _recorded[0]
+    return PENDING.recorded
 
 
 def over_limit() -> bool:
-    return _recorded[0] >= max_graph_ops
+    return PENDING.recorded >= max_graph_ops
 
 
 def _topo(targets: list[LazyValue]) -> list[Node]:
@@ -158,7 +159,7 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
         for v in n.inputs:
             if isinstance(v, LazyValue):
                 refs.append((position[id(v.node)], v.index))
-            elif isinstance(v, (Poisoned,)):
+            elif isinstance(v, FailedValue):
                 raise v.error
             else:
                 k = id(v) if isinstance(v, jax.Array) else None
@@ -169,7 +170,7 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
                     leaf_pos[k] = len(leaves)
                 refs.append((-1, len(leaves)))
                 leaves.append(v)
-        node_keys.append((n.key, tuple(refs)))
+        node_keys.append(NodeSignature(n.key, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
     # A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
     # temporary) is donated, so a training step does not keep two copies of the model.
@@ -182,11 +183,11 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
             reusable[sig] -= 1
             donate.append(i)
     donate = tuple(donate)
-    key = _GraphKey(tuple(node_keys), tuple(_leaf_sig(v) for v in leaves), target_refs, donate)
+    key = GraphSignature(tuple(node_keys), tuple(_leaf_sig(v) for v in leaves), target_refs, donate)
     return key, leaves
 
 
-def _graph_fn(nodes: list[Node], key: _GraphKey):
+def _graph_fn(nodes: list[Node], key: GraphSignature):
     fns = [n.fn for n in nodes]
     wiring = [refs for _, refs in key.nodes]
     treedefs = [n.treedef for n in nodes]
@@ -201,16 +202,19 @@ def _graph_fn(nodes: list[Node], key: _GraphKey):
     return run
 
 
-def sync(reason: str = "sync", record: bool = True, source=None) -> None:
-    """Materialize every pending placeholder in one compiled computation (a sync event when there was work)."""
-    refs = list(_pending.values())
-    _pending.clear()
+def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=None, detail: str | None = None) -> None:
+    """Materialize every pending placeholder in one compiled computation (a sync event when there was work).
+
+    ``record=False``: the caller records the sync event itself (it syncs even when nothing is pending)."""
+    pending = PENDING
+    refs = list(pending.storages.values())
+    pending.storages.clear()
     storages = [s for s in (r() for r in refs) if s is not None and isinstance(s._array, LazyValue)]
-    n_recorded = _recorded[0]
-    _recorded[0] = 0
+    n_recorded = pending.recorded
+    pending.recorded = 0
     if not storages:
         return
-    sync_event = telemetry.record_sync(reason, n_recorded, source) if record else None
+    sync_event = telemetry.record_sync(reason, n_recorded, source, detail) if record else None
     targets: list[LazyValue] = []
     index: dict[int, int] = {}
     for v in sorted({id(s._array): s._array for s in storages}.values(), key=lambda v: (v.node.seq, v.index)):
@@ -230,14 +234,13 @@ def sync(reason: str = "sync", record: bool = True, source=None) -> None:
         from . import compile_events
 
         cause = compile_events.graph_cause(key, nodes)
-        compiled = _Compiled(jax.jit(_graph_fn(nodes, key), donate_argnums=key.donate), len(nodes))
+        jitted = jax.jit(_graph_fn(nodes, key), donate_argnums=key.donate)
         try:
-            lowered = compiled.fn.lower(*leaves)
-            executable = lowered.compile()
+            executable = jitted.lower(*leaves).compile()
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             _fail(nodes, targets, storages, index, e)
-        compiled = _Compiled(executable, len(nodes))
-        _GRAPHS[key] = compiled
+        compiled = GraphExecutable(executable, len(nodes))
+        _GRAPHS.put(key, compiled)
         compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason)
         t0 = time.perf_counter()
     else:

@@ -1,4 +1,4 @@
-"""The three eager modes, named as in DESIGN.md (TorchTPU's names in brackets):
+"""The three eager modes (TorchTPU's names in brackets):
 
 * ``debug``  [DEFER_NEVER_AND_LAUNCH_BLOCKING]: one op at a time, each waited for, so an error (or, with
   ``torchtpu_lab.debug.check_finite(True)``, a NaN/Inf) surfaces at the op and the user line that caused it;
@@ -33,7 +33,9 @@ def set_eager_mode(name: str) -> None:
     if name != _state["mode"]:
         from . import lazy
 
-        lazy.sync("eager mode switch")
+        from ..telemetry import SyncReason
+
+        lazy.sync(SyncReason.MODE_SWITCH)
     _state["mode"] = name
 
 

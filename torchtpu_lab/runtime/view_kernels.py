@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from .. import caches
 from ..device import tensor, views
 from . import executor
 
@@ -79,7 +80,8 @@ def _geometry(t: tensor.TpuTensor) -> views.View:
     return views.View(tuple(shape), views.contiguous_strides(shape), 0)
 
 
-_PLANS: dict = {}
+#: Output geometries of view ops by (op, input geometry, arguments), bounded.
+_PLANS = caches.cache("view_op_plans", 8192)
 
 
 def _plan(op, base_shape: tuple, geom: views.View, args: tuple, kwargs: dict):
@@ -87,7 +89,8 @@ def _plan(op, base_shape: tuple, geom: views.View, args: tuple, kwargs: dict):
     key = (op, base_shape, geom, _hashable(args), _hashable(tuple(kwargs.items())))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = _compute_plan(op, base_shape, geom, list(args), kwargs)
+        plan = _compute_plan(op, base_shape, geom, list(args), kwargs)
+        _PLANS.put(key, plan)
     return plan
 
 

@@ -7,12 +7,12 @@ asks :func:`get_amp_supported_dtype`, ``Module.tpu()`` and friends check :func:`
 from __future__ import annotations
 
 import contextlib
-import time
 
 import torch
 
-from .. import platform
-from . import memory, rng
+from .. import platform, telemetry
+from ..device import context, memory, rng
+from ..runtime import lazy
 
 __all__ = [
     "is_available", "is_initialized", "init", "device_count", "current_device", "set_device", "device",
@@ -27,7 +27,7 @@ def _index(device=None) -> int:
     if isinstance(device, int):
         return device
     if device is None or torch.device(device).index is None:
-        return _current[0]
+        return context.current_index()
     return torch.device(device).index
 
 
@@ -47,9 +47,6 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
-_current = [0]
-
-
 def device_count() -> int:
     """Number of ``tpu:i`` devices: one per JAX device of the chosen platform."""
     return len(platform.info().devices)
@@ -57,24 +54,24 @@ def device_count() -> int:
 
 def current_device() -> int:
     """The device ``device="tpu"`` (no index) means; changed by :func:`set_device`."""
-    return _current[0]
+    return context.current_index()
 
 
 def set_device(device) -> None:
     index = _index(device)
     platform.jax_device(index)  # raises, listing the devices, if it does not exist
-    _current[0] = index
+    context.set_current_index(index)
 
 
 @contextlib.contextmanager
 def device(device):
     """Make ``tpu:device`` the current device inside the block."""
-    previous = _current[0]
+    previous = context.current_index()
     set_device(device)
     try:
         yield
     finally:
-        _current[0] = previous
+        context.set_current_index(previous)
 
 
 def platform_name() -> str:
@@ -101,14 +98,10 @@ def get_device_properties(device=None) -> dict:
 
 def synchronize(device=None) -> None:
     """Run pending fused work and wait until every buffer held by tpu tensors on the device is computed."""
-    from .. import telemetry
-    from ..runtime import lazy
-
-    event = telemetry.record_sync("torch.tpu.synchronize()", lazy.pending_ops())
-    lazy.sync("torch.tpu.synchronize()", record=False)
-    for array in memory.live_buffers(_index(device)):
-        array.block_until_ready()
-    event.dur = time.perf_counter() - event.t
+    with telemetry.sync_event(telemetry.SyncReason.SYNCHRONIZE, lazy.pending_ops()):
+        lazy.sync(telemetry.SyncReason.SYNCHRONIZE, record=False)
+        for array in memory.live_buffers(_index(device)):
+            array.block_until_ready()
 
 
 def manual_seed(seed: int) -> None:
@@ -142,9 +135,7 @@ def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
 
 def _flush() -> None:
     # Memory figures describe buffers that exist: pending fused work is run first (a sync point).
-    from ..runtime import lazy
-
-    lazy.sync("memory query")
+    lazy.sync(telemetry.SyncReason.MEMORY_QUERY)
 
 
 def memory_allocated(device=None) -> int:

@@ -16,7 +16,7 @@ import torch._decomp
 
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import op_name
-from . import core_kernels, cpu_fallback, executor, foreach, mutation, view_kernels
+from ..runtime import core_kernels, cpu_fallback, executor, mutation, view_kernels
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -24,15 +24,6 @@ _KEY = "PrivateUse1"
 #: Every kernel we registered, by OpOverload, so variants can call functionals without re-dispatching.
 KERNELS: dict = {}
 _libs: list = []
-
-# Decompositions we do not take: they assume real strides or storage, which tpu tensors do not expose.
-_DECOMP_SKIP = {
-    "aten::as_strided_scatter",
-    "aten::_unsafe_view",
-    "aten::view",
-    "aten::empty_like",
-}
-
 
 def _functional_kernel(low):
     def kernel(*args, **kwargs):
@@ -116,8 +107,6 @@ def _collect() -> dict:
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             continue
         if op in kernels or op._schema.is_mutable or op in DECOMP_SKIP or _is_composite_implicit(op):
-            continue
-        if op._schema.name in _DECOMP_SKIP:
             continue
         kernels[op] = _decomposition_kernel(op, fn)
     # in-place and out= variants of every functional op we can run

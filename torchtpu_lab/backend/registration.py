@@ -7,15 +7,14 @@ import sys
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from . import tpu_module
+from .. import platform
+from . import dispatch, tpu_module
 
 _BACKEND = "tpu"
 
 
 def register() -> None:
     """Register the ``tpu`` device (idempotent: a second call, or a second import, does nothing)."""
-    from .. import platform
-    from ..runtime import kernels
 
     if torch._C._get_privateuse1_backend_name() == _BACKEND and getattr(torch, _BACKEND, None) is tpu_module:
         return
@@ -32,4 +31,4 @@ def register() -> None:
     torch.__future__.set_swap_module_params_on_conversion(True)
     _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module)
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
-    kernels.install()
+    dispatch.install()
