@@ -62,8 +62,8 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
 
             def finish(_):
                 state["x"] = a
-                lazy._pending.clear()
-                lazy._recorded[0] = 0
+                lazy.PENDING.storages.clear()
+                lazy.PENDING.recorded = 0
 
             t = median_time(record, finish, iters, reps)
             rows.append((name, f"{t * 1e6:.1f}"))

@@ -129,6 +129,12 @@ for _ in range(3):
     assert tree.total() == pytest.approx(prof.wall_s, rel=0.10)
     children = sum(v for v, p in zip(tree.values, tree.parents) if p == "cell")
     assert children == pytest.approx(tree.total(), rel=0.10)
+    # The boxes of measured work must hold the measured time: the op, sync and fallback events' own durations
+    # (summed independently of the tree), not the padding that makes the root equal the wall time.
+    measured = sum(e.dur for e in prof.events if e.kind in ("op", "sync", "fallback"))
+    python = sum(v for v, label in zip(tree.values, tree.labels) if label.startswith("Python"))
+    assert measured > 0
+    assert tree.total() - python == pytest.approx(measured, rel=0.10)
     fig = prof.flamegraph()
     assert fig.data[0].type == "icicle"
 

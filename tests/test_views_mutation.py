@@ -10,6 +10,7 @@ def both(fn):
     t = fn("tpu")
     cs = c if isinstance(c, (tuple, list)) else (c,)
     ts = t if isinstance(t, (tuple, list)) else (t,)
+    assert len(ts) == len(cs), f"tpu gave {len(ts)} outputs, cpu {len(cs)}"
     for a, b in zip(cs, ts):
         torch.testing.assert_close(b.cpu(), a)
 
