@@ -11,6 +11,7 @@ import contextlib
 import torch
 
 from .. import platform, telemetry
+from ..units import fmt_bytes
 from ..device import context, memory, rng
 from ..runtime import lazy
 
@@ -166,16 +167,6 @@ def mem_get_info(device=None) -> tuple[int, int] | None:
     return stats["bytes_limit"] - stats.get("bytes_in_use", 0), stats["bytes_limit"]
 
 
-def _fmt(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     idx = _index(device)
     _flush()
@@ -183,11 +174,11 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     info = mem_get_info(idx)
     lines = [
         f"tpu:{idx} memory ({platform_name()}; source: {stats['source']})",
-        f"  allocated now : {_fmt(stats['allocated_bytes.all.current'])}",
-        f"  peak          : {_fmt(stats['allocated_bytes.all.peak'])}",
+        f"  allocated now : {fmt_bytes(stats['allocated_bytes.all.current'])}",
+        f"  peak          : {fmt_bytes(stats['allocated_bytes.all.peak'])}",
         f"  live buffers  : {stats['active.all.current']}",
         f"  allocs / frees: {stats['allocation.all.allocated']} / {stats['allocation.all.freed']}",
-        f"  device limit  : {_fmt(info[1]) if info else 'n/a (no fixed limit on this platform)'}",
+        f"  device limit  : {fmt_bytes(info[1]) if info else 'n/a (no fixed limit on this platform)'}",
     ]
     return "\n".join(lines)
 

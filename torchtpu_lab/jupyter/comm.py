@@ -25,11 +25,11 @@ import threading
 import time
 
 from .. import telemetry
+from ..runtime.modes import MODES
 
 TARGET = "torchtpu_lab"
 VERSION = 1
 COMMANDS = ("status", "set_mode", "clear_cache")
-MODES = ("debug", "strict", "fused")
 MAX_COMPILES = 25  # recent compilations sent with each status
 HISTORY = 240  # memory samples kept (one per cell and per status request)
 MAX_ID = 100  # characters in a request id

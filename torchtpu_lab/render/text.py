@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..units import fmt_bytes, fmt_s  # noqa: F401  (re-exported: renderers and magics import them from here)
+
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
@@ -37,27 +39,6 @@ def metrics_text(s: dict) -> str:
             where = f" at {c['source']}" if c["source"] else ""
             lines.append(f"  {c['name']} ({_ms(c['seconds'])}): {c['cause']}{where}")
     return "\n".join(lines)
-
-
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "n/a"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def fmt_s(seconds) -> str:
-    if seconds is None:
-        return "n/a"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
 
 
 def summary_line(s: dict) -> str:
