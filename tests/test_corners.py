@@ -674,3 +674,50 @@ def test_bfloat16_reductions_and_matmul(fn):
     # accumulation order and transcendental implementations may differ by one bf16 ulp (2**-8 relative)
     torch.manual_seed(0)
     same(fn, torch.randn(8, 16).bfloat16(), exact=False, rtol=2**-7, atol=1e-2)
+
+
+def test_rrelu_with_noise_honours_its_generator():
+    """An explicit generator (a CPU one: a tpu ``torch.Generator`` cannot be made) draws the noise: identically
+    seeded generators give identical noise, and the values are CPU's (the k-th ``x <= 0`` gets the k-th draw)."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 7)
+    x[0, :3] = 0.0  # ``x <= 0`` draws too
+    runs = []
+    for dev in ("cpu", "tpu", "tpu"):
+        noise = torch.empty_like(x, device=dev)
+        out = torch.ops.aten.rrelu_with_noise(x.to(dev), noise, 0.1, 0.3, True, torch.Generator().manual_seed(3))
+        runs.append((out, noise))
+    _assert_same(runs[1], runs[0], True, 0, 0)
+    _assert_same(runs[2], runs[0], True, 0, 0)
+    other = torch.empty_like(x, device="tpu")
+    torch.ops.aten.rrelu_with_noise(x.to("tpu"), other, 0.1, 0.3, True, torch.Generator().manual_seed(4))
+    assert not torch.equal(other.cpu(), runs[0][1])
+    # without a generator the device stream draws: noise in [lower, upper] where x <= 0, 1 elsewhere
+    noise = torch.empty_like(x, device="tpu")
+    torch.ops.aten.rrelu_with_noise(x.to("tpu"), noise, 0.1, 0.3, True)
+    n = noise.cpu()
+    assert torch.all(torch.where(x <= 0, (n >= 0.1) & (n <= 0.3), n == 1))
+
+
+@pytest.mark.parametrize("setting, expected", [("highest", "HIGHEST"), ("high", "HIGH"), ("medium", "DEFAULT")])
+def test_matmul_precision_follows_torch_setting(setting, expected):
+    """Lowerings read ``torch.get_float32_matmul_precision()`` when traced, not at import."""
+    import jax
+    import jax.numpy as jnp
+
+    from torchtpu_lab.ops import LOWERINGS, precision
+
+    a = jnp.ones((4, 4), jnp.float32)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(setting)
+        assert precision.key() == setting
+        assert precision.matmul_precision() == getattr(jax.lax.Precision, expected)
+        mm = LOWERINGS[torch.ops.aten.mm.default].fn
+        hlo = jax.jit(lambda x, y: mm(x, y)).lower(a, a).as_text()  # a fresh function: JAX's trace cache misses
+    finally:
+        torch.set_float32_matmul_precision(before)
+    if expected == "DEFAULT":  # the default config is not printed
+        assert "precision = [HIGH" not in hlo, hlo
+    else:
+        assert f"precision = [{expected}, {expected}]" in hlo, hlo

@@ -6,14 +6,13 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import lax
 
+from .precision import EXACT, matmul_precision
 from .registry import aten, lower
 
-_HI = lax.Precision.HIGHEST
 
-
-def _mm(a, b):
-    """``a @ b`` at full float32 precision, integers exactly."""
-    return jnp.matmul(a, b, precision=_HI)
+def _mm(a, b, precision=None):
+    """``a @ b`` at ``precision`` (default: PyTorch's float32 matmul precision setting), integers exactly."""
+    return jnp.matmul(a, b, precision=matmul_precision() if precision is None else precision)
 
 
 def _scaled(beta, bias, alpha, prod):
@@ -38,7 +37,7 @@ def mm(a, b):
 @lower(aten.dot.default, aten.vdot.default)
 def dot(a, b):
     """``vdot`` conjugates its first argument."""
-    return jnp.dot(a, b, precision=_HI)
+    return jnp.dot(a, b, precision=matmul_precision())
 
 
 @lower(aten.addmm.default, aten.addmv.default, aten.baddbmm.default)
@@ -241,7 +240,7 @@ def _chol_info(a, l):
             bad = ~(d > 0)
             info = jnp.where((info == 0) & bad, j + 1, info)
             ljj = jnp.sqrt(jnp.where(bad, 1, d)).astype(a.dtype)
-            col = (a[..., :, j] - jnp.einsum("...ik,...k->...i", l, jnp.conj(l[..., j, :]), precision=_HI)) / ljj[
+            col = (a[..., :, j] - jnp.einsum("...ik,...k->...i", l, jnp.conj(l[..., j, :]), precision=EXACT)) / ljj[
                 ..., None
             ]
             col = jnp.where(jnp.arange(n) > j, col, 0)
@@ -347,11 +346,11 @@ def linalg_lstsq(a, b, rcond=None, *, driver=None):
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
     keep = s > (rcond * jnp.max(s, axis=-1, keepdims=True, initial=0) if driver != "gels" else 0)
     inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
-    x = _mm(_mH(vh), inv[..., :, None] * _mm(_mH(u), bm))
+    x = _mm(_mH(vh), inv[..., :, None] * _mm(_mH(u), bm, EXACT), EXACT)
     rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
     residuals = jnp.zeros((0,), real)
     if m > n and driver != "gelsy" and (driver == "gels" or bool(jnp.all(rank == n))):
-        residuals = jnp.sum(jnp.abs(_mm(a, x) - bm) ** 2, axis=-2)  # (..., k), k = 1 for a vector b
+        residuals = jnp.sum(jnp.abs(_mm(a, x, EXACT) - bm) ** 2, axis=-2)  # (..., k), k = 1 for a vector b
     if driver == "gels":
         rank = jnp.zeros((0,), jnp.int64)
     sv = s.astype(real) if driver in ("gelsd", "gelss") else jnp.zeros((0,), real)

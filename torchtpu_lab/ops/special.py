@@ -1,4 +1,5 @@
-"""``torch.special`` functions PyTorch implements itself: Bessel and Airy functions, orthogonal polynomials.
+"""``torch.special`` functions PyTorch implements itself: digamma/polygamma and Hurwitz zeta, Bessel and Airy
+functions, orthogonal polynomials.
 
 Each lowering follows the CPU kernel in ``ATen/native/Math.h`` step by step, in the dtype PyTorch computes in
 (integers are computed in the default float dtype), so the float32 rounding matches as well as the formulas:
@@ -13,10 +14,84 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 from jax import lax
 
 from .elementwise import _float
 from .registry import aten, lower
+
+# ---- digamma, polygamma, Hurwitz zeta -------------------------------------------------------------------
+
+
+@lower(aten.digamma)
+def digamma(x):
+    """-inf at 0 (PyTorch), NaN at negative integers."""
+    x = _float(x)
+    return jnp.where(x == 0, -jnp.inf, jsp.digamma(x))
+
+
+_ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+           -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+           1.8152105401943546773e17, -7.1661652561756670113e18)
+
+
+def _zeta(x, q):
+    """Hurwitz zeta as PyTorch computes it (Cephes): the series over ``q + k`` (also for negative
+    non-integer ``q`` with integer ``x``) plus an Euler-Maclaurin tail; inf at ``x == 1`` and at non-positive
+    integer ``q``, NaN for ``x < 1``."""
+    x, q = jnp.broadcast_arrays(x, q)
+    eps = 1.11022302462515654042e-16
+    nan = (x < 1) | ((q <= 0) & (q != jnp.floor(q)) & (x != jnp.floor(x)))
+    inf = (x == 1) | ((q <= 0) & (q == jnp.floor(q)))
+    special = nan | inf | jnp.isnan(x) | jnp.isnan(q)
+    zero = jnp.zeros_like(x)
+    s0 = jnp.where(special, zero, jnp.power(jnp.where(special, 1, q), -x))
+
+    def active(c):
+        i, a, b, s, done = c
+        return ~done & ((i < 9) | (a <= 9))
+
+    def body(c):
+        i, a, b, s, done = c
+        act = active(c)
+        a2 = a + 1
+        b2 = jnp.power(a2, -x)
+        s2 = s + b2
+        return (jnp.where(act, i + 1, i), jnp.where(act, a2, a), jnp.where(act, b2, b), jnp.where(act, s2, s),
+                done | (act & (jnp.abs(b2 / s2) < eps)))
+
+    _, a, b, s, done = lax.while_loop(lambda c: jnp.any(active(c)), body,
+                                      (jnp.zeros(x.shape, jnp.int32), jnp.where(special, 10, q), zero, s0, special))
+    w = a
+    s = jnp.where(done, s, s + b * w / (x - 1) - 0.5 * b)
+    a = jnp.ones_like(x)
+    k = 0.0
+    for coef in _ZETA_A:
+        a = a * (x + k)
+        b = b / w
+        t = a * b / coef
+        s = jnp.where(done, s, s + t)
+        done = done | (jnp.abs(t / s) < eps)
+        k += 1.0
+        a = a * (x + k)
+        b = b / w
+        k += 1.0
+    return jnp.where(nan, jnp.nan, jnp.where(inf, jnp.inf, jnp.where(jnp.isnan(x) | jnp.isnan(q), x + q, s)))
+
+
+@lower(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+def special_zeta(x, q):
+    return _zeta(*_float(x, q))
+
+
+@lower(aten.polygamma)
+def polygamma(n, x):
+    x = _float(x)
+    if n == 0:
+        return digamma(x)
+    factor = (1.0 if n % 2 else -1.0) * math.exp(math.lgamma(n + 1))
+    return factor * _zeta(jnp.asarray(n + 1, x.dtype), x)
+
 
 # ---- coefficient tables (Cephes) ---------------------------------------------------------------------------
 

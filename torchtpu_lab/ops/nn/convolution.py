@@ -1,0 +1,61 @@
+"""Convolution (plain, transposed, grouped; 1-3 spatial dims) and its backward. Lowerings (pure JAX).
+
+The backward is ``jax.vjp`` of the forward lowering, so both share one definition of the geometry. The products
+run at :func:`~torchtpu_lab.ops.precision.matmul_precision` (PyTorch's float32 matmul precision setting).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..precision import matmul_precision
+from ..registry import aten, lower
+from ._common import _tup
+
+
+def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
+    nd = w.ndim - 2
+    precision = matmul_precision()
+    stride, padding, dilation = _tup(stride, nd), _tup(padding, nd), _tup(dilation, nd)
+    spatial = "DHW"[3 - nd:]
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial))
+    if x.dtype != w.dtype:
+        dt = jnp.result_type(x, w)
+        x, w = x.astype(dt), w.astype(dt)
+    if not transposed:
+        return lax.conv_general_dilated(
+            x, w, stride, [(p, p) for p in padding], rhs_dilation=dilation, dimension_numbers=dn,
+            feature_group_count=groups, precision=precision,
+        )
+    output_padding = _tup(output_padding, nd)
+    cin, cout_g, k = w.shape[0], w.shape[1], w.shape[2:]
+    # (G*Cin_g, Cout_g, k) -> (G*Cout_g, Cin_g, k), spatially flipped
+    w = w.reshape(groups, cin // groups, cout_g, *k).swapaxes(1, 2).reshape(groups * cout_g, cin // groups, *k)
+    w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+    pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op) for kk, p, d, op in zip(k, padding, dilation, output_padding)]
+    return lax.conv_general_dilated(
+        x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation, dimension_numbers=dn,
+        feature_group_count=groups, precision=precision,
+    )
+
+
+@lower(aten.convolution)
+def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
+    if bias is not None:
+        out = out + bias.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out
+
+
+@lower(aten.convolution_backward)
+def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                         output_mask):
+    gi = gw = gb = None
+    if output_mask[0] or output_mask[1]:
+        _, vjp = jax.vjp(lambda a, b: _conv(a, b, stride, padding, dilation, transposed, output_padding, groups), x, w)
+        gi, gw = vjp(grad.astype(jnp.result_type(x, w)))
+    if output_mask[2]:
+        gb = jnp.sum(grad, axis=(0,) + tuple(range(2, grad.ndim)))
+    return gi if output_mask[0] else None, gw if output_mask[1] else None, gb

@@ -1,0 +1,148 @@
+"""Layer, batch and group normalization and their backward ops. Lowerings (pure JAX).
+
+The batch-norm ops that update ``running_mean``/``running_var`` in place are torch-level kernels in
+:mod:`.torch_kernels`; they run the pure ``_native_batch_norm_legit_functional`` lowering defined here.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from ..registry import aten, lower
+from ._common import _acc
+
+
+def _channel(v, ndim):
+    """A per-channel vector shaped to broadcast against an (N, C, ...) tensor of ``ndim`` dims."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2)) if ndim > 1 else v
+
+
+@lower(aten.native_layer_norm)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    xf = _acc(x)
+    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = (xf - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+@lower(aten.native_layer_norm_backward)
+def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    outer = tuple(range(x.ndim - len(normalized_shape)))
+    grad, xf = _acc(grad), _acc(x)
+    xhat = (xf - mean) * rstd
+    g = grad * weight if weight is not None else grad
+    gi = gw = gb = None
+    if output_mask[0]:
+        gi = rstd * (g - jnp.mean(g, axis=axes, keepdims=True)
+                     - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True))
+    if output_mask[1] and weight is not None:
+        gw = jnp.sum(grad * xhat, axis=outer)
+    if output_mask[2] and bias is not None:
+        gb = jnp.sum(grad, axis=outer)
+    return gi, gw, gb
+
+
+def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    axes = (0,) + tuple(range(2, x.ndim))
+    xf = _acc(x)
+    if training:
+        mean = jnp.mean(xf, axis=axes)
+        var = jnp.mean(jnp.square(xf - _channel(mean, x.ndim)), axis=axes)
+        rstd = lax.rsqrt(var + eps)
+        new_mean, new_var = running_mean, running_var
+        if running_mean is not None:
+            new_mean = momentum * mean + (1 - momentum) * running_mean
+        if running_var is not None:
+            n = x.size / x.shape[1]
+            new_var = momentum * var * (n / (n - 1)) + (1 - momentum) * running_var
+    else:
+        mean, new_mean, new_var = running_mean, running_mean, running_var
+        rstd = lax.rsqrt(_acc(running_var) + eps)
+    out = (xf - _channel(mean, x.ndim)) * _channel(rstd, x.ndim)
+    if weight is not None:
+        out = out * _channel(weight, x.ndim)
+    if bias is not None:
+        out = out + _channel(bias, x.ndim)
+    return out, mean, rstd, new_mean, new_var
+
+
+@lower(aten._native_batch_norm_legit_functional)
+def native_batch_norm_legit_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@lower(aten._native_batch_norm_legit.no_stats)
+def native_batch_norm_legit_no_stats(x, weight, bias, training, momentum, eps):
+    return _batch_norm(x, weight, bias, None, None, True, momentum, eps)[:3]
+
+
+@lower(aten._native_batch_norm_legit_no_training)
+def native_batch_norm_legit_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    return _batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+
+
+@lower(aten.native_batch_norm_backward)
+def native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                               output_mask):
+    axes = (0,) + tuple(range(2, x.ndim))
+    grad, xf = _acc(grad), _acc(x)
+    if train:
+        mean, invstd = save_mean, save_invstd
+    else:
+        mean, invstd = running_mean, lax.rsqrt(_acc(running_var) + eps)
+    mean, invstd = _channel(mean, x.ndim), _channel(invstd, x.ndim)
+    xhat = (xf - mean) * invstd
+    w = _channel(weight, x.ndim) if weight is not None else 1.0
+    gi = gw = gb = None
+    if output_mask[0]:
+        if train:
+            gi = w * invstd * (grad - jnp.mean(grad, axis=axes, keepdims=True)
+                               - xhat * jnp.mean(grad * xhat, axis=axes, keepdims=True))
+        else:
+            gi = grad * invstd * w
+    if output_mask[1]:
+        gw = jnp.sum(grad * xhat, axis=axes)
+    if output_mask[2]:
+        gb = jnp.sum(grad, axis=axes)
+    return gi, gw, gb
+
+
+@lower(aten.native_group_norm)
+def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
+    xf = _acc(x).reshape(N, group, -1)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = ((xf - mean) * rstd).reshape(N, C, -1)
+    if weight is not None:
+        out = out * weight.reshape(1, C, 1)
+    if bias is not None:
+        out = out + bias.reshape(1, C, 1)
+    return out.reshape(x.shape), mean.reshape(N, group), rstd.reshape(N, group)
+
+
+@lower(aten.native_group_norm_backward)
+def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, output_mask):
+    grad3, x3 = _acc(grad).reshape(N, C, -1), _acc(x).reshape(N, C, -1)
+    mean, rstd = mean.reshape(N, group, 1), rstd.reshape(N, group, 1)
+    xhat = ((x3.reshape(N, group, -1) - mean) * rstd).reshape(N, C, -1)
+    gi = gw = gb = None
+    if output_mask[0]:
+        g = (grad3 * weight.reshape(1, C, 1) if weight is not None else grad3).reshape(N, group, -1)
+        xh = xhat.reshape(N, group, -1)
+        gi = rstd * (g - jnp.mean(g, axis=-1, keepdims=True) - xh * jnp.mean(g * xh, axis=-1, keepdims=True))
+        gi = gi.reshape(x.shape)
+    if output_mask[1]:
+        gw = jnp.sum(grad3 * xhat, axis=(0, 2))
+    if output_mask[2]:
+        gb = jnp.sum(grad3, axis=(0, 2))
+    return gi, gw, gb
