@@ -30,14 +30,20 @@ def _subset():
 
 @pytest.fixture(scope="module")
 def results():
-    from torchtpu_lab.runtime import executor, state
+    from torchtpu_lab import telemetry
+    from torchtpu_lab.ops.registry import op_name
 
     entries, _ = _subset()
     ops = conformance.select(entries)
     assert len(ops) >= len(entries), "every subset entry names an op_db entry"
-    state.clear()  # every op the subset runs compiles (and so is seen) here, whatever ran before
-    executor.OPS_SEEN.clear()
     out = {}
+    events = telemetry.Recorder()  # every op the subset runs, cached or not (OPS_SEEN only sees compiles)
+    with events as recorded:
+        _run_subset(ops, out)
+    return out, {e.name for e in recorded if e.kind == "op"}, op_name
+
+
+def _run_subset(ops, out) -> None:
     for op in ops:
         name = conformance.entry_name(op)
         for dtype, key in ((torch.float32, "float32"), (torch.int64, "int64")):
@@ -45,17 +51,16 @@ def results():
                 out[(name, key)] = conformance.run_forward(op, dtype, 3)
         if op.supports_autograd and torch.float32 in op.supported_backward_dtypes("cpu"):
             out[(name, "backward")] = conformance.run_backward(op, 2)
-    return out, set(executor.OPS_SEEN)
 
 
 def test_subset_matches_cpu_except_known_failures(results):
-    res, _ = results
+    res = results[0]
     unexpected = {k: v[1] for k, v in res.items() if not v[0] and k not in KNOWN_FAILURES}
     assert not unexpected, unexpected
 
 
 def test_known_failures_still_fail(results):
-    res, _ = results
+    res = results[0]
     fixed = [k for k in KNOWN_FAILURES if k in res and res[k][0]]
     assert not fixed, f"now passing, remove from bench/known_failures.py: {fixed}"
 
@@ -63,7 +68,7 @@ def test_known_failures_still_fail(results):
 def test_subset_executes_every_lowering(results):
     from torchtpu_lab.ops import LOWERINGS
 
-    _, seen = results
+    _, seen, op_name = results
     _, exempt = _subset()
-    missing = sorted(str(op) for op in LOWERINGS if op not in seen and str(op) not in exempt)
+    missing = sorted(str(op) for op in LOWERINGS if op_name(op) not in seen and str(op) not in exempt)
     assert not missing, f"lowered ops the subset never runs (regenerate with bench/make_subset.py): {missing}"

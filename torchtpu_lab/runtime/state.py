@@ -56,5 +56,5 @@ def clear_everything() -> str:
 
     dropped = STATE.clear()
     removed = compile_cache.clear()
-    return (f"cleared {dropped} in-memory cache entries (executables, plans, compile history) and removed "
-            f"{removed} entries from {compile_cache.directory() or '(no persistent cache)'}")
+    return (f"removed {removed} entries from {compile_cache.directory() or '(no persistent cache)'} and cleared "
+            f"{dropped} in-memory cache entries (executables, plans, compile history)")
