@@ -23,6 +23,9 @@ from .runtime import compile_cache  # noqa: E402
 from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
 from .runtime.modes import current as eager_mode_name  # noqa: E402
 from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
+from .compile import install as _install_compile  # noqa: E402
+
+_install_compile()  # torch.compile(..., backend="tpu"), registered when Dynamo is imported
 
 __version__ = "0.1.0"
 __all__ = [
