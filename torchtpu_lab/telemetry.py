@@ -38,6 +38,7 @@ def _skip_prefixes() -> tuple[str, ...]:
             os.path.dirname(jax.__file__),
             os.path.dirname(os.__file__),  # the standard library (contextlib, runpy, asyncio, ...)
             "<frozen",
+            "<eval_with_key>",  # code torch.fx generates for a graph (Dynamo's, AOTAutograd's)
         ]
         for name in ("IPython", "ipykernel", "traitlets", "tornado", "zmq", "jupyter_client"):
             module = sys.modules.get(name)

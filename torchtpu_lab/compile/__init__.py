@@ -25,7 +25,13 @@ def tpu_backend(gm, example_inputs, **options):
 
 
 def _register_with_dynamo() -> None:
+    from torch._dynamo import trace_rules
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    # Our kernels (and JAX under them) run when a tpu op runs; Dynamo must call them, never trace into them
+    # (it would trace JAX's Python when eager code between two graphs touches a tpu tensor).
+    for package in ("torchtpu_lab", "jax", "jaxlib"):
+        trace_rules.add(package)
 
     if _COMPILER_FNS.get(BACKEND_NAME) is not tpu_backend:
         _COMPILER_FNS.pop(BACKEND_NAME, None)

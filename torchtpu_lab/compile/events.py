@@ -75,12 +75,14 @@ def graph_compiled(graph, seconds: float) -> None:
     """An XLA compile of a lowered graph (its first call), with the ATen ops inside."""
     telemetry.count("compiles")
     telemetry.count("compile_seconds", seconds)
-    event = telemetry.record_compile("compiled", graph.name, f"first call of {graph.label} ({graph.kind})",
+    event = telemetry.record_compile("compiled", graph.name,
+                                     f"first time this graph was compiled ({graph.kind} of {graph.label})",
                                      seconds, graph.plan.n_ops)
     event.detail["ops"] = list(graph.plan.ops)
 
 
 def graph_runs_eagerly(gm, kind: str, why: str) -> None:
     telemetry.count("compiled_graphs_eager")
-    telemetry.record_compile("eager-graph", f"{kind} graph runs eagerly", why, 0.0,
+    telemetry.record_compile("eager-graph", f"{kind} graph runs eagerly",
+                             f"first time this graph was seen; it runs op by op: {why}", 0.0,
                              sum(1 for n in gm.graph.nodes if n.op == "call_function"))

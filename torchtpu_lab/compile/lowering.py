@@ -92,6 +92,7 @@ class _Tracer:
         self.plan = plan
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.index_of = {n: i for i, n in enumerate(self.placeholders)}
+        self.foreach: dict = {}  # _foreach_* op -> the per-tensor op of the op table it maps to
 
     def run(self, arrays, seed_counter):
         plan, env = self.plan, {}
@@ -141,6 +142,12 @@ class _Tracer:
             return executor._cast(op, low.fn(*args, **kwargs), meta)
         if op in _VIEW_OPS:
             return _view(op, args[0], args[1:], kwargs)
+        if op in self.foreach:
+            per_tensor = self.foreach[op]
+            low = LOWERINGS[per_tensor]
+            n = len(meta)
+            calls = [_bind(per_tensor, _element(args, i, n), _element(kwargs, i, n)) for i in range(n)]
+            return [executor._cast(per_tensor, low.fn(*a, **k), meta[i]) for i, (a, k) in enumerate(calls)]
         if op is aten._to_copy.default:
             return _to_copy(args[0], meta, kwargs)
         if op in (aten.copy.default, aten.copy_.default):
@@ -159,15 +166,22 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     plan = GraphPlan(n_inputs=len(placeholders))
     index_of = {n: i for i, n in enumerate(placeholders)}
+    foreach: dict = {}
     n_returned = 0
     for node in gm.graph.nodes:
+        if isinstance(_val(node), torch.SymInt) or (
+                isinstance(_val(node), torch.Tensor) and any(isinstance(d, torch.SymInt) for d in _val(node).shape)):
+            raise NotLowerable("Dynamo made shapes dynamic (it does after a shape changes); compile with "
+                               "dynamic=False for one XLA program per shape")
         if node.op == "call_function":
             op = node.target
             if op is operator.getitem:
                 continue
             if not isinstance(op, torch._ops.OpOverload):
                 raise NotLowerable(f"{getattr(op, '__name__', op)} (not an ATen op) in a compiled graph")
-            if op not in LOWERINGS and op not in _VIEW_OPS and op not in _OTHER_OPS:
+            if op._schema.name.startswith("aten::_foreach_") and op not in LOWERINGS:
+                foreach[op] = _foreach_target(node)
+            elif op not in LOWERINGS and op not in _VIEW_OPS and op not in _OTHER_OPS:
                 raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
             low = LOWERINGS.get(op)
             if low is not None and low.rng:
@@ -189,6 +203,7 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
                if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in index_of]
     plan.mutations = [(i, n_returned + k) for k, i in enumerate(dict.fromkeys(mutated))]
     tracer = _Tracer(gm, plan)
+    tracer.foreach = foreach
 
     if plan.uses_rng:
         def fn(*arrays):
@@ -198,6 +213,60 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
             return tracer.run(arrays, None)
 
     return fn, plan
+
+
+def _element(args, i: int, n: int):
+    """The ``i``-th per-tensor call's arguments of a ``_foreach_*`` call over ``n`` tensors: every list of
+    length ``n`` (tensors, or a scalar per tensor) contributes its ``i``-th item, anything else is shared."""
+    if isinstance(args, dict):
+        return {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in args.items()}
+    return [a[i] if isinstance(a, (list, tuple)) and len(a) == n else a for a in args]
+
+
+def _bind(op, args: list, kwargs: dict) -> tuple[list, dict]:
+    """Positional arguments past ``op``'s positional parameters passed by the names of its keyword-only ones
+    (``_foreach_addcmul.Scalar(self, t1, t2, value)`` -> ``addcmul(self, t1, t2, value=value)``)."""
+    params = op._schema.arguments
+    n_positional = sum(1 for p in params if not p.kwarg_only)
+    if len(args) <= n_positional:
+        return list(args), dict(kwargs)
+    extra = dict(zip((p.name for p in params if p.kwarg_only), args[n_positional:]))
+    return list(args[:n_positional]), {**extra, **kwargs}
+
+
+def _as_meta(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_as_meta(x) for x in v)
+    return v
+
+
+def _foreach_target(node):
+    """The op-table op that computes one element of a ``_foreach_*`` node (``_foreach_add.List`` ->
+    ``aten.add.Tensor``), chosen by running the candidates' meta kernels on the first element, so the
+    per-tensor op is the one PyTorch's own slow foreach path would call."""
+    op = node.target
+    packet = getattr(aten, op._schema.name.split("::")[1][len("_foreach_"):], None)
+    out = _val(node)
+    if packet is None or not isinstance(out, (list, tuple)) or not out:
+        raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
+    n = len(out)
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: _as_meta(_val(a)))
+    a, k = _element(args, 0, n), _element(kwargs, 0, n)
+    for name in dict.fromkeys((op._overloadname, "Tensor", "default", "Scalar", "Tensor_Scalar", "List")):
+        if name not in packet.overloads():
+            continue
+        candidate = getattr(packet, name)
+        if candidate not in LOWERINGS:
+            continue
+        try:
+            got = candidate(*_bind(candidate, a, k)[0], **_bind(candidate, a, k)[1])
+        except Exception:  # noqa: BLE001 — this overload does not take these arguments; try the next
+            continue
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(out[0].shape):
+            return candidate
+    raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
 
 
 _OTHER_OPS = frozenset({
