@@ -43,10 +43,7 @@ def dynamo_graph(gm: torch.fx.GraphModule) -> None:
     code = _frame_name(gm)
     if reason is not None and getattr(reason, "graph_break", False):
         source = _user_source(getattr(reason, "user_stack", None))
-        telemetry.count("graph_breaks")
-        telemetry._log(telemetry.compile_log, telemetry.Event(
-            "graph_break", str(reason.reason).strip().splitlines()[0] if str(reason.reason).strip() else "graph break",
-            _now(), 0.0, 0, source, {"kind": DYNAMO, "reason": str(reason.reason).strip(), "frame": code}))
+        telemetry.record_graph_break(str(reason.reason), source, kind=DYNAMO, frame=code)
     cause = f"Dynamo recompiled: {recompile}" if recompile else "first time this function was compiled"
     telemetry.count("dynamo_graphs")
     if recompile:
@@ -63,12 +60,6 @@ def _frame_name(gm) -> str:
             if last:
                 return last[0].strip().split(", in ")[-1]
     return "<graph>"
-
-
-def _now() -> float:
-    import time
-
-    return time.perf_counter()
 
 
 def graph_compiled(graph, seconds: float) -> None:
