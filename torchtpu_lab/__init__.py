@@ -24,6 +24,7 @@ from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
 from .runtime.modes import current as eager_mode_name  # noqa: E402
 from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
 from .compile import install as _install_compile  # noqa: E402
+from .kernels import call_jax, jax_op  # noqa: E402
 
 _install_compile()  # torch.compile(..., backend="tpu"), registered when Dynamo is imported
 
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
     "debug", "set_cpu_fallback", "profile", "Profile", "configure", "global_changes", "__version__",
+    "jax_op", "call_jax",
 ]
 
 
