@@ -208,11 +208,17 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
     label = qualified
     call = _guarded(fn, label)
     n_mut = len(mutates_args)
+    n_results = 0
     if n_mut:
-        out_ann = sig.return_annotation
-        n_out = len(typing.get_args(out_ann)) if typing.get_origin(out_ann) is tuple else (
-            0 if out_ann in (None, type(None)) else 1)
-        sig = sig.replace(return_annotation=None if n_out == 0 else out_ann)
+        # fn returns its outputs and then the mutated arguments' new values; the op returns the outputs only
+        fn_ann = sig.return_annotation
+        kinds = list(typing.get_args(fn_ann)) if typing.get_origin(fn_ann) is tuple else [fn_ann]
+        n_results = len(kinds)
+        if n_results < n_mut:
+            raise TypeError(f"jax_op {qualified!r}: fn must return its outputs followed by the new values of "
+                            f"{list(mutates_args)} (annotate e.g. -> tuple[jax.Array, ...])")
+        outs = kinds[: n_results - n_mut]
+        sig = sig.replace(return_annotation=None if not outs else outs[0] if len(outs) == 1 else tuple[tuple(outs)])
 
     def prototype(*args, **kwargs):  # the custom op's default (CPU and other devices) implementation
         out = _host_call(call, args, kwargs)
@@ -253,13 +259,14 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
     if n_mut:
         # The pure form, another op (outputs..., new values of the mutated arguments), runs like any jax_op; the
         # tpu kernel of the mutating op calls it and writes the new values into the arguments.
-        functional_op = jax_op(qualified + "_functional", _functional_form(fn, sig, n_mut))
+        functional_op = jax_op(qualified + "_functional", _functional_form(fn, sig, n_results))
 
         def tpu_kernel(*args, **kwargs):
             from ..runtime import executor
 
             bound = sig.bind(*args, **kwargs)
-            res = list(functional_op(*bound.args, **bound.kwargs))
+            res = functional_op(*bound.args, **bound.kwargs)
+            res = list(res) if isinstance(res, (tuple, list)) else [res]
             out = res[: len(res) - n_mut]
             for arg_name, value in zip(mutates_args, res[len(res) - n_mut:]):
                 executor.assign(bound.arguments[arg_name], value)
@@ -278,20 +285,21 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
     return op_def
 
 
-def _functional_form(fn: Callable, sig: inspect.Signature, n_mut: int) -> Callable:
+def _functional_form(fn: Callable, sig: inspect.Signature, n_results: int) -> Callable:
     """``fn`` with a return annotation naming every result (its outputs, then the mutated arguments' values)."""
-    ret = sig.return_annotation
-    outs = list(typing.get_args(ret)) if typing.get_origin(ret) is tuple else ([] if ret is None else [ret])
-    results = [jax.Array] * (len(outs) + n_mut)
+    results = [jax.Array] * n_results
 
     def functional(*args, **kwargs):
         res = fn(*args, **kwargs)
+        if len(results) == 1:  # a one-element tuple return is a single tensor in a schema
+            return res[0] if isinstance(res, (tuple, list)) else res
         return tuple(res) if isinstance(res, (tuple, list)) else (res,)
 
     params = [p.replace(annotation=jax.Array if p.annotation is torch.Tensor else
                         list[jax.Array] if p.annotation == list[torch.Tensor] else p.annotation)
               for p in sig.parameters.values()]
-    functional.__signature__ = inspect.Signature(params, return_annotation=tuple[tuple(results)])
+    functional.__signature__ = inspect.Signature(
+        params, return_annotation=jax.Array if len(results) == 1 else tuple[tuple(results)])
     functional.__qualname__ = getattr(fn, "__qualname__", "fn")
     return functional
 
