@@ -72,20 +72,23 @@ class CompiledGraph:
 
 
 def _input_arrays(args: list) -> tuple[list, int]:
-    """JAX values for the graph inputs (a pending fused input is a sync point), and the device they are on."""
-    arrays, device_index = [], None
-    if lazy.has_pending():
+    """JAX values for the graph inputs, and the device they are on. An input still pending in fused mode makes
+    this a sync point (recorded as one); pending work the graph does not read stays pending."""
+    tensors = [tensor.adopt(a) if isinstance(a, torch.Tensor) and a.device.type == "tpu" else None for a in args]
+    if lazy.has_pending() and any(t is not None and isinstance(t._tpu_storage._array, lazy.LazyValue)
+                                  for t in tensors):
         with telemetry.sync_event(SyncReason.CONCRETE_INPUTS, lazy.pending_ops(), detail="compiled graph"):
             lazy.sync(SyncReason.CONCRETE_INPUTS, record=False)
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            if a.device.type == "tpu":
-                t = tensor.adopt(a)
-                if device_index is None:
-                    device_index = t._tpu_storage.device_index
-                arrays.append(executor.value(t))
-            else:
-                arrays.append(jnp.asarray(dtypes.host_array(a.detach())))
+    arrays, device_index = [], None
+    for a, t in zip(args, tensors):
+        if t is not None:
+            storage = t._tpu_storage
+            if device_index is None:
+                device_index = storage.device_index
+            # nothing this graph reads is pending: a base tensor's array is its value, a view is gathered
+            arrays.append(storage.array if t._tpu_view is None else executor.value(t))
+        elif isinstance(a, torch.Tensor):  # a CPU tensor input (an optimizer's step count)
+            arrays.append(jnp.asarray(dtypes.host_array(a.detach())))
         else:
             arrays.append(a)
     return arrays, 0 if device_index is None else device_index
