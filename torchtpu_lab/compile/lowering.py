@@ -195,8 +195,8 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
                 if isinstance(o, torch.fx.Node) and isinstance(v, torch.Tensor):
                     plan.outputs.append(("tensor", v.device, v.dtype))
                     n_returned += 1
-                elif isinstance(o, torch.fx.Node) and o in index_of:
-                    raise NotLowerable("a non-tensor graph input returned as an output")
+                elif isinstance(o, torch.fx.Node):
+                    raise NotLowerable(f"a non-tensor value ({o.name}) returned from the graph")
                 else:
                     plan.outputs.append(("const", o))
     mutated = [index_of[n.args[0]] for n in gm.graph.nodes
