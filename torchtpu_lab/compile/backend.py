@@ -164,7 +164,8 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The Dynamo backend ``"tpu"``: AOTAutograd with our forward/backward/inference compilers."""
     from torch._dynamo.backends.common import aot_autograd
 
-    events.dynamo_graph(gm)
+    t0 = time.perf_counter()
+    event = events.dynamo_graph(gm)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
@@ -172,4 +173,6 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
         decompositions=_decompositions(),
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs, **options)
+    compiled = backend(gm, example_inputs, **options)
+    events.traced(event, time.perf_counter() - t0)  # AOTAutograd's tracing and our lowering of its graphs
+    return compiled

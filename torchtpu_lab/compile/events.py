@@ -25,22 +25,23 @@ def _user_source(frames) -> telemetry.Source | None:
     return None
 
 
-def _recompile_reason() -> str | None:
+def _dynamo_metrics() -> dict:
+    """What Dynamo recorded about the frame it is compiling (name, recompile reason), or ``{}``."""
     try:
         from torch._dynamo.utils import get_metrics_context
 
-        metrics = getattr(get_metrics_context(), "_metrics", {}) or {}
-        return metrics.get("recompile_reason")
-    except Exception:  # noqa: BLE001 — a PyTorch without this metric still compiles; it just says less
-        return None
+        return dict(getattr(get_metrics_context(), "_metrics", {}) or {})
+    except Exception:  # noqa: BLE001 — a PyTorch without these metrics still compiles; it just says less
+        return {}
 
 
-def dynamo_graph(gm: torch.fx.GraphModule) -> None:
+def dynamo_graph(gm: torch.fx.GraphModule) -> telemetry.Event:
     """Dynamo handed us a graph: record the compile, a graph break that ended it, a recompile's reason."""
     n_ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     reason = getattr(gm, "compile_subgraph_reason", None)
-    recompile = _recompile_reason()
-    code = _frame_name(gm)
+    metrics = _dynamo_metrics()
+    recompile = metrics.get("recompile_reason")
+    code = metrics.get("co_name") or _frame_name(gm)
     if reason is not None and getattr(reason, "graph_break", False):
         source = _user_source(getattr(reason, "user_stack", None))
         telemetry.record_graph_break(str(reason.reason), source, kind=DYNAMO, frame=code)
@@ -48,8 +49,14 @@ def dynamo_graph(gm: torch.fx.GraphModule) -> None:
     telemetry.count("dynamo_graphs")
     if recompile:
         telemetry.count("dynamo_recompiles")
-    telemetry.record_compile(DYNAMO, f"dynamo graph {code} [{n_ops} ops]", cause, 0.0, n_ops,
-                             reason="recompile" if recompile else "")
+    return telemetry.record_compile(DYNAMO, f"dynamo graph {code} [{n_ops} ops]", cause, 0.0, n_ops,
+                                    reason="recompile" if recompile else "")
+
+
+def traced(event, seconds: float) -> None:
+    """The Dynamo graph's AOTAutograd trace took ``seconds`` (its XLA compiles are separate events)."""
+    event.dur = seconds
+    telemetry.count("compile_seconds", seconds)
 
 
 def _frame_name(gm) -> str:
@@ -59,6 +66,14 @@ def _frame_name(gm) -> str:
             last = [line for line in stack.strip().splitlines() if line.strip().startswith("File ")]
             if last:
                 return last[0].strip().split(", in ")[-1]
+    try:  # Dynamo's "[frame/attempt]" id, as its own logs print it
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+        if compile_id is not None:
+            return f"[{compile_id}]"
+    except Exception:  # noqa: BLE001
+        pass
     return "<graph>"
 
 
