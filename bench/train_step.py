@@ -1,7 +1,13 @@
-"""Fused training steps on the tpu device vs a hand-written ``jax.jit`` step, PyTorch CPU eager and
-``torch.compile`` on CPU — the same model, data and SGD update in each.
+"""Fused and ``torch.compile(backend="tpu")`` training steps on the tpu device vs a hand-written ``jax.jit``
+step, PyTorch CPU eager and ``torch.compile`` on CPU — the same model, data and SGD update in each.
 
-    python bench/train_step.py [--reps 5] [--iters 10] [--models mlp,transformer]
+    python bench/train_step.py [--reps 5] [--iters 10] [--models mlp,transformer] [--overhead-only]
+
+The compiled step is the whole step under ``torch.compile(backend="tpu", dynamic=False)`` (Dynamo cuts it at
+``backward()``: a forward+backward graph pair and an optimizer-step graph, each one XLA program); it runs in
+strict mode so the few eager ops between graphs (the loss seed, ``zero_grad``) run as they come. A second
+table gives the host (Python) time of one compiled call for graphs of 10 to 1000 ops — the overhead that
+should not grow with the graph — next to a bare ``jax.jit`` call of the same function.
 
 Models: an MLP (3 layers of 1024, batch 64) and a 2-layer transformer (d_model 256, 4 heads, sequence 128,
 batch 16). Each figure is the median over ``--reps`` of the mean step time over ``--iters`` steady-state steps.
@@ -169,6 +175,13 @@ def measure(name: str, iters: int, reps: int) -> dict[str, float]:
     with torchtpu_lab.eager_mode("strict"):
         step = torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"), lambda: None)
         results["torchtpu_lab strict"] = median_time(step, lambda o: torch.tpu.synchronize(), max(2, iters // 2), reps)
+    with torchtpu_lab.eager_mode("strict"):
+        torch._dynamo.reset()
+        compiled_model = copy.deepcopy(base).to("tpu")
+        step = torch.compile(torch_step_fn(name, compiled_model, x.to("tpu"), y.to("tpu"), lambda: None),
+                             backend="tpu", dynamic=False)
+        results["torch.compile tpu backend"] = median_time(step, lambda o: torch.tpu.synchronize(), iters, reps,
+                                                           warmup=3)
     cpu_model = copy.deepcopy(base)
     results["torch CPU eager"] = median_time(torch_step_fn(name, cpu_model, x, y, lambda: None), lambda o: None,
                                              iters, reps)
@@ -178,6 +191,36 @@ def measure(name: str, iters: int, reps: int) -> dict[str, float]:
     return results
 
 
+def call_overhead(n_ops: int, reps: int, calls: int = 200) -> dict[str, float]:
+    """Host seconds per call of a compiled function of ``n_ops`` elementwise ops on a tiny tensor (the device
+    work is negligible, and dispatch is asynchronous), via torch.compile(backend="tpu") and via jax.jit."""
+    import statistics
+    import time
+
+    def chain(x):
+        for i in range(n_ops):
+            x = x * 1.0001 if i % 2 else x + 0.0001
+        return x
+
+    torch._dynamo.reset()
+    compiled = torch.compile(chain, backend="tpu", dynamic=False)
+    jitted = jax.jit(chain)
+    xt, xj = torch.ones(8, device="tpu"), jnp.ones(8)
+    out = {}
+    for label, fn, arg, wait in (("torch.compile tpu", compiled, xt, lambda o: torch.tpu.synchronize()),
+                                 ("jax.jit", jitted, xj, lambda o: o.block_until_ready())):
+        wait(fn(arg))
+        samples = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                r = fn(arg)
+            samples.append((time.perf_counter() - t0) / calls)
+            wait(r)
+        out[label] = statistics.median(samples)
+    return out
+
+
 def main(argv=None) -> None:
     from common import table
 
@@ -185,8 +228,19 @@ def main(argv=None) -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--models", default="mlp,transformer")
+    p.add_argument("--overhead-only", action="store_true", help="only the per-call overhead table")
     args = p.parse_args(argv)
     print(f"platform: {torch.tpu.platform_name()}; medians of {args.reps} x {args.iters} steps")
+    with torchtpu_lab.eager_mode("strict"):
+        rows = []
+        for n in (10, 100, 1000):
+            o = call_overhead(n, args.reps)
+            rows.append((n, f"{o['torch.compile tpu'] * 1e6:.1f}", f"{o['jax.jit'] * 1e6:.1f}",
+                         f"{(o['torch.compile tpu'] - o['jax.jit']) * 1e6:.1f}"))
+        print(table("\nhost time of one compiled call (us)", rows,
+                    ("ops in graph", "torch.compile tpu", "jax.jit", "our overhead")))
+    if args.overhead_only:
+        return
     for name in args.models.split(","):
         r = measure(name, args.iters, args.reps)
         ref = r["jax.jit (hand-written)"]

@@ -23,7 +23,7 @@ NB_DIR = os.path.join(ROOT, "notebooks")
 BUDGET_S = 120
 BADGE = "https://colab.research.google.com/github/torchtpu-lab/torchtpu-lab/blob/main/notebooks/{}"
 TUTORIALS = ["02_eager_modes.ipynb", "03_recompilations.ipynb", "04_host_syncs.ipynb", "05_memory.ipynb",
-             "06_profiling.ipynb"]
+             "06_profiling.ipynb", "07_compile_and_kernels.ipynb"]
 
 _executed: dict = {}
 
@@ -162,6 +162,28 @@ def test_06_profiling_flamegraph_table_json_and_xprof():
 
 # What Binder's base image provides and a bare venv lacks: the kernel and the notebook client.
 BINDER_BASE_IMAGE = ["ipykernel", "nbclient", "nbformat"]
+
+
+def test_07_compile_graph_break_fixed_and_jax_kernels():
+    code = _run("07_compile_and_kernels.ipynb")
+    eager = re.search(r"eager: (\d+) ATen ops per step", _text(_cell(code, "eager = _tpu_profile.summary()")))
+    assert eager and int(eager.group(1)) > 50
+    compiled = _text(_cell(code, "steady = _tpu_profile.summary()"))
+    assert "compiled: 0 compiles in the steady state" in compiled, compiled
+    assert "compiled forward" in compiled and "compiled backward" in compiled and "compiled inference" in compiled
+    assert re.search(r"eager [\d.]+ ms/step -> compiled [\d.]+ ms/step", compiled)
+    breaks = _text(_cell(code, "for b in _tpu_profile.graph_breaks:"))
+    # the .item() on line 8 of the Clipped cell
+    assert re.search(r"graph break at cell \[\d+\], line 8: .*item\(\)", breaks), breaks
+    profile = _text(_cell(code, "out = torch.compile(clipped"))
+    assert "torch.compile graph breaks:" in profile, profile
+    fixed = _text(_cell(code, "graph breaks after the fix"))
+    assert "graph breaks after the fix: 0" in fixed and "same result: True" in fixed, fixed
+    kernel = _text(_cell(code, "def swiglu("))
+    assert "matches PyTorch: True" in kernel and "gradient matches: True" in kernel, kernel
+    assert "pallas matches: True" in _text(_cell(code, "def scale_add("))
+    inlined = _text(_cell(code, "def fused(a, g, q)"))
+    assert "'tutorial::swiglu'" in inlined and "'tutorial::scale_add'" in inlined and "result matches: True" in inlined
 
 
 def _requirements_for_this_machine(path: str) -> list[str]:

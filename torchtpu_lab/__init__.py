@@ -23,11 +23,16 @@ from .runtime import compile_cache  # noqa: E402
 from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
 from .runtime.modes import current as eager_mode_name  # noqa: E402
 from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
+from .compile import install as _install_compile  # noqa: E402
+from .kernels import call_jax, jax_op  # noqa: E402
+
+_install_compile()  # torch.compile(..., backend="tpu"), registered when Dynamo is imported
 
 __version__ = "0.1.0"
 __all__ = [
     "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
     "debug", "set_cpu_fallback", "profile", "Profile", "configure", "global_changes", "__version__",
+    "jax_op", "call_jax",
 ]
 
 
@@ -68,6 +73,11 @@ def global_changes() -> dict:
     * ``swap_module_params_on_conversion``: on at import, so ``module.to("tpu")`` keeps tied weights tied
       (PyTorch's announced future default; it makes every ``Module._apply`` swap tensors in place).
     * ``jax_compilation_cache_dir``: set only by ``%load_ext``, :func:`configure` or ``$TORCHTPU_LAB_CACHE_DIR``.
+    * ``FakeTensor.__new__`` wrapped, so fake tensors of device ``tpu`` stay in meta kernels (``torch.compile``,
+      ``torch.export``, ``FakeTensorMode``); ``TpuTensor`` added to the plain-tensor types of ``torch.fx``'s
+      proxy tracing (see :mod:`torchtpu_lab.backend.fake`).
+    * When ``torch._dynamo`` is imported: the ``"tpu"`` backend registered, and Dynamo told to call, never
+      trace, torchtpu_lab and JAX code.
     """
     import jax
     import torch
@@ -79,7 +89,14 @@ def global_changes() -> dict:
         "torch.__future__.swap_module_params_on_conversion": torch.__future__.get_swap_module_params_on_conversion(),
         "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
+        "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),
     }
+
+
+def _fake_patch_installed() -> bool:
+    from .backend import fake
+
+    return fake.installed()
 
 
 def load_ipython_extension(ip) -> None:

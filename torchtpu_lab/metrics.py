@@ -39,6 +39,10 @@ def summary() -> dict:
              "source": str(e.source) if e.source else None}
             for e in compiles[-10:]
         ],
+        "recent_graph_breaks": [
+            {"reason": e.name, "source": str(e.source) if e.source else None}
+            for e in list(telemetry.graph_break_log)[-10:]
+        ],
         "op_cache_entries": executor.cache_size(),
         "graph_cache_entries": lazy.graph_cache_size(),
         "caches": caches.stats(),

@@ -38,6 +38,7 @@ def _skip_prefixes() -> tuple[str, ...]:
             os.path.dirname(jax.__file__),
             os.path.dirname(os.__file__),  # the standard library (contextlib, runpy, asyncio, ...)
             "<frozen",
+            "<eval_with_key>",  # code torch.fx generates for a graph (Dynamo's, AOTAutograd's)
         ]
         for name in ("IPython", "ipykernel", "traitlets", "tornado", "zmq", "jupyter_client"):
             module = sys.modules.get(name)
@@ -126,6 +127,7 @@ _recorders: list[list[Event]] = []
 compile_log: deque[Event] = deque(maxlen=2000)
 sync_log: deque[Event] = deque(maxlen=2000)
 execute_log: deque[Event] = deque(maxlen=2000)
+graph_break_log: deque[Event] = deque(maxlen=2000)
 
 
 def recording() -> bool:
@@ -163,6 +165,14 @@ def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int,
     return _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
                                    {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
                                     "recompile": not cause.startswith("first time")}))
+
+
+def record_graph_break(reason: str, source: Source | None, **detail) -> Event:
+    """``torch.compile`` cut a graph here (always logged): Dynamo's reason and the user line that caused it."""
+    counters["graph_breaks"] += 1
+    first = reason.strip().splitlines()[0] if reason.strip() else "graph break"
+    return _log(graph_break_log, Event("graph_break", first, time.perf_counter(), 0.0, 0, source,
+                                       {"reason": reason.strip(), **detail}))
 
 
 class SyncReason(enum.Enum):
@@ -246,3 +256,4 @@ def reset() -> None:
     compile_log.clear()
     sync_log.clear()
     execute_log.clear()
+    graph_break_log.clear()

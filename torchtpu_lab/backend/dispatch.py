@@ -23,6 +23,9 @@ _KEY = "PrivateUse1"
 
 #: Every kernel we registered, by OpOverload, so variants can call functionals without re-dispatching.
 KERNELS: dict = {}
+#: Ops that run as PyTorch's decomposition on tpu (op -> decomposition): ``torch.compile(backend="tpu")`` hands
+#: the same table to AOTAutograd, so compiled and eager code take the same route.
+DECOMPOSED: dict = {}
 _libs: list = []
 
 def _functional_kernel(low):
@@ -109,6 +112,7 @@ def _collect() -> dict:
         if op in kernels or op._schema.is_mutable or op in DECOMP_SKIP or _is_composite_implicit(op):
             continue
         kernels[op] = _decomposition_kernel(op, fn)
+        DECOMPOSED[op] = fn
     # in-place and out= variants of every functional op we can run
     for inplace, functional in _RENAMED_INPLACE.items():
         if functional in kernels and inplace not in kernels:

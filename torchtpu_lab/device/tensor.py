@@ -52,6 +52,13 @@ class TpuTensor(torch.Tensor):
             (self.detach().to("cpu"), self.dtype, str(self.device), self.requires_grad),
         )
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # AOTAutograd compares a runtime tangent's exact type with the traced one (torch.Tensor). TpuTensor is
+        # no wrapper subclass — it has no dispatch behaviour of its own — so it *is* a plain tensor there.
+        if expected_type in (None, torch.Tensor) and expected_metadata is None:
+            return self
+        return None
+
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]

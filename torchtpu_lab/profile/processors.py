@@ -61,6 +61,11 @@ def compile_rows(prof) -> list[dict]:
             for e in prof.compiles]
 
 
+def graph_break_rows(prof) -> list[dict]:
+    return [{"reason": e.name, "detail": e.detail.get("reason", ""), "line": _where(e.source)}
+            for e in prof.graph_breaks]
+
+
 def sync_groups(prof) -> list[dict]:
     """Syncs grouped by reason and line; several at one line in one block means a sync inside a loop."""
     groups: dict[tuple, dict] = {}
@@ -176,6 +181,7 @@ def build_report(prof, top: int = 10) -> dict:
         "summary": summary,
         "ops": op_table(prof, top),
         "compiles": compile_rows(prof),
+        "graph_breaks": graph_break_rows(prof),
         "syncs": sync_groups(prof),
         "fallbacks": fallback_groups(prof),
         "memory": memory_report(prof),

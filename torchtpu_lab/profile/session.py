@@ -70,6 +70,11 @@ class Profile:
         return self.of_kind("compile")
 
     @property
+    def graph_breaks(self) -> list[Event]:
+        """Where ``torch.compile`` cut a graph (Dynamo's reason, the user's line)."""
+        return self.of_kind("graph_break")
+
+    @property
     def syncs(self) -> list[Event]:
         return self.of_kind("sync")
 

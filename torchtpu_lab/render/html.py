@@ -66,6 +66,9 @@ def profile_html(r: dict) -> str:
         rows = [(c["name"], c["n_ops"] or "", fmt_s(c["seconds"]), c["cause"], c["line"]) for c in r["compiles"]]
         parts.append(_table(("graph", "ops", "compile time", "cause", "line"), rows,
                             ["ttl-recompile" if c["recompile"] else "" for c in r["compiles"]]))
+    if r.get("graph_breaks"):
+        parts.append("<h4>torch.compile graph breaks</h4>")
+        parts.append(_table(("reason", "line"), [(b["reason"], b["line"]) for b in r["graph_breaks"]]))
     if r["syncs"]:
         parts.append("<h4>Host syncs</h4>")
         parts.append(_table(("reason", "count", "waited", "line"),

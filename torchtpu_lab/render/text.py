@@ -38,6 +38,10 @@ def metrics_text(s: dict) -> str:
         for c in s["recent_compiles"]:
             where = f" at {c['source']}" if c["source"] else ""
             lines.append(f"  {c['name']} ({_ms(c['seconds'])}): {c['cause']}{where}")
+    if s.get("recent_graph_breaks"):
+        lines.append("Recent torch.compile graph breaks:")
+        for b in s["recent_graph_breaks"]:
+            lines.append(f"  graph break at {b['source'] or 'n/a'}: {b['reason']}")
     return "\n".join(lines)
 
 
@@ -63,6 +67,10 @@ def profile_text(r: dict) -> str:
         for c in r["compiles"]:
             mark = "RECOMPILE " if c["recompile"] else ""
             out.append(f"  {mark}{c['name']} {fmt_s(c['seconds'])} at {c['line']}: {c['cause']}")
+    if r.get("graph_breaks"):
+        out.append("torch.compile graph breaks:")
+        for b in r["graph_breaks"]:
+            out.append(f"  graph break at {b['line']}: {b['reason']}")
     if r["syncs"]:
         out.append("syncs:")
         for g in r["syncs"]:

@@ -1,0 +1,274 @@
+"""torch.compile on the tpu device: fake tensors, PyTorch's debug backends, export, and our ``tpu`` backend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+
+def _mlp_bn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def _pair(make):
+    cpu = make()
+    tpu = make().to("tpu")
+    tpu.load_state_dict({k: v.to("tpu") for k, v in cpu.state_dict().items()})
+    return cpu, tpu
+
+
+# ---- 0. fake tensors of device tpu never reach our kernels --------------------------------------------------
+
+
+def test_fake_tensor_mode_on_tpu_views():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    x = mode.from_tensor(torch.randn(2, 4).to("tpu"))
+    w = mode.from_tensor(torch.randn(3, 4).to("tpu"))
+    with mode:
+        y = torch.nn.functional.linear(x, w)  # t() is a view: its meta output carries tpu keys
+        z = y.t().reshape(6)[1:].unsqueeze(0)
+    assert y.device.type == "tpu" and tuple(y.shape) == (2, 3)
+    assert tuple(z.shape) == (1, 5) and z.device.type == "tpu"
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_pytorch_debug_backends_on_a_tpu_module(backend):
+    torch._dynamo.reset()
+    cpu, tpu = _pair(_mlp_bn)
+    x = torch.randn(6, 4)
+    out = torch.compile(tpu, backend=backend)(x.to("tpu"))
+    ref = cpu(x)
+    torch.testing.assert_close(out.cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(tpu[0].weight.grad.cpu(), cpu[0].weight.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tpu[1].running_mean.cpu(), cpu[1].running_mean, rtol=1e-5, atol=1e-6)
+
+
+def test_dynamo_explain_and_export_on_tpu():
+    torch._dynamo.reset()
+    cpu, tpu = _pair(_mlp_bn)
+    x = torch.randn(6, 4)
+    cpu.eval(), tpu.eval()
+    explanation = torch._dynamo.explain(tpu)(x.to("tpu"))
+    assert explanation.graph_count == 1 and explanation.graph_break_count == 0
+    exported = torch.export.export(tpu, (x.to("tpu"),))
+    assert any(n.target is torch.ops.aten.linear.default for n in exported.graph.nodes)
+    torch.testing.assert_close(exported.module()(x.to("tpu")).cpu(), cpu(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+# ---- 1. the tpu backend: real models train like CPU eager ---------------------------------------------------
+
+import copy  # noqa: E402
+import inspect  # noqa: E402
+
+import torch.nn.functional as F  # noqa: E402
+
+import torchtpu_lab  # noqa: E402
+
+
+class TinyGPT(nn.Module):
+    """Embedding, causal attention, MLP, and an output head tied to the embedding."""
+
+    def __init__(self, vocab=16, dim=8, ctx=6):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(ctx, dim) * 0.02)
+        self.att = nn.MultiheadAttention(dim, 2, batch_first=True)
+        self.ln = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.emb(idx) + self.pos[:t]
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=idx.device), 1)
+        a, _ = self.att(x, x, x, attn_mask=mask, need_weights=False)
+        x = x + a
+        return self.head(x + self.mlp(self.ln(x)))
+
+
+def _ce(out, tgt):
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1))
+
+
+def _train_both(make, inp, tgt, loss_fn, steps=3, compile_step=False):
+    """Train a CPU model eagerly and its tpu copy under torch.compile(backend="tpu"); return both loss lists,
+    the tpu model and the profile of the last (steady-state) step."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cpu = make()
+    tpu = copy.deepcopy(cpu).to("tpu")
+    opt_cpu = torch.optim.Adam(cpu.parameters(), lr=1e-2)
+    opt_tpu = torch.optim.Adam(tpu.parameters(), lr=1e-2)
+    model = torch.compile(tpu, backend="tpu", dynamic=False)
+    step = torch.compile(opt_tpu.step, backend="tpu", dynamic=False) if compile_step else opt_tpu.step
+    losses_cpu, losses_tpu, prof = [], [], None
+    for i in range(steps):
+        opt_cpu.zero_grad()
+        loss = loss_fn(cpu(inp), tgt)
+        loss.backward()
+        opt_cpu.step()
+        losses_cpu.append(loss.item())
+        with torchtpu_lab.profile() as p:
+            opt_tpu.zero_grad()
+            loss = loss_fn(model(inp.to("tpu")), tgt.to("tpu"))
+            loss.backward()
+            step()
+            losses_tpu.append(loss.item())
+        prof = p
+    return losses_cpu, losses_tpu, tpu, prof
+
+
+def _compiled_graphs(prof):
+    return [e for e in prof.compiles if e.detail.get("kind") == "compiled"]
+
+
+def test_gpt_with_tied_weights_trains_like_cpu():
+    idx, tgt = torch.randint(0, 16, (2, 6)), torch.randint(0, 16, (2, 6))
+    before = len([e for e in torchtpu_lab.telemetry.compile_log if e.detail.get("kind") == "compiled"])
+    losses_cpu, losses_tpu, tpu, prof = _train_both(TinyGPT, idx, tgt, _ce)
+    for a, b in zip(losses_cpu, losses_tpu):
+        assert abs(a - b) < 1e-4
+    assert tpu.head.weight is tpu.emb.weight
+    compiled = [e for e in torchtpu_lab.telemetry.compile_log if e.detail.get("kind") == "compiled"][before:]
+    assert {e.name.split()[1] for e in compiled} >= {"forward", "backward"}  # one XLA program each
+    assert any("aten::embedding" in e.detail["ops"] for e in compiled)
+    assert prof.compiles == []  # steady state: nothing compiles
+    assert any(e.name.startswith("compiled forward") for e in prof.graphs)
+
+
+def test_cnn_with_batchnorm_trains_like_cpu_and_updates_running_stats():
+    def make():
+        return nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(36, 3))
+
+    x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
+    losses_cpu, losses_tpu, tpu, prof = _train_both(make, x, y, F.cross_entropy)
+    for a, b in zip(losses_cpu, losses_tpu):
+        assert abs(a - b) < 1e-4
+    assert prof.compiles == []
+    assert int(tpu[1].num_batches_tracked.cpu()) == 3
+    assert float(tpu[1].running_var.cpu().sub(1).abs().max()) > 1e-3  # the running stats moved
+
+
+def test_lstm_trains_like_cpu():
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 5)
+    with torch._dynamo.config.patch(allow_rnn=True):  # Dynamo skips RNN modules unless asked
+        losses_cpu, losses_tpu, _, prof = _train_both(lambda: nn.LSTM(4, 5, batch_first=True), x, y,
+                                                      lambda o, t: F.mse_loss(o[0], t))
+    for a, b in zip(losses_cpu, losses_tpu):
+        assert abs(a - b) < 1e-4
+    assert prof.compiles == [] and any(e.name.startswith("compiled forward") for e in prof.graphs)
+
+
+def test_compiled_optimizer_step_updates_parameters_in_place():
+    def make():
+        return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+    x, y = torch.randn(5, 4), torch.randn(5, 1)
+    torch.manual_seed(0)
+    losses_cpu, losses_tpu, tpu, prof = _train_both(make, x, y, F.mse_loss, compile_step=True)
+    for a, b in zip(losses_cpu, losses_tpu):
+        assert abs(a - b) < 1e-4
+    assert prof.compiles == []
+    steps = [e for e in prof.graphs if e.name.startswith("compiled inference")]
+    assert steps, "the optimizer step ran as one compiled graph"
+    # the parameter objects are the ones the optimizer holds, updated in place
+    weight = tpu[0].weight
+    before = weight.detach().cpu().clone()
+    storage = weight._tpu_storage
+    torch._dynamo.reset()
+    opt = torch.optim.SGD(tpu.parameters(), lr=0.5)
+    F.mse_loss(tpu(x.to("tpu")), y.to("tpu")).backward()
+    torch.compile(opt.step, backend="tpu", dynamic=False)()
+    assert weight._tpu_storage is storage
+    torch.testing.assert_close(weight.detach().cpu(), before - 0.5 * weight.grad.cpu(), rtol=1e-6, atol=1e-6)
+
+
+def test_dropout_draws_from_the_tpu_generator_each_call():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: F.dropout(x, 0.5, training=True), backend="tpu", dynamic=False)
+    x = torch.ones(64, device="tpu")
+    torch.manual_seed(1)
+    a, b = f(x).cpu(), f(x).cpu()
+    torch.manual_seed(1)
+    c = f(x).cpu()
+    assert not torch.equal(a, b)  # the key is an input, not a constant
+    torch.testing.assert_close(a, c)  # and it comes from the seeded generator
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_outputs_aliasing_inputs_and_no_grad():
+    torch._dynamo.reset()
+
+    def f(x, w):
+        with torch.no_grad():
+            y = x @ w
+        return x.t(), y, x[1:]
+
+    x, w = torch.randn(3, 4), torch.randn(4, 2, requires_grad=True)
+    xt = x.to("tpu")
+    t, y, tail = torch.compile(f, backend="tpu", dynamic=False)(xt, w.detach().to("tpu").requires_grad_())
+    torch.testing.assert_close(y.cpu(), x @ w.detach(), rtol=1e-5, atol=1e-5)
+    assert not y.requires_grad
+    torch.testing.assert_close(t.cpu(), x.t())
+    tail.mul_(0)  # a view of the input: writing it writes the input
+    assert float(xt[1:].abs().sum().cpu()) == 0.0 and float(xt[0].abs().sum().cpu()) > 0
+
+
+def test_autocast_inside_compiled_region():
+    torch._dynamo.reset()
+
+    def f(a, b):
+        with torch.autocast("tpu", dtype=torch.bfloat16):
+            return a @ b
+
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    out = torch.compile(f, backend="tpu", dynamic=False)(a.to("tpu"), b.to("tpu"))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.cpu().float(), a @ b, rtol=2e-2, atol=2e-2)
+
+
+# ---- 2. graph breaks and recompiles are telemetry events ----------------------------------------------------
+
+
+class _Breaks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.a(x)
+        scale = h.sum().item()  # BREAK: a host read
+        return self.b(h) * scale
+
+
+def test_graph_break_is_reported_with_its_line():
+    torch._dynamo.reset()
+    model = _Breaks().to("tpu")
+    line = next(i for i, text in enumerate(inspect.getsource(_Breaks).splitlines()) if "BREAK" in text)
+    line += inspect.getsourcelines(_Breaks)[1]
+    with torchtpu_lab.profile() as prof:
+        torch.compile(model, backend="tpu", dynamic=False)(torch.randn(2, 4).to("tpu"))
+    breaks = prof.graph_breaks
+    assert breaks, "the .item() graph break was reported"
+    assert breaks[0].source.lineno == line and breaks[0].source.filename == __file__
+    assert "item" in breaks[0].detail["reason"].lower()
+    assert "graph break" in torchtpu_lab.metrics_report().lower()
+
+
+def test_batch_size_change_reports_the_recompile_reason():
+    torch._dynamo.reset()
+    model = torch.compile(nn.Linear(4, 2).to("tpu"), backend="tpu", dynamic=False)
+    model(torch.randn(3, 4).to("tpu"))
+    with torchtpu_lab.profile() as prof:
+        model(torch.randn(5, 4).to("tpu"))
+    dynamo = [e for e in prof.compiles if e.detail.get("kind") == "dynamo"]
+    assert dynamo and dynamo[0].detail["recompile"]
+    assert "size mismatch at index 0" in dynamo[0].detail["cause"] and "expected 3, actual 5" in dynamo[0].detail["cause"]

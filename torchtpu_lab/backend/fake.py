@@ -1,0 +1,86 @@
+"""Fake and meta tensors of device ``tpu`` stay in PyTorch's meta kernels and never reach our kernels.
+
+A ``FakeTensor`` on ``tpu`` is a meta tensor that carries the tpu dispatch keys (so autograd and autocast treat
+it as a tpu tensor). ``FakeTensorMode`` runs every op on it with the Meta key forced on, so PyTorch's meta
+kernels answer — but an op that *aliases* its input (``t``, ``view``, ``transpose``...) hands back a meta
+tensor that inherited those tpu keys. ``FakeTensor`` then wraps that output and, while doing so, calls
+``detach`` on it outside the meta context, which dispatches to the tpu backend. For CUDA that ``detach`` is a
+C++ composite kernel and nothing happens; for our pure-Python backend it would reach a Python kernel with a
+tensor that has no device data ("a tpu tensor without device data reached a kernel"), and even answering it
+from Python would bind the output to a Python object that ``FakeTensor`` can no longer claim.
+
+So whenever such a meta tensor is wrapped, we give ``FakeTensor`` an equivalent clean meta tensor: the same meta
+storage (aliasing, which AOTAutograd's view and mutation analysis reads, is kept), offset, sizes and strides,
+but only the Meta dispatch key. This is the one place torchtpu_lab patches PyTorch for ``torch.compile``;
+:func:`torchtpu_lab.global_changes` lists it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+_TPU_KEY = torch._C.DispatchKey.PrivateUse1
+_installed = False
+
+
+def _clean_meta(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (a meta tensor carrying tpu dispatch keys) as a plain meta tensor over the same storage."""
+    # Built below every Python mode (FunctionalTensorMode, proxy tracing): this tensor is plumbing, not an op.
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        clean = torch.empty((0,), dtype=t.dtype, device="meta")
+        clean.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    clean.requires_grad_(t.requires_grad)
+    return clean
+
+
+def _needs_cleaning(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "meta" and torch._C._dispatch_keys(t).has(_TPU_KEY)
+
+
+def install() -> None:
+    """Wrap ``FakeTensor.__new__`` (every fake tensor is built there, from many places in PyTorch) so that a
+    meta tensor with tpu keys is cleaned first (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    original = FakeTensor.__new__
+
+    @functools.wraps(original)
+    def __new__(cls, fake_mode_or_elem=None, elem=None, *args, **kwargs):
+        if _needs_cleaning(elem):
+            elem = _clean_meta(elem)
+        elif _needs_cleaning(fake_mode_or_elem):
+            fake_mode_or_elem = _clean_meta(fake_mode_or_elem)
+        return original(cls, fake_mode_or_elem, elem, *args, **kwargs)
+
+    __new__.__torchtpu_lab_original__ = original
+    FakeTensor.__new__ = staticmethod(__new__)
+    _handle_tpu_tensors_in_aot_runtime()
+    _installed = True
+
+
+def _handle_tpu_tensors_in_aot_runtime() -> None:
+    """AOTAutograd checks a compiled graph's custom ops for aliasing on its first call, under a dispatch mode
+    that declines (returns ``NotImplemented`` for) every tensor whose exact type it does not know — and a real
+    tpu tensor is a :class:`~torchtpu_lab.device.tensor.TpuTensor`, a plain ``torch.Tensor`` subclass without
+    dispatch behaviour of its own. Declaring it known lets ``aot_eager`` (and our own backend) run."""
+    import sys
+
+    from torch.fx.experimental import proxy_tensor  # imported by torch itself; torch._dynamo is not
+
+    from ..device.tensor import TpuTensor
+
+    # AOTAutograd's runtime wrappers copy the tuple when torch._dynamo is first imported; patch that copy too if
+    # it already happened. ProxyTorchDispatchMode reads the same tuple, with the same meaning ("a plain tensor").
+    for module in (proxy_tensor, sys.modules.get("torch._functorch._aot_autograd.runtime_wrappers")):
+        handled = getattr(module, "HANDLED_TYPES", None)
+        if isinstance(handled, tuple) and TpuTensor not in handled:
+            module.HANDLED_TYPES = handled + (TpuTensor,)
+
+
+def installed() -> bool:
+    return _installed

@@ -1,0 +1,67 @@
+"""``torch.compile(model, backend="tpu")``: a Dynamo backend that lowers whole ATen graphs through the eager op
+table into one ``jax.jit`` function (:mod:`.backend`, :mod:`.lowering`), with telemetry for Dynamo's compiles,
+recompiles and graph breaks (:mod:`.events`).
+
+Importing ``torch._dynamo`` takes seconds, so ``import torchtpu_lab`` does not: :func:`install` registers the
+backend the moment anything imports Dynamo (``torch.compile`` does), or at once if it is already imported.
+The ``torch_dynamo_backends`` entry point in ``pyproject.toml`` names the same function for tools that look
+backends up by entry point.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+BACKEND_NAME = "tpu"
+
+
+def tpu_backend(gm, example_inputs, **options):
+    """The ``"tpu"`` Dynamo backend (see :mod:`.backend`); the entry point resolves to this function."""
+    from .backend import tpu_backend as backend
+
+    return backend(gm, example_inputs, **options)
+
+
+def _register_with_dynamo() -> None:
+    from torch._dynamo import trace_rules
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    # Our kernels (and JAX under them) run when a tpu op runs; Dynamo must call them, never trace into them
+    # (it would trace JAX's Python when eager code between two graphs touches a tpu tensor).
+    for package in ("torchtpu_lab", "jax", "jaxlib"):
+        trace_rules.add(package)
+
+    if _COMPILER_FNS.get(BACKEND_NAME) is not tpu_backend:
+        _COMPILER_FNS.pop(BACKEND_NAME, None)
+        register_backend(tpu_backend, name=BACKEND_NAME)
+
+
+class _AfterDynamoImport(importlib.abc.MetaPathFinder):
+    """Registers the backend right after ``torch._dynamo`` finishes importing (then removes itself)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            _register_with_dynamo()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def install() -> None:
+    """Make ``backend="tpu"`` available (idempotent)."""
+    if "torch._dynamo" in sys.modules and hasattr(sys.modules["torch._dynamo"], "register_backend"):
+        _register_with_dynamo()
+    elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterDynamoImport())

@@ -1,0 +1,275 @@
+"""Lower an ATen FX graph (what AOTAutograd hands a backend) to one JAX function, node by node, through the same
+op table eager mode uses.
+
+Each ``call_function`` node is one of:
+
+* an op of the op table (:data:`torchtpu_lab.ops.LOWERINGS`) — its lowering is called on the traced JAX values
+  and the result cast to the dtype PyTorch's meta kernel recorded on the node (``node.meta["val"]``), exactly as
+  the eager executor casts (:func:`torchtpu_lab.runtime.executor._cast`); random ops get a key derived from a
+  ``(seed, counter)`` pair that is an *input* of the function, drawn from the device generator per call;
+* a view op (``view``, ``permute``, ``expand``, ``slice``...): inside the function every value is a
+  contiguous array, so the view's geometry comes from running the op on a meta tensor of that shape — PyTorch
+  decides it, as in eager mode (:mod:`torchtpu_lab.runtime.view_kernels`) — and the values are read with
+  :func:`torchtpu_lab.device.views.read`;
+* one of the few runtime kernels that are not lowerings (``_to_copy``, ``copy``/``copy_``, ``empty``), each a
+  line here; ``copy_`` into a graph input is an input mutation, returned and written back after the call;
+* anything else raises :class:`NotLowerable` naming the op, and the caller runs that graph eagerly instead.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.fx
+
+from .. import dtypes
+from ..device import views
+from ..ops import LOWERINGS
+from ..ops.registry import op_name
+from ..runtime import executor, view_kernels
+
+aten = torch.ops.aten
+_VIEW_OPS = frozenset(view_kernels.VIEW_OPS)
+
+
+class NotLowerable(NotImplementedError):
+    """A graph node that has no JAX form; the graph then runs eagerly (op by op) instead."""
+
+
+@dataclass
+class GraphPlan:
+    """What the traced function needs around it: where its inputs go and what its outputs are."""
+
+    n_inputs: int
+    n_ops: int = 0
+    ops: list = field(default_factory=list)  # ATen op names in graph order (the profile's "ops inside")
+    uses_rng: bool = False
+    #: output slots: ("tensor", torch.device, dtype) for an array the function returns, ("const", value) else
+    outputs: list = field(default_factory=list)
+    #: (placeholder index, position in the returned arrays) for every input the graph mutates (``copy_``)
+    mutations: list = field(default_factory=list)
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+
+
+def _fresh(meta):
+    """A zero array shaped like ``meta`` (``empty`` in a graph: its values are always overwritten)."""
+    return jnp.zeros(tuple(meta.shape), dtypes.to_jax(meta.dtype))
+
+
+def _view(op, x, args, kwargs):
+    shadow = torch.empty(tuple(x.shape), device="meta")
+    out = op(shadow, *args, **kwargs)
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    base = tuple(x.shape)
+    arrays = [views.read(x, base, views.canonical(base, tuple(o.size()), tuple(o.stride()), o.storage_offset()))
+              for o in outs]
+    return arrays if isinstance(out, (list, tuple)) else arrays[0]
+
+
+def _to_copy(x, meta, kwargs):
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "tpu":
+        raise NotLowerable(f"aten::_to_copy to {device} inside a compiled graph")
+    return x.astype(dtypes.to_jax(meta.dtype))
+
+
+def _copy(dst_meta, src):
+    return jnp.broadcast_to(src, tuple(dst_meta.shape)).astype(dtypes.to_jax(dst_meta.dtype))
+
+
+class _Tracer:
+    """Evaluates the graph on traced JAX values (one instance per trace)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, plan: GraphPlan):
+        self.gm = gm
+        self.plan = plan
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.index_of = {n: i for i, n in enumerate(self.placeholders)}
+        self.foreach: dict = {}  # _foreach_* op -> the per-tensor op of the op table it maps to
+
+    def run(self, arrays, seed_counter):
+        plan, env = self.plan, {}
+        base_key = None
+        if seed_counter is not None:
+            base_key = jax.random.fold_in(jax.random.key(seed_counter[0]), seed_counter[1])
+        mutated: dict[int, object] = {}
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = arrays[self.index_of[node]]
+            elif node.op == "get_attr":
+                value = getattr(self.gm, node.target)
+                env[node] = jnp.asarray(dtypes.host_array(value.detach().cpu())) if isinstance(value, torch.Tensor) else value
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                key = None
+                if base_key is not None:
+                    key = jax.random.fold_in(base_key, len(env))
+                env[node] = self.call(node, args, kwargs, key)
+                if node.target is aten.copy_.default and node.args[0] in self.index_of:
+                    mutated[self.index_of[node.args[0]]] = env[node]
+            elif node.op == "output":
+                outs = node.args[0]
+                flat = []
+                for o in (outs if isinstance(outs, (list, tuple)) else (outs,)):
+                    if isinstance(o, torch.fx.Node) and isinstance(_val(o), torch.Tensor):
+                        flat.append(env[o])
+                for index, value in mutated.items():
+                    flat.append(value)
+                return tuple(flat)
+            else:
+                raise NotLowerable(f"FX node kind {node.op!r} ({node.target})")
+        raise NotLowerable("graph without an output node")
+
+    def call(self, node, args, kwargs, key):
+        op = node.target
+        if op is operator.getitem:
+            return args[0][args[1]]
+        meta = _val(node)
+        low = LOWERINGS.get(op)
+        if low is not None:
+            if not low.jit_for(*torch.fx.node.map_arg((node.args, node.kwargs), _val)):
+                raise NotLowerable(f"{op_name(op)} has a data-dependent output shape here")
+            if low.rng:
+                kwargs = dict(kwargs, key=key)
+            return executor._cast(op, low.fn(*args, **kwargs), meta)
+        if op in _VIEW_OPS:
+            return _view(op, args[0], args[1:], kwargs)
+        if op in self.foreach:
+            per_tensor = self.foreach[op]
+            low = LOWERINGS[per_tensor]
+            n = len(meta)
+            calls = [_bind(per_tensor, _element(args, i, n), _element(kwargs, i, n)) for i in range(n)]
+            return [executor._cast(per_tensor, low.fn(*a, **k), meta[i]) for i, (a, k) in enumerate(calls)]
+        if op is aten._to_copy.default:
+            return _to_copy(args[0], meta, kwargs)
+        if op in (aten.copy.default, aten.copy_.default):
+            return _copy(meta, args[1])
+        if op in (aten.empty.memory_format, aten.empty_strided.default, aten.new_empty.default,
+                  aten.new_empty_strided.default, aten.empty_like.default):
+            return _fresh(meta)
+        name = op_name(op) if isinstance(op, torch._ops.OpOverload) else getattr(op, "__name__", str(op))
+        raise NotLowerable(f"{name} has no lowering for the tpu device")
+
+
+def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
+    """The graph's traceable JAX function ``fn(*arrays[, seed, counter]) -> tuple of arrays`` and its plan.
+
+    Checks every node up front (raising :class:`NotLowerable` before anything is jitted)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    plan = GraphPlan(n_inputs=len(placeholders))
+    index_of = {n: i for i, n in enumerate(placeholders)}
+    foreach: dict = {}
+    n_returned = 0
+    for node in gm.graph.nodes:
+        if isinstance(_val(node), torch.SymInt) or (
+                isinstance(_val(node), torch.Tensor) and any(isinstance(d, torch.SymInt) for d in _val(node).shape)):
+            raise NotLowerable("Dynamo made shapes dynamic (it does after a shape changes); compile with "
+                               "dynamic=False for one XLA program per shape")
+        if node.op == "call_function":
+            op = node.target
+            if op is operator.getitem:
+                continue
+            if not isinstance(op, torch._ops.OpOverload):
+                raise NotLowerable(f"{getattr(op, '__name__', op)} (not an ATen op) in a compiled graph")
+            if op._schema.name.startswith("aten::_foreach_") and op not in LOWERINGS:
+                foreach[op] = _foreach_target(node)
+            elif op not in LOWERINGS and op not in _VIEW_OPS and op not in _OTHER_OPS:
+                raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
+            low = LOWERINGS.get(op)
+            if low is not None and low.rng:
+                plan.uses_rng = True
+            plan.n_ops += 1
+            plan.ops.append(op_name(op))
+        elif node.op == "output":
+            outs = node.args[0]
+            for o in (outs if isinstance(outs, (list, tuple)) else (outs,)):
+                v = _val(o)
+                if isinstance(o, torch.fx.Node) and isinstance(v, torch.Tensor):
+                    plan.outputs.append(("tensor", v.device, v.dtype))
+                    n_returned += 1
+                elif isinstance(o, torch.fx.Node):
+                    raise NotLowerable(f"a non-tensor value ({o.name}) returned from the graph")
+                else:
+                    plan.outputs.append(("const", o))
+    mutated = [index_of[n.args[0]] for n in gm.graph.nodes
+               if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in index_of]
+    plan.mutations = [(i, n_returned + k) for k, i in enumerate(dict.fromkeys(mutated))]
+    tracer = _Tracer(gm, plan)
+    tracer.foreach = foreach
+
+    if plan.uses_rng:
+        def fn(*arrays):
+            return tracer.run(arrays[:-2], arrays[-2:])
+    else:
+        def fn(*arrays):
+            return tracer.run(arrays, None)
+
+    return fn, plan
+
+
+def _element(args, i: int, n: int):
+    """The ``i``-th per-tensor call's arguments of a ``_foreach_*`` call over ``n`` tensors: every list of
+    length ``n`` (tensors, or a scalar per tensor) contributes its ``i``-th item, anything else is shared."""
+    if isinstance(args, dict):
+        return {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in args.items()}
+    return [a[i] if isinstance(a, (list, tuple)) and len(a) == n else a for a in args]
+
+
+def _bind(op, args: list, kwargs: dict) -> tuple[list, dict]:
+    """Positional arguments past ``op``'s positional parameters passed by the names of its keyword-only ones
+    (``_foreach_addcmul.Scalar(self, t1, t2, value)`` -> ``addcmul(self, t1, t2, value=value)``)."""
+    params = op._schema.arguments
+    n_positional = sum(1 for p in params if not p.kwarg_only)
+    if len(args) <= n_positional:
+        return list(args), dict(kwargs)
+    extra = dict(zip((p.name for p in params if p.kwarg_only), args[n_positional:]))
+    return list(args[:n_positional]), {**extra, **kwargs}
+
+
+def _as_meta(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_as_meta(x) for x in v)
+    return v
+
+
+def _foreach_target(node):
+    """The op-table op that computes one element of a ``_foreach_*`` node (``_foreach_add.List`` ->
+    ``aten.add.Tensor``), chosen by running the candidates' meta kernels on the first element, so the
+    per-tensor op is the one PyTorch's own slow foreach path would call."""
+    op = node.target
+    packet = getattr(aten, op._schema.name.split("::")[1][len("_foreach_"):], None)
+    out = _val(node)
+    if packet is None or not isinstance(out, (list, tuple)) or not out:
+        raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
+    n = len(out)
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: _as_meta(_val(a)))
+    a, k = _element(args, 0, n), _element(kwargs, 0, n)
+    for name in dict.fromkeys((op._overloadname, "Tensor", "default", "Scalar", "Tensor_Scalar", "List")):
+        if name not in packet.overloads():
+            continue
+        candidate = getattr(packet, name)
+        if candidate not in LOWERINGS:
+            continue
+        try:
+            got = candidate(*_bind(candidate, a, k)[0], **_bind(candidate, a, k)[1])
+        except Exception:  # noqa: BLE001 — this overload does not take these arguments; try the next
+            continue
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(out[0].shape):
+            return candidate
+    raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
+
+
+_OTHER_OPS = frozenset({
+    aten._to_copy.default, aten.copy.default, aten.copy_.default, aten.empty.memory_format,
+    aten.empty_strided.default, aten.new_empty.default, aten.new_empty_strided.default, aten.empty_like.default,
+})
