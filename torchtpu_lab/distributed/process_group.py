@@ -65,6 +65,7 @@ class TpuProcessGroup(dist.ProcessGroup):
         self._devices = tuple(world.require().devices[r] for r in ranks)
         self._timeout_s = timeout.total_seconds()
         self._device = self._devices[rank]
+        self._name = self._desc = ""
 
     # --- identity -------------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -72,6 +73,21 @@ class TpuProcessGroup(dist.ProcessGroup):
 
     def rank(self) -> int:
         return self._rank
+
+    # PyTorch stores a group's name and description on its C++ backends; a Python group keeps its own.
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._desc
 
     def size(self) -> int:
         return self._size
