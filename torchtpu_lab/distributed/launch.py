@@ -117,7 +117,7 @@ def launch(fn: Callable | str, nprocs: int = 2, *, args: tuple = (), timeout: fl
             err = open(os.path.join(workdir, f"rank{rank}.err"), "w+")
             files.append((out, err))
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "torchtpu_lab.distributed._child", workdir],
+                [sys.executable, "-m", "torchtpu_lab._rank_main", workdir],
                 env=_env(rank, nprocs, port, abort_file, env), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                 start_new_session=True))
         failure = _supervise(procs, abort_file, timeout)

@@ -48,6 +48,20 @@ def _op_name(op) -> str:
     return name
 
 
+class CollectiveError(RuntimeError):
+    """A collective failed (typically: another rank died and the transport reported it)."""
+
+
+def _guarded(what: str, timeout_s: float, fn, *args) -> list:
+    """Run and wait for one collective; a failure or timeout names it (kind, group, user line)."""
+    try:
+        return watchdog.run_and_wait(what, timeout_s, fn, *args)
+    except (RuntimeError, ValueError) as e:
+        if isinstance(e, CollectiveError):
+            raise
+        raise CollectiveError(f"{what} failed: {e}") from e
+
+
 def _done(result) -> dist.Work:
     fut = torch.futures.Future()
     fut.set_result(result)
@@ -113,11 +127,10 @@ class TpuProcessGroup(dist.ProcessGroup):
         """Run one collective on ``inputs`` (tensors or arrays); wait for it under the watchdog; record it."""
         t0 = time.perf_counter()
         arrays = [x if isinstance(x, jax.Array) else self._array(x) for x in inputs]
-        outs = collectives.run(kind, self._devices, self._rank, arrays, params)
         name = label or kind
         source = telemetry.user_source(3)
-        watchdog.wait(outs, f"{name} on group {list(self._ranks)} (called at {telemetry.describe(source)})",
-                      self._timeout_s)
+        what = f"{name} on group {list(self._ranks)} (called at {telemetry.describe(source)})"
+        outs = _guarded(what, self._timeout_s, collectives.run, kind, self._devices, self._rank, arrays, params)
         dur = time.perf_counter() - t0
         nbytes = sum(a.size * a.dtype.itemsize for a in arrays)
         telemetry.count(f"collective:{name}")
@@ -295,10 +308,10 @@ class TpuProcessGroup(dist.ProcessGroup):
         pos = 0 if self._rank == src else 1
         arrays = [self._array(t)]
         t0 = time.perf_counter()
-        outs = collectives.run("permute", devices, pos, arrays, (("pairs", ((0, 1),)),))
         source = telemetry.user_source(3)
-        watchdog.wait(outs, f"{label} between ranks {self._ranks[src]} and {self._ranks[dst]} "
-                            f"(called at {telemetry.describe(source)})", self._timeout_s)
+        what = f"{label} between ranks {self._ranks[src]} and {self._ranks[dst]} (called at {telemetry.describe(source)})"
+        outs = _guarded(what, self._timeout_s, collectives.run, "permute", devices, pos, arrays,
+                        (("pairs", ((0, 1),)),))
         nbytes = arrays[0].size * arrays[0].dtype.itemsize
         telemetry.count(f"collective:{label}")
         telemetry.count("collective_bytes", nbytes)

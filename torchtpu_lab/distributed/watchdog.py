@@ -59,13 +59,17 @@ def start() -> None:
             _thread[0] = t
 
 
-def wait(arrays, what: str, timeout_s: float) -> None:
-    """Block until ``arrays`` are computed; past ``timeout_s`` the watcher ends the process naming ``what``."""
+def run_and_wait(what: str, timeout_s: float, fn, *args):
+    """``fn(*args)``, then block until the arrays it returns are computed; past ``timeout_s`` (counting the
+    call itself: XLA:CPU may run a program inside the dispatching call) the watcher ends the process naming
+    ``what``."""
     import jax
 
     start()
     _inflight[0] = (what, time.monotonic() + timeout_s, timeout_s)
     try:
-        jax.block_until_ready(arrays)
+        out = fn(*args)
+        jax.block_until_ready(out)
+        return out
     finally:
         _inflight[0] = None

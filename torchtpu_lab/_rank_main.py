@@ -1,6 +1,7 @@
-"""One rank started by :func:`torchtpu_lab.distributed.launch` (``python -m torchtpu_lab.distributed._child DIR``).
+"""One rank started by :func:`torchtpu_lab.distributed.launch` (``python -m torchtpu_lab._rank_main DIR``).
 
-Runs the function, writes ``("ok", value)`` or ``("error", traceback)`` to ``DIR/rank<r>.result``. A failing
+An entry point (top layer: it imports the whole package, which registers the device and the backend). Runs
+the function, writes ``("ok", value)`` or ``("error", traceback)`` to ``DIR/rank<r>.result``. A failing
 rank leaves with ``os._exit`` so that no exit handler (JAX's distributed shutdown barrier) waits for ranks
 that are still running.
 """
