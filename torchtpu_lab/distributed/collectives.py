@@ -1,9 +1,9 @@
 """Each collective is one compiled XLA program over a mesh of the participating ranks' devices.
 
-A collective over a group of ``n`` ranks sees each rank's local array ``x`` (shape ``S``) as one block of a
-global array of shape ``(n,) + S`` laid out one block per device on the mesh ``Mesh(devices, ("r",))``
-(``jax.make_array_from_single_device_arrays``: no data moves to build it). The program is a ``shard_map`` whose
-body receives the block, calls a ``jax.lax`` collective over the axis ``"r"`` (``psum``, ``pmax``,
+A collective over a group of ``n`` ranks sees each rank's local array ``x`` (shape ``(k, ...)``) as one block
+of a global array of shape ``(n * k, ...)`` laid out one block per device on the mesh ``Mesh(devices, ("r",))``
+(``jax.make_array_from_single_device_arrays``: no data moves or is copied to build it). The program is a
+``shard_map`` whose body receives the block, calls a ``jax.lax`` collective over the axis ``"r"`` (``psum``, ``pmax``,
 ``all_gather``, ``psum_scatter``, ``all_to_all``, ``ppermute``) and returns this rank's result as a block of a
 global output, from which each rank takes its own shard. XLA lowers those to ICI/DCN collectives on a TPU
 slice, NCCL on GPUs and Gloo between CPU processes: we write no transport.
@@ -78,8 +78,8 @@ def _body(kind: str, n: int, params: tuple) -> Callable:
     p = dict(params)
     if kind == "all_reduce":
         return lambda *xs: tuple(_reduce(x, p["op"], n) for x in xs)
-    if kind == "all_gather":  # (k, ...) per rank -> (n*k, ...)
-        return lambda x: (jax.lax.all_gather(x, AXIS, tiled=True),)
+    if kind == "all_gather":  # S per rank -> (n,) + S
+        return lambda x: (jax.lax.all_gather(x, AXIS),)
     if kind == "reduce_scatter":  # (n*k, ...) per rank -> (k, ...)
         op = p["op"]
         if op in ("sum", "avg"):
@@ -114,9 +114,8 @@ def program(kind: str, devices: tuple, avals: tuple, params: tuple) -> Callable:
         n = len(devices)
         body = _body(kind, n, params)
 
-        def per_rank(*blocks):  # blocks: (1,) + S; the body sees S
-            outs = body(*(b[0] for b in blocks))
-            return tuple(o[None] for o in outs)
+        def per_rank(*blocks):  # each block is the rank's own array; results must be at least 1-d
+            return tuple(o if o.ndim else o[None] for o in body(*blocks))
 
         fn = jax.jit(jax.shard_map(per_rank, mesh=mesh(devices), in_specs=tuple(P(AXIS) for _ in avals),
                                    out_specs=P(AXIS), check_vma=False))
@@ -128,15 +127,17 @@ def run(kind: str, devices: tuple, position: int, arrays: Sequence[jax.Array], p
     """Run collective ``kind`` among ``devices``; this process is at ``position`` and contributes ``arrays``
     (each already on ``devices[position]``). Returns this rank's output arrays (dispatched, not waited for)."""
     n = len(devices)
-    m = mesh(devices)
-    sharding = NamedSharding(m, P(AXIS))
+    sharding = NamedSharding(mesh(devices), P(AXIS))
+    # The global array concatenates the ranks' arrays along dim 0, so each rank's buffer is its block as it is
+    # (no copy); a 0-d array is viewed as shape (1,) first. Results come back the same way.
+    arrays = [a if a.ndim else a.reshape((1,)) for a in arrays]
     avals = tuple((tuple(a.shape), str(a.dtype)) for a in arrays)
     fn = program(kind, devices, avals, params)
     globals_ = [
-        jax.make_array_from_single_device_arrays((n,) + tuple(a.shape), sharding, [a[None]]) for a in arrays
+        jax.make_array_from_single_device_arrays((n * a.shape[0],) + tuple(a.shape[1:]), sharding, [a])
+        for a in arrays
     ]
-    outs = fn(*globals_)
-    return [o.addressable_shards[0].data[0] for o in outs]
+    return [o.addressable_shards[0].data for o in fn(*globals_)]
 
 
 def cache_size() -> int:

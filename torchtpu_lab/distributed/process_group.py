@@ -116,12 +116,17 @@ class TpuProcessGroup(dist.ProcessGroup):
         return jax.device_put(np.ascontiguousarray(dtypes.host_array(t.detach())), self._device)
 
     def _write(self, t: torch.Tensor, array) -> None:
+        if tuple(array.shape) != tuple(t.shape):
+            array = array.reshape(tuple(t.shape))
         if tensor.on_tpu(t):
-            array = array.astype(dtypes.to_jax(t.dtype)) if array.dtype != dtypes.to_jax(t.dtype) else array
-            executor.assign(tensor.adopt(t), array.reshape(tuple(t.shape)))
+            t = tensor.adopt(t)
+            if array.dtype != dtypes.to_jax(t.dtype):
+                array = array.astype(dtypes.to_jax(t.dtype))
+            # as a tpu tensor, the result replaces a whole destination's buffer without a copy
+            executor.assign(t, tensor.from_array(array, t.dtype, t._tpu_storage.device_index))
         else:
             with torch.no_grad():
-                t.detach().copy_(dtypes.host_tensor(np.asarray(array), t.dtype).reshape(t.shape))
+                t.detach().copy_(dtypes.host_tensor(np.asarray(array), t.dtype))
 
     def _run(self, kind: str, inputs: list, params: tuple = (), label: str | None = None) -> list:
         """Run one collective on ``inputs`` (tensors or arrays); wait for it under the watchdog; record it."""
@@ -193,8 +198,7 @@ class TpuProcessGroup(dist.ProcessGroup):
     # --- all-gather family ----------------------------------------------------------------------------
     def _gathered(self, input, label: str):
         """All ranks' ``input`` stacked along a new leading axis: an array of shape ``(n,) + input.shape``."""
-        a = self._array(input)
-        (out,) = self._run("all_gather", [a[None]], label=label)
+        (out,) = self._run("all_gather", [input], label=label)
         return out
 
     def _allgather_base(self, output, input, opts=None):
