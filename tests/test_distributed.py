@@ -168,5 +168,31 @@ def test_single_process_group_in_this_process():
         with pytest.raises(TypeError, match="AVG"):
             dist.all_reduce(torch.ones(2, dtype=torch.int64, device="tpu"), op=dist.ReduceOp.AVG)
         assert torchtpu_lab.distributed.describe().startswith("rank 0 of 1")
+        from torchtpu_lab.jupyter.status import status, status_lines
+
+        assert any("torch.distributed (tpu backend): rank 0 of 1" in line for line in status_lines(status()))
     finally:
         dist.destroy_process_group()
+
+
+def test_stream_api_that_fsdp2_calls():
+    """One ordered queue per device: ordering calls are no-ops, waiting really waits."""
+    s = torch.tpu.Stream(priority=-1)
+    cur = torch.tpu.current_stream()
+    s.wait_stream(cur)
+    x = torch.ones(3, device="tpu") * 2
+    with torch.tpu.stream(s):
+        e = torch.tpu.Event()
+        e.record()
+        s.wait_event(e)
+    e.synchronize()
+    s.synchronize()
+    assert e.query() and cur == torch.tpu.current_stream() and x.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_tensor_list_out_variant():
+    """``split_with_sizes_copy(..., out=[...])`` (FSDP2's all-gather copy-out) writes every output."""
+    x = torch.arange(12.0).reshape(6, 2)
+    outs = [torch.empty(2, 2, device="tpu"), torch.empty(4, 2, device="tpu")]
+    torch.split_with_sizes_copy(x.to("tpu"), [2, 4], out=outs)
+    assert [o.cpu().tolist() for o in outs] == [x[:2].tolist(), x[2:].tolist()]
