@@ -105,8 +105,8 @@ def main() -> None:
     a = ap.parse_args()
     n = a.nprocs
     sizes = [4 << 10]
-    while sizes[-1] < a.max_mib << 20:
-        sizes.append(sizes[-1] * 8 if sizes[-1] < 1 << 20 else sizes[-1] * 4)
+    while sizes[-1] * 4 <= a.max_mib << 20:
+        sizes.append(sizes[-1] * 4)
     res = launch("allreduce:allreduce_job", nprocs=n, args=(sizes, a.reps), timeout=1800)[0].value
     factor = 2 * (n - 1) / n
 

@@ -129,28 +129,29 @@ class TpuProcessGroup(dist.ProcessGroup):
                 t.detach().copy_(dtypes.host_tensor(np.asarray(array), t.dtype))
 
     def _run(self, kind: str, inputs: list, params: tuple = (), label: str | None = None) -> list:
-        """Run one collective on ``inputs`` (tensors or arrays); wait for it under the watchdog; record it."""
-        t0 = time.perf_counter()
+        """Run one collective of the whole group on ``inputs`` (tensors or arrays)."""
         arrays = [x if isinstance(x, jax.Array) else self._array(x) for x in inputs]
-        name = label or kind
-        source = telemetry.user_source(3)
-        what = f"{name} on group {list(self._ranks)} (called at {telemetry.describe(source)})"
-        outs = _guarded(what, self._timeout_s, collectives.run, kind, self._devices, self._rank, arrays, params)
+        return self._execute(label or kind, kind, self._devices, self._rank, arrays, params, self._ranks)
+
+    def _execute(self, name: str, kind: str, devices: tuple, position: int, arrays: list, params: tuple,
+                 ranks: tuple) -> list:
+        """Run the program, wait for it under the watchdog (errors and timeouts name it), record the event."""
+        t0 = time.perf_counter()
+        source = telemetry.user_source(4)
+        what = f"{name} on group {list(ranks)} (called at {telemetry.describe(source)})"
+        outs = _guarded(what, self._timeout_s, collectives.run, kind, devices, position, arrays, params)
         dur = time.perf_counter() - t0
         nbytes = sum(a.size * a.dtype.itemsize for a in arrays)
         telemetry.count(f"collective:{name}")
         telemetry.count("collective_bytes", nbytes)
-        collective_log.append((name, nbytes, self._size, dur))
-        telemetry.emit("collective", name, t=t0, dur=dur, nbytes=nbytes, source=source,
-                       participants=self._size, group=self._ranks)
+        collective_log.append((name, nbytes, len(ranks), dur))
+        telemetry.emit("collective", name, t=t0, dur=dur, nbytes=nbytes, source=source, participants=len(ranks),
+                       group=ranks)
         return outs
 
     # --- all-reduce family ----------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        if isinstance(opts, dist.ReduceOp.RedOpType):
-            op = opts.name.lower()
-        else:
-            op = _op_name((opts or dist.AllreduceOptions()).reduceOp)
+        op = _op_name((opts or dist.AllreduceOptions()).reduceOp)
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         if op == "avg" and any(not (t.is_floating_point() or t.is_complex()) for t in tensors):
             raise TypeError("all_reduce with ReduceOp.AVG needs floating-point tensors (as NCCL does)")
@@ -310,18 +311,8 @@ class TpuProcessGroup(dist.ProcessGroup):
         """A two-rank program on the mesh (src, dst): ``src``'s tensor arrives in ``dst``'s."""
         devices = (self._devices[src], self._devices[dst])
         pos = 0 if self._rank == src else 1
-        arrays = [self._array(t)]
-        t0 = time.perf_counter()
-        source = telemetry.user_source(3)
-        what = f"{label} between ranks {self._ranks[src]} and {self._ranks[dst]} (called at {telemetry.describe(source)})"
-        outs = _guarded(what, self._timeout_s, collectives.run, "permute", devices, pos, arrays,
-                        (("pairs", ((0, 1),)),))
-        nbytes = arrays[0].size * arrays[0].dtype.itemsize
-        telemetry.count(f"collective:{label}")
-        telemetry.count("collective_bytes", nbytes)
-        collective_log.append((label, nbytes, 2, time.perf_counter() - t0))
-        telemetry.emit("collective", label, t=t0, dur=time.perf_counter() - t0, nbytes=nbytes, source=source,
-                       participants=2, group=(self._ranks[src], self._ranks[dst]))
+        ranks = (self._ranks[src], self._ranks[dst])
+        outs = self._execute(label, "permute", devices, pos, [self._array(t)], (("pairs", ((0, 1),)),), ranks)
         return outs[0]
 
     def send(self, tensors, dst: int, tag: int = 0):
