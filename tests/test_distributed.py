@@ -78,6 +78,7 @@ def test_collectives_are_telemetry_events(collectives_run):
     assert "collective:all_reduce" in v["metrics"] and "CollectiveTime" in v["metrics"]
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP loading in one process says so
 def test_ddp_fsdp2_dtensor_and_dcp(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     results = launch(dist_jobs.training, nprocs=WORLD, args=(ckpt,), timeout=200)
