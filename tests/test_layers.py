@@ -25,7 +25,7 @@ LAYERS = [
     {"render"},
     {"profile", "metrics"},
     {"jupyter"},
-    {"__init__", "run_notebook", "labextension"},
+    {"__init__", "run_notebook", "labextension", "_rank_main"},
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -23,7 +23,9 @@ NB_DIR = os.path.join(ROOT, "notebooks")
 BUDGET_S = 120
 BADGE = "https://colab.research.google.com/github/torchtpu-lab/torchtpu-lab/blob/main/notebooks/{}"
 TUTORIALS = ["02_eager_modes.ipynb", "03_recompilations.ipynb", "04_host_syncs.ipynb", "05_memory.ipynb",
-             "06_profiling.ipynb", "07_compile_and_kernels.ipynb"]
+             "06_profiling.ipynb", "07_compile_and_kernels.ipynb", "08_multichip.ipynb"]
+# 08 starts two 2-rank jobs (fresh processes that import torch and JAX and compile): about 60 s idle.
+BUDGETS = {"08_multichip.ipynb": 240}
 
 _executed: dict = {}
 
@@ -40,10 +42,11 @@ def _run(name: str):
         from torchtpu_lab.run_notebook import execute
 
         t0 = time.perf_counter()
-        nb = execute(os.path.join(NB_DIR, name), timeout=BUDGET_S)
+        nb = execute(os.path.join(NB_DIR, name), timeout=BUDGETS.get(name, BUDGET_S))
         _executed[name] = (nb, time.perf_counter() - t0)
     nb, seconds = _executed[name]
-    assert seconds < BUDGET_S, f"{name} took {seconds:.0f} s (budget {BUDGET_S} s)"
+    budget = BUDGETS.get(name, BUDGET_S)
+    assert seconds < budget, f"{name} took {seconds:.0f} s (budget {budget} s)"
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, [f"{e['ename']}: {e['evalue']}" for e in errors]
@@ -140,6 +143,19 @@ def test_05_memory_accounting():
     m = re.search(r"del model_bf16 freed (\d+) bytes", freed)
     assert m and 2 * int(m.group(1)) == int(re.search(r"fp32: (\d+)", bf16).group(1)), freed
     assert _has_plotly(_cell(code, "go.Waterfall("))
+
+
+def test_08_multichip_ddp_and_fsdp2_match_single_process():
+    code = _run("08_multichip.ipynb")
+    ddp = _text(_cell(code, 'launch(train, nprocs=2, args=("ddp",)'))
+    fsdp = _text(_cell(code, 'launch(train, nprocs=2, args=("fsdp",)'))
+    for out in (ddp, fsdp):
+        assert "rank 0/2" in out and "rank 1/2" in out
+        diff = float(re.search(r"largest parameter difference ([0-9.e+-]+)", out).group(1))
+        assert diff < 1e-4
+    assert "all_reduce" in ddp and "holds 27168 of 27168" in ddp
+    assert "all_gather_into_tensor" in fsdp and "reduce_scatter_tensor" in fsdp
+    assert "holds 13584 of 27168" in fsdp and "each rank holds 50% of the parameters" in fsdp
 
 
 def test_06_profiling_flamegraph_table_json_and_xprof():

@@ -14,9 +14,12 @@ from .backend.registration import register as _register
 _register()
 
 from . import debug  # noqa: E402
+from . import distributed  # noqa: E402
 from .backend import autocast as _autocast  # noqa: E402,F401  (torch.autocast("tpu") policy)
 from .backend import tpu_module as tpu  # noqa: E402
 from .metrics import metrics_report  # noqa: E402
+
+distributed.register()  # the "tpu"/"tpu_dist" torch.distributed backend
 from .profile import Profile, profile  # noqa: E402
 from .platform import info as platform_info  # noqa: E402
 from .runtime import compile_cache  # noqa: E402

@@ -27,6 +27,8 @@ def summary() -> dict:
     from . import caches
     from .runtime import compile_cache, executor, lazy, modes
 
+    from .distributed import process_group
+
     c = telemetry.counters
     compiles = list(telemetry.compile_log)
     return {
@@ -34,6 +36,7 @@ def summary() -> dict:
         "counters": {k: (int(v) if float(v).is_integer() else v) for k, v in sorted(c.items())},
         "compile_time": _percentiles([e.dur for e in compiles]),
         "execute_time": _percentiles([e.dur for e in telemetry.execute_log]),
+        "collective_time": _percentiles([entry[3] for entry in process_group.collective_log]),
         "recent_compiles": [
             {"name": e.name, "cause": e.detail.get("cause"), "seconds": e.dur,
              "source": str(e.source) if e.source else None}

@@ -50,8 +50,10 @@ class PlatformInfo:
 
 
 def _available(platform: str) -> tuple:
+    # This process's own devices: under JAX's multi-process runtime (torchtpu_lab.distributed) ``jax.devices``
+    # lists every process's devices, and ``tpu:i`` must name one this process can address.
     try:
-        return tuple(jax.devices(platform))
+        return tuple(jax.local_devices(backend=platform))
     except RuntimeError:
         return ()
 

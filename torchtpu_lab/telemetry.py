@@ -188,6 +188,7 @@ class SyncReason(enum.Enum):
     SYNCHRONIZE = ("torch.tpu.synchronize()", False)
     GRAPH_LIMIT = ("graph size limit", False)
     MEMORY_QUERY = ("memory query", False)
+    COLLECTIVE = ("collective (torch.distributed)", False)
     MODE_SWITCH = ("eager mode switch", False)
     PROFILE_START = ("profile start", False)
     PROFILE_END = ("end of profiled block", False)

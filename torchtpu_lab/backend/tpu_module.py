@@ -14,13 +14,14 @@ from .. import platform, telemetry
 from ..units import fmt_bytes
 from ..device import context, memory, rng
 from ..runtime import lazy
+from .streams import Event, Stream, current_stream, default_stream, stream  # noqa: F401
 
 __all__ = [
     "is_available", "is_initialized", "init", "device_count", "current_device", "set_device", "device",
     "get_device_name", "get_device_properties", "synchronize", "manual_seed", "manual_seed_all", "seed",
     "seed_all", "initial_seed", "get_rng_state", "set_rng_state", "memory_allocated", "max_memory_allocated",
     "reset_peak_memory_stats", "memory_stats", "memory_summary", "mem_get_info", "platform_name",
-    "get_amp_supported_dtype",
+    "get_amp_supported_dtype", "Stream", "Event", "current_stream", "default_stream", "stream",
 ]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import platform, telemetry
+from .. import distributed, platform, telemetry
 from ..device import memory
 from ..runtime import compile_cache, executor, lazy, modes
 
@@ -30,6 +30,7 @@ def status() -> dict:
         "fused graphs": lazy.graph_cache_size(),
         "cache dir": compile_cache.directory() or "(persistent cache off)",
         "cache entries on disk": compile_cache.entries(),
+        "distributed": distributed.describe(),
     }
 
 
@@ -44,4 +45,4 @@ def status_lines(s: dict) -> list[str]:
         f"  compiles {s['compiles']} | cache hits {s['cache hits']} ({rate}) | syncs {s['syncs']} | "
         f"CPU fallbacks {s['CPU fallbacks']}",
         f"  compile cache: {s['cache dir']} ({s['cache entries on disk']} entries)",
-    ]
+    ] + ([f"  torch.distributed (tpu backend): {s['distributed']}"] if s.get("distributed") else [])

@@ -88,6 +88,19 @@ def sync_groups(prof) -> list[dict]:
     return out
 
 
+def collective_groups(prof) -> list[dict]:
+    """torch.distributed collectives grouped by kind and line: how many, how many bytes, how long."""
+    groups: dict[tuple, dict] = {}
+    for e in prof.of_kind("collective"):
+        key = (e.name, _where(e.source))
+        g = groups.setdefault(key, {"kind": e.name, "line": key[1], "count": 0, "bytes": 0, "total_s": 0.0,
+                                    "participants": e.detail.get("participants")})
+        g["count"] += 1
+        g["bytes"] += e.nbytes
+        g["total_s"] += e.dur
+    return sorted(groups.values(), key=lambda g: -g["total_s"])
+
+
 def fallback_groups(prof) -> list[dict]:
     c = Counter((e.name, _where(e.source)) for e in prof.fallbacks)
     return [{"op": op, "line": line, "count": n} for (op, line), n in c.most_common()]
@@ -184,6 +197,7 @@ def build_report(prof, top: int = 10) -> dict:
         "graph_breaks": graph_break_rows(prof),
         "syncs": sync_groups(prof),
         "fallbacks": fallback_groups(prof),
+        "collectives": collective_groups(prof),
         "memory": memory_report(prof),
         "flame": flame_tree(prof),
         "xprof_dir": prof.xprof_dir,

@@ -112,6 +112,7 @@ class Profile:
             "cache_hit_rate": hits / (hits + misses) if hits + misses else None,
             "syncs": len(self.syncs),
             "cpu_fallbacks": len(self.fallbacks),
+            "collectives": len(self.of_kind("collective")),
             "peak_bytes": self.peak_bytes,
             "start_bytes": self.start_bytes,
             "end_bytes": self.end_bytes,

@@ -76,6 +76,11 @@ def profile_html(r: dict) -> str:
         for g in r["syncs"]:
             if g["hint"]:
                 parts.append(f'<div class="ttl-hint">&#9888; {escape(g["hint"])}</div>')
+    if r.get("collectives"):
+        parts.append("<h4>Collectives</h4>")
+        parts.append(_table(("collective", "count", "ranks", "bytes", "time", "line"),
+                            [(g["kind"], g["count"], g["participants"], fmt_bytes(g["bytes"]), fmt_s(g["total_s"]),
+                              g["line"]) for g in r["collectives"]]))
     if r["fallbacks"]:
         parts.append("<h4>CPU fallbacks</h4>")
         parts.append(_table(("op", "count", "line"), [(f["op"], f["count"], f["line"]) for f in r["fallbacks"]]))

@@ -25,6 +25,8 @@ def metrics_text(s: dict) -> str:
     lines = [f"torchtpu_lab metrics (eager mode: {s['eager_mode']})"]
     lines += _dist("CompileTime", s["compile_time"])
     lines += _dist("ExecuteTime (graph dispatch)", s["execute_time"])
+    if s.get("collective_time"):
+        lines += _dist("CollectiveTime (torch.distributed, incl. wait)", s["collective_time"])
     lines.append("Counters:")
     for k, v in s["counters"].items():
         lines.append(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
@@ -77,6 +79,11 @@ def profile_text(r: dict) -> str:
             out.append(f"  {g['count']} x {g['reason']} at {g['line']} (waited {fmt_s(g['wait_s'])})")
             if g["hint"]:
                 out.append(f"    hint: {g['hint']}")
+    if r.get("collectives"):
+        out.append("collectives:")
+        for g in r["collectives"]:
+            out.append(f"  {g['count']} x {g['kind']} over {g['participants']} ranks, {fmt_bytes(g['bytes'])} "
+                       f"in {fmt_s(g['total_s'])} at {g['line']}")
     if r["fallbacks"]:
         out.append("CPU fallbacks:")
         for f in r["fallbacks"]:

@@ -100,6 +100,10 @@ def make_out_kernel(functional, names: list[str], schema=None):
         outs = [kwargs.pop(n) for n in names]
         result = functional(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
+        if len(outs) == 1 and isinstance(outs[0], (list, tuple)):  # a Tensor[] out (split_with_sizes_copy)
+            for o, r in zip(outs[0], results):
+                write_result(o, r, inplace=False)
+            return None
         for o, r in zip(outs, results):
             write_result(o, r, inplace=False)
         return outs[0] if len(outs) == 1 else tuple(outs)
