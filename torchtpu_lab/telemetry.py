@@ -80,6 +80,37 @@ def user_source(depth: int = 2) -> Source | None:
     return BACKWARD if threading.current_thread() is not threading.main_thread() else None
 
 
+def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
+    """The user's frames on the stack, outermost first (the notebook cell, then the functions it called), for
+    the flame graph; only taken while a profile records, as it walks the whole stack."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None
+    internal = _internal_code
+    out: list[Source] = []
+    while frame is not None and len(out) < limit:
+        code = frame.f_code
+        skip = internal.get(code)
+        if skip is None:
+            skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
+        if not skip:
+            out.append(Source(code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return tuple(reversed(out)) or None
+
+
+def code_text(source: Source | None, width: int = 60) -> str:
+    """The text of a source line (stripped, shortened to ``width`` characters), or ``""`` when unknown.
+    Notebook cells are in :mod:`linecache` (IPython puts them there), so this works for cells too."""
+    if source is None or source.lineno <= 0:
+        return ""
+    import linecache
+
+    text = " ".join(linecache.getline(source.filename, source.lineno).split())
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
 #: Callables ``filename -> label or None``; the IPython extension adds one that names notebook cells.
 labelers: list = []
 
@@ -117,6 +148,8 @@ class Event:
     nbytes: int = 0
     source: Source | None = None
     detail: dict = field(default_factory=dict)
+    #: the user's call stack (outermost first) when a profile recorded the event (see :func:`user_stack`)
+    stack: tuple | None = None
 
 
 counters: dict[str, float] = defaultdict(float)
@@ -143,7 +176,8 @@ def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes:
         return None
     if source is None and with_source:
         source = user_source(3)
-    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail)
+    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail,
+                  user_stack(3) if with_source else None)
     for sink in _recorders:
         sink.append(event)
     return event
@@ -151,18 +185,22 @@ def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes:
 
 def _log(log: deque, event: Event) -> Event:
     log.append(event)
+    if _recorders and event.stack is None:
+        event.stack = user_stack(3)
     for sink in _recorders:
         sink.append(event)
     return event
 
 
-def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "") -> Event:
+def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "",
+                   disk: bool = False) -> Event:
     """A compilation happened (always logged): what, why, how long, and the user line that triggered it.
-    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting)."""
+    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting); ``disk``
+    marks an executable loaded from the persistent cache rather than compiled by XLA (a load, not a compile)."""
     now = time.perf_counter()
     return _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
                                    {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
-                                    "recompile": not cause.startswith("first time")}))
+                                    "recompile": not cause.startswith("first time"), "disk": bool(disk)}))
 
 
 class SyncReason(enum.Enum):

@@ -147,8 +147,15 @@ def graph_cause(key: GraphSignature, nodes) -> str:
     return "graph inputs changed shape or dtype"
 
 
-def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "") -> None:
-    """Remember a compiled signature and emit the compile event."""
+def disk_loads() -> float:
+    """The persistent cache's hit counter: compare it before and after a compile call to tell an executable
+    loaded from disk from one XLA compiled (JAX reports both as a compile request)."""
+    return telemetry.counters.get("persistent_cache_hits", 0)
+
+
+def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "", disk: bool = False) -> None:
+    """Remember a compiled signature and emit the compile event (``disk``: loaded from the persistent cache,
+    counted as a load, not a compile)."""
     if kind == "graph":
         _graph_history.append(key)
         name = f"graph[{len(key.nodes)} ops]"
@@ -161,6 +168,10 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
         history.append(key)
         name = op_label(key.op)
         n_ops = 1
-    telemetry.count("compiles")
-    telemetry.count("compile_seconds", seconds)
-    telemetry.record_compile(kind, name, cause, seconds, n_ops, reason)
+    if disk:
+        telemetry.count("disk_loads")
+        telemetry.count("disk_load_seconds", seconds)
+    else:
+        telemetry.count("compiles")
+        telemetry.count("compile_seconds", seconds)
+    telemetry.record_compile(kind, name, cause, seconds, n_ops, reason, disk=disk)
