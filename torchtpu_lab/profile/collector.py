@@ -107,6 +107,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
                 lazy.sync(telemetry.SyncReason.PROFILE_END)
             except Exception as e:  # noqa: BLE001 — a failing fused graph is part of the block's outcome
                 prof.error = prof.error or f"{type(e).__name__}: {e}"
+                prof.flush_exception = e
     finally:
         recorder.__exit__(None, None, None)
         memory.track_sources = tracked

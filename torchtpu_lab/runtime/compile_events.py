@@ -116,7 +116,12 @@ def _similarity(old: GraphSignature, key: GraphSignature) -> tuple:
     return (old_ops == new_ops, lcp, exact)
 
 
+#: the user line of the op a graph cause names (attached to the next compile event as ``detail["site"]``)
+_site: list = [None]
+
+
 def graph_cause(key: GraphSignature, nodes) -> str:
+    _site[0] = None
     if not _graph_history:
         return "first time this graph was seen"
     best, best_score = None, None
@@ -129,6 +134,7 @@ def graph_cause(key: GraphSignature, nodes) -> str:
     if i < len(old_nodes) and i < len(new_nodes):
         old_sig, new_sig = old_nodes[i].op, new_nodes[i].op
         line = f" (recorded at {telemetry.describe(nodes[i].source)})" if nodes[i].source else ""
+        _site[0] = nodes[i].source
         if old_sig.op != new_sig.op:
             return f"op sequence differs at op {i}: {op_label(old_sig.op)} vs {op_label(new_sig.op)}{line}"
         if old_sig == new_sig:
@@ -174,4 +180,7 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
     else:
         telemetry.count("compiles")
         telemetry.count("compile_seconds", seconds)
-    telemetry.record_compile(kind, name, cause, seconds, n_ops, reason, disk=disk)
+    event = telemetry.record_compile(kind, name, cause, seconds, n_ops, reason, disk=disk)
+    if kind == "graph" and _site[0] is not None:
+        event.detail["site"] = _site[0]
+        _site[0] = None
