@@ -95,7 +95,12 @@ def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
         if skip is None:
             skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
         if not skip:
-            out.append(Source(code.co_filename, frame.f_lineno, code.co_name))
+            src = Source(code.co_filename, frame.f_lineno, code.co_name)
+            out.append(src)
+            # the outermost frame that matters: a notebook cell's or a script's module level (not the driver
+            # that runs it, e.g. pytest calling IPython)
+            if code.co_name == "<module>":
+                break
         frame = frame.f_back
     return tuple(reversed(out)) or None
 

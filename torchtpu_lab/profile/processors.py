@@ -142,7 +142,9 @@ def op_table(prof, top: int) -> dict:
 def compile_rows(prof) -> list[dict]:
     return [{"name": e.name, "kind": e.detail.get("kind"), "n_ops": e.detail.get("n_ops"), "seconds": e.dur,
              "cause": e.detail.get("cause", ""), "line": _where(e.source), "code": code_text(e.source),
-             "site_code": code_text(e.detail.get("site")),
+             "site_code": code_text(e.detail.get("site") or e.detail.get("unrolled_site")),
+             "unrolled": e.detail.get("unrolled", 0), "unrolled_line": _where(e.detail.get("unrolled_site"))
+             if e.detail.get("unrolled") else "",
              "recompile": e.detail.get("recompile"), "disk": bool(e.detail.get("disk"))}
             for e in prof.compiles]
 
@@ -160,6 +162,9 @@ def _pattern(c: dict) -> tuple[tuple, dict]:
     cause = c["cause"]
     m = _AT.search(cause)
     line = m.group("line") if m else c["line"]
+    if c.get("unrolled"):
+        return ("unrolled", c["unrolled_line"]), {"line": c["unrolled_line"], "times": c["unrolled"],
+                                                  "n_ops": c["n_ops"]}
     m = _SHAPE.search(cause)
     if m:
         old = [int(x) for x in m["old"].split(",") if x.strip()]
@@ -239,6 +244,13 @@ def compile_groups(prof) -> list[dict]:
             what = f"the graph kept growing ({_span(sizes)} ops): ops of several steps piled up without a sync"
             hint = ("call torchtpu_lab.sync() at the end of each step (like xm.mark_step()), so every step is "
                     "the same graph")
+        elif kind == "unrolled":
+            times = max(i["times"] for i in infos)
+            size = max(i["n_ops"] or 0 for i in infos)
+            what = (f"a loop was unrolled into one graph of {size} ops ({times} steps of the line at {line}, "
+                    "no sync in between)")
+            hint = ("call torchtpu_lab.sync() at the end of each step (like xm.mark_step()), so each step is one "
+                    "small graph compiled once")
         elif kind == "sequence":
             what = f"a different op sequence ({key[1]} vs {key[2]})"
             hint = ("Python control flow took another path (a data-dependent if, a varying loop count); keep the "
@@ -253,6 +265,9 @@ def compile_groups(prof) -> list[dict]:
             code = rows[0]["code"] if n == 1 else ""
         else:
             what = first["cause"]
+        disk = sum(1 for r in rows if r["disk"])
+        if disk and kind != "first":
+            what += f" ({disk} of them loaded from the disk cache)"
         out.append({"pattern": what, "count": n, "seconds": sum(r["seconds"] for r in rows), "line": line,
                     "code": code, "hint": hint, "recompile": any(r["recompile"] for r in rows),
                     "disk": sum(1 for r in rows if r["disk"]), "kind": kind, "names": sorted({r["name"] for r in rows})})
@@ -288,7 +303,10 @@ def findings(prof, groups: list[dict], syncs: list[dict], fallbacks: list[dict])
     wall = prof.wall_s or 1e-9
     out = []
     for g in groups:
-        if g["recompile"] and g["kind"] != "first":
+        if g["kind"] == "unrolled":
+            out.append({"title": f"compiling a graph of {g['count']} unrolled loop{'s' if g['count'] != 1 else ''}",
+                        "cost_s": g["seconds"], "detail": g["pattern"], "fix": g["hint"]})
+        elif g["recompile"] and g["kind"] != "first":
             out.append({"title": f"{g['count']} recompilation{'s' if g['count'] != 1 else ''}", "cost_s": g["seconds"],
                         "detail": g["pattern"] + (f" at {g['line']}" if g["line"] else ""), "fix": g["hint"]})
     first = [g for g in groups if g["kind"] == "first" and not g["disk"]]
@@ -358,7 +376,7 @@ class FlameTree:
 
 def _frame_label(src) -> str:
     where = _where(src)
-    if src.function in ("<module>", "", "backward") or src.filename.startswith("<"):
+    if src.function in ("<module>", "") or src.filename in ("<autograd backward>", "<end of cell>"):
         return where
     return f"{src.function}() \u00b7 {where}"
 

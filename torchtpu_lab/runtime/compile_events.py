@@ -10,7 +10,7 @@ a constant (aten.leaky_relu argument 1: 0.1 -> 0.2)".
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 from .. import caches, telemetry
 from .signatures import GraphSignature, OpSignature, Slot, Static, op_label
@@ -184,3 +184,11 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
     if kind == "graph" and _site[0] is not None:
         event.detail["site"] = _site[0]
         _site[0] = None
+    if kind == "graph" and nodes:
+        # the same op recorded at the same line many times in one graph: a loop unrolled into the graph because
+        # nothing synced between its steps (the graph, and its compile time, grow with the number of steps)
+        (name, source), times = Counter((n.name, n.source) for n in nodes if n.source is not None).most_common(1)[0] \
+            if any(n.source is not None for n in nodes) else ((None, None), 0)
+        if times >= 3:
+            event.detail["unrolled"] = times
+            event.detail["unrolled_site"] = source
