@@ -10,7 +10,7 @@ a constant (aten.leaky_relu argument 1: 0.1 -> 0.2)".
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 
 from .. import caches, telemetry
 from .signatures import GraphSignature, OpSignature, Slot, Static, op_label
@@ -159,6 +159,25 @@ def disk_loads() -> float:
     return telemetry.counters.get("persistent_cache_hits", 0)
 
 
+def _unrolled(node_sigs) -> tuple[int, int]:
+    """``(repetitions, period)`` when a graph is (at least 80%) one block of ops repeated 3 or more times from its
+    start: the steps of a loop that nothing synced between, unrolled into one graph whose size (and compile time)
+    grows with the number of steps. ``(0, 0)`` otherwise. A loop over layers inside one step is not flagged: the
+    rest of the step (loss, backward, optimizer) breaks the period."""
+    ops = [n.op for n in node_sigs]
+    n = len(ops)
+    for p in range(1, n // 3 + 1):
+        if ops[p] != ops[0]:
+            continue
+        run = 0
+        while run + p < n and ops[run] == ops[run + p]:
+            run += 1
+        reps = (run + p) // p
+        if reps >= 3 and reps * p >= 0.8 * n:
+            return reps, p
+    return 0, 0
+
+
 def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "", disk: bool = False) -> None:
     """Remember a compiled signature and emit the compile event (``disk``: loaded from the persistent cache,
     counted as a load, not a compile)."""
@@ -185,10 +204,7 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
         event.detail["site"] = _site[0]
         _site[0] = None
     if kind == "graph" and nodes:
-        # the same op recorded at the same line many times in one graph: a loop unrolled into the graph because
-        # nothing synced between its steps (the graph, and its compile time, grow with the number of steps)
-        (name, source), times = Counter((n.name, n.source) for n in nodes if n.source is not None).most_common(1)[0] \
-            if any(n.source is not None for n in nodes) else ((None, None), 0)
+        times, period = _unrolled(key.nodes)
         if times >= 3:
             event.detail["unrolled"] = times
-            event.detail["unrolled_site"] = source
+            event.detail["unrolled_site"] = nodes[0].source
