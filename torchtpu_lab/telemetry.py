@@ -170,6 +170,19 @@ def recording() -> bool:
     return bool(_recorders)
 
 
+#: Callables ``fn()`` told after every compile and sync (rare events, never per op): the JupyterLab panel's live
+#: updates while a cell runs. Each must be cheap (throttle inside) and must never raise.
+live_hooks: list = []
+
+
+def _live() -> None:
+    for fn in live_hooks:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 — a display hook must never break the runtime
+            pass
+
+
 def count(key: str, amount: float = 1) -> None:
     counters[key] += amount
 
@@ -203,9 +216,12 @@ def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int,
     ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting); ``disk``
     marks an executable loaded from the persistent cache rather than compiled by XLA (a load, not a compile)."""
     now = time.perf_counter()
-    return _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
-                                   {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
-                                    "recompile": not cause.startswith("first time"), "disk": bool(disk)}))
+    event = _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
+                                    {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
+                                     "recompile": not cause.startswith("first time"), "disk": bool(disk)}))
+    if live_hooks:
+        _live()
+    return event
 
 
 class SyncReason(enum.Enum):
@@ -244,6 +260,8 @@ def record_sync(reason: SyncReason, n_ops: int = 0, source: Source | None = None
     """The host waited for the device (always logged), with the reason and the user line. The event's name is
     the reason's text; ``detail["reason"]`` is the :class:`SyncReason` itself."""
     counters["syncs"] += 1
+    if live_hooks:
+        _live()
     return _log(sync_log, Event("sync", reason.label(detail), time.perf_counter(), 0.0, 0,
                                 source or user_source(3), {"pending_ops": n_ops, "reason": reason}))
 

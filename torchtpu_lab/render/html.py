@@ -16,7 +16,7 @@ _STYLE = """
 .ttl-chip b{font-size:14px}
 .ttl-report table{border-collapse:collapse;margin:2px 0}
 .ttl-report td,.ttl-report th{padding:2px 8px;text-align:left;border-bottom:1px solid rgba(127,127,127,.25)}
-.ttl-report td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ttl-report td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .ttl-recompile{background:rgba(255,160,0,.18)}
 .ttl-hint{color:#b35900}
 .ttl-error{color:#c00;font-weight:bold}
