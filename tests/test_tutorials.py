@@ -99,7 +99,8 @@ def test_02_eager_modes_timed_side_by_side_and_nan_caught():
 def test_03_recompilations_found_and_fixed_by_bucketing():
     code = _run("03_recompilations.ipynb")
     naive = _text(_cell(code, "for tokens, labels in batches:\n    loss = train_step(tokens"))
-    assert "RECOMPILE" in naive and "changed shape [16, " in naive, naive
+    assert "RECOMPILE" in naive and re.search(r"dim 1 of \S+ input \d+ took \d+ values", naive), naive
+    assert "pad or bucket dim 1" in naive and naive.index("findings:") < naive.index("compilations")
     causes = _text(_cell(code, "naive = _tpu_profile.summary()"))
     assert re.search(r"changed shape \[16, \d+\] -> \[16, \d+\] \(recorded at cell \[\d+\], line \d+\)", causes)
     m = re.search(r"compiles: (\d+) unpadded -> (\d+) bucketed", _text(_cell(code, "bucketed = _tpu_profile")))
@@ -171,7 +172,10 @@ def test_06_profiling_flamegraph_table_json_and_xprof():
     paths = re.findall(r"^\s*(\S+\.xplane\.pb)$", xprof, re.M)
     assert paths and all(os.path.getsize(p) > 0 for p in paths), xprof
     md = [c for c in _executed["06_profiling.ipynb"][0].cells if c.cell_type == "markdown"]
-    assert any("%load_ext tensorboard" in c.source and "%tensorboard --logdir" in c.source for c in md)
+    assert any("xprof server --logdir" in c.source for c in md)
+    assert not any("%load_ext tensorboard" in c.source for c in md)  # tensorboard is not installed by the extra
+    report = _text(_cell(code, "%%tpu_profile --xprof"))
+    assert re.search(r"open it with \(in a terminal\):\s+\S*xprof server --logdir \S+ --port \d+", report), report
 
 
 # ---- Binder ---------------------------------------------------------------------------------------------------
@@ -252,3 +256,52 @@ def test_binder_config_runs_quickstart(tmp_path):
     out = r.stdout
     assert "tpu device on XLA:" in out and "loss:" in out and "changed shape [256, 20] -> [100, 20]" in out, out
     assert "=== executed 01_quickstart.ipynb" in out
+
+
+# ---- Screenshots of the profile reports (issue 12) --------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+#: notebook -> (a line of its profiled cell, what its report must show)
+REPORTS = {
+    "01_quickstart.ipynb": ("%%tpu_profile --top 5", ("peak",)),
+    "03_recompilations.ipynb": ("for tokens, labels in batches:\n    loss = train_step(tokens", ("findings", "grouped", "peak")),
+    "05_memory.ipynb": ('with torchtpu_lab.eager_mode("strict"):', ("peak",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REPORTS))
+def test_profile_report_screenshot_in_headless_chromium(name, tmp_path):
+    """Each report is rendered by headless Chromium as the notebook shows it, screenshotted (kept under
+    $TORCHTPU_LAB_SCREENSHOTS when set) and checked for its key elements: findings first, compiles grouped by
+    cause with a fix, the memory peak."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    marker, must = REPORTS[name]
+    code = _run(name)
+    html = _text(_cell(code, marker), "text/html")
+    assert 'class="ttl-report"' in html, html[:500]
+    out_dir = os.environ.get("TORCHTPU_LAB_SCREENSHOTS") or str(tmp_path)
+    os.makedirs(out_dir, exist_ok=True)
+    shot = os.path.join(out_dir, name.replace(".ipynb", "_report.png"))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless=new", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.set_content(f"<html><body>{html}</body></html>")
+            report = page.locator(".ttl-report")
+            sync_api.expect(report).to_be_visible()
+            report.screenshot(path=shot)
+            peak = page.locator(".ttl-peak").inner_text()
+            heads = page.locator(".ttl-report h4").all_inner_texts()
+            findings = page.locator(".ttl-findings li").all_inner_texts()
+            recompile_rows = page.locator("tr.ttl-recompile").all_inner_texts()
+        finally:
+            browser.close()
+    assert os.path.getsize(shot) > 5000
+    assert re.fullmatch(r"[\d.]+ (KiB|MiB|GiB)", peak), peak
+    assert "Where the wall time went" in heads
+    if "findings" in must:
+        assert heads[0] == "Findings" and findings and "recompilation" in findings[0], (heads, findings)
+    if "grouped" in must:
+        assert len(recompile_rows) == 1 and "took" in recompile_rows[0] and "fix: pad or bucket" in recompile_rows[0]

@@ -37,8 +37,10 @@ def summary() -> dict:
         "compile_time": _percentiles([e.dur for e in compiles]),
         "execute_time": _percentiles([e.dur for e in telemetry.execute_log]),
         "collective_time": _percentiles([entry[3] for entry in process_group.collective_log]),
+        "executables": {"compiled": int(c.get("compiles", 0)), "disk_loads": int(c.get("disk_loads", 0)),
+                        "memory_hits": int(c.get("graph_cache_hits", 0) + c.get("op_cache_hits", 0))},
         "recent_compiles": [
-            {"name": e.name, "cause": e.detail.get("cause"), "seconds": e.dur,
+            {"name": e.name, "cause": e.detail.get("cause"), "seconds": e.dur, "disk": bool(e.detail.get("disk")),
              "source": str(e.source) if e.source else None}
             for e in compiles[-10:]
         ],

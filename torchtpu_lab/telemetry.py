@@ -81,6 +81,42 @@ def user_source(depth: int = 2) -> Source | None:
     return BACKWARD if threading.current_thread() is not threading.main_thread() else None
 
 
+def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
+    """The user's frames on the stack, outermost first (the notebook cell, then the functions it called), for
+    the flame graph; only taken while a profile records, as it walks the whole stack."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None
+    internal = _internal_code
+    out: list[Source] = []
+    while frame is not None and len(out) < limit:
+        code = frame.f_code
+        skip = internal.get(code)
+        if skip is None:
+            skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
+        if not skip:
+            src = Source(code.co_filename, frame.f_lineno, code.co_name)
+            out.append(src)
+            # the outermost frame that matters: a notebook cell's or a script's module level (not the driver
+            # that runs it, e.g. pytest calling IPython)
+            if code.co_name == "<module>":
+                break
+        frame = frame.f_back
+    return tuple(reversed(out)) or None
+
+
+def code_text(source: Source | None, width: int = 60) -> str:
+    """The text of a source line (stripped, shortened to ``width`` characters), or ``""`` when unknown.
+    Notebook cells are in :mod:`linecache` (IPython puts them there), so this works for cells too."""
+    if source is None or source.lineno <= 0:
+        return ""
+    import linecache
+
+    text = " ".join(linecache.getline(source.filename, source.lineno).split())
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
 #: Callables ``filename -> label or None``; the IPython extension adds one that names notebook cells.
 labelers: list = []
 
@@ -118,6 +154,8 @@ class Event:
     nbytes: int = 0
     source: Source | None = None
     detail: dict = field(default_factory=dict)
+    #: the user's call stack (outermost first) when a profile recorded the event (see :func:`user_stack`)
+    stack: tuple | None = None
 
 
 counters: dict[str, float] = defaultdict(float)
@@ -134,6 +172,19 @@ def recording() -> bool:
     return bool(_recorders)
 
 
+#: Callables ``fn()`` told after every compile and sync (rare events, never per op): the JupyterLab panel's live
+#: updates while a cell runs. Each must be cheap (throttle inside) and must never raise.
+live_hooks: list = []
+
+
+def _live() -> None:
+    for fn in live_hooks:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 — a display hook must never break the runtime
+            pass
+
+
 def count(key: str, amount: float = 1) -> None:
     counters[key] += amount
 
@@ -145,7 +196,8 @@ def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes:
         return None
     if source is None and with_source:
         source = user_source(3)
-    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail)
+    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail,
+                  user_stack(3) if with_source else None)
     for sink in _recorders:
         sink.append(event)
     return event
@@ -153,18 +205,25 @@ def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes:
 
 def _log(log: deque, event: Event) -> Event:
     log.append(event)
+    if _recorders and event.stack is None:
+        event.stack = user_stack(3)
     for sink in _recorders:
         sink.append(event)
     return event
 
 
-def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "") -> Event:
+def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "",
+                   disk: bool = False) -> Event:
     """A compilation happened (always logged): what, why, how long, and the user line that triggered it.
-    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting)."""
+    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting); ``disk``
+    marks an executable loaded from the persistent cache rather than compiled by XLA (a load, not a compile)."""
     now = time.perf_counter()
-    return _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
-                                   {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
-                                    "recompile": not cause.startswith("first time")}))
+    event = _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
+                                    {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
+                                     "recompile": not cause.startswith("first time"), "disk": bool(disk)}))
+    if live_hooks:
+        _live()
+    return event
 
 
 def record_graph_break(reason: str, source: Source | None, **detail) -> Event:
@@ -212,6 +271,8 @@ def record_sync(reason: SyncReason, n_ops: int = 0, source: Source | None = None
     """The host waited for the device (always logged), with the reason and the user line. The event's name is
     the reason's text; ``detail["reason"]`` is the :class:`SyncReason` itself."""
     counters["syncs"] += 1
+    if live_hooks:
+        _live()
     return _log(sync_log, Event("sync", reason.label(detail), time.perf_counter(), 0.0, 0,
                                 source or user_source(3), {"pending_ops": n_ops, "reason": reason}))
 

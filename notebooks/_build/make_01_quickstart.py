@@ -49,14 +49,18 @@ losses = [train_step().item() for _ in range(30)]
 print(f"loss: {losses[0]:.4f} -> {losses[-1]:.4f}")"""),
  md("""## 4. Profile one step
 
-`%%tpu_profile` runs the cell normally and then shows what it did on the device: ops, compiles (and why),
-syncs (and where), memory, and a flame graph of where the time went. The `Profile` object stays in
-`_tpu_profile`."""),
+`%%tpu_profile` runs the cell normally and then shows what it did on the device. The report starts with up to
+three **findings** (what cost the most, and the fix), then splits the wall time into *Python* (your code between
+torch ops), *tracing* (recording ops into the graph), *compiling* and *waiting* for the device, and counts
+executables three ways: *compiles* (XLA compiled), *disk loads* (from the persistent cache, after a kernel
+restart) and *memory hits*. Below: ops, compiles grouped by cause, syncs with the line's source, device memory
+(the peak includes a graph's outputs and temporaries while it runs) and a flame graph. If the cell raises, the
+report is shown and then the error, as without the magic. The `Profile` object stays in `_tpu_profile`."""),
  code("""%%tpu_profile --top 5
 loss = train_step()
 print(f"loss {loss.item():.4f}")"""),
  code("""summary = _tpu_profile.summary()
-print({k: summary[k] for k in ("ops", "graphs_executed", "compiles", "cache_hits", "syncs", "peak_bytes")})"""),
+print({k: summary[k] for k in ("ops", "graphs_executed", "compiles", "disk_loads", "memory_hits", "syncs", "peak_bytes")})"""),
  md("""## 5. A recompilation, explained
 
 Change the batch size and the graph must be compiled again. The profile names the input whose shape changed

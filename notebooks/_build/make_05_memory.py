@@ -115,8 +115,9 @@ free during the cell: the report gives start, end and peak, and the chart under 
 
 We profile one step in **strict** mode, where every intermediate result is a real device buffer, so the timeline
 shows the activations piling up during the forward pass and going away during the backward pass, and the
-temporaries of Adam's update. (In fused mode the step is one compiled program: intermediates that live only
-inside it are placed, and often reused, by XLA, so this count sees only the buffers of `tpu` tensors.)"""),
+temporaries of Adam's update. (In fused mode the step is one compiled program: the profile then counts the
+program's outputs and temporaries, from XLA's memory analysis of it, while it runs, so the peak is just as real,
+but the timeline shows one step up per graph instead of each activation.)"""),
     code("""%%tpu_profile --no-flame
 with torchtpu_lab.eager_mode("strict"):
     opt.zero_grad()                      # set_to_none: the gradients are dropped...

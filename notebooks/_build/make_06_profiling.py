@@ -8,17 +8,17 @@ from _common import INSTALL, badge, code, md, write  # noqa: E402
 
 NAME = "06_profiling.ipynb"
 
-TENSORBOARD = """To look at the trace, run these two lines in a notebook cell (here or on Colab), with the directory
-printed above; then open the **Profile** tab (it comes from `tensorboard-plugin-profile`, part of the `lab` extras):
+TENSORBOARD = """To look at the trace, run the command the report printed under *XProf trace* in a terminal: it
+starts the `xprof` server (installed by `tensorboard-plugin-profile`, part of the `lab` extras; TensorBoard itself
+is not needed), for example
 
-```python
-%load_ext tensorboard
-%tensorboard --logdir /tmp/torchtpu_lab_xprof_XXXXXXXX
+```
+.venv/bin/xprof server --logdir /tmp/torchtpu_lab_xprof_XXXXXXXX --port 8791
 ```
 
-We don't launch TensorBoard in this notebook (it starts a web server). From a terminal,
-`tensorboard --logdir <dir>` does the same. The *trace viewer* shows a timeline of host threads and XLA device
-activity; *op profile* breaks XLA time down by HLO op — the level below the torch ops of the table above."""
+then browse http://localhost:8791. We don't launch it in this notebook (it is a web server that keeps running).
+The *trace viewer* shows a timeline of host threads and XLA device activity; *op profile* breaks XLA time down
+by HLO op — the level below the torch ops of the table above."""
 
 cells = [
     md(badge(NAME) + """
@@ -32,7 +32,7 @@ data. This notebook takes one profile of a small transformer's training steps ap
 1. the **flame graph**: where the time of the cell went, from your lines down to XLA programs;
 2. the **op table**: which torch ops ran, how often, for how long, and from which line;
 3. **`to_json()`**: everything as plain data, to save or compare;
-4. an **XProf trace** (`--xprof`) for TensorBoard's profiler, the same tool used for TPU programs."""),
+4. an **XProf trace** (`--xprof`) for the XProf profiler, the same tool used for TPU programs."""),
     code(INSTALL),
     code("%load_ext torchtpu_lab"),
     md("""## A tiny transformer language model
@@ -85,9 +85,12 @@ print(f"loss {loss.item():.4f}")"""),
 The chart is an *icicle*: each box is as wide as the time spent in it, and boxes under it split that time.
 
 * **top row**: the whole cell (wall time);
-* **second row**: your source lines (`cell [N], line L`), plus *Python (not in torch ops)* for everything else;
-* **third row**: the torch ops each line issued (recording them, in fused mode) and the syncs;
-* **below a sync**: `XLA graph[...]` — running the compiled step — and `compile ...` if it had to compile.
+* **second row**: your source lines (`cell [N], line L`; hover for the line's text);
+* **then your functions** (`train_step() · cell [N], line L`), as deep as your own code goes, each with a
+  *Python* box for the host time spent in it between torch ops;
+* **then** the torch ops each line issued (recording them, in fused mode) and the syncs;
+* **below a sync**: `XLA run: N ops` — running the compiled step —, `compile: N ops` if it had to compile, and
+  *wait for device / copy to host* for the rest, so the boxes under a sync add up to it.
 
 In fused mode recording an op is cheap, so most of the time sits under the sync lines. Click a box to zoom in;
 hover for times.
@@ -137,12 +140,12 @@ print("saved", path, os.path.getsize(path), "bytes")"""),
     code("""syncs = [e["t"] for e in data["syncs"] if e["name"] == "torchtpu_lab.sync()"]  # the step boundaries
 per_step = [sum(1 for e in data["ops"] if lo <= e["t"] < hi) for lo, hi in zip([0.0] + syncs, syncs)]
 print("ops per step:", per_step)"""),
-    md("""## An XProf trace for TensorBoard
+    md("""## An XProf trace
 
 `%%tpu_profile --xprof` also records a `jax.profiler` trace of the cell: the XLA programs as the runtime saw
 them. `--output DIR` chooses the directory (without it, a temporary one is used); the cell line expands
-`{variables}` like any IPython magic. On TPU and GPU the report's *device* time is then read from the trace;
-XLA:CPU records no device lane, so here it stays the host's wait at sync points."""),
+`{variables}` like any IPython magic. On TPU and GPU the report then adds *device execution* time read from the trace;
+XLA:CPU records no device lane, so here the report shows the host's *waiting* time only."""),
     code("""XPROF_DIR = tempfile.mkdtemp(prefix="torchtpu_lab_xprof_")
 print(XPROF_DIR)"""),
     code("""%%tpu_profile --xprof --no-flame --top 3 --output {XPROF_DIR}
@@ -161,7 +164,7 @@ print(f"{len(xplanes)} trace(s), {sum(os.path.getsize(p) for p in xplanes)} byte
 * `%%tpu_profile` answers *what ran, what compiled, where it synced, and where the time and memory went*; the
   `Profile` in `_tpu_profile` has it all as data (`summary()`, `report()`, `to_json()`, `flamegraph()`).
 * Outside notebooks, `with torchtpu_lab.profile() as prof:` does the same in a script.
-* For the XLA-level view, add `--xprof --output DIR` and open the directory in TensorBoard's Profile tab."""),
+* For the XLA-level view, add `--xprof --output DIR` and run the `xprof server` command the report prints."""),
 ]
 
 if __name__ == "__main__":

@@ -7,10 +7,18 @@ when the last storage lets go of it. The figures agree with ``jax.live_arrays()`
 in the process holds JAX arrays.
 
 Allocation events go to telemetry through :data:`listeners`, a list the hot path only iterates when non-empty.
+
+What counts is what the *device* holds, not only what tensors hold: a buffer no storage holds any more but that
+something still references (in fused mode, a pending graph reads the pre-step value of a parameter the
+optimizer just updated) stays allocated until the array object is really gone (a weak reference tells us), or
+until a graph that received it as a donation ran (:func:`settle`). While a fused graph runs, its outputs and
+temporaries (XLA's ``memory_analysis()`` of the executable) are on the device too: :func:`executing` reports
+them to listeners as an ``"exec"`` sample and counts them in the peak.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 from .. import platform, telemetry
@@ -20,6 +28,8 @@ _live: dict[int, list] = {}
 _allocated: dict[int, int] = {}
 _peak: dict[int, int] = {}
 _counts = {"alloc": 0, "free": 0}
+# id(array) -> [weakref to the array, device index, bytes]: released by every storage, still alive on device
+_deferred: dict[int, list] = {}
 
 #: Callables ``fn(kind, nbytes, device_index)`` told of every ``"alloc"`` and ``"free"``.
 listeners: list[Callable[[str, int, int], None]] = []
@@ -35,6 +45,9 @@ def acquire(array, device_index: int, nbytes: int, origin: tuple | None = None) 
     entry = _live.get(id(array))
     if entry is not None:
         entry[1] += 1
+        return
+    if _deferred and _deferred.pop(id(array), None) is not None:  # held again before it was gone: no new bytes
+        _live[id(array)] = [array, 1, device_index, nbytes, origin]
         return
     _live[id(array)] = [array, 1, device_index, nbytes, origin]
     total = _allocated.get(device_index, 0) + nbytes
@@ -55,11 +68,62 @@ def release(array) -> None:
     if entry[1] > 0:
         return
     del _live[id(array)]
-    nbytes = entry[3]
-    _allocated[entry[2]] -= nbytes
+    key = id(array)
+    try:
+        ref = weakref.ref(array, lambda _r, key=key: _gone(key))
+    except TypeError:  # not weak-referenceable: count it free now
+        _free(entry[2], entry[3])
+        return
+    _deferred[key] = [ref, entry[2], entry[3]]
+
+
+def _free(device_index: int, nbytes: int) -> None:
+    _allocated[device_index] -= nbytes
     _counts["free"] += 1
     for fn in listeners:
-        fn("free", nbytes, entry[2])
+        fn("free", nbytes, device_index)
+
+
+def _gone(key: int) -> None:
+    """Weak-reference callback (may run from the garbage collector): it must never raise."""
+    try:
+        entry = _deferred.pop(key, None)
+        if entry is not None:
+            _free(entry[1], entry[2])
+    except Exception:  # noqa: BLE001,S110 — a callback reachable from C++ must not raise
+        pass
+
+
+def settle() -> None:
+    """Count as freed the released buffers that a graph consumed (donated buffers are deleted when it ran)."""
+    for key, entry in list(_deferred.items()):
+        array = entry[0]()
+        if array is None or array.is_deleted():
+            if _deferred.pop(key, None) is not None:
+                _free(entry[1], entry[2])
+
+
+def analysis(executable) -> dict:
+    """XLA's ``memory_analysis()`` of a compiled executable as plain bytes (zeros where XLA does not say)."""
+    try:
+        stats = executable.memory_analysis()
+    except Exception:  # noqa: BLE001 — not every backend reports it
+        stats = None
+    keys = ("argument", "output", "temp", "alias")
+    return {k: int(getattr(stats, f"{k}_size_in_bytes", 0) or 0) for k in keys}
+
+
+def executing(stats: dict, device_index: int, name: str = "") -> None:
+    """A compiled graph is about to run: its outputs and temporaries (less outputs that reuse donated inputs)
+    exist on the device on top of what is held. Counted in the peak; listeners get an ``"exec"`` sample."""
+    extra = max(0, stats.get("output", 0) + stats.get("temp", 0) - stats.get("alias", 0))
+    total = _allocated.get(device_index, 0) + extra
+    if total > _peak.get(device_index, 0):
+        _peak[device_index] = total
+    for fn in listeners:
+        fn("exec", extra, device_index)
+    if extra and telemetry.recording():
+        telemetry.emit("memory", name or "graph", nbytes=extra, with_source=False, **stats)
 
 
 def is_held(array) -> bool:
@@ -105,6 +169,7 @@ def stats(device_index: int = 0) -> dict:
         "allocation.all.allocated": _counts["alloc"],
         "allocation.all.freed": _counts["free"],
         "active.all.current": sum(1 for e in _live.values() if e[2] == device_index),
+        "released_but_alive_bytes": sum(e[2] for e in _deferred.values() if e[1] == device_index),
         "source": "torchtpu_lab accounting",
     }
     xla = platform.jax_device(device_index).memory_stats()

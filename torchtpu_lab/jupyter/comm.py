@@ -5,7 +5,8 @@ one comm to the frontend (the extension in ``extension/`` registers the target t
 finds this comm with a ``comm_info`` request). Messages are small versioned JSON:
 
 kernel -> frontend
-    ``{"v": 1, "type": "status", "reason": "cell" | "request" | "open", "data": {...}}`` after every cell
+    ``{"v": 1, "type": "status", "reason": "cell" | "live" | "request" | "open", "data": {...}}`` after every
+    cell, and while a cell runs at most every 0.5 s after a compile or a sync ("live")
     ``{"v": 1, "type": "reply", "id": ..., "command": ..., "message": "...", "data": {...}}`` a command's outcome
     ``{"v": 1, "type": "error", "id": ..., "error": "..."}`` a refused request (nothing was changed)
     ``{"v": 1, "type": "unloaded"}`` after ``%unload_ext torchtpu_lab`` (then the comm closes)
@@ -49,7 +50,8 @@ def _compile_rows() -> list[dict]:
             code = linecache.getline(src.filename, src.lineno).strip()[:200]
         rows.append({"name": str(e.name)[:200], "kind": str(e.detail.get("kind", "")), "n_ops": e.detail.get("n_ops"),
                      "seconds": float(e.dur), "cause": str(e.detail.get("cause", ""))[:500],
-                     "recompile": bool(e.detail.get("recompile")), "where": telemetry.describe(src), "code": code})
+                     "recompile": bool(e.detail.get("recompile")), "disk": bool(e.detail.get("disk")),
+                     "where": telemetry.describe(src), "code": code})
     return rows
 
 
@@ -90,6 +92,7 @@ def snapshot(shell=None) -> dict:
         "mode": s["eager mode"],
         "memory": {"allocated": s["memory allocated"], "peak": s["memory peak"], "limit": s["memory limit"]},
         "compiles": s["compiles"],
+        "disk_loads": s["disk loads"],
         "cache_hits": s["cache hits"],
         "cache_hit_rate": s["cache hit rate"],
         "syncs": s["syncs"],
@@ -215,6 +218,22 @@ def push(reason: str = "cell") -> None:
         _send(c, payload)
 
 
+#: seconds between two status pushes while a cell runs
+LIVE_INTERVAL_S = 0.5
+
+
+def live() -> None:
+    """Push the status while a cell runs (called by telemetry after each compile and sync), at most every
+    :data:`LIVE_INTERVAL_S` seconds, so the status bar and the panel move during a long loop. The throttle check
+    is one clock read; the push itself is skipped when no frontend listens."""
+    now = time.monotonic()
+    if now - _state.get("last_live", 0.0) < LIVE_INTERVAL_S:
+        return
+    _state["last_live"] = now
+    if _state["comms"]:
+        push("live")
+
+
 def _post_run_cell(result=None) -> None:
     from . import session
 
@@ -240,6 +259,8 @@ def setup(ip) -> bool:
         _state["shell"] = ip
         manager.register_target(TARGET, _on_open)
         ip.events.register("post_run_cell", _post_run_cell)
+        if live not in telemetry.live_hooks:
+            telemetry.live_hooks.append(live)
         from comm import create_comm
 
         c = create_comm(target_name=TARGET, data={"v": VERSION, "type": "hello"})
@@ -268,4 +289,6 @@ def teardown() -> None:
             ip.events.unregister("post_run_cell", _post_run_cell)
         except ValueError:
             pass
+    if live in telemetry.live_hooks:
+        telemetry.live_hooks.remove(live)
     _state["shell"] = None

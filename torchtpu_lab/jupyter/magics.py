@@ -6,6 +6,7 @@ import os
 import shlex
 import tempfile
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
@@ -64,10 +65,37 @@ def _parse_top(args: list[str], default: int) -> int:
     if "--top" in args:
         i = args.index("--top")
         try:
-            return int(args[i + 1])
+            value = int(args[i + 1])
         except (IndexError, ValueError):
-            raise ValueError("--top takes a number") from None
+            raise ValueError(f"--top takes a positive number of rows, got {' '.join(args[i + 1:i + 2]) or 'nothing'}"
+                             ) from None
+        if value < 1:
+            raise ValueError(f"--top takes a positive number of rows, got {value}")
+        return value
     return default
+
+
+def parse_profile_args(line: str) -> dict:
+    """The options of ``%%tpu_profile``; raises :class:`ValueError` naming the argument that is wrong."""
+    args = shlex.split(line)
+    top = _parse_top(args, 10)
+    known = {"--top", "--xprof", "--no-flame", "--output"}
+    takes_value = {"--top", "--output"}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a not in known:
+            raise ValueError(f"unknown option {a!r}" if a.startswith("-") else f"unexpected argument {a!r}")
+        i += 2 if a in takes_value else 1
+    output = None
+    if "--output" in args:
+        j = args.index("--output")
+        if j + 1 >= len(args) or args[j + 1].startswith("--"):
+            raise ValueError("--output takes a directory")
+        output = args[j + 1]
+        if "--xprof" not in args:
+            raise ValueError("--output DIR is where --xprof writes its trace; add --xprof (or drop --output)")
+    return {"top": top, "xprof": "--xprof" in args, "output": output, "flame": "--no-flame" not in args}
 
 
 @magics_class
@@ -157,41 +185,52 @@ class TpuMagics(Magics):
 
     @cell_magic
     def tpu_profile(self, line: str, cell: str):
+        """Run the cell under a profile, show the report, then let the cell's exception (if any) reach IPython
+        as if the magic were not there, so "Run All", nbclient and papermill stop at a failing cell."""
+        __tracebackhide__ = True  # noqa: F841 — IPython hides this frame in the re-raised traceback
         try:
-            args = shlex.split(line)
-            top = _parse_top(args, 10)
+            opts = parse_profile_args(line)
         except ValueError as e:
-            print(f"%%tpu_profile: {e}\n{USAGE}")
-            return
-        known = {"--top", "--xprof", "--no-flame", "--output"}
-        unknown = [a for i, a in enumerate(args) if a.startswith("--") and a not in known]
-        if unknown:
-            print(f"%%tpu_profile: unknown option {unknown[0]}\n{USAGE}")
-            return
+            raise UsageError(f"%%tpu_profile: {e}\n{USAGE}") from None
         xprof_dir = None
-        if "--xprof" in args:
-            if "--output" in args and args.index("--output") + 1 < len(args):
-                xprof_dir = args[args.index("--output") + 1]
-            else:
-                count = self.shell.execution_count
-                xprof_dir = os.path.join(tempfile.gettempdir(), "torchtpu_lab_xprof", f"cell_{count}")
+        if opts["xprof"]:
+            xprof_dir = opts["output"] or os.path.join(tempfile.gettempdir(), "torchtpu_lab_xprof",
+                                                       f"cell_{self.shell.execution_count}")
         prof_obj = None
+        result = None
         outer = _calling_cell_number(self.shell)
         saved_count = self.shell.execution_count
         if outer is not None:
             self.shell.execution_count = outer  # the body is named (and numbered) as the cell the user ran
+        shell = self.shell
+        # the body's traceback is shown once, by IPython, when the exception is re-raised after the report
+        own = shell.__dict__.get("showtraceback")
+        shell.showtraceback = _quiet
         try:
             with profile(xprof_dir=xprof_dir) as prof:
                 prof_obj = prof
                 # the comment stands for the %%tpu_profile line, so reported line numbers are the cell's own
                 # (IPython strips leading blank lines, not comments)
-                result = self.shell.run_cell("# %%tpu_profile\n" + cell, store_history=False, silent=False)
+                result = shell.run_cell("# %%tpu_profile\n" + cell, store_history=False, silent=False)
         finally:
-            self.shell.execution_count = saved_count
-        self.shell.user_ns["_tpu_profile"] = prof_obj
-        if result.error_in_exec is not None and prof_obj.error is None:
-            prof_obj.error = f"{type(result.error_in_exec).__name__}: {result.error_in_exec}"
-        report = prof_obj.report(top)
+            if own is None:
+                del shell.showtraceback  # back to the class's method
+            else:
+                shell.showtraceback = own
+            shell.execution_count = saved_count
+        shell.user_ns["_tpu_profile"] = prof_obj
+        error = None
+        if result is not None:
+            error = result.error_before_exec or result.error_in_exec
+        error = error or prof_obj.flush_exception
+        if error is not None and prof_obj.error is None:
+            prof_obj.error = f"{type(error).__name__}: {error}"
+        self._show_report(prof_obj, opts)
+        if error is not None:
+            raise error
+
+    def _show_report(self, prof_obj, opts: dict) -> None:
+        report = prof_obj.report(opts["top"])
         from ..render import html as render_html
         from ..render import plot
         from ..render.text import profile_text
@@ -199,7 +238,11 @@ class TpuMagics(Magics):
         display(TextAndHtml(profile_text(report), render_html.profile_html(report)))
         if not _in_notebook(self.shell):
             return  # a terminal has no plotly renderer; the text report above is the whole report
-        if "--no-flame" not in args:
+        if opts["flame"]:
             display(plot.flame_figure(report["flame"]))
         if len(report["memory"]["timeline"]) > 2:
             display(plot.memory_figure(report["memory"]["timeline"], report["memory"]["limit"]))
+
+
+def _quiet(*args, **kwargs) -> None:
+    """Stands in for ``shell.showtraceback`` while the profiled body runs (the error is re-raised after)."""

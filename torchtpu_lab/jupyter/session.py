@@ -14,7 +14,7 @@ from IPython.display import display
 from .. import telemetry
 from ..device import memory
 from ..runtime import compile_cache, lazy, modes
-from .status import status, status_lines
+from .status import banner_lines, status
 
 _state: dict = {"loaded": False}
 
@@ -26,15 +26,30 @@ class Banner:
         self.data = data
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..render.html import status_html
+        from html import escape
 
-        return {"text/plain": "\n".join(status_lines(self.data)), "text/html": status_html(self.data)}
+        lines = banner_lines(self.data)
+        html = ('<div style="font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.4">'
+                + "<br>".join(escape(x).replace("  ", "&nbsp;&nbsp;") for x in lines) + "</div>")
+        return {"text/plain": "\n".join(lines), "text/html": html}
 
 
 def _end_of_cell(result=None) -> None:
+    """Flush the cell's pending fused work. A failure becomes the cell's error (its execution result, so the
+    kernel replies "error" and "Run All", nbclient and papermill stop) with its traceback shown; the kernel
+    and every tensor computed before stay usable."""
     try:
         lazy.sync(telemetry.SyncReason.END_OF_CELL, source=telemetry.END_OF_CELL)
-    except Exception as e:  # noqa: BLE001 — report, keep the kernel alive; the failure is in the tensors
+    except Exception as e:  # noqa: BLE001
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if result is not None and getattr(result, "error_in_exec", None) is None \
+                and getattr(result, "error_before_exec", None) is None:
+            result.error_in_exec = e
+            if shell is not None:
+                shell.showtraceback()  # also what ipykernel sends as the reply's traceback
+                return
         print(f"torchtpu_lab: pending work of this cell failed: {type(e).__name__}: {e}")
 
 
@@ -62,7 +77,11 @@ def load_ipython_extension(ip) -> None:
         __import__("torchtpu_lab.jupyter.comm", fromlist=["setup"]).setup(ip)  # JupyterLab panel; never raises
         _state["loaded"] = True
         telemetry.count("extension_loads")
-    display(Banner(status()))
+    from .. import global_changes
+
+    data = status()
+    data["global changes"] = global_changes()
+    display(Banner(data))
 
 
 def unload_ipython_extension(ip) -> None:

@@ -1,12 +1,18 @@
 """Collect a :class:`~.session.Profile` while a block runs: telemetry events, memory samples, timings.
 
-``profile(xprof_dir=...)`` also records a ``jax.profiler`` trace (XProf / TensorBoard ``*.xplane.pb`` plus a
-Chrome ``*.trace.json.gz``) for the block, from which device time is then read.
+``profile(xprof_dir=...)`` also records a ``jax.profiler`` trace (XProf ``*.xplane.pb`` plus a Chrome
+``*.trace.json.gz``) for the block, from which device time is then read.
+
+Whatever happens in the block or in the trace, the profile cleans up after itself (``finally``): the memory
+listener is detached, the event recorder closed and a started trace stopped, so a failed ``--xprof`` (an
+unwritable directory, say) is reported in the profile's :attr:`~.session.Profile.xprof_error` and never
+leaves JAX's profiler "already started" for the next profile.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 from .. import telemetry
@@ -15,7 +21,7 @@ from .session import MemorySample, Profile
 
 
 class _MemoryWatch:
-    """Samples allocated bytes at every allocation and free while the block runs (a memory timeline)."""
+    """Samples what the device holds at every allocation, free and graph execution while the block runs."""
 
     def __init__(self, t0: float, device_index: int = 0):
         self.t0 = t0
@@ -27,8 +33,45 @@ class _MemoryWatch:
         if device_index != self.device_index:
             return
         now = memory.allocated(device_index)
+        if kind == "exec":  # a graph's outputs and temporaries exist while it runs, on top of what is held
+            now += nbytes
         self.peak = max(self.peak, now)
         self.samples.append(MemorySample(time.perf_counter() - self.t0, now, kind, nbytes))
+
+
+class _Trace:
+    """A ``jax.profiler`` trace that never raises and never stays started: errors become text."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.started = False
+        self.error: str | None = None
+
+    def start(self) -> None:
+        import jax
+
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            if not os.access(self.directory, os.W_OK):
+                raise PermissionError(f"{self.directory!r} is not writable")
+            jax.profiler.start_trace(self.directory, create_perfetto_trace=False)
+            self.started = True
+        except Exception as e:  # noqa: BLE001 — the profile goes on without a trace; the report says why
+            self.error = f"XProf trace not recorded: {type(e).__name__}: {e}"
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        import jax
+
+        self.started = False
+        try:
+            jax.profiler.stop_trace()
+        except Exception as e:  # noqa: BLE001
+            self.error = f"XProf trace not written: {type(e).__name__}: {e}"
+            state = getattr(getattr(jax._src, "profiler", None), "_profile_state", None)
+            if state is not None and getattr(state, "profile_session", None) is not None:
+                state.reset()  # JAX leaves the session "started" when writing fails; the next trace must work
 
 
 @contextlib.contextmanager
@@ -36,39 +79,48 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     """Record everything the tpu runtime does inside the ``with`` block into a :class:`Profile`.
 
     The block's pending fused work is flushed at the end (so its compiles and execution are in the profile),
-    and the profile is complete even when the block raises.
+    and the profile is complete even when the block raises (the exception then propagates unchanged).
     """
-    from ..runtime import lazy
+    from ..runtime import lazy, modes
 
     lazy.sync(telemetry.SyncReason.PROFILE_START, record=False)
     prof = Profile(device_index=device_index)
     prof.start(memory.allocated(device_index), memory.live_buffers(device_index))
+    prof.mode = modes.current()
     watch = _MemoryWatch(prof.t0, device_index)
-    memory.listeners.append(watch)
-    trace = None
-    if xprof_dir:
-        import jax
-
-        trace = jax.profiler.trace(xprof_dir, create_perfetto_trace=False)
-        trace.__enter__()
+    trace = _Trace(xprof_dir) if xprof_dir else None
     recorder = telemetry.Recorder()
-    events = recorder.__enter__()
     tracked = memory.track_sources
-    memory.track_sources = True
+    memory.listeners.append(watch)
     try:
-        yield prof
-    except BaseException as e:
-        prof.error = f"{type(e).__name__}: {e}"
-        raise
-    finally:
+        events = recorder.__enter__()
+        memory.track_sources = True
+        if trace is not None:
+            trace.start()
         try:
-            lazy.sync(telemetry.SyncReason.PROFILE_END)
-        except Exception as e:  # noqa: BLE001 — a failing fused graph is part of the block's outcome
-            prof.error = prof.error or f"{type(e).__name__}: {e}"
+            yield prof
+        except BaseException as e:
+            prof.error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            try:
+                lazy.sync(telemetry.SyncReason.PROFILE_END)
+            except Exception as e:  # noqa: BLE001 — a failing fused graph is part of the block's outcome
+                prof.error = prof.error or f"{type(e).__name__}: {e}"
+                prof.flush_exception = e
+    finally:
         recorder.__exit__(None, None, None)
         memory.track_sources = tracked
         if trace is not None:
-            trace.__exit__(None, None, None)
-        memory.listeners.remove(watch)
-        prof.finish(events, watch.samples, watch.peak, memory.allocated(device_index),
-                    memory.live_buffers(device_index), xprof_dir)
+            trace.stop()
+        try:
+            memory.listeners.remove(watch)
+        except ValueError:
+            pass
+        if modes.current() != prof.mode:
+            prof.mode = f"{prof.mode}->{modes.current()}"
+        prof.finish(recorder.events, watch.samples, watch.peak, memory.allocated(device_index),
+                    memory.live_buffers(device_index), xprof_dir if trace is not None and trace.error is None
+                    else None)
+        if trace is not None:
+            prof.xprof_error = trace.error

@@ -9,20 +9,22 @@ import glob
 import gzip
 import json
 import os
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-
+from ..telemetry import code_text
 from ..telemetry import describe as _where
 
 
 def device_seconds(prof) -> float:
-    """Device time: XProf trace device events when recorded, else the host's time waiting at sync points."""
+    """Device time: XProf trace device events when recorded, else the host's time waiting at sync points
+    (compiles excluded)."""
     if prof.xprof_dir:
         traced = _xprof_device_seconds(prof.xprof_dir)
         if traced is not None:
             return traced
-    return sum(e.dur for e in prof.syncs)
+    return time_split(prof)["waiting"]
 
 
 def _xprof_device_seconds(directory: str) -> float | None:
@@ -39,53 +41,304 @@ def _xprof_device_seconds(directory: str) -> float | None:
     return total_us / 1e6 if device else None
 
 
+#: Priority of what the host was doing when intervals overlap: a compile inside a sync is compiling, a sync
+#: inside an op (a data-dependent op needing concrete inputs) is waiting.
+_CATEGORY = {"compile": "compiling", "sync": "waiting", "graph": "waiting", "op": "tracing", "fallback": "tracing"}
+_PRIORITY = ("compiling", "waiting", "tracing")
+
+
+def time_split(prof) -> dict:
+    """Wall time split into what the host was doing, adding up to the wall time exactly:
+
+    * ``tracing``: inside torch ops (fused mode: recording them into the graph; strict/debug: dispatching them);
+    * ``compiling``: XLA compiling (or loading from the persistent cache) an executable;
+    * ``waiting``: at a sync point, waiting for the device to run the graph and send values back;
+    * ``python``: everything else: the user's Python between torch ops.
+    """
+    t0, t1 = prof.t0, prof.t0 + prof.wall_s
+    edges: list[tuple[float, int, str]] = []
+    for e in prof.events:
+        cat = _CATEGORY.get(e.kind)
+        if cat is None or e.dur <= 0:
+            continue
+        a, b = max(e.t, t0), min(e.t + e.dur, t1)
+        if b > a:
+            edges.append((a, 1, cat))
+            edges.append((b, -1, cat))
+    edges.sort(key=lambda x: x[0])
+    out = dict.fromkeys(_PRIORITY, 0.0)
+    active = dict.fromkeys(_PRIORITY, 0)
+    covered, prev = 0.0, t0
+    for t, delta, cat in edges:
+        if t > prev:
+            top = next((c for c in _PRIORITY if active[c] > 0), None)
+            if top is not None:
+                out[top] += t - prev
+                covered += t - prev
+            prev = t
+        active[cat] += delta
+    out["python"] = max(0.0, prof.wall_s - covered)
+    return out
+
+
+def time_labels(mode: str) -> dict:
+    """What each time column measures in this eager mode (shown next to the figures)."""
+    fused = mode.startswith("fused") or mode.endswith("fused")
+    return {
+        "python": "Python: your code between torch ops",
+        "tracing": "recording ops into fused graphs (they run later, at syncs)" if fused and "->" not in mode
+        else "dispatching ops one at a time (asynchronous: the device runs them meanwhile)"
+        if "->" not in mode else "recording / dispatching ops",
+        "compiling": "compiling XLA executables (or loading them from the disk cache)",
+        "waiting": "waiting for the device at syncs (running graphs, copying values back)",
+    }
+
+
+def _exclusive(events, nested) -> dict[int, float]:
+    """Each event's duration less the compiles and syncs that ran inside it (by id of the event)."""
+    inner = sorted((e.t, e.t + e.dur) for e in nested if e.dur > 0)
+    starts = [a for a, _ in inner]
+    out = {}
+    import bisect
+
+    for e in events:
+        a, b = e.t, e.t + e.dur
+        i = bisect.bisect_left(starts, a)
+        own = e.dur
+        while i < len(inner) and inner[i][0] < b:
+            own -= max(0.0, min(b, inner[i][1]) - inner[i][0])
+            i += 1
+        out[id(e)] = max(0.0, own)
+    return out
+
+
 def op_table(prof, top: int) -> dict:
-    """Top ``top`` torch ops by total host time and by count, each with the user line that issued most of them."""
+    """Top ``top`` torch ops by host time (compiles and syncs inside them excluded) and by count, each with the
+    user line that issued most of them and its text."""
     total, count, lines = defaultdict(float), Counter(), defaultdict(Counter)
-    for e in prof.ops:
-        total[e.name] += e.dur
+    ops = prof.ops
+    own = _exclusive(ops, [e for e in prof.events if e.kind in ("compile", "sync")])
+    sources = {}
+    for e in ops:
+        total[e.name] += own[id(e)]
         count[e.name] += 1
-        lines[e.name][_where(e.source)] += 1
-    rows = [{"op": name, "count": count[name], "total_s": total[name], "mean_s": total[name] / count[name],
-             "line": lines[name].most_common(1)[0][0]} for name in count]
+        where = _where(e.source)
+        lines[e.name][where] += 1
+        sources.setdefault((e.name, where), e.source)
+    rows = []
+    for name in count:
+        line = lines[name].most_common(1)[0][0]
+        rows.append({"op": name, "count": count[name], "total_s": total[name], "mean_s": total[name] / count[name],
+                     "line": line, "code": code_text(sources.get((name, line)))})
+    mode = getattr(prof, "mode", "") or ""
     return {
         "by_time": sorted(rows, key=lambda r: -r["total_s"])[:top],
         "by_count": sorted(rows, key=lambda r: -r["count"])[:top],
         "distinct": len(rows),
+        "measures": time_labels(mode)["tracing"] + ", compile and sync time excluded",
     }
 
 
 def compile_rows(prof) -> list[dict]:
     return [{"name": e.name, "kind": e.detail.get("kind"), "n_ops": e.detail.get("n_ops"), "seconds": e.dur,
-             "cause": e.detail.get("cause", ""), "line": _where(e.source), "recompile": e.detail.get("recompile")}
+             "cause": e.detail.get("cause", ""), "line": _where(e.source), "code": code_text(e.source),
+             "site_code": code_text(e.detail.get("site") or e.detail.get("unrolled_site")),
+             "unrolled": e.detail.get("unrolled", 0), "unrolled_line": _where(e.detail.get("unrolled_site"))
+             if e.detail.get("unrolled") else "",
+             "recompile": e.detail.get("recompile"), "disk": bool(e.detail.get("disk"))}
             for e in prof.compiles]
 
 
-def graph_break_rows(prof) -> list[dict]:
-    return [{"reason": e.name, "detail": e.detail.get("reason", ""), "line": _where(e.source)}
-            for e in prof.graph_breaks]
+_SHAPE = re.compile(r"input (?P<arg>\S+) of (?P<op>\S+) changed shape \[(?P<old>[^\]]*)\] -> \[(?P<new>[^\]]*)\]")
+_SCALAR = re.compile(r"baked in as a constant \((?P<op>\S+) (?P<arg>input \S+): (?P<old>.+?) -> (?P<new>.+?)\)")
+_STATIC = re.compile(r"static size/dim argument (?P<arg>input \S+) of (?P<op>\S+) changed (?P<old>\S+) -> (?P<new>\S+)")
+_GROW = re.compile(r"graph has (?P<new>\d+) ops where the nearest cached graph has (?P<old>\d+)")
+_SEQ = re.compile(r"op sequence differs at op \d+: (?P<old>\S+) vs (?P<new>\S+)")
+_AT = re.compile(r" \(recorded at (?P<line>[^)]*)\)$")
+
+
+def _pattern(c: dict) -> tuple[tuple, dict]:
+    """A compile's cause as a group key and the values it varies over."""
+    cause = c["cause"]
+    m = _AT.search(cause)
+    line = m.group("line") if m else c["line"]
+    if c.get("unrolled"):
+        return ("unrolled", c["unrolled_line"]), {"line": c["unrolled_line"], "times": c["unrolled"],
+                                                  "n_ops": c["n_ops"]}
+    m = _SHAPE.search(cause)
+    if m:
+        old = [int(x) for x in m["old"].split(",") if x.strip()]
+        new = [int(x) for x in m["new"].split(",") if x.strip()]
+        dims = tuple(i for i, (a, b) in enumerate(zip(old, new)) if a != b) if len(old) == len(new) else ("rank",)
+        return ("shape", m["op"], m["arg"], dims, line), {"old": old, "new": new, "line": line}
+    for kind, rx in (("scalar", _SCALAR), ("static", _STATIC)):
+        m = rx.search(cause)
+        if m:
+            return (kind, m["op"], m["arg"], line), {"old": m["old"], "new": m["new"], "line": line}
+    m = _GROW.search(cause)
+    if m:
+        return ("grow", c["kind"]), {"old": int(m["old"]), "new": int(m["new"]), "line": line}
+    m = _SEQ.search(cause)
+    if m:
+        return ("sequence", m["old"], m["new"], line), {"line": line}
+    if cause.startswith("first time"):
+        return ("first", c["kind"], c["disk"]), {"line": line}
+    return ("other", re.sub(r"\d+", "N", cause), line), {"line": line}
+
+
+def _span(values: list) -> str:
+    nums = sorted(set(values))
+    if len(nums) <= 4:
+        return ", ".join(str(v) for v in nums)
+    return f"{nums[0]}\u2026{nums[-1]}"
+
+
+def compile_groups(prof) -> list[dict]:
+    """Compilations grouped by cause pattern, costliest first, each with the fix where one is known:
+    "dim 1 of aten::addmm input 1 took 14 values 17…93 at cell [8], line 2" + pad/bucket that dim."""
+    groups: dict[tuple, dict] = {}
+    for c in compile_rows(prof):
+        key, info = _pattern(c)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"key": key, "rows": [], "infos": []}
+        g["rows"].append(c)
+        g["infos"].append(info)
+    out = []
+    for g in groups.values():
+        rows, infos, key = g["rows"], g["infos"], g["key"]
+        kind = key[0]
+        n = len(rows)
+        line = infos[0]["line"]
+        first = rows[0]
+        code = next((r["site_code"] for r in rows if r["site_code"]), "") or next(
+            (r["code"] for r in rows if r["line"] == line and r["code"]), "")
+        hint = ""
+        if kind == "shape":
+            op, arg, dims = key[1], key[2], key[3]
+            if dims == ("rank",):
+                what = f"the rank of {op} input {arg} changed ({n}x)"
+            else:
+                d = dims[0]
+                values = [infos[0]["old"][d]] + [i["new"][d] for i in infos]
+                what = f"dim {d} of {op} input {arg} took {len(set(values))} values {_span(values)}"
+                steps = [b - a for a, b in zip(values, values[1:])]
+                if len(values) > 2 and all(s == 1 for s in steps):
+                    hint = ("the size grows by one each step (a growing KV cache or sequence, as in generate()): "
+                            "allocate it once at its maximum length and write into it (index_copy_ / a slice), "
+                            "so every step has the same shapes")
+                else:
+                    buckets = len({-(-v // 32) for v in values})
+                    hint = (f"pad or bucket dim {d} to a few sizes (e.g. a multiple of 32: {buckets} shape"
+                            f"{'s' if buckets != 1 else ''} instead of {len(set(values))})")
+        elif kind in ("scalar", "static"):
+            values = [infos[0]["old"]] + [i["new"] for i in infos]
+            what = (f"a Python number passed to {key[1]} ({key[2]}) took {len(set(values))} values "
+                    f"{_span(values)}" if kind == "scalar" else
+                    f"size argument {key[2]} of {key[1]} took {len(set(values))} values {_span(values)}")
+            hint = ("the number is baked into the graph as a constant: pass it as a tpu tensor "
+                    "(torch.tensor(x, device='tpu')) so it becomes an input" if kind == "scalar" else
+                    "pad or bucket the size so it takes a few values")
+        elif kind == "grow":
+            sizes = [infos[0]["old"]] + [i["new"] for i in infos]
+            what = f"the graph kept growing ({_span(sizes)} ops): ops of several steps piled up without a sync"
+            hint = ("call torchtpu_lab.sync() at the end of each step (like xm.mark_step()), so every step is "
+                    "the same graph")
+        elif kind == "unrolled":
+            times = max(i["times"] for i in infos)
+            size = max(i["n_ops"] or 0 for i in infos)
+            what = (f"a loop was unrolled into one graph of {size} ops ({times} steps from {line} on, "
+                    "no sync in between)")
+            hint = ("call torchtpu_lab.sync() at the end of each step (like xm.mark_step()), so each step is one "
+                    "small graph compiled once")
+        elif kind == "sequence":
+            what = f"a different op sequence ({key[1]} vs {key[2]})"
+            hint = ("Python control flow took another path (a data-dependent if, a varying loop count); keep the "
+                    "step the same each time, or sync before the branch")
+        elif kind == "first":
+            names = Counter(r["name"] for r in rows)
+            shown = ", ".join(list(names)[:4]) + ("\u2026" if len(names) > 4 else "")
+            noun = "graph" if key[1] == "graph" else "op"
+            what = (f"{n} {noun}{'s' if n != 1 else ''} loaded from the disk cache ({shown})" if key[2] else
+                    f"first compile of {n} {noun}{'s' if n != 1 else ''} ({shown})")
+            line = rows[0]["line"] if n == 1 else ""
+            code = rows[0]["code"] if n == 1 else ""
+        else:
+            what = first["cause"]
+        disk = sum(1 for r in rows if r["disk"])
+        if disk and kind != "first":
+            what += f" ({disk} of them loaded from the disk cache)"
+        out.append({"pattern": what, "count": n, "seconds": sum(r["seconds"] for r in rows), "line": line,
+                    "code": code, "hint": hint, "recompile": any(r["recompile"] for r in rows),
+                    "disk": sum(1 for r in rows if r["disk"]), "kind": kind, "names": sorted({r["name"] for r in rows})})
+    return sorted(out, key=lambda g: -g["seconds"])
 
 
 def sync_groups(prof) -> list[dict]:
     """Syncs grouped by reason and line; several at one line in one block means a sync inside a loop."""
     groups: dict[tuple, dict] = {}
+    own = _exclusive(prof.syncs, prof.compiles)  # waiting, not compiling
     for e in prof.syncs:
         key = (e.name, _where(e.source))
         reason = e.detail.get("reason")
-        g = groups.setdefault(key, {"reason": e.name, "line": key[1], "count": 0, "wait_s": 0.0,
-                                    "reads_value": reason is None or reason.reads_value})
+        g = groups.setdefault(key, {"reason": e.name, "line": key[1], "code": code_text(e.source), "count": 0,
+                                    "wait_s": 0.0, "reads_value": reason is None or reason.reads_value})
         g["count"] += 1
-        g["wait_s"] += e.dur
+        g["wait_s"] += own[id(e)]
     out = sorted(groups.values(), key=lambda g: -g["count"])
     for g in out:
         # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
         reads_value = g.pop("reads_value")
+        g["loop"] = g["count"] > 1 and reads_value
         g["hint"] = (
             f"{g['count']} value reads at {g['line']}: a line that runs repeatedly and stops the device each "
             "time; keep the value on the device (accumulate in a tensor) and read it once at the end"
-            if g["count"] > 1 and reads_value else ""
+            if g["loop"] else ""
         )
     return out
+
+
+def findings(prof, groups: list[dict], syncs: list[dict], fallbacks: list[dict]) -> list[dict]:
+    """Up to three plain-language findings, costliest first: what cost the most time and how to fix it."""
+    wall = prof.wall_s or 1e-9
+    out = []
+    for g in groups:
+        if g["kind"] == "unrolled":
+            out.append({"title": f"{g['count']} compile{'s' if g['count'] != 1 else ''} of an unrolled loop",
+                        "cost_s": g["seconds"], "detail": g["pattern"], "fix": g["hint"]})
+        elif g["recompile"] and g["kind"] != "first":
+            out.append({"title": f"{g['count']} recompilation{'s' if g['count'] != 1 else ''}", "cost_s": g["seconds"],
+                        "detail": g["pattern"] + (f" at {g['line']}" if g["line"] else ""), "fix": g["hint"]})
+    first = [g for g in groups if g["kind"] == "first" and not g["disk"]]
+    first_s = sum(g["seconds"] for g in first)
+    if first and first_s / wall >= 0.25:
+        n = sum(g["count"] for g in first)
+        out.append({"title": f"compiling {n} new executable{'s' if n != 1 else ''}", "cost_s": first_s,
+                    "detail": "the first run of this code",
+                    "fix": "a re-run (in this kernel, or a restarted one through the disk cache) does not compile"})
+    for g in syncs:
+        if g["loop"]:
+            out.append({"title": f"{g['count']} host syncs from {g['reason']}", "cost_s": g["wait_s"],
+                        "detail": f"at {g['line']}" + (f": {g['code']}" if g["code"] else ""),
+                        "fix": "keep the value on the device (accumulate in a tensor) and read it once at the end"})
+    fb = {e.name: 0.0 for e in prof.fallbacks}
+    for e in prof.fallbacks:
+        fb[e.name] += e.dur
+    if fallbacks:
+        n = sum(f["count"] for f in fallbacks)
+        out.append({"title": f"{n} CPU fallback{'s' if n != 1 else ''}", "cost_s": sum(fb.values()),
+                    "detail": ", ".join(f"{f['op']} at {f['line']}" for f in fallbacks[:3]),
+                    "fix": "these ops have no tpu lowering and copy their data to the CPU and back"})
+    for f in out:
+        f["share"] = f["cost_s"] / wall
+    # recompilations and unrolled loops are worth saying even when cheap here: they grow with the run
+    out = [f for f in out if f["share"] >= 0.02 or "recompilation" in f["title"] or "unrolled" in f["title"]]
+    return sorted(out, key=lambda f: -f["cost_s"])[:3]
+
+
+def graph_break_rows(prof) -> list[dict]:
+    return [{"reason": e.name, "detail": e.detail.get("reason", ""), "line": _where(e.source)}
+            for e in prof.graph_breaks]
 
 
 def collective_groups(prof) -> list[dict]:
@@ -103,7 +356,8 @@ def collective_groups(prof) -> list[dict]:
 
 def fallback_groups(prof) -> list[dict]:
     c = Counter((e.name, _where(e.source)) for e in prof.fallbacks)
-    return [{"op": op, "line": line, "count": n} for (op, line), n in c.most_common()]
+    code = {(e.name, _where(e.source)): code_text(e.source) for e in prof.fallbacks}
+    return [{"op": op, "line": line, "code": code[(op, line)], "count": n} for (op, line), n in c.most_common()]
 
 
 def memory_report(prof) -> dict:
@@ -126,79 +380,153 @@ def _thin(points: list, n: int) -> list:
 
 @dataclass
 class FlameTree:
-    """Nodes of an icicle/flame chart: parallel lists, values in seconds, parents' values >= their children's."""
+    """Nodes of an icicle/flame chart: parallel lists, values in seconds, parents' values >= their children's.
+    ``hover`` is the source text of a line node (or what a box measures)."""
 
     ids: list = field(default_factory=list)
     labels: list = field(default_factory=list)
     parents: list = field(default_factory=list)
     values: list = field(default_factory=list)
+    hover: list = field(default_factory=list)
 
     def total(self) -> float:
         return self.values[0] if self.values else 0.0
 
 
+def _frame_label(src) -> str:
+    where = _where(src)
+    if src.function in ("<module>", "") or src.filename in ("<autograd backward>", "<end of cell>"):
+        return where
+    return f"{src.function}() \u00b7 {where}"
+
+
+def _nest(events) -> list[tuple]:
+    """``(event, children)`` for the outermost events, nesting by time (a compile inside a sync, a sync inside
+    an op)."""
+    ordered = sorted(events, key=lambda e: (e.t, -e.dur))
+    roots: list[tuple] = []
+    stack: list[tuple] = []
+    for e in ordered:
+        while stack and e.t >= stack[-1][0].t + stack[-1][0].dur - 1e-9:
+            stack.pop()
+        item = (e, [])
+        (stack[-1][1] if stack else roots).append(item)
+        stack.append(item)
+    return roots
+
+
 def flame_tree(prof) -> FlameTree:
-    """User lines -> torch ops / syncs -> compiles and XLA graph executions, sized by host time."""
-    nodes: dict[str, list] = {}  # id -> [label, parent, own value]
+    """cell line -> user function -> ... -> torch op / sync -> compile and XLA graph run, sized by host time.
+
+    The Python layer comes from the user call stack captured at each op: the host time between two ops is the
+    Python that ran at the frames of the op that follows it (a "Python" box under that line)."""
+    nodes: dict[str, list] = {}  # id -> [label, parent, own value, hover]
     children: dict[str, list[str]] = defaultdict(list)
 
-    def add(node_id: str, label: str, parent: str, value: float) -> str:
+    def add(node_id: str, label: str, parent: str, value: float, hover: str = "") -> str:
         if node_id not in nodes:
-            nodes[node_id] = [label, parent, 0.0]
+            nodes[node_id] = [label, parent, 0.0, hover]
             children[parent].append(node_id)
         nodes[node_id][2] += value
         return node_id
 
     root = "cell"
-    nodes[root] = ["cell", "", 0.0]
-    top = [e for e in prof.events if e.kind in ("op", "sync", "fallback")]
-    nested = [e for e in prof.events if e.kind in ("compile", "graph")]
-    spans = []
-    for e in top:
-        line = _where(e.source)
-        line_id = add(f"line:{line}", line, root, 0.0)
-        label = e.name if e.kind == "op" else f"{e.kind}: {e.name}"
-        node = add(f"{line_id}/{e.kind}:{e.name}", label, line_id, e.dur)
-        spans.append((e.t, e.t + e.dur, node))
-    for e in nested:
-        parent = next((n for a, b, n in spans if a <= e.t <= b), None)
-        label = f"compile {e.name}" if e.kind == "compile" else f"XLA {e.name}"
-        if parent is None:
-            line = _where(e.source)
-            parent = add(f"line:{line}", line, root, 0.0)
-        add(f"{parent}/{e.kind}:{e.name}", label, parent, e.dur)
+    nodes[root] = ["cell", "", 0.0, "the whole cell"]
+    kinds = ("op", "sync", "fallback", "compile", "graph")
+    top = _nest([e for e in prof.events if e.kind in kinds])
+
+    def frames_of(e) -> str:
+        stack = e.stack or ((e.source,) if e.source is not None else ())
+        parent = root
+        for src in stack:
+            parent = add(f"{parent}|{src.filename}:{src.lineno}:{src.function}", _frame_label(src), parent, 0.0,
+                         code_text(src, 120))
+        return parent
+
+    def leaf_label(e) -> str:
+        if e.kind == "op":
+            return e.name
+        if e.kind == "compile":
+            what = "load from disk cache" if e.detail.get("disk") else "compile"
+            n = e.detail.get("n_ops")
+            return f"{what}: {n} ops" if e.detail.get("kind") == "graph" and n else f"{what}: {e.name}"
+        if e.kind == "graph":
+            return f"XLA run: {e.detail.get('n_ops', '?')} ops"
+        return f"{e.kind}: {e.name}"
+
+    def place(e, kids, parent: str) -> None:
+        node = add(f"{parent}|{e.kind}:{e.name}", leaf_label(e), parent, e.dur)
+        inner = sum(k.dur for k, _ in kids)
+        for k, grandkids in kids:
+            place(k, grandkids, node)
+        if e.kind == "sync" and kids and e.dur > inner:
+            add(f"{node}|wait", "wait for device / copy to host", node, e.dur - inner)
+
+    prev_end, last_frame = prof.t0, root
+    for e, kids in top:
+        frame = frames_of(e)
+        gap = e.t - prev_end
+        if gap > 0:
+            add(f"{frame}|python", "Python", frame, gap, "host Python at this line before the op")
+        place(e, kids, frame)
+        prev_end = max(prev_end, e.t + e.dur)
+        last_frame = frame
 
     def settle(node_id: str) -> float:
         kids = sum(settle(c) for c in children[node_id])
         nodes[node_id][2] = max(nodes[node_id][2], kids)
         return nodes[node_id][2]
 
+    trailing = prof.t0 + prof.wall_s - prev_end
+    if trailing > 0:
+        add(f"{last_frame}|python", "Python", last_frame, trailing, "host Python at this line")
     covered = settle(root)
-    wall = max(prof.wall_s, covered)
-    if wall - covered > 0:
-        add("python", "Python (not in torch ops)", root, wall - covered)
-    nodes[root][2] = wall
+    nodes[root][2] = max(prof.wall_s, covered)
     tree = FlameTree()
-    for node_id, (label, parent, value) in nodes.items():
+    for node_id, (label, parent, value, hover) in nodes.items():
         tree.ids.append(node_id)
         tree.labels.append(label)
         tree.parents.append(parent)
         tree.values.append(value)
+        tree.hover.append(hover)
     return tree
 
 
 def build_report(prof, top: int = 10) -> dict:
     """Everything the renderers show, computed once."""
     summary = prof.summary()
+    groups = compile_groups(prof)
+    syncs = sync_groups(prof)
+    fallbacks = fallback_groups(prof)
     return {
         "summary": summary,
+        "time_labels": time_labels(summary["mode"] or ""),
+        "findings": findings(prof, groups, syncs, fallbacks),
         "ops": op_table(prof, top),
         "compiles": compile_rows(prof),
+        "compile_groups": groups[:top],
+        "compile_groups_hidden": max(0, len(groups) - top),
+        "syncs": syncs[:top],
+        "syncs_hidden": max(0, len(syncs) - top),
+        "fallbacks": fallbacks[:top],
         "graph_breaks": graph_break_rows(prof),
-        "syncs": sync_groups(prof),
-        "fallbacks": fallback_groups(prof),
         "collectives": collective_groups(prof),
         "memory": memory_report(prof),
         "flame": flame_tree(prof),
         "xprof_dir": prof.xprof_dir,
+        "xprof_error": prof.xprof_error,
+        "xprof_command": xprof_command(prof.xprof_dir) if prof.xprof_dir else None,
     }
+
+
+def xprof_command(directory: str, port: int = 8791) -> str:
+    """The shell command that serves an XProf trace directory: the ``xprof`` server that the ``lab`` extra's
+    ``tensorboard-plugin-profile`` installs next to this interpreter (TensorBoard itself is not needed, and
+    ``%load_ext tensorboard`` would fail without it). The full path works without an activated venv."""
+    import shlex
+    import shutil
+    import sys
+
+    beside = os.path.join(os.path.dirname(sys.executable), "xprof")
+    exe = beside if os.path.exists(beside) else shutil.which("xprof") or "xprof"
+    return f"{shlex.quote(exe)} server --logdir {shlex.quote(directory)} --port {port}"

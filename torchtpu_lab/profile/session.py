@@ -35,6 +35,9 @@ class Profile:
     error: str | None = None
     xprof_dir: str | None = None
     platform: str = ""
+    mode: str = ""  # the eager mode the block ran in ("strict->fused" when it switched)
+    xprof_error: str | None = None  # why an --xprof trace was not recorded or written
+    flush_exception: BaseException | None = field(default=None, repr=False)  # the end-of-block sync failed
     _start_ids: set = field(default_factory=set, repr=False)
 
     def start(self, allocated: int, live) -> None:
@@ -87,26 +90,44 @@ class Profile:
         return self.of_kind("fallback")
 
     def device_seconds(self) -> float:
-        """Device time: from the XProf trace when one was recorded, else the host's wait at sync points."""
+        """Device time: device execution from the XProf trace when one was recorded, else the host's wait for
+        the device at sync points (compile time excluded)."""
         from .processors import device_seconds
 
         return device_seconds(self)
 
     def summary(self) -> dict:
-        """Plain-data headline figures: the public keys users, tests and the JupyterLab panel rely on."""
-        compiles = self.compiles
+        """Plain-data headline figures: the public keys users, tests and the JupyterLab panel rely on.
+
+        Executables are counted three ways: ``memory_hits`` (served by an executable already in this process),
+        ``disk_loads`` (loaded from the persistent cache: no XLA compile) and ``compiles`` (XLA compiled).
+        Wall time is split into ``python_s`` (host code between torch ops), ``tracing_s`` (recording ops into
+        fused graphs, or dispatching them one at a time in strict/debug mode), ``compile_s`` and ``wait_s``
+        (the host waiting for the device at sync points); they add up to ``wall_s``."""
+        from .processors import time_split
+
+        compiles = [c for c in self.compiles if not c.detail.get("disk")]
+        loads = [c for c in self.compiles if c.detail.get("disk")]
         graph_runs = self.graphs
         # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
         hits = sum(1 for g in graph_runs if g.detail.get("cache_hit")) + sum(
             1 for o in self.ops if o.detail.get("cache_hit"))
-        misses = sum(1 for c in compiles)
+        misses = len(compiles) + len(loads)
+        split = time_split(self)
         return {
             "wall_s": self.wall_s,
             "device_s": self.device_seconds(),
+            "python_s": split["python"],
+            "tracing_s": split["tracing"],
+            "compile_s": split["compiling"],
+            "wait_s": split["waiting"],
+            "mode": self.mode,
             "ops": len(self.ops),
             "graphs_executed": len(graph_runs),
             "compiles": len(compiles),
             "recompiles": sum(1 for c in compiles if c.detail.get("recompile")),
+            "disk_loads": len(loads),
+            "memory_hits": hits,
             "cache_hits": hits,
             "cache_misses": misses,
             "cache_hit_rate": hits / (hits + misses) if hits + misses else None,
@@ -119,6 +140,7 @@ class Profile:
             "limit_bytes": self.limit_bytes,
             "platform": self.platform,
             "error": self.error,
+            "xprof_error": self.xprof_error,
         }
 
     def to_dict(self) -> dict:

@@ -16,11 +16,13 @@ _STYLE = """
 .ttl-chip b{font-size:14px}
 .ttl-report table{border-collapse:collapse;margin:2px 0}
 .ttl-report td,.ttl-report th{padding:2px 8px;text-align:left;border-bottom:1px solid rgba(127,127,127,.25)}
-.ttl-report td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ttl-report td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .ttl-recompile{background:rgba(255,160,0,.18)}
 .ttl-hint{color:#b35900}
 .ttl-error{color:#c00;font-weight:bold}
 .ttl-muted{color:#777}
+.ttl-report code{font-size:12px}
+.ttl-findings{margin:2px 0 6px 0}
 </style>
 """
 
@@ -40,68 +42,120 @@ def _table(headers, rows, classes=None) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _code_cell(code: str) -> str:
+    return f"<code>{escape(code)}</code>" if code else ""
+
+
+def _table_html(headers, rows, classes=None) -> str:
+    """Like :func:`_table`, for rows whose cells are already HTML (each escaped by its producer)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if classes and classes[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>"
+                                              for v, c in row) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
 def profile_html(r: dict) -> str:
+    from .text import cache_text, finding_text, fmt_pct
+
     s = r["summary"]
-    rate = "n/a" if s["cache_hit_rate"] is None else f"{100 * s['cache_hit_rate']:.0f}%"
+    labels = r["time_labels"]
+    mode = f" &middot; {escape(s['mode'])} mode" if s.get("mode") else ""
     parts = [_STYLE, '<div class="ttl-report">',
-             f'<div class="ttl-muted">torchtpu_lab profile &middot; {escape(s["platform"])}</div>',
+             f'<div class="ttl-muted">torchtpu_lab profile &middot; {escape(s["platform"])}{mode}</div>',
              '<div class="ttl-head">',
-             _chip("wall", fmt_s(s["wall_s"])), _chip("device", fmt_s(s["device_s"])),
+             _chip("wall", fmt_s(s["wall_s"])), _chip("Python", fmt_s(s["python_s"])),
+             _chip("tracing", fmt_s(s["tracing_s"])), _chip("compiling", fmt_s(s["compile_s"])),
+             _chip("waiting", fmt_s(s["wait_s"])),
              _chip("ops", str(s["ops"])), _chip("graphs", str(s["graphs_executed"])),
-             _chip("compiles", f"{s['compiles']} ({s['recompiles']} re)"), _chip("cache hits", rate),
+             _chip("compiles", f"{s['compiles']} ({s['recompiles']} re)"), _chip("disk loads", str(s["disk_loads"])),
+             _chip("memory hits", str(s["memory_hits"])),
              _chip("syncs", str(s["syncs"])), _chip("CPU fallbacks", str(s["cpu_fallbacks"])),
              _chip("peak memory", fmt_bytes(s["peak_bytes"])), "</div>"]
     if s["error"]:
         parts.append(f'<div class="ttl-error">The cell raised {escape(s["error"])} &mdash; partial report.</div>')
+    if r["findings"]:
+        parts.append('<h4>Findings</h4><ol class="ttl-findings">')
+        parts += [f"<li>{escape(finding_text(f))}</li>" for f in r["findings"]]
+        parts.append("</ol>")
+    parts.append("<h4>Where the wall time went</h4>")
+    rows = [((escape(fmt_s(s[k])), "num"), (escape(fmt_pct(s[k] / s["wall_s"] if s["wall_s"] else None)), "num"),
+             (escape(labels[lk]), "")) for lk, k in (("python", "python_s"), ("tracing", "tracing_s"),
+                                                       ("compiling", "compile_s"), ("waiting", "wait_s"))]
+    if r["xprof_dir"] and s["device_s"] is not None:
+        rows.append(((escape(fmt_s(s["device_s"])), "num"), ("", ""),
+                     ("device execution, from the XProf trace", "")))
+    parts.append(_table_html(("time", "share", "what it measures"), rows))
     ops = r["ops"]
     if ops["by_time"]:
-        parts.append(f"<h4>Top ops by time ({ops['distinct']} distinct)</h4>")
-        parts.append(_table(("op", "calls", "total", "mean", "line"),
-                            [(o["op"], o["count"], fmt_s(o["total_s"]), fmt_s(o["mean_s"]), o["line"])
-                             for o in ops["by_time"]]))
+        parts.append(f"<h4>Top ops by time ({ops['distinct']} distinct)</h4>"
+                     f'<div class="ttl-muted">{escape(ops["measures"])}</div>')
+        parts.append(_table_html(("op", "calls", "total", "mean", "line", "code"),
+                                 [((escape(o["op"]), ""), (str(o["count"]), "num"), (escape(fmt_s(o["total_s"])), "num"),
+                                   (escape(fmt_s(o["mean_s"])), "num"), (escape(o["line"]), ""),
+                                   (_code_cell(o["code"]), "")) for o in ops["by_time"]]))
         parts.append("<h4>Top ops by count</h4>")
         parts.append(_table(("op", "calls", "line"), [(o["op"], o["count"], o["line"]) for o in ops["by_count"]]))
-    if r["compiles"]:
-        parts.append("<h4>Compilations</h4>")
-        rows = [(c["name"], c["n_ops"] or "", fmt_s(c["seconds"]), c["cause"], c["line"]) for c in r["compiles"]]
-        parts.append(_table(("graph", "ops", "compile time", "cause", "line"), rows,
-                            ["ttl-recompile" if c["recompile"] else "" for c in r["compiles"]]))
+    if r["compile_groups"]:
+        parts.append(f"<h4>Compilations</h4><div class=\"ttl-muted\">{escape(cache_text(s))}; grouped by cause, "
+                     "costliest first</div>")
+        rows, classes = [], []
+        for g in r["compile_groups"]:
+            fix = f'<div class="ttl-hint">fix: {escape(g["hint"])}</div>' if g["hint"] else ""
+            rows.append(((str(g["count"]), "num"), (escape(fmt_s(g["seconds"])), "num"),
+                         (escape(g["pattern"]) + fix, ""), (escape(g["line"]), ""), (_code_cell(g["code"]), "")))
+            classes.append("ttl-recompile" if g["recompile"] and g["kind"] != "first" else "")
+        parts.append(_table_html(("count", "time", "cause", "line", "code"), rows, classes))
+        if r["compile_groups_hidden"]:
+            parts.append(f'<div class="ttl-muted">{r["compile_groups_hidden"]} more groups (--top N shows more)</div>')
     if r.get("graph_breaks"):
         parts.append("<h4>torch.compile graph breaks</h4>")
-        parts.append(_table(("reason", "line"), [(b["reason"], b["line"]) for b in r["graph_breaks"]]))
+        parts.append(_table_html(("reason", "line"), [((escape(b["reason"]), ""), (escape(b["line"]), ""))
+                                                     for b in r["graph_breaks"]]))
     if r["syncs"]:
         parts.append("<h4>Host syncs</h4>")
-        parts.append(_table(("reason", "count", "waited", "line"),
-                            [(g["reason"], g["count"], fmt_s(g["wait_s"]), g["line"]) for g in r["syncs"]]))
+        parts.append(_table_html(("reason", "count", "waited", "line", "code"),
+                                 [((escape(g["reason"]), ""), (str(g["count"]), "num"),
+                                   (escape(fmt_s(g["wait_s"])), "num"), (escape(g["line"]), ""),
+                                   (_code_cell(g["code"]), "")) for g in r["syncs"]]))
         for g in r["syncs"]:
             if g["hint"]:
                 parts.append(f'<div class="ttl-hint">&#9888; {escape(g["hint"])}</div>')
     if r.get("collectives"):
         parts.append("<h4>Collectives</h4>")
-        parts.append(_table(("collective", "count", "ranks", "bytes", "time", "line"),
-                            [(g["kind"], g["count"], g["participants"], fmt_bytes(g["bytes"]), fmt_s(g["total_s"]),
-                              g["line"]) for g in r["collectives"]]))
+        parts.append(_table_html(("collective", "count", "ranks", "bytes", "time", "line"),
+                                 [((escape(g["kind"]), ""), (str(g["count"]), "num"),
+                                   (escape(str(g["participants"])), "num"), (escape(fmt_bytes(g["bytes"])), "num"),
+                                   (escape(fmt_s(g["total_s"])), "num"), (escape(g["line"]), ""))
+                                  for g in r["collectives"]]))
     if r["fallbacks"]:
         parts.append("<h4>CPU fallbacks</h4>")
-        parts.append(_table(("op", "count", "line"), [(f["op"], f["count"], f["line"]) for f in r["fallbacks"]]))
+        parts.append(_table_html(("op", "count", "line", "code"),
+                                 [((escape(f["op"]), ""), (str(f["count"]), "num"), (escape(f["line"]), ""),
+                                   (_code_cell(f["code"]), "")) for f in r["fallbacks"]]))
     m = r["memory"]
     parts.append("<h4>Device memory</h4>")
     parts.append(f"<div>start {escape(fmt_bytes(m['start']))} &middot; end {escape(fmt_bytes(m['end']))} &middot; "
-                 f"peak <b>{escape(fmt_bytes(m['peak']))}</b> &middot; limit {escape(fmt_bytes(m['limit']))} "
-                 f"&middot; allocated {escape(fmt_bytes(m['allocated']))} &middot; freed "
-                 f"{escape(fmt_bytes(m['freed']))}</div>")
+                 f'peak <b class="ttl-peak">{escape(fmt_bytes(m["peak"]))}</b> &middot; limit '
+                 f"{escape(fmt_bytes(m['limit']))} &middot; allocated {escape(fmt_bytes(m['allocated']))} &middot; "
+                 f"freed {escape(fmt_bytes(m['freed']))}</div>")
     if m["largest"]:
         parts.append(_table(("size", "dtype", "shape", "created at"),
                             [(fmt_bytes(t["nbytes"]), t["dtype"], str(t["shape"]), t["source"] or "n/a")
                              for t in m["largest"][:10]]))
+    if r["xprof_error"]:
+        parts.append(f'<div class="ttl-error">{escape(r["xprof_error"])}</div>')
     if r["xprof_dir"]:
         parts.append("<h4>XProf trace</h4>")
-        parts.append(f"<div>Written to <code>{escape(r['xprof_dir'])}</code>. Open it with:</div>"
-                     f"<pre>%load_ext tensorboard\n%tensorboard --logdir {escape(r['xprof_dir'])}</pre>")
+        parts.append(f"<div>Written to <code>{escape(r['xprof_dir'])}</code>. Open it in a terminal with:</div>"
+                     f"<pre>{escape(r['xprof_command'])}</pre><div>then browse http://localhost:8791</div>")
     parts.append("</div>")
     return "".join(parts)
 
 
 def status_html(status: dict) -> str:
-    rows = [(k, str(v)) for k, v in status.items()]
-    return _STYLE + '<div class="ttl-report"><h4>torchtpu_lab</h4>' + _table(("", ""), rows) + "</div>"
+    from .text import status_rows
+
+    return _STYLE + '<div class="ttl-report"><h4>torchtpu_lab</h4>' + _table(("", ""), status_rows(status)) + "</div>"

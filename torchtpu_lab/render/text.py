@@ -30,6 +30,10 @@ def metrics_text(s: dict) -> str:
     lines.append("Counters:")
     for k, v in s["counters"].items():
         lines.append(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+    ex = s.get("executables")
+    if ex:
+        lines.append(f"Executables: {ex['compiled']} compiled by XLA, {ex['disk_loads']} loaded from the disk cache, "
+                     f"{ex['memory_hits']} memory hits")
     lines.append(f"Caches: {s['op_cache_entries']} op executables, {s['graph_cache_entries']} fused graphs in memory; "
                  f"{s['persistent_cache_entries']} on disk ({s['persistent_cache_dir'] or 'persistent cache off'})")
     for name, c in s.get("caches", {}).items():
@@ -39,7 +43,8 @@ def metrics_text(s: dict) -> str:
         lines.append("Recent compiles:")
         for c in s["recent_compiles"]:
             where = f" at {c['source']}" if c["source"] else ""
-            lines.append(f"  {c['name']} ({_ms(c['seconds'])}): {c['cause']}{where}")
+            load = " [loaded from disk]" if c.get("disk") else ""
+            lines.append(f"  {c['name']} ({_ms(c['seconds'])}){load}: {c['cause']}{where}")
     if s.get("recent_graph_breaks"):
         lines.append("Recent torch.compile graph breaks:")
         for b in s["recent_graph_breaks"]:
@@ -47,28 +52,87 @@ def metrics_text(s: dict) -> str:
     return "\n".join(lines)
 
 
+def status_rows(s: dict) -> list[tuple[str, str]]:
+    """The session status as (label, formatted value) rows: bytes, percents and counts, never raw values."""
+    rate = fmt_pct(s["cache hit rate"])
+    return [
+        ("platform", f"{s['platform']}"),
+        ("devices", str(s["devices"])),
+        ("eager mode", s["eager mode"]),
+        ("memory", f"{fmt_bytes(s['memory allocated'])} allocated, peak {fmt_bytes(s['memory peak'])}"
+                   + (f", limit {fmt_bytes(s['memory limit'])}" if s["memory limit"] else " (no limit reported)")),
+        ("executables", f"{s['compiles']} compiled, {s['disk loads']} loaded from disk, {s['cache hits']} memory hits"
+                        f" (hit rate {rate})"),
+        ("syncs", str(s["syncs"])),
+        ("CPU fallbacks", str(s["CPU fallbacks"])),
+        ("pending fused ops", str(s["pending fused ops"])),
+        ("in-memory caches", f"{s['op executables']} op executables, {s['fused graphs']} fused graphs"),
+        ("compile cache", f"{s['cache dir']} ({s['cache entries on disk']} entries)"),
+    ] + ([("torch.distributed", s["distributed"])] if s.get("distributed") else [])
+
+
+def fmt_pct(fraction) -> str:
+    if fraction is None:
+        return "n/a"
+    return f"{100 * fraction:.0f}%"
+
+
+def cache_text(s: dict) -> str:
+    """Compiles, disk loads and memory hits, said separately (a disk load is not a compile)."""
+    return (f"compiles {s['compiles']} ({s['recompiles']} re) \u00b7 disk loads {s['disk_loads']} \u00b7 "
+            f"memory hits {s['memory_hits']}")
+
+
+def time_text(s: dict) -> str:
+    return (f"wall {fmt_s(s['wall_s'])} = Python {fmt_s(s['python_s'])} + tracing {fmt_s(s['tracing_s'])} + "
+            f"compiling {fmt_s(s['compile_s'])} + waiting {fmt_s(s['wait_s'])}")
+
+
 def summary_line(s: dict) -> str:
-    rate = "n/a" if s["cache_hit_rate"] is None else f"{100 * s['cache_hit_rate']:.0f}%"
-    return (f"wall {fmt_s(s['wall_s'])} | device {fmt_s(s['device_s'])} | {s['ops']} ops | "
-            f"{s['graphs_executed']} graphs | {s['compiles']} compiles ({s['recompiles']} recompiles) | "
-            f"cache hit rate {rate} | {s['syncs']} syncs | {s['cpu_fallbacks']} CPU fallbacks | "
-            f"peak {fmt_bytes(s['peak_bytes'])}")
+    return (f"{time_text(s)} | {s['ops']} ops | {s['graphs_executed']} graphs | {cache_text(s)} | "
+            f"{s['syncs']} syncs | {s['cpu_fallbacks']} CPU fallbacks | peak {fmt_bytes(s['peak_bytes'])}")
+
+
+def finding_text(f: dict) -> str:
+    text = f"{f['title']} cost {fmt_s(f['cost_s'])} ({fmt_pct(f['share'])} of the cell): {f['detail']}"
+    return text + (f". Fix: {f['fix']}" if f["fix"] else "")
+
+
+def _code(code: str) -> str:
+    return f"  `{code}`" if code else ""
 
 
 def profile_text(r: dict) -> str:
     s = r["summary"]
-    out = [f"torchtpu_lab profile ({s['platform']})", summary_line(s)]
+    mode = f" \u00b7 {s['mode']} mode" if s.get("mode") else ""
+    out = [f"torchtpu_lab profile ({s['platform']}){mode}", summary_line(s)]
     if s["error"]:
         out.append(f"the block raised {s['error']} (partial report)")
+    if r["findings"]:
+        out.append("findings:")
+        for i, f in enumerate(r["findings"], 1):
+            out.append(f"  {i}. {finding_text(f)}")
+    labels = r["time_labels"]
+    out.append("time:")
+    for key, skey in (("python", "python_s"), ("tracing", "tracing_s"), ("compiling", "compile_s"),
+                      ("waiting", "wait_s")):
+        out.append(f"  {fmt_s(s[skey]):>9}  {labels[key]}")
+    if s["device_s"] is not None and r["xprof_dir"]:
+        out.append(f"  {fmt_s(s['device_s']):>9}  device execution (from the XProf trace)")
     if r["ops"]["by_time"]:
-        out.append("top ops by time:")
+        out.append(f"top ops by time ({r['ops']['measures']}):")
         for o in r["ops"]["by_time"]:
-            out.append(f"  {o['op']:<40} x{o['count']:<5} {fmt_s(o['total_s']):>9}  {o['line']}")
-    if r["compiles"]:
-        out.append("compilations:")
-        for c in r["compiles"]:
-            mark = "RECOMPILE " if c["recompile"] else ""
-            out.append(f"  {mark}{c['name']} {fmt_s(c['seconds'])} at {c['line']}: {c['cause']}")
+            out.append(f"  {o['op']:<40} x{o['count']:<5} {fmt_s(o['total_s']):>9}  {o['line']}{_code(o['code'])}")
+    if r["compile_groups"]:
+        out.append("compilations (grouped by cause, costliest first):")
+        for g in r["compile_groups"]:
+            mark = "RECOMPILE " if g["recompile"] and g["kind"] != "first" else ""
+            where = f" at {g['line']}" if g["line"] else ""
+            out.append(f"  {mark}{g['count']} x {fmt_s(g['seconds'])}: {g['pattern']}{where}{_code(g['code'])}")
+            if g["hint"]:
+                out.append(f"    fix: {g['hint']}")
+        if r["compile_groups_hidden"]:
+            out.append(f"  ... {r['compile_groups_hidden']} more groups (--top N shows more)")
     if r.get("graph_breaks"):
         out.append("torch.compile graph breaks:")
         for b in r["graph_breaks"]:
@@ -76,9 +140,11 @@ def profile_text(r: dict) -> str:
     if r["syncs"]:
         out.append("syncs:")
         for g in r["syncs"]:
-            out.append(f"  {g['count']} x {g['reason']} at {g['line']} (waited {fmt_s(g['wait_s'])})")
+            out.append(f"  {g['count']} x {g['reason']} at {g['line']} (waited {fmt_s(g['wait_s'])}){_code(g['code'])}")
             if g["hint"]:
                 out.append(f"    hint: {g['hint']}")
+        if r["syncs_hidden"]:
+            out.append(f"  ... {r['syncs_hidden']} more")
     if r.get("collectives"):
         out.append("collectives:")
         for g in r["collectives"]:
@@ -87,13 +153,16 @@ def profile_text(r: dict) -> str:
     if r["fallbacks"]:
         out.append("CPU fallbacks:")
         for f in r["fallbacks"]:
-            out.append(f"  {f['count']} x {f['op']} at {f['line']}")
+            out.append(f"  {f['count']} x {f['op']} at {f['line']}{_code(f['code'])}")
     m = r["memory"]
     out.append(f"device memory: start {fmt_bytes(m['start'])}, end {fmt_bytes(m['end'])}, peak {fmt_bytes(m['peak'])}, "
                f"limit {fmt_bytes(m['limit'])}; allocated {fmt_bytes(m['allocated'])}, freed {fmt_bytes(m['freed'])}")
     for t in m["largest"][:5]:
         out.append(f"  {fmt_bytes(t['nbytes']):>10} {t['dtype']}{t['shape']} created at {t['source'] or 'n/a'}")
+    if r["xprof_error"]:
+        out.append(r["xprof_error"])
     if r["xprof_dir"]:
         out.append(f"XProf trace: {r['xprof_dir']}")
-        out.append(f"  open it with:  tensorboard --logdir {r['xprof_dir']}   (then the Profile tab)")
+        out.append(f"  open it with (in a terminal):  {r['xprof_command']}")
+        out.append("  then browse http://localhost:8791 (the trace viewer, op profile and memory tabs)")
     return "\n".join(out)

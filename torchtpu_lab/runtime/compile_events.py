@@ -116,7 +116,12 @@ def _similarity(old: GraphSignature, key: GraphSignature) -> tuple:
     return (old_ops == new_ops, lcp, exact)
 
 
+#: the user line of the op a graph cause names (attached to the next compile event as ``detail["site"]``)
+_site: list = [None]
+
+
 def graph_cause(key: GraphSignature, nodes) -> str:
+    _site[0] = None
     if not _graph_history:
         return "first time this graph was seen"
     best, best_score = None, None
@@ -129,6 +134,7 @@ def graph_cause(key: GraphSignature, nodes) -> str:
     if i < len(old_nodes) and i < len(new_nodes):
         old_sig, new_sig = old_nodes[i].op, new_nodes[i].op
         line = f" (recorded at {telemetry.describe(nodes[i].source)})" if nodes[i].source else ""
+        _site[0] = nodes[i].source
         if old_sig.op != new_sig.op:
             return f"op sequence differs at op {i}: {op_label(old_sig.op)} vs {op_label(new_sig.op)}{line}"
         if old_sig == new_sig:
@@ -147,8 +153,34 @@ def graph_cause(key: GraphSignature, nodes) -> str:
     return "graph inputs changed shape or dtype"
 
 
-def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "") -> None:
-    """Remember a compiled signature and emit the compile event."""
+def disk_loads() -> float:
+    """The persistent cache's hit counter: compare it before and after a compile call to tell an executable
+    loaded from disk from one XLA compiled (JAX reports both as a compile request)."""
+    return telemetry.counters.get("persistent_cache_hits", 0)
+
+
+def _unrolled(node_sigs) -> tuple[int, int]:
+    """``(repetitions, period)`` when a graph is (at least 80%) one block of ops repeated 3 or more times from its
+    start: the steps of a loop that nothing synced between, unrolled into one graph whose size (and compile time)
+    grows with the number of steps. ``(0, 0)`` otherwise. A loop over layers inside one step is not flagged: the
+    rest of the step (loss, backward, optimizer) breaks the period."""
+    ops = [n.op for n in node_sigs]
+    n = len(ops)
+    for p in range(1, n // 3 + 1):
+        if ops[p] != ops[0]:
+            continue
+        run = 0
+        while run + p < n and ops[run] == ops[run + p]:
+            run += 1
+        reps = (run + p) // p
+        if reps >= 3 and reps * p >= 0.8 * n:
+            return reps, p
+    return 0, 0
+
+
+def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "", disk: bool = False) -> None:
+    """Remember a compiled signature and emit the compile event (``disk``: loaded from the persistent cache,
+    counted as a load, not a compile)."""
     if kind == "graph":
         _graph_history.append(key)
         name = f"graph[{len(key.nodes)} ops]"
@@ -161,6 +193,18 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
         history.append(key)
         name = op_label(key.op)
         n_ops = 1
-    telemetry.count("compiles")
-    telemetry.count("compile_seconds", seconds)
-    telemetry.record_compile(kind, name, cause, seconds, n_ops, reason)
+    if disk:
+        telemetry.count("disk_loads")
+        telemetry.count("disk_load_seconds", seconds)
+    else:
+        telemetry.count("compiles")
+        telemetry.count("compile_seconds", seconds)
+    event = telemetry.record_compile(kind, name, cause, seconds, n_ops, reason, disk=disk)
+    if kind == "graph" and _site[0] is not None:
+        event.detail["site"] = _site[0]
+        _site[0] = None
+    if kind == "graph" and nodes:
+        times, period = _unrolled(key.nodes)
+        if times >= 3:
+            event.detail["unrolled"] = times
+            event.detail["unrolled_site"] = nodes[0].source

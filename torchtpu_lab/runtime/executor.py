@@ -275,6 +275,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
         _OPS.put(key, compiled)
     has_tensors = enc.device_index is not None
+    disk0 = None if compiled.ran_eagerly else compile_events.disk_loads()  # a first run may load from disk
     t_launch = time.perf_counter()
     out = launch(compiled, key, enc.dyn, device_index, has_tensors)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
@@ -287,7 +288,8 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         else:
             compiled.ran_eagerly = True
             compile_events.note_compile("op", key, None, compile_events.op_cause(key),
-                                        time.perf_counter() - (t0 if fresh else t_launch))
+                                        time.perf_counter() - (t0 if fresh else t_launch),
+                                        disk=compile_events.disk_loads() > disk0)
     if telemetry.recording():
         t0 = t_launch if not fresh else t0
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=hit)

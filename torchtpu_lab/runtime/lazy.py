@@ -67,6 +67,7 @@ class Node:
 class GraphExecutable(NamedTuple):
     fn: Any  # the compiled XLA executable (called with the graph's leaf values)
     n_nodes: int
+    memory: dict  # XLA's memory_analysis() of it: bytes of arguments, outputs, temporaries, aliased outputs
 
 
 class PendingWork:
@@ -235,16 +236,19 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
 
         cause = compile_events.graph_cause(key, nodes)
         jitted = jax.jit(_graph_fn(nodes, key), donate_argnums=key.donate)
+        disk0 = compile_events.disk_loads()
         try:
             executable = jitted.lower(*leaves).compile()
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             _fail(nodes, targets, storages, index, e)
-        compiled = GraphExecutable(executable, len(nodes))
+        compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable))
         _GRAPHS.put(key, compiled)
-        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason)
+        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason,
+                                    disk=compile_events.disk_loads() > disk0)
         t0 = time.perf_counter()
     else:
         telemetry.count("graph_cache_hits")
+    memory.executing(compiled.memory, storages[0].device_index, f"graph[{len(nodes)} ops]")
     try:
         results = compiled.fn(*leaves)
     except Exception as e:  # noqa: BLE001
@@ -255,6 +259,7 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
         v.value = r
     for s in storages:
         s.array = s._array.value
+    memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
 
