@@ -156,13 +156,15 @@ def _log(log: deque, event: Event) -> Event:
     return event
 
 
-def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "") -> Event:
+def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "",
+                   disk: bool = False) -> Event:
     """A compilation happened (always logged): what, why, how long, and the user line that triggered it.
-    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting)."""
+    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting); ``disk``
+    marks an executable loaded from the persistent cache instead of compiled."""
     now = time.perf_counter()
     return _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
                                    {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
-                                    "recompile": not cause.startswith("first time")}))
+                                    "recompile": not cause.startswith("first time"), "disk": disk}))
 
 
 class SyncReason(enum.Enum):

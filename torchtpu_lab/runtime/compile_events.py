@@ -147,8 +147,8 @@ def graph_cause(key: GraphSignature, nodes) -> str:
     return "graph inputs changed shape or dtype"
 
 
-def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "") -> None:
-    """Remember a compiled signature and emit the compile event."""
+def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "", disk: bool = False) -> None:
+    """Remember a compiled signature and emit the compile event (``disk``: loaded from the persistent cache)."""
     if kind == "graph":
         _graph_history.append(key)
         name = f"graph[{len(key.nodes)} ops]"
@@ -163,4 +163,4 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
         n_ops = 1
     telemetry.count("compiles")
     telemetry.count("compile_seconds", seconds)
-    telemetry.record_compile(kind, name, cause, seconds, n_ops, reason)
+    telemetry.record_compile(kind, name, cause, seconds, n_ops, reason, disk=disk)

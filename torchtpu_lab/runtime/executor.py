@@ -23,7 +23,7 @@ from .. import caches, dtypes, platform, telemetry
 from ..telemetry import SyncReason
 from ..device import context, rng, tensor, views
 from ..ops.registry import Lowering, op_name
-from . import compile_events, lazy, modes
+from . import compile_cache, compile_events, lazy, modes
 from .signatures import OpSignature, Slot, Static
 
 _precision = torch.get_float32_matmul_precision  # part of every op signature: lowerings read it when traced
@@ -144,7 +144,11 @@ def _cast(op, out, meta):
         want = dtypes.to_jax(meta.dtype)
         return out if out.dtype == want else out.astype(want)
     if isinstance(meta, (list, tuple)):
-        return type(out)(_cast(op, o, m) for o, m in zip(out, meta))
+        if not isinstance(out, (list, tuple)) or len(out) != len(meta):
+            raise RuntimeError(f"torchtpu_lab bug: the lowering of {op} returned {type(out).__name__} "
+                               f"where PyTorch expects {len(meta)} outputs")
+        # PyTorch's container type, so output avals can be read off the metadata without tracing
+        return type(meta)(_cast(op, o, m) for o, m in zip(out, meta))
     return out
 
 
@@ -166,7 +170,8 @@ class OpExecutable:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
-    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly")
+    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable", "exec_device",
+                 "from_disk")
 
     def __init__(self, run, jit: bool, meta, name: str):
         self.run = run
@@ -176,6 +181,9 @@ class OpExecutable:
         self.avals = None  # flattened output ShapeDtypeStructs, computed on first use in fused mode
         self.treedef = None
         self.name = name
+        self.executable = None  # the compiled (or disk-loaded) executable strict mode calls directly
+        self.exec_device = None  # the device index it was compiled for
+        self.from_disk = False
 
 
 def _aval(v):
@@ -202,20 +210,63 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
     mode = modes.current()
     if _records(compiled, has_tensor_inputs):
         if compiled.avals is None:
-            out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+            out = _meta_avals(compiled.meta)
+            if out is _NO_AVALS:
+                out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if lazy.track_sources else None
         return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source)
-    dyn = _concrete(dyn, compiled.name)
-    fn = compiled.jitted or compiled.run
-    if has_tensor_inputs:
-        out = fn(*dyn)
-    else:
-        with jax.default_device(platform.jax_device(device_index)):
-            out = fn(*dyn)
+    out = _run(compiled, key, _concrete(dyn, compiled.name), device_index, has_tensor_inputs)
     if mode == "debug":
         _debug_check(compiled.name, out)
     return out
+
+
+def _run(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
+    """Run one compiled signature now on concrete inputs."""
+    exe = compiled.executable
+    if exe is not None and compiled.exec_device == device_index:
+        try:
+            return exe(*dyn)  # the hot path: the executable itself, not jax.jit's dispatch
+        except TypeError:  # inputs differ in a weak type or dtype from those it was compiled for: let jit decide
+            return compiled.jitted(*dyn)
+    if compiled.jitted is not None:
+        return _first_run(compiled, key, dyn, device_index, has_tensor_inputs)
+    if has_tensor_inputs:
+        return compiled.run(*dyn)
+    with jax.default_device(platform.jax_device(device_index)):
+        return compiled.run(*dyn)
+
+
+def _first_run(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
+    """Compile (or load from the persistent cache) the executable of ``compiled`` for ``device_index`` and run it.
+    On another device than the one it holds, jit's own dispatch serves (multi-device use is rare)."""
+    if compiled.executable is not None:
+        return compiled.jitted(*dyn)
+    device = platform.jax_device(device_index)
+    if has_tensor_inputs:
+        exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device)
+        out = exe(*dyn)
+    else:
+        with jax.default_device(device):
+            exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device)
+            out = exe(*dyn)
+    compiled.executable, compiled.exec_device, compiled.from_disk = exe, device_index, disk
+    return out
+
+
+_NO_AVALS = object()
+
+
+def _meta_avals(meta):
+    """The abstract outputs of an op read off PyTorch's metadata (exact: ``_cast`` makes every lowering's output
+    match it), so recording a new signature in fused mode needs no trace; ``_NO_AVALS`` where it cannot say."""
+    if isinstance(meta, torch.Tensor):
+        return jax.ShapeDtypeStruct(tuple(meta.shape), dtypes.to_jax(meta.dtype))
+    if isinstance(meta, (list, tuple)):
+        parts = [_meta_avals(m) for m in meta]
+        return _NO_AVALS if any(p is _NO_AVALS for p in parts) else type(meta)(parts)
+    return _NO_AVALS
 
 
 def _debug_check(name: str, out) -> None:
@@ -287,7 +338,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         else:
             compiled.ran_eagerly = True
             compile_events.note_compile("op", key, None, compile_events.op_cause(key),
-                                        time.perf_counter() - (t0 if fresh else t_launch))
+                                        time.perf_counter() - (t0 if fresh else t_launch), disk=compiled.from_disk)
     if telemetry.recording():
         t0 = t_launch if not fresh else t0
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=hit)
@@ -381,7 +432,9 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
         lazy.sync(reason, record=record)
     if t._tpu_view is None:
         return storage.array
-    return _read_program(storage.shape, t._tpu_view).jitted(storage.array)
+    program = _read_program(storage.shape, t._tpu_view)
+    key = OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ())
+    return _run(program, key, [storage.array], storage.device_index, True)
 
 
 @caches.memoize("view_reads", 2048)

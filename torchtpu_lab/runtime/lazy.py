@@ -187,6 +187,14 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
     return key, leaves
 
 
+def _leaf_device(leaves: list):
+    """The device a graph runs on (its array inputs'), or ``None`` when it has none (then not cached on disk)."""
+    for v in leaves:
+        if isinstance(v, jax.Array):
+            return next(iter(v.devices()))
+    return None
+
+
 def _graph_fn(nodes: list[Node], key: GraphSignature):
     fns = [n.fn for n in nodes]
     wiring = [refs for _, refs in key.nodes]
@@ -233,15 +241,17 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
     if compiled is None:
         from . import compile_events
 
+        from . import compile_cache
+
         cause = compile_events.graph_cause(key, nodes)
-        jitted = jax.jit(_graph_fn(nodes, key), donate_argnums=key.donate)
         try:
-            executable = jitted.lower(*leaves).compile()
+            executable, from_disk = compile_cache.executable(_graph_fn(nodes, key), leaves, "graph", key,
+                                                             _leaf_device(leaves), key.donate)
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             _fail(nodes, targets, storages, index, e)
         compiled = GraphExecutable(executable, len(nodes))
         _GRAPHS.put(key, compiled)
-        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason)
+        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk)
         t0 = time.perf_counter()
     else:
         telemetry.count("graph_cache_hits")
