@@ -179,13 +179,15 @@ def measure(name: str, iters: int, reps: int) -> dict[str, float]:
 
 
 def main(argv=None) -> None:
-    from common import table
+    from common import add_clock_option, set_clock, table
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--models", default="mlp,transformer")
+    add_clock_option(p)
     args = p.parse_args(argv)
+    set_clock(args.clock)
     print(f"platform: {torch.tpu.platform_name()}; medians of {args.reps} x {args.iters} steps")
     for name in args.models.split(","):
         r = measure(name, args.iters, args.reps)

@@ -51,10 +51,11 @@ class Poisoned(FailedValue):
 
 
 class Node:
-    __slots__ = ("key", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "__weakref__")
+    __slots__ = ("key", "uid", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "__weakref__")
 
-    def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source, seq: int):
+    def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source, seq: int, uid=None):
         self.key = key
+        self.uid = key if uid is None else uid  # a small int standing for ``key`` in the in-memory graph key
         self.fn = fn
         self.inputs = inputs
         self.treedef = treedef
@@ -94,12 +95,13 @@ def is_lazy(value) -> bool:
     return isinstance(value, LazyValue)
 
 
-def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None):
+def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None, uid=None):
     """Record ``fn(*inputs)`` (traceable; ``out_leaves``/``treedef``: its flattened output ShapeDtypeStructs) and
-    return the pytree of :class:`LazyValue` placeholders for its outputs."""
+    return the pytree of :class:`LazyValue` placeholders for its outputs. ``uid``: an int that identifies
+    ``key`` in this process (cheap to hash; the full signature is only built when a graph is compiled)."""
     pending = PENDING
     pending.seq += 1
-    node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq)
+    node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq, uid)
     outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(out_leaves)]
     pending.recorded += 1
     return outs[0] if treedef.num_leaves == 1 and treedef.num_nodes == 1 else jax.tree_util.tree_unflatten(
@@ -150,6 +152,9 @@ def _leaf_sig(v) -> tuple:
 
 
 def _build_key(nodes: list[Node], targets: list[LazyValue]):
+    """The graph's in-memory key — flat tuples of ints, shapes and dtypes, cheap to hash (each node stands as its
+    op's ``uid``) — and its leaf inputs. :func:`_signature` expands it into the full :class:`GraphSignature`
+    (with every op signature) on a cache miss only."""
     position = {id(n): i for i, n in enumerate(nodes)}
     leaves: list = []
     leaf_pos: dict[int, int] = {}
@@ -170,7 +175,7 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
                     leaf_pos[k] = len(leaves)
                 refs.append((-1, len(leaves)))
                 leaves.append(v)
-        node_keys.append(NodeSignature(n.key, tuple(refs)))
+        node_keys.append((n.uid, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
     # A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
     # temporary) is donated, so a training step does not keep two copies of the model.
@@ -183,8 +188,20 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
             reusable[sig] -= 1
             donate.append(i)
     donate = tuple(donate)
-    key = GraphSignature(tuple(node_keys), tuple(_leaf_sig(v) for v in leaves), target_refs, donate)
+    key = GraphSignature(tuple(node_keys), tuple(_fast_leaf_sig(v) for v in leaves), target_refs, donate)
     return key, leaves
+
+
+def _fast_leaf_sig(v) -> tuple:
+    if isinstance(v, jax.Array):
+        return (v.shape, v.dtype)
+    return type(v)
+
+
+def _signature(nodes: list[Node], fast: GraphSignature, leaves: list) -> GraphSignature:
+    """The full signature of a graph from its in-memory key (every node's op signature spelled out)."""
+    return GraphSignature(tuple(NodeSignature(n.key, refs) for n, (_, refs) in zip(nodes, fast.nodes)),
+                          tuple(_leaf_sig(v) for v in leaves), fast.targets, fast.donate)
 
 
 def _leaf_device(leaves: list):
@@ -239,10 +256,9 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
     hit = compiled is not None
     t0 = time.perf_counter()
     if compiled is None:
-        from . import compile_events
+        from . import compile_cache, compile_events
 
-        from . import compile_cache
-
+        fast, key = key, _signature(nodes, key, leaves)
         cause = compile_events.graph_cause(key, nodes)
         try:
             executable, from_disk = compile_cache.executable(_graph_fn(nodes, key), leaves, "graph", key,
@@ -250,7 +266,7 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             _fail(nodes, targets, storages, index, e)
         compiled = GraphExecutable(executable, len(nodes))
-        _GRAPHS.put(key, compiled)
+        _GRAPHS.put(fast, compiled)
         compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk)
         t0 = time.perf_counter()
     else:
