@@ -13,6 +13,7 @@ Every compilation of a new signature is a telemetry event with its cause (:mod:`
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import jax
@@ -70,7 +71,7 @@ class _Encoder:
         self.host_tensors = host_tensors  # CPU tensors of any shape are accepted (index tensors, as on CUDA)
 
     def encode(self, v, scalar: bool = False):
-        if isinstance(v, torch.Tensor) and not isinstance(v, tensor.TpuTensor) and v.device.type == "tpu":
+        if not isinstance(v, tensor.TpuTensor) and isinstance(v, torch.Tensor) and v.device.type == "tpu":
             v = tensor.adopt(v)
         if isinstance(v, tensor.TpuTensor):
             storage = v._tpu_storage
@@ -166,12 +167,15 @@ def _wrap(out, meta, device_index: int):
     return t
 
 
+_UIDS = itertools.count()
+
+
 class OpExecutable:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
     __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable", "exec_device",
-                 "from_disk")
+                 "from_disk", "uid", "signature")
 
     def __init__(self, run, jit: bool, meta, name: str):
         self.run = run
@@ -184,6 +188,8 @@ class OpExecutable:
         self.executable = None  # the compiled (or disk-loaded) executable strict mode calls directly
         self.exec_device = None  # the device index it was compiled for
         self.from_disk = False
+        self.uid = next(_UIDS)  # stands for the signature in fused graph keys (an int hashes in no time)
+        self.signature = None  # the OpSignature (set by execute on a miss)
 
 
 def _aval(v):
@@ -205,19 +211,23 @@ def _records(compiled: OpExecutable, has_tensor_inputs: bool) -> bool:
     return modes.current() == "fused" and compiled.jitted is not None and has_tensor_inputs
 
 
-def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
-    """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs."""
-    mode = modes.current()
-    if _records(compiled, has_tensor_inputs):
+def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool,
+           records: bool | None = None):
+    """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs (``records``: the
+    caller's :func:`_records` answer, when it has one)."""
+    if records is None:
+        records = _records(compiled, has_tensor_inputs)
+    if records:
         if compiled.avals is None:
             out = _meta_avals(compiled.meta)
             if out is _NO_AVALS:
                 out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if lazy.track_sources else None
-        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source)
+        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
+                           compiled.uid)
     out = _run(compiled, key, _concrete(dyn, compiled.name), device_index, has_tensor_inputs)
-    if mode == "debug":
+    if modes.current() == "debug":
         _debug_check(compiled.name, out)
     return out
 
@@ -305,33 +315,51 @@ def _device_from_args(args, kwargs) -> int:
     return context.current_index()
 
 
+_PLANS = caches.cache("op_plans", 8192)
+
+
+def _op_plan(op) -> tuple:
+    """``(scalar positions, scalar names, accepts host index tensors)`` of ``op``, looked up by the op's
+    identity (an int hashes in no time; an OpOverload's hash is a Python call)."""
+    plan = _PLANS.get(id(op))
+    if plan is None:
+        plan = (*_scalar_args(op), op in HOST_INDEX_OPS)
+        _PLANS.put(id(op), plan)
+    return plan
+
+
 def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
-    enc = _Encoder(low.static_scalars, op in HOST_INDEX_OPS)
-    positions, names = _scalar_args(op)
-    targs = tuple(enc.encode(a, i in positions) for i, a in enumerate(args))
-    tkwargs = tuple((k, enc.encode(v, k in names)) for k, v in kwargs.items())
+    positions, names, host = _op_plan(op)
+    enc = _Encoder(low.static_scalars, host)
+    encode = enc.encode
+    targs = tuple([encode(a, i in positions) for i, a in enumerate(args)])
+    tkwargs = tuple([(k, encode(v, k in names)) for k, v in kwargs.items()]) if kwargs else ()
     device_index = enc.device_index
     if device_index is None:
         device_index = _device_from_args(args, kwargs)
     if low.rng:
         enc.dyn.extend(rng.next_seed_and_counter(device_index))
-    key = OpSignature(op, targs, tkwargs, _precision())
-    compiled = _OPS.get(key)
+    precision = _precision()
+    # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one is a
+    # Python call); the OpSignature is built once, on a miss
+    compiled = _OPS.get((id(op), targs, tkwargs, precision))
     fresh = compiled is None
     if fresh:
         t0 = time.perf_counter()
         OPS_SEEN.add(op)
         compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
-        _OPS.put(key, compiled)
+        compiled.signature = OpSignature(op, targs, tkwargs, precision)
+        _OPS.put((id(op), targs, tkwargs, precision), compiled)
+    key = compiled.signature
     has_tensors = enc.device_index is not None
     t_launch = time.perf_counter()
-    out = launch(compiled, key, enc.dyn, device_index, has_tensors)
+    records = _records(compiled, has_tensors)
+    out = launch(compiled, key, enc.dyn, device_index, has_tensors, records)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
-    ran = compiled.jitted is not None and not _records(compiled, has_tensors)
     hit = None
-    if ran:
+    if not records and compiled.jitted is not None:
         hit = compiled.ran_eagerly
         if hit:
             telemetry.counters["op_cache_hits"] += 1
