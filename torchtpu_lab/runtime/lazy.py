@@ -212,6 +212,16 @@ def _leaf_device(leaves: list):
     return None
 
 
+def _check_avals(node: Node, outs: list) -> None:
+    """At trace time only: a node's outputs are what it was recorded as (its avals come from PyTorch's metadata,
+    not from a trace), so a lowering that disagrees is a clear error, never a silently mis-wired graph."""
+    if len(outs) != len(node.avals) or any(
+            tuple(o.shape) != tuple(a.shape) or o.dtype != a.dtype for o, a in zip(outs, node.avals)):
+        raise RuntimeError(f"torchtpu_lab bug: {node.name} traced to "
+                           f"{[(tuple(o.shape), str(o.dtype)) for o in outs]} but was recorded as "
+                           f"{[(tuple(a.shape), str(a.dtype)) for a in node.avals]}")
+
+
 def _graph_fn(nodes: list[Node], key: GraphSignature):
     fns = [n.fn for n in nodes]
     wiring = [refs for _, refs in key.nodes]
@@ -219,9 +229,11 @@ def _graph_fn(nodes: list[Node], key: GraphSignature):
 
     def run(*leaf_values):
         outputs: list[list] = []
-        for fn, refs, treedef in zip(fns, wiring, treedefs):
+        for fn, refs, treedef, recorded in zip(fns, wiring, treedefs, nodes):
             args = [leaf_values[i] if node == -1 else outputs[node][i] for node, i in refs]
-            outputs.append(jax.tree_util.tree_leaves(fn(*args)) if treedef.num_leaves else [])
+            outs = jax.tree_util.tree_leaves(fn(*args)) if treedef.num_leaves else []
+            _check_avals(recorded, outs)
+            outputs.append(outs)
         return [outputs[n][i] for n, i in key.targets]
 
     return run
