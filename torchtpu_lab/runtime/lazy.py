@@ -180,10 +180,10 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
     # A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
     # temporary) is donated, so a training step does not keep two copies of the model.
     # Only buffers an output can reuse (same shape and dtype) are worth donating; XLA warns about the rest.
-    reusable = Counter((tuple(t.shape), str(t.dtype)) for t in targets)
+    reusable = Counter((tuple(t.shape), t.dtype) for t in targets)  # numpy dtypes: str() of one is slow
     donate = []
     for i, v in enumerate(leaves):
-        sig = (tuple(v.shape), str(v.dtype)) if isinstance(v, jax.Array) else None
+        sig = (tuple(v.shape), v.dtype) if isinstance(v, jax.Array) else None
         if sig is not None and reusable[sig] > 0 and not memory.is_held(v):
             reusable[sig] -= 1
             donate.append(i)
