@@ -219,7 +219,9 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
         records = _records(compiled, has_tensor_inputs)
     if records:
         if compiled.avals is None:
-            out = _meta_avals(compiled.meta)
+            # zero-size inputs: trace, so a lowering's own error for them (an empty reduction) is raised here,
+            # at the op, as in strict mode (PyTorch's meta kernels do not always check)
+            out = _NO_AVALS if _has_empty_slot(key) else _meta_avals(compiled.meta)
             if out is _NO_AVALS:
                 out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
@@ -266,6 +268,17 @@ def _first_run(compiled: OpExecutable, key, dyn: list, device_index: int, has_te
 
 
 _NO_AVALS = object()
+
+
+def _has_empty_slot(key) -> bool:
+    """Whether an op signature has a tensor input with no elements."""
+    def empty(t) -> bool:
+        if isinstance(t, Slot):
+            return t.kind != "S" and 0 in t.shape
+        return isinstance(t, tuple) and not isinstance(t, Static) and any(empty(x) for x in t)
+
+    return isinstance(key, OpSignature) and (any(empty(a) for a in key.args)
+                                             or any(empty(v) for _, v in key.kwargs))
 
 
 def _meta_avals(meta):
@@ -411,7 +424,9 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
         v = views.read(src_base, src_base_shape, src_view).astype(jdt)
         return views.write(dst_base, dst_base_shape, dst_view, v)
 
-    return OpExecutable(whole if overwrite_all else partial, True, None, "aten::copy_")
+    # its output's metadata, so fused mode records it without tracing (checked when the graph is traced)
+    meta = torch.empty(dst_size if overwrite_all else dst_base_shape, dtype=dst_dtype, device="meta")
+    return OpExecutable(whole if overwrite_all else partial, True, meta, "aten::copy_")
 
 
 def assign(dst: tensor.TpuTensor, src) -> None:
@@ -460,21 +475,22 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
         lazy.sync(reason, record=record)
     if t._tpu_view is None:
         return storage.array
-    program = _read_program(storage.shape, t._tpu_view)
+    program = _read_program(storage.shape, t._tpu_view, storage.dtype)
     key = OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ())
     return _run(program, key, [storage.array], storage.device_index, True)
 
 
 @caches.memoize("view_reads", 2048)
-def _read_program(base_shape, view):
-    return OpExecutable(lambda base: views.read(base, base_shape, view), True, None, "materialize view")
+def _read_program(base_shape, view, dtype):
+    meta = torch.empty(base_shape if view is None else view.size, dtype=dtype, device="meta")
+    return OpExecutable(lambda base: views.read(base, base_shape, view), True, meta, "materialize view")
 
 
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
     t = tensor.adopt(t)
     storage = t._tpu_storage
-    program = _read_program(storage.shape, t._tpu_view)
+    program = _read_program(storage.shape, t._tpu_view, storage.dtype)
     out = launch(program, OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ()), [storage.array],
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
