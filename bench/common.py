@@ -10,20 +10,42 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
+#: ``wall`` (default) times with ``time.perf_counter``; ``cpu`` with ``time.process_time`` (CPU seconds of every
+#: thread of this process: robust on a machine shared with other jobs, where wall time measures the neighbours).
+#: Set with ``$BENCH_CLOCK`` or each script's ``--clock``.
+CLOCK = os.environ.get("BENCH_CLOCK", "wall")
+
+
+def clock():
+    return time.process_time if CLOCK == "cpu" else time.perf_counter
+
+
 def median_time(fn, finish, iters: int, reps: int, warmup: int = 3) -> float:
     """Median over ``reps`` of the mean seconds per call of ``fn`` in a loop of ``iters`` calls (``finish``
     waits for the last result)."""
+    now = clock()
     for _ in range(warmup):
         finish(fn())
     samples = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = now()
         out = None
         for _ in range(iters):
             out = fn()
         finish(out)
-        samples.append((time.perf_counter() - t0) / iters)
+        samples.append((now() - t0) / iters)
     return statistics.median(samples)
+
+
+def add_clock_option(parser) -> None:
+    """``--clock wall|cpu`` (see :data:`CLOCK`)."""
+    parser.add_argument("--clock", choices=("wall", "cpu"), default=CLOCK,
+                        help="wall: elapsed time; cpu: this process's CPU time (for a busy, shared machine)")
+
+
+def set_clock(name: str) -> None:
+    global CLOCK
+    CLOCK = name
 
 
 def table(title: str, rows: list[tuple], headers: tuple) -> str:

@@ -156,7 +156,10 @@ def jax_step_fn(name, model, x, y):
     return run
 
 
-def measure(name: str, iters: int, reps: int) -> dict[str, float]:
+PATHS = ("jax", "fused", "strict", "tpu-compile", "cpu", "compile")
+
+
+def measure(name: str, iters: int, reps: int, paths=PATHS) -> dict[str, float]:
     from common import median_time
 
     torch.manual_seed(0)
@@ -169,25 +172,31 @@ def measure(name: str, iters: int, reps: int) -> dict[str, float]:
     import copy
 
     tpu_model = copy.deepcopy(base).to("tpu")
-    with torchtpu_lab.eager_mode("fused"):
-        step = torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"), torchtpu_lab.sync)
-        results["torchtpu_lab fused"] = median_time(step, lambda o: torch.tpu.synchronize(), iters, reps)
-    with torchtpu_lab.eager_mode("strict"):
-        step = torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"), lambda: None)
-        results["torchtpu_lab strict"] = median_time(step, lambda o: torch.tpu.synchronize(), max(2, iters // 2), reps)
-    with torchtpu_lab.eager_mode("strict"):
-        torch._dynamo.reset()
-        compiled_model = copy.deepcopy(base).to("tpu")
-        step = torch.compile(torch_step_fn(name, compiled_model, x.to("tpu"), y.to("tpu"), lambda: None),
-                             backend="tpu", dynamic=False)
-        results["torch.compile tpu backend"] = median_time(step, lambda o: torch.tpu.synchronize(), iters, reps,
-                                                           warmup=3)
-    cpu_model = copy.deepcopy(base)
-    results["torch CPU eager"] = median_time(torch_step_fn(name, cpu_model, x, y, lambda: None), lambda o: None,
-                                             iters, reps)
-    compiled = torch.compile(copy.deepcopy(base))
-    results["torch.compile CPU"] = median_time(torch_step_fn(name, compiled, x, y, lambda: None), lambda o: None,
-                                               iters, reps, warmup=3)
+    if "fused" in paths:
+        with torchtpu_lab.eager_mode("fused"):
+            step = torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"), torchtpu_lab.sync)
+            results["torchtpu_lab fused"] = median_time(step, lambda o: torch.tpu.synchronize(), iters, reps)
+    if "strict" in paths:
+        with torchtpu_lab.eager_mode("strict"):
+            step = torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"), lambda: None)
+            results["torchtpu_lab strict"] = median_time(step, lambda o: torch.tpu.synchronize(), max(2, iters // 2),
+                                                         reps)
+    if "tpu-compile" in paths:
+        with torchtpu_lab.eager_mode("strict"):
+            torch._dynamo.reset()
+            compiled_model = copy.deepcopy(base).to("tpu")
+            step = torch.compile(torch_step_fn(name, compiled_model, x.to("tpu"), y.to("tpu"), lambda: None),
+                                 backend="tpu", dynamic=False)
+            results["torch.compile tpu backend"] = median_time(step, lambda o: torch.tpu.synchronize(), iters,
+                                                               reps, warmup=3)
+    if "cpu" in paths:
+        cpu_model = copy.deepcopy(base)
+        results["torch CPU eager"] = median_time(torch_step_fn(name, cpu_model, x, y, lambda: None), lambda o: None,
+                                                 iters, reps)
+    if "compile" in paths:
+        compiled = torch.compile(copy.deepcopy(base))
+        results["torch.compile CPU"] = median_time(torch_step_fn(name, compiled, x, y, lambda: None),
+                                                   lambda o: None, iters, reps, warmup=3)
     return results
 
 
@@ -222,14 +231,18 @@ def call_overhead(n_ops: int, reps: int, calls: int = 200) -> dict[str, float]:
 
 
 def main(argv=None) -> None:
-    from common import table
+    from common import add_clock_option, set_clock, table
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--models", default="mlp,transformer")
     p.add_argument("--overhead-only", action="store_true", help="only the per-call overhead table")
+    p.add_argument("--paths", default=",".join(PATHS),
+                   help="which of jax (always), fused, strict, cpu, compile to measure")
+    add_clock_option(p)
     args = p.parse_args(argv)
+    set_clock(args.clock)
     print(f"platform: {torch.tpu.platform_name()}; medians of {args.reps} x {args.iters} steps")
     with torchtpu_lab.eager_mode("strict"):
         rows = []
@@ -242,7 +255,7 @@ def main(argv=None) -> None:
     if args.overhead_only:
         return
     for name in args.models.split(","):
-        r = measure(name, args.iters, args.reps)
+        r = measure(name, args.iters, args.reps, tuple(args.paths.split(",")))
         ref = r["jax.jit (hand-written)"]
         rows = [(k, f"{v * 1e3:.2f}", f"{v / ref:.2f}x") for k, v in r.items()]
         print(table(f"\n{name} training step", rows, ("path", "ms/step", "vs jax.jit")))

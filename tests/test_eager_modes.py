@@ -164,23 +164,31 @@ def test_warm_start_fresh_process_compiles_nothing_seen_before(tmp_path):
             opt.step()
             loss.item()
         print(json.dumps({k: telemetry.counters.get(k, 0) for k in
-                          ("xla_compile_requests", "persistent_cache_hits", "persistent_cache_misses")}))
+                          ("xla_compile_requests", "persistent_cache_hits", "persistent_cache_misses",
+                           "jax_traces", "jax_lowerings", "xla_compiles")}))
     """)
-    env = dict(os.environ, TORCHTPU_LAB_CACHE_DIR=str(tmp_path / "cache"), TORCHTPU_LAB_PLATFORM="cpu")
 
-    def run():
+    def run(cache_dir):
+        env = dict(os.environ, TORCHTPU_LAB_CACHE_DIR=str(cache_dir), TORCHTPU_LAB_PLATFORM="cpu")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         import json
 
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    cold = run()
-    warm = run()
+    import shutil
+
+    cold = run(tmp_path / "cache")
+    # the warm process reads a *copy* at another path: keys never depend on where the cache lives
+    shutil.copytree(tmp_path / "cache", tmp_path / "elsewhere" / "copied")
+    warm = run(tmp_path / "elsewhere" / "copied")
     assert cold["persistent_cache_misses"] > 0
+    assert cold["jax_traces"] > 0 and cold["xla_compiles"] > 0
     # every executable the warm process needed came from disk: XLA compiled nothing
     assert warm["persistent_cache_misses"] == 0, warm
     assert warm["persistent_cache_hits"] == warm["xla_compile_requests"] > 0, warm
+    # ... and nothing was even traced or lowered: the executables are keyed by our own signatures
+    assert warm["jax_traces"] == warm["jax_lowerings"] == warm["xla_compiles"] == 0, warm
 
 
 def test_unwritable_cache_dir_warns_and_carries_on(tmp_path):

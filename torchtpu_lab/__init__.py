@@ -52,17 +52,19 @@ if os.environ.get("TORCHTPU_LAB_CACHE_DIR"):  # asked for explicitly; otherwise 
     compile_cache.enable()
 
 
-def configure(*, cache_dir: str | None | bool = None, eager_mode: str | None = None) -> dict:
+def configure(*, cache_dir: str | None | bool = None, eager_mode: str | None = None,
+              jax_cache: bool = False) -> dict:
     """Set up the session explicitly (what ``%load_ext torchtpu_lab`` does for a notebook).
 
-    ``cache_dir``: a directory for the persistent compilation cache, ``True`` for the default one
-    (``~/.cache/torchtpu_lab/xla``), ``False`` to leave it off. It is JAX's process-wide cache, so it also
-    serves the user's own ``jax.jit`` code in this process. ``eager_mode``: ``"debug"``, ``"strict"`` or
-    ``"fused"``. Returns :func:`global_changes`."""
-    if cache_dir is True:
-        compile_cache.enable()
+    ``cache_dir``: a directory for the persistent executable cache, ``True`` for the default one
+    (``~/.cache/torchtpu_lab/xla``), ``False`` to leave it off. It is torchtpu_lab's own cache (keyed by op and
+    graph signatures) and leaves JAX's configuration alone; ``jax_cache=True`` also turns on JAX's process-wide
+    compilation cache in ``<cache_dir>/jax``, which then serves the user's own ``jax.jit`` code too.
+    ``eager_mode``: ``"debug"``, ``"strict"`` or ``"fused"``. Returns :func:`global_changes`."""
+    if cache_dir is True or (jax_cache and cache_dir is None):
+        compile_cache.enable(share_with_jax=jax_cache)
     elif isinstance(cache_dir, str):
-        compile_cache.enable(cache_dir)
+        compile_cache.enable(cache_dir, share_with_jax=jax_cache)
     if eager_mode is not None:
         set_eager_mode(eager_mode)
     return global_changes()
@@ -75,7 +77,8 @@ def global_changes() -> dict:
       opts out.
     * ``swap_module_params_on_conversion``: on at import, so ``module.to("tpu")`` keeps tied weights tied
       (PyTorch's announced future default; it makes every ``Module._apply`` swap tensors in place).
-    * ``jax_compilation_cache_dir``: set only by ``%load_ext``, :func:`configure` or ``$TORCHTPU_LAB_CACHE_DIR``.
+    * ``jax_compilation_cache_dir``: never set by torchtpu_lab (its persistent cache is its own) unless asked
+      for with ``configure(jax_cache=True)``; shown so a value the user set is visible.
     * ``FakeTensor.__new__`` wrapped, so fake tensors of device ``tpu`` stay in meta kernels (``torch.compile``,
       ``torch.export``, ``FakeTensorMode``); ``TpuTensor`` added to the plain-tensor types of ``torch.fx``'s
       proxy tracing (see :mod:`torchtpu_lab.backend.fake`).

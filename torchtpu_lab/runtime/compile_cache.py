@@ -1,28 +1,58 @@
-"""The persistent compilation cache: JAX's on-disk cache, in a directory of ours, so that a restarted kernel
-does not recompile what it compiled before.
+"""The persistent executable cache: compiled XLA executables on disk, keyed by *our* signatures, so a restarted
+kernel neither recompiles nor even traces what it ran before.
 
-It is process-wide JAX configuration, so ``import torchtpu_lab`` does not switch it on by itself: it is enabled
-by ``%load_ext torchtpu_lab``, by :func:`torchtpu_lab.configure`, or at import when the user asked for it by
-setting ``$TORCHTPU_LAB_CACHE_DIR``. If the user's own code already set ``jax_compilation_cache_dir``, that
-directory is kept (never overridden) and used as ours. :func:`torchtpu_lab.global_changes` lists what is on.
+Why our own cache rather than JAX's: JAX's cache is keyed by the lowered HLO, so a warm process must still trace
+every op and graph and lower it before the disk can answer — on small models that is most of the first step.
+Here the key is a digest of the op or graph signature (:func:`.signatures.digest`: ops by ATen name, dtypes,
+shapes, view geometry, static values), plus everything else that decides the program: the jax, jaxlib and torch
+versions, a digest of this package's own source (a changed lowering never reuses an old executable), the
+platform, device kind and device, and the x64 / XLA flags. A hit deserializes the executable
+(:mod:`jax.experimental.serialize_executable`) and runs it — no tracing, no lowering, no XLA compile. A signature
+with a value that has no stable encoding is simply not stored.
 
-The directory is ``$TORCHTPU_LAB_CACHE_DIR`` or the user cache directory (``$XDG_CACHE_HOME/torchtpu_lab/xla``,
-by default ``~/.cache/torchtpu_lab/xla``). Every executable is cached, however small or fast to compile (JAX's
-defaults skip entries under one second, which is all of them on small models). An unwritable or corrupt
-directory produces a warning and the session carries on without a disk cache. JAX's monitoring events tell us
-which compilations were served from disk.
+Robustness: keys never contain the cache directory's path (a copied or shared cache hits); a directory we may
+read but not write is used read-only; each entry is checked (magic, lengths, SHA-256 of its contents, the key it
+claims) and capped in size (``$TORCHTPU_LAB_CACHE_MAX_ENTRY_MB``, default 512; only regular files are read, and
+never more than the cap, so a symlink to an endless file or a FIFO is refused). A damaged entry produces a
+warning and a normal compile (which then replaces it); writes are atomic (a temporary file, then a rename).
+
+Trust: like JAX's own cache, an entry is executable code for the device (and its envelope is a pickle), so the
+cache directory must be as trusted as the Python environment itself; never point it at a directory others may
+write.
+
+It is off until asked for: ``%load_ext torchtpu_lab``, :func:`torchtpu_lab.configure` or
+``$TORCHTPU_LAB_CACHE_DIR``. It never changes JAX's global configuration: JAX's own compilation cache (which
+would also cache the user's own ``jax.jit`` code) is configured only with ``enable(..., share_with_jax=True)``.
+The directory is ``$TORCHTPU_LAB_CACHE_DIR`` or ``$XDG_CACHE_HOME/torchtpu_lab/xla`` (``~/.cache/...``).
+
+Counters: ``xla_compile_requests`` (executables asked for), ``persistent_cache_hits`` / ``persistent_cache_misses``
+(served from disk / compiled with the cache on), ``persistent_cache_errors`` (damaged entries skipped),
+``jax_traces`` / ``jax_lowerings`` / ``xla_compiles`` (JAX's own monitoring events: anything traced, lowered or
+compiled in this process, ours or not).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import stat
+import struct
+import sys
+import tempfile
+import threading
 import warnings
 
 import jax
 
 from .. import telemetry
+from .signatures import digest
 
-_state = {"dir": None, "listening": False}
+_MAGIC = b"TTPXEC01"
+_HEADER = struct.Struct("<QQ")  # meta length, payload length
+_SUFFIX = ".tpx"
+_state: dict = {"dir": None, "writable": False, "listening": False, "context": None}
+_lock = threading.Lock()
 
 
 def default_dir() -> str:
@@ -30,51 +60,78 @@ def default_dir() -> str:
     return os.path.join(base, "torchtpu_lab", "xla")
 
 
-def _on_event(event: str, **kwargs) -> None:
-    if event == "/jax/compilation_cache/cache_hits":
-        telemetry.count("persistent_cache_hits")
-    elif event == "/jax/compilation_cache/cache_misses":
-        telemetry.count("persistent_cache_misses")
+def max_entry_bytes() -> int:
+    """The largest entry read or written (``$TORCHTPU_LAB_CACHE_MAX_ENTRY_MB``, default 512 MiB)."""
+    raw = os.environ.get("TORCHTPU_LAB_CACHE_MAX_ENTRY_MB", "512")
+    try:
+        return max(1, int(float(raw) * (1 << 20)))
+    except ValueError:
+        raise ValueError(f"TORCHTPU_LAB_CACHE_MAX_ENTRY_MB={raw!r}: expected a number of MiB") from None
+
+
+_JAX_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "jax_traces",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "jax_lowerings",
+    "/jax/core/compile/backend_compile_duration": "xla_compiles",
+}
 
 
 def _on_duration(event: str, duration: float, **kwargs) -> None:
-    # JAX times every request for an executable this way, whether XLA compiled it or the disk cache served it:
-    # XLA compilations performed = requests - persistent_cache_hits.
-    if event == "/jax/core/compile/backend_compile_duration":
-        telemetry.count("xla_compile_requests")
-        telemetry.count("xla_compile_request_seconds", duration)
+    name = _JAX_EVENTS.get(event)
+    if name is not None:
+        telemetry.count(name)
+        telemetry.count(name + "_seconds", duration)
 
 
-def enable(directory: str | None = None) -> str | None:
-    """Turn on the persistent cache in ``directory`` (default: see module docstring); returns the directory,
-    or ``None`` (with a warning) when it cannot be used."""
-    theirs = jax.config.jax_compilation_cache_dir
-    if theirs and theirs != _state["dir"]:
-        directory = theirs  # the user configured JAX's cache themselves: share it, never override it
-    directory = directory or os.environ.get("TORCHTPU_LAB_CACHE_DIR") or default_dir()
-    try:
-        os.makedirs(directory, exist_ok=True)
-        probe = os.path.join(directory, ".torchtpu_lab_write_test")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        warnings.warn(f"torchtpu_lab: compilation cache directory {directory!r} is not writable ({e}); "
-                      "continuing without a persistent cache", RuntimeWarning, stacklevel=2)
-        return None
-    jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+def listen() -> None:
+    """Count JAX's traces, lowerings and XLA compiles (idempotent; cheap: JAX reports each one once)."""
     if not _state["listening"]:
-        jax.monitoring.register_event_listener(_on_event)
         jax.monitoring.register_event_duration_secs_listener(_on_duration)
         _state["listening"] = True
-    _state["dir"] = directory
+
+
+def enable(directory: str | None = None, share_with_jax: bool = False) -> str | None:
+    """Turn on the persistent cache in ``directory`` (default: see module docstring); returns the directory, or
+    ``None`` (with a warning) when it can neither be created nor read. A populated directory we cannot write is
+    used read-only (with a warning). ``share_with_jax=True`` also points JAX's own compilation cache at
+    ``<directory>/jax`` (process-wide: it caches the user's own ``jax.jit`` code too)."""
+    directory = directory or os.environ.get("TORCHTPU_LAB_CACHE_DIR") or default_dir()
+    writable = True
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=directory, prefix=".write_test", delete=True)
+        probe.close()
+    except OSError as e:
+        if os.path.isdir(directory) and os.access(directory, os.R_OK | os.X_OK):
+            writable = False
+            warnings.warn(f"torchtpu_lab: compilation cache directory {directory!r} is not writable ({e}); "
+                          "using it read-only", RuntimeWarning, stacklevel=2)
+        else:
+            warnings.warn(f"torchtpu_lab: compilation cache directory {directory!r} is not writable ({e}); "
+                          "continuing without a persistent cache", RuntimeWarning, stacklevel=2)
+            return None
+    listen()
+    with _lock:
+        _state["dir"], _state["writable"] = directory, writable
+    if share_with_jax:
+        jax.config.update("jax_compilation_cache_dir", os.path.join(directory, "jax"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     return directory
+
+
+def disable() -> None:
+    """Stop reading and writing the persistent cache (its files stay)."""
+    with _lock:
+        _state["dir"], _state["writable"] = None, False
 
 
 def directory() -> str | None:
     return _state["dir"]
+
+
+def read_only() -> bool:
+    """Whether the cache is on but may only be read."""
+    return _state["dir"] is not None and not _state["writable"]
 
 
 def entries() -> int:
@@ -82,17 +139,230 @@ def entries() -> int:
     d = _state["dir"]
     if not d or not os.path.isdir(d):
         return 0
-    return sum(1 for name in os.listdir(d) if not name.startswith("."))
+    return sum(1 for name in os.listdir(d) if name.endswith(_SUFFIX))
 
 
 def clear() -> int:
-    """Delete the on-disk entries; returns how many were removed."""
+    """Delete the on-disk entries; returns how many were removed (none from a read-only cache)."""
     d = _state["dir"]
     removed = 0
-    if d and os.path.isdir(d):
+    if d and os.path.isdir(d) and _state["writable"]:
         for name in os.listdir(d):
             path = os.path.join(d, name)
-            if os.path.isfile(path):
+            if name.endswith(_SUFFIX) and os.path.isfile(path):
                 os.remove(path)
                 removed += 1
     return removed
+
+
+# ---- keys ------------------------------------------------------------------------------------------------
+
+
+def _source_digest() -> str:
+    """SHA-256 of this package's Python source (relative paths and contents; never the install location)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).replace(os.sep, "/").encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
+
+
+def _context() -> tuple:
+    ctx = _state["context"]
+    if ctx is None:
+        import jaxlib
+        import torch
+
+        ctx = _state["context"] = (
+            "torchtpu_lab-exec-1", jax.__version__, jaxlib.__version__, torch.__version__, _source_digest(),
+            bool(jax.config.jax_enable_x64), os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""),
+            str(jax.config.jax_default_matmul_precision),
+        )
+    return ctx
+
+
+def disk_key(kind: str, signature, device, donate: tuple = ()) -> str | None:
+    """The file name stem of an executable, or ``None`` when the cache is off or the signature has no stable
+    encoding. ``device``: the ``jax.Device`` the executable runs on."""
+    if _state["dir"] is None or device is None:
+        return None
+    return digest(_context(), kind, signature, tuple(donate), device.platform, device.device_kind, device.id)
+
+
+# ---- entries ---------------------------------------------------------------------------------------------
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _tree_skeleton(treedef):
+    """A JSON-able description of a pytree structure (tuples, lists, dicts with str keys, None, leaves)."""
+    def enc(x):
+        if x is _LEAF:
+            return "L"
+        if x is None:
+            return ["n"]
+        if isinstance(x, tuple) and not hasattr(type(x), "_fields"):
+            return ["t", [enc(y) for y in x]]
+        if isinstance(x, list):
+            return ["l", [enc(y) for y in x]]
+        if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+            return ["d", [[k, enc(x[k])] for k in x]]
+        raise TypeError(f"unsupported pytree node {type(x).__name__}")
+
+    return enc(jax.tree_util.tree_unflatten(treedef, [_LEAF] * treedef.num_leaves))
+
+
+def _tree_from_skeleton(s):
+    def dec(x):
+        if x == "L":
+            return 0
+        tag, body = x[0], x[1] if len(x) > 1 else None
+        if tag == "n":
+            return None
+        if tag == "t":
+            return tuple(dec(y) for y in body)
+        if tag == "l":
+            return [dec(y) for y in body]
+        if tag == "d":
+            return {k: dec(y) for k, y in body}
+        raise _Damaged(f"unknown pytree tag {tag!r}")
+
+    return jax.tree_util.tree_structure(dec(s))
+
+
+class _Leaf:
+    pass
+
+
+_LEAF = _Leaf()
+
+
+def _read_bounded(path: str, cap: int) -> bytes:
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)  # non-blocking: opening a FIFO never waits for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Damaged("not a regular file")
+        if st.st_size > cap:
+            raise _Damaged(f"{st.st_size} bytes, over the {cap}-byte entry cap")
+        chunks, left = [], cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise _Damaged(f"over the {cap}-byte entry cap")
+    return data
+
+
+def _parse(data: bytes, key: str) -> tuple[dict, bytes]:
+    n = len(_MAGIC) + _HEADER.size
+    if len(data) < n + 32 or data[:len(_MAGIC)] != _MAGIC:
+        raise _Damaged("bad header")
+    meta_len, payload_len = _HEADER.unpack_from(data, len(_MAGIC))
+    if n + meta_len + payload_len + 32 != len(data):
+        raise _Damaged("truncated or padded")
+    body = data[n:n + meta_len + payload_len]
+    if hashlib.sha256(body).digest() != data[-32:]:
+        raise _Damaged("checksum mismatch")
+    meta = json.loads(body[:meta_len].decode())
+    if meta.get("key") != key:
+        raise _Damaged("entry belongs to another key")
+    return meta, body[meta_len:]
+
+
+def load(key: str | None, device):
+    """The executable stored under ``key`` (a ``jax.stages.Compiled``), or ``None`` when absent; a damaged
+    entry warns and returns ``None`` (the caller compiles)."""
+    d = _state["dir"]
+    if key is None or d is None:
+        return None
+    path = os.path.join(d, key + _SUFFIX)
+    try:
+        data = _read_bounded(path, max_entry_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, _Damaged) as e:
+        return _damaged(path, e)
+    try:
+        from jax.experimental import serialize_executable
+
+        meta, payload = _parse(data, key)
+        in_tree, out_tree = _tree_from_skeleton(meta["in"]), _tree_from_skeleton(meta["out"])
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client)
+    except Exception as e:  # noqa: BLE001 — anything wrong with an entry means "compile instead"
+        return _damaged(path, e)
+
+
+def _damaged(path: str, error: BaseException) -> None:
+    telemetry.count("persistent_cache_errors")
+    warnings.warn(f"torchtpu_lab: ignoring damaged compilation cache entry {os.path.basename(path)} "
+                  f"({type(error).__name__}: {error}); compiling instead", RuntimeWarning, stacklevel=4)
+    return None
+
+
+def store(key: str | None, compiled) -> bool:
+    """Write ``compiled`` under ``key`` (atomically); ``False`` when not stored (cache off or read-only, an
+    executable that cannot be serialized, an entry over the cap, a full disk)."""
+    d = _state["dir"]
+    if key is None or d is None or not _state["writable"]:
+        return False
+    try:
+        from jax.experimental import serialize_executable
+
+        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+        meta = json.dumps({"key": key, "in": _tree_skeleton(in_tree), "out": _tree_skeleton(out_tree),
+                           "python": sys.version.split()[0]}).encode()
+    except (TypeError, ValueError, NotImplementedError, AttributeError):
+        return False
+    body = meta + payload
+    blob = _MAGIC + _HEADER.pack(len(meta), len(payload)) + body + hashlib.sha256(body).digest()
+    if len(blob) > max_entry_bytes():
+        return False
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=_SUFFIX + ".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, os.path.join(d, key + _SUFFIX))
+        return True
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        return False
+
+
+def executable(fn, args: list, kind: str, signature, device, donate: tuple = ()):
+    """``jax.jit(fn, donate_argnums=donate)`` compiled for ``args`` — or, with the cache on and an entry for
+    (``kind``, ``signature``, ``device``), loaded from disk without tracing ``fn`` at all.
+
+    Returns ``(executable, from_disk)``; the executable is called with ``args``' structure (``executable(*args)``).
+    ``device``: where the executable runs (its inputs' device, or the default device for factory ops)."""
+    telemetry.count("xla_compile_requests")
+    key = disk_key(kind, signature, device, donate)
+    if key is not None:
+        loaded = load(key, device)
+        if loaded is not None:
+            telemetry.count("persistent_cache_hits")
+            return loaded, True
+        telemetry.count("persistent_cache_misses")
+    compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+    store(key, compiled)
+    return compiled, False

@@ -153,12 +153,6 @@ def graph_cause(key: GraphSignature, nodes) -> str:
     return "graph inputs changed shape or dtype"
 
 
-def disk_loads() -> float:
-    """The persistent cache's hit counter: compare it before and after a compile call to tell an executable
-    loaded from disk from one XLA compiled (JAX reports both as a compile request)."""
-    return telemetry.counters.get("persistent_cache_hits", 0)
-
-
 def _unrolled(node_sigs) -> tuple[int, int]:
     """``(repetitions, period)`` when a graph is (at least 80%) one block of ops repeated 3 or more times from its
     start: the steps of a loop that nothing synced between, unrolled into one graph whose size (and compile time)

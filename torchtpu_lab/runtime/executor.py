@@ -13,6 +13,7 @@ Every compilation of a new signature is a telemetry event with its cause (:mod:`
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import jax
@@ -23,7 +24,7 @@ from .. import caches, dtypes, platform, telemetry
 from ..telemetry import SyncReason
 from ..device import context, rng, tensor, views
 from ..ops.registry import Lowering, op_name
-from . import compile_events, lazy, modes
+from . import compile_cache, compile_events, lazy, modes
 from .signatures import OpSignature, Slot, Static
 
 _precision = torch.get_float32_matmul_precision  # part of every op signature: lowerings read it when traced
@@ -70,7 +71,7 @@ class _Encoder:
         self.host_tensors = host_tensors  # CPU tensors of any shape are accepted (index tensors, as on CUDA)
 
     def encode(self, v, scalar: bool = False):
-        if isinstance(v, torch.Tensor) and not isinstance(v, tensor.TpuTensor) and v.device.type == "tpu":
+        if not isinstance(v, tensor.TpuTensor) and isinstance(v, torch.Tensor) and v.device.type == "tpu":
             v = tensor.adopt(v)
         if isinstance(v, tensor.TpuTensor):
             storage = v._tpu_storage
@@ -144,7 +145,11 @@ def _cast(op, out, meta):
         want = dtypes.to_jax(meta.dtype)
         return out if out.dtype == want else out.astype(want)
     if isinstance(meta, (list, tuple)):
-        return type(out)(_cast(op, o, m) for o, m in zip(out, meta))
+        if not isinstance(out, (list, tuple)) or len(out) != len(meta):
+            raise RuntimeError(f"torchtpu_lab bug: the lowering of {op} returned {type(out).__name__} "
+                               f"where PyTorch expects {len(meta)} outputs")
+        # PyTorch's container type, so output avals can be read off the metadata without tracing
+        return type(meta)(_cast(op, o, m) for o, m in zip(out, meta))
     return out
 
 
@@ -162,11 +167,15 @@ def _wrap(out, meta, device_index: int):
     return t
 
 
+_UIDS = itertools.count()
+
+
 class OpExecutable:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
-    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly")
+    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable", "exec_device",
+                 "from_disk", "uid", "signature")
 
     def __init__(self, run, jit: bool, meta, name: str):
         self.run = run
@@ -176,6 +185,11 @@ class OpExecutable:
         self.avals = None  # flattened output ShapeDtypeStructs, computed on first use in fused mode
         self.treedef = None
         self.name = name
+        self.executable = None  # the compiled (or disk-loaded) executable strict mode calls directly
+        self.exec_device = None  # the device index it was compiled for
+        self.from_disk = False
+        self.uid = next(_UIDS)  # stands for the signature in fused graph keys (an int hashes in no time)
+        self.signature = None  # the OpSignature (set by execute on a miss)
 
 
 def _aval(v):
@@ -197,25 +211,85 @@ def _records(compiled: OpExecutable, has_tensor_inputs: bool) -> bool:
     return modes.current() == "fused" and compiled.jitted is not None and has_tensor_inputs
 
 
-def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
-    """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs."""
-    mode = modes.current()
-    if _records(compiled, has_tensor_inputs):
+def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool,
+           records: bool | None = None):
+    """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs (``records``: the
+    caller's :func:`_records` answer, when it has one)."""
+    if records is None:
+        records = _records(compiled, has_tensor_inputs)
+    if records:
         if compiled.avals is None:
-            out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+            # zero-size inputs: trace, so a lowering's own error for them (an empty reduction) is raised here,
+            # at the op, as in strict mode (PyTorch's meta kernels do not always check)
+            out = _NO_AVALS if _has_empty_slot(key) else _meta_avals(compiled.meta)
+            if out is _NO_AVALS:
+                out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if lazy.track_sources else None
-        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source)
-    dyn = _concrete(dyn, compiled.name)
-    fn = compiled.jitted or compiled.run
-    if has_tensor_inputs:
-        out = fn(*dyn)
-    else:
-        with jax.default_device(platform.jax_device(device_index)):
-            out = fn(*dyn)
-    if mode == "debug":
+        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
+                           compiled.uid)
+    out = _run(compiled, key, _concrete(dyn, compiled.name), device_index, has_tensor_inputs)
+    if modes.current() == "debug":
         _debug_check(compiled.name, out)
     return out
+
+
+def _run(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
+    """Run one compiled signature now on concrete inputs."""
+    exe = compiled.executable
+    if exe is not None and compiled.exec_device == device_index:
+        try:
+            return exe(*dyn)  # the hot path: the executable itself, not jax.jit's dispatch
+        except TypeError:  # inputs differ in a weak type or dtype from those it was compiled for: let jit decide
+            return compiled.jitted(*dyn)
+    if compiled.jitted is not None:
+        return _first_run(compiled, key, dyn, device_index, has_tensor_inputs)
+    if has_tensor_inputs:
+        return compiled.run(*dyn)
+    with jax.default_device(platform.jax_device(device_index)):
+        return compiled.run(*dyn)
+
+
+def _first_run(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
+    """Compile (or load from the persistent cache) the executable of ``compiled`` for ``device_index`` and run it.
+    On another device than the one it holds, jit's own dispatch serves (multi-device use is rare)."""
+    if compiled.executable is not None:
+        return compiled.jitted(*dyn)
+    device = platform.jax_device(device_index)
+    if has_tensor_inputs:
+        exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device)
+        out = exe(*dyn)
+    else:
+        with jax.default_device(device):
+            exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device)
+            out = exe(*dyn)
+    compiled.executable, compiled.exec_device, compiled.from_disk = exe, device_index, disk
+    return out
+
+
+_NO_AVALS = object()
+
+
+def _has_empty_slot(key) -> bool:
+    """Whether an op signature has a tensor input with no elements."""
+    def empty(t) -> bool:
+        if isinstance(t, Slot):
+            return t.kind != "S" and 0 in t.shape
+        return isinstance(t, tuple) and not isinstance(t, Static) and any(empty(x) for x in t)
+
+    return isinstance(key, OpSignature) and (any(empty(a) for a in key.args)
+                                             or any(empty(v) for _, v in key.kwargs))
+
+
+def _meta_avals(meta):
+    """The abstract outputs of an op read off PyTorch's metadata (exact: ``_cast`` makes every lowering's output
+    match it), so recording a new signature in fused mode needs no trace; ``_NO_AVALS`` where it cannot say."""
+    if isinstance(meta, torch.Tensor):
+        return jax.ShapeDtypeStruct(tuple(meta.shape), dtypes.to_jax(meta.dtype))
+    if isinstance(meta, (list, tuple)):
+        parts = [_meta_avals(m) for m in meta]
+        return _NO_AVALS if any(p is _NO_AVALS for p in parts) else type(meta)(parts)
+    return _NO_AVALS
 
 
 def _debug_check(name: str, out) -> None:
@@ -254,42 +328,58 @@ def _device_from_args(args, kwargs) -> int:
     return context.current_index()
 
 
+_PLANS = caches.cache("op_plans", 8192)
+
+
+def _op_plan(op) -> tuple:
+    """``(scalar positions, scalar names, accepts host index tensors)`` of ``op``, looked up by the op's
+    identity (an int hashes in no time; an OpOverload's hash is a Python call)."""
+    plan = _PLANS.get(id(op))
+    if plan is None:
+        plan = (*_scalar_args(op), op in HOST_INDEX_OPS)
+        _PLANS.put(id(op), plan)
+    return plan
+
+
 def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
-    enc = _Encoder(low.static_scalars, op in HOST_INDEX_OPS)
-    positions, names = _scalar_args(op)
-    targs = tuple(enc.encode(a, i in positions) for i, a in enumerate(args))
-    tkwargs = tuple((k, enc.encode(v, k in names)) for k, v in kwargs.items())
+    positions, names, host = _op_plan(op)
+    enc = _Encoder(low.static_scalars, host)
+    encode = enc.encode
+    targs = tuple([encode(a, i in positions) for i, a in enumerate(args)])
+    tkwargs = tuple([(k, encode(v, k in names)) for k, v in kwargs.items()]) if kwargs else ()
     device_index = enc.device_index
     if device_index is None:
         device_index = _device_from_args(args, kwargs)
     if low.rng:
         enc.dyn.extend(rng.next_seed_and_counter(device_index))
-    key = OpSignature(op, targs, tkwargs, _precision())
-    compiled = _OPS.get(key)
+    precision = _precision()
+    # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one is a
+    # Python call); the OpSignature is built once, on a miss
+    compiled = _OPS.get((id(op), targs, tkwargs, precision))
     fresh = compiled is None
     if fresh:
         t0 = time.perf_counter()
         OPS_SEEN.add(op)
         compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
-        _OPS.put(key, compiled)
+        compiled.signature = OpSignature(op, targs, tkwargs, precision)
+        _OPS.put((id(op), targs, tkwargs, precision), compiled)
+    key = compiled.signature
     has_tensors = enc.device_index is not None
-    disk0 = None if compiled.ran_eagerly else compile_events.disk_loads()  # a first run may load from disk
     t_launch = time.perf_counter()
-    out = launch(compiled, key, enc.dyn, device_index, has_tensors)
+    records = _records(compiled, has_tensors)
+    out = launch(compiled, key, enc.dyn, device_index, has_tensors, records)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
-    ran = compiled.jitted is not None and not _records(compiled, has_tensors)
     hit = None
-    if ran:
+    if not records and compiled.jitted is not None:
         hit = compiled.ran_eagerly
         if hit:
             telemetry.counters["op_cache_hits"] += 1
         else:
             compiled.ran_eagerly = True
             compile_events.note_compile("op", key, None, compile_events.op_cause(key),
-                                        time.perf_counter() - (t0 if fresh else t_launch),
-                                        disk=compile_events.disk_loads() > disk0)
+                                        time.perf_counter() - (t0 if fresh else t_launch), disk=compiled.from_disk)
     if telemetry.recording():
         t0 = t_launch if not fresh else t0
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=hit)
@@ -334,7 +424,9 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
         v = views.read(src_base, src_base_shape, src_view).astype(jdt)
         return views.write(dst_base, dst_base_shape, dst_view, v)
 
-    return OpExecutable(whole if overwrite_all else partial, True, None, "aten::copy_")
+    # its output's metadata, so fused mode records it without tracing (checked when the graph is traced)
+    meta = torch.empty(dst_size if overwrite_all else dst_base_shape, dtype=dst_dtype, device="meta")
+    return OpExecutable(whole if overwrite_all else partial, True, meta, "aten::copy_")
 
 
 def assign(dst: tensor.TpuTensor, src) -> None:
@@ -383,19 +475,22 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
         lazy.sync(reason, record=record)
     if t._tpu_view is None:
         return storage.array
-    return _read_program(storage.shape, t._tpu_view).jitted(storage.array)
+    program = _read_program(storage.shape, t._tpu_view, storage.dtype)
+    key = OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ())
+    return _run(program, key, [storage.array], storage.device_index, True)
 
 
 @caches.memoize("view_reads", 2048)
-def _read_program(base_shape, view):
-    return OpExecutable(lambda base: views.read(base, base_shape, view), True, None, "materialize view")
+def _read_program(base_shape, view, dtype):
+    meta = torch.empty(base_shape if view is None else view.size, dtype=dtype, device="meta")
+    return OpExecutable(lambda base: views.read(base, base_shape, view), True, meta, "materialize view")
 
 
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
     t = tensor.adopt(t)
     storage = t._tpu_storage
-    program = _read_program(storage.shape, t._tpu_view)
+    program = _read_program(storage.shape, t._tpu_view, storage.dtype)
     out = launch(program, OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ()), [storage.array],
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)

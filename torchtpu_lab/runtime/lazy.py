@@ -51,10 +51,11 @@ class Poisoned(FailedValue):
 
 
 class Node:
-    __slots__ = ("key", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "__weakref__")
+    __slots__ = ("key", "uid", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "__weakref__")
 
-    def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source, seq: int):
+    def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source, seq: int, uid=None):
         self.key = key
+        self.uid = key if uid is None else uid  # a small int standing for ``key`` in the in-memory graph key
         self.fn = fn
         self.inputs = inputs
         self.treedef = treedef
@@ -95,12 +96,13 @@ def is_lazy(value) -> bool:
     return isinstance(value, LazyValue)
 
 
-def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None):
+def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None, uid=None):
     """Record ``fn(*inputs)`` (traceable; ``out_leaves``/``treedef``: its flattened output ShapeDtypeStructs) and
-    return the pytree of :class:`LazyValue` placeholders for its outputs."""
+    return the pytree of :class:`LazyValue` placeholders for its outputs. ``uid``: an int that identifies
+    ``key`` in this process (cheap to hash; the full signature is only built when a graph is compiled)."""
     pending = PENDING
     pending.seq += 1
-    node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq)
+    node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq, uid)
     outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(out_leaves)]
     pending.recorded += 1
     return outs[0] if treedef.num_leaves == 1 and treedef.num_nodes == 1 else jax.tree_util.tree_unflatten(
@@ -151,6 +153,9 @@ def _leaf_sig(v) -> tuple:
 
 
 def _build_key(nodes: list[Node], targets: list[LazyValue]):
+    """The graph's in-memory key — flat tuples of ints, shapes and dtypes, cheap to hash (each node stands as its
+    op's ``uid``) — and its leaf inputs. :func:`_signature` expands it into the full :class:`GraphSignature`
+    (with every op signature) on a cache miss only."""
     position = {id(n): i for i, n in enumerate(nodes)}
     leaves: list = []
     leaf_pos: dict[int, int] = {}
@@ -171,21 +176,51 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
                     leaf_pos[k] = len(leaves)
                 refs.append((-1, len(leaves)))
                 leaves.append(v)
-        node_keys.append(NodeSignature(n.key, tuple(refs)))
+        node_keys.append((n.uid, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
     # A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
     # temporary) is donated, so a training step does not keep two copies of the model.
     # Only buffers an output can reuse (same shape and dtype) are worth donating; XLA warns about the rest.
-    reusable = Counter((tuple(t.shape), str(t.dtype)) for t in targets)
+    reusable = Counter((tuple(t.shape), t.dtype) for t in targets)  # numpy dtypes: str() of one is slow
     donate = []
     for i, v in enumerate(leaves):
-        sig = (tuple(v.shape), str(v.dtype)) if isinstance(v, jax.Array) else None
+        sig = (tuple(v.shape), v.dtype) if isinstance(v, jax.Array) else None
         if sig is not None and reusable[sig] > 0 and not memory.is_held(v):
             reusable[sig] -= 1
             donate.append(i)
     donate = tuple(donate)
-    key = GraphSignature(tuple(node_keys), tuple(_leaf_sig(v) for v in leaves), target_refs, donate)
+    key = GraphSignature(tuple(node_keys), tuple(_fast_leaf_sig(v) for v in leaves), target_refs, donate)
     return key, leaves
+
+
+def _fast_leaf_sig(v) -> tuple:
+    if isinstance(v, jax.Array):
+        return (v.shape, v.dtype)
+    return type(v)
+
+
+def _signature(nodes: list[Node], fast: GraphSignature, leaves: list) -> GraphSignature:
+    """The full signature of a graph from its in-memory key (every node's op signature spelled out)."""
+    return GraphSignature(tuple(NodeSignature(n.key, refs) for n, (_, refs) in zip(nodes, fast.nodes)),
+                          tuple(_leaf_sig(v) for v in leaves), fast.targets, fast.donate)
+
+
+def _leaf_device(leaves: list):
+    """The device a graph runs on (its array inputs'), or ``None`` when it has none (then not cached on disk)."""
+    for v in leaves:
+        if isinstance(v, jax.Array):
+            return next(iter(v.devices()))
+    return None
+
+
+def _check_avals(node: Node, outs: list) -> None:
+    """At trace time only: a node's outputs are what it was recorded as (its avals come from PyTorch's metadata,
+    not from a trace), so a lowering that disagrees is a clear error, never a silently mis-wired graph."""
+    if len(outs) != len(node.avals) or any(
+            tuple(o.shape) != tuple(a.shape) or o.dtype != a.dtype for o, a in zip(outs, node.avals)):
+        raise RuntimeError(f"torchtpu_lab bug: {node.name} traced to "
+                           f"{[(tuple(o.shape), str(o.dtype)) for o in outs]} but was recorded as "
+                           f"{[(tuple(a.shape), str(a.dtype)) for a in node.avals]}")
 
 
 def _graph_fn(nodes: list[Node], key: GraphSignature):
@@ -195,9 +230,11 @@ def _graph_fn(nodes: list[Node], key: GraphSignature):
 
     def run(*leaf_values):
         outputs: list[list] = []
-        for fn, refs, treedef in zip(fns, wiring, treedefs):
+        for fn, refs, treedef, recorded in zip(fns, wiring, treedefs, nodes):
             args = [leaf_values[i] if node == -1 else outputs[node][i] for node, i in refs]
-            outputs.append(jax.tree_util.tree_leaves(fn(*args)) if treedef.num_leaves else [])
+            outs = jax.tree_util.tree_leaves(fn(*args)) if treedef.num_leaves else []
+            _check_avals(recorded, outs)
+            outputs.append(outs)
         return [outputs[n][i] for n, i in key.targets]
 
     return run
@@ -232,19 +269,18 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
     hit = compiled is not None
     t0 = time.perf_counter()
     if compiled is None:
-        from . import compile_events
+        from . import compile_cache, compile_events
 
+        fast, key = key, _signature(nodes, key, leaves)
         cause = compile_events.graph_cause(key, nodes)
-        jitted = jax.jit(_graph_fn(nodes, key), donate_argnums=key.donate)
-        disk0 = compile_events.disk_loads()
         try:
-            executable = jitted.lower(*leaves).compile()
+            executable, from_disk = compile_cache.executable(_graph_fn(nodes, key), leaves, "graph", key,
+                                                             _leaf_device(leaves), key.donate)
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             _fail(nodes, targets, storages, index, e)
         compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable))
-        _GRAPHS.put(key, compiled)
-        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason,
-                                    disk=compile_events.disk_loads() > disk0)
+        _GRAPHS.put(fast, compiled)
+        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk)
         t0 = time.perf_counter()
     else:
         telemetry.count("graph_cache_hits")

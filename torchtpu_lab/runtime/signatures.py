@@ -62,3 +62,96 @@ def op_label(op) -> str:
         return op_name(op)
     except AttributeError:
         return str(op)
+
+
+# ---- a canonical, process-independent encoding (the persistent cache's keys) ---------------------------------
+
+
+class Unencodable(TypeError):
+    """A signature holds a value with no stable encoding (an object identified only by its address): such a
+    signature is cached in memory only, never on disk."""
+
+
+def _encode(v, out: list) -> None:
+    # Order matters: bool before int (True == 1), named tuples before tuples (their class is part of the key).
+    if v is None:
+        out.append("N")
+    elif isinstance(v, bool):
+        out.append("b1" if v else "b0")
+    elif isinstance(v, int):
+        out.append(f"i{v};")
+    elif isinstance(v, float):
+        out.append(f"f{v.hex()};")
+    elif isinstance(v, complex):
+        out.append(f"c{v.real.hex()},{v.imag.hex()};")
+    elif isinstance(v, str):
+        out.append(f"s{len(v)}:{v}")
+    elif isinstance(v, tuple) and hasattr(type(v), "_fields"):
+        out.append(f"T{_type_name(type(v))}(")
+        for x in v:
+            _encode(x, out)
+        out.append(")")
+    elif isinstance(v, (tuple, list)):
+        out.append("(" if isinstance(v, tuple) else "[")
+        for x in v:
+            _encode(x, out)
+        out.append(")" if isinstance(v, tuple) else "]")
+    elif isinstance(v, type):
+        out.append(f"Y{_type_name(v)};")
+    else:
+        out.append(_encode_other(v))
+
+
+def _type_name(t: type) -> str:
+    name = f"{t.__module__}.{t.__qualname__}"
+    if "<" in name:  # a class defined inside a function: not the same class in another process
+        raise Unencodable(name)
+    return name
+
+
+def _encode_other(v) -> str:
+    import enum
+
+    import numpy as np
+    import torch
+
+    if isinstance(v, torch._ops.OpOverload):
+        return f"O{v._schema.name}.{v._overloadname};"
+    if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return f"P{type(v).__name__}:{v};"
+    if isinstance(v, np.dtype):
+        return f"D{v.str}{v.name};"
+    if isinstance(v, enum.Enum):
+        return f"E{_type_name(type(v))}.{v.name};"
+    if isinstance(v, (bytes, bytearray)):
+        return f"B{bytes(v).hex()};"
+    if isinstance(v, (frozenset, set)):
+        parts = sorted(encode(x) for x in v)
+        return "{" + "".join(f"{len(p)}:{p}" for p in parts) + "}"
+    if isinstance(v, dict):
+        parts = sorted(f"{encode(k)}={encode(x)}" for k, x in v.items())
+        return "<" + "".join(f"{len(p)}:{p}" for p in parts) + ">"
+    if isinstance(v, np.generic):
+        return "G" + encode(v.dtype) + encode(v.item())
+    raise Unencodable(f"no stable encoding for a {type(v).__module__}.{type(v).__qualname__}")
+
+
+def encode(value) -> str:
+    """A canonical text for ``value`` (a signature or any part of one) that is the same in every process and
+    on every machine: ops by their ATen name, dtypes and devices by name, named tuples with their class, floats
+    bit-exact. Raises :class:`Unencodable` for values identified only by their address (a function, an
+    arbitrary object), so two different programs can never share a key."""
+    out: list = []
+    _encode(value, out)
+    return "".join(out)
+
+
+def digest(*parts) -> str | None:
+    """SHA-256 (hex) of the canonical encoding of ``parts``, or ``None`` when one of them cannot be encoded."""
+    import hashlib
+
+    try:
+        text = encode(parts)
+    except Unencodable:
+        return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
