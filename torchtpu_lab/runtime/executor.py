@@ -82,7 +82,12 @@ class _Encoder:
                     f"tpu:{self.device_index} and tpu:{storage.device_index}!"
                 )
             self.dyn.append(storage.array)
-            return Slot("T", len(self.dyn) - 1, v.dtype, tuple(v.shape), storage.shape, v._tpu_view)
+            index, view = len(self.dyn) - 1, v._tpu_view
+            if view is not None:  # the offset is an input right after the array (device/views.py)
+                view, offset = views.dynamic(storage.shape, view)
+                if offset is not None:
+                    self.dyn.append(offset)
+            return Slot("T", index, v.dtype, tuple(v.shape), storage.shape, view)
         if isinstance(v, torch.Tensor):
             if v.device.type == "cpu" and v.dim() != 0 and self.host_tensors:
                 self.dyn.append(jnp.asarray(dtypes.host_array(v)))
@@ -114,7 +119,7 @@ def _decode(t, dyn, meta: bool = False):
             return torch.empty(t.shape, dtype=t.dtype, device="meta")
         if t.kind == "H":
             return dyn[t.index]
-        return views.read(dyn[t.index], t.base_shape, t.view)
+        return views.read(dyn[t.index], t.base_shape, t.view, _offset(t.view, dyn, t.index))
     if isinstance(t, Static):
         return t.value
     if isinstance(t, tuple):
@@ -122,6 +127,11 @@ def _decode(t, dyn, meta: bool = False):
     if meta and isinstance(t, torch.device) and t.type == "tpu":
         return torch.device("meta")
     return t
+
+
+def _offset(view, dyn, index: int):
+    """The offset input of a view whose offset moves (right after its storage array), else ``None``."""
+    return dyn[index + 1] if view is not None and view.moves else None
 
 
 def _meta_outputs(op, targs, tkwargs, dyn):
@@ -324,13 +334,15 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
     jdt = dtypes.to_jax(dst_dtype)
     dst_size = dst_base_shape if dst_view is None else dst_view.size
 
-    def whole(src_base):
-        v = views.read(src_base, src_base_shape, src_view).astype(jdt)
+    # inputs: [dst base, dst offset if it moves,] src base[, src offset if it moves] (see _assign_inputs)
+    def whole(src_base, *src_offset):
+        v = views.read(src_base, src_base_shape, src_view, *src_offset).astype(jdt)
         return jnp.broadcast_to(v, dst_size)
 
-    def partial(dst_base, src_base):
-        v = views.read(src_base, src_base_shape, src_view).astype(jdt)
-        return views.write(dst_base, dst_base_shape, dst_view, v)
+    def partial(dst_base, *rest):
+        dst_offset, rest = (rest[:1], rest[1:]) if dst_view is not None and dst_view.moves else ((), rest)
+        v = views.read(rest[0], src_base_shape, src_view, *rest[1:]).astype(jdt)
+        return views.write(dst_base, dst_base_shape, dst_view, v, *dst_offset)
 
     return OpExecutable(whole if overwrite_all else partial, True, None, "aten::copy_")
 
@@ -356,10 +368,23 @@ def assign(dst: tensor.TpuTensor, src) -> None:
             return
     else:
         src_array, src_base_shape, src_view = src, tuple(src.shape), None
-    sig = (storage.shape, dst_view, storage.dtype, tuple(src_base_shape), src_view, dst_view is None)
+    dyn = [] if dst_view is None else [storage.array]
+    dst_key = _dynamic_input(storage.shape, dst_view, dyn)
+    dyn.append(src_array)
+    src_key = _dynamic_input(tuple(src_base_shape), src_view, dyn)
+    sig = (storage.shape, dst_key, storage.dtype, tuple(src_base_shape), src_key, dst_view is None)
     program = _assign_program(*sig)
-    dyn = [src_array] if dst_view is None else [storage.array, src_array]
     _store(storage, launch(program, OpSignature("assign", sig + (_leaf_dtype(src_array),), ()), dyn, storage.device_index, True))
+
+
+def _dynamic_input(base_shape: tuple, view, dyn: list):
+    """The offset-free key of ``view`` (``None`` for a base), appending its offset to ``dyn`` if it moves."""
+    if view is None:
+        return None
+    key, offset = views.dynamic(base_shape, view)
+    if offset is not None:
+        dyn.append(offset)
+    return key
 
 
 def _store(storage, array) -> None:
@@ -381,20 +406,26 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
         lazy.sync(reason, record=record)
     if t._tpu_view is None:
         return storage.array
-    return _read_program(storage.shape, t._tpu_view).jitted(storage.array)
+    dyn = [storage.array]
+    key = _dynamic_input(storage.shape, t._tpu_view, dyn)
+    return _read_program(storage.shape, key).jitted(*dyn)
 
 
 @caches.memoize("view_reads", 2048)
 def _read_program(base_shape, view):
-    return OpExecutable(lambda base: views.read(base, base_shape, view), True, None, "materialize view")
+    """Gather a view (offset-free key ``view``; its offset, if it moves, is the second input)."""
+    return OpExecutable(lambda base, *offset: views.read(base, base_shape, view, *offset), True, None,
+                        "materialize view")
 
 
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
     t = tensor.adopt(t)
     storage = t._tpu_storage
-    program = _read_program(storage.shape, t._tpu_view)
-    out = launch(program, OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ()), [storage.array],
+    dyn = [storage.array]
+    key = _dynamic_input(storage.shape, t._tpu_view, dyn)
+    program = _read_program(storage.shape, key)
+    out = launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
     if isinstance(out, lazy.LazyValue):
