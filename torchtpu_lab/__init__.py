@@ -31,6 +31,12 @@ __all__ = [
 ]
 
 
+def _autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of ``import torch``, so
+    ``torch.device("tpu")`` works without ``import torchtpu_lab`` (importing this package already registered the
+    device). ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns autoloading off."""
+
+
 def sync() -> None:
     """Run all pending fused work now (a sync point; a no-op in strict and debug modes)."""
     from . import telemetry
@@ -68,10 +74,13 @@ def global_changes() -> dict:
     * ``swap_module_params_on_conversion``: on at import, so ``module.to("tpu")`` keeps tied weights tied
       (PyTorch's announced future default; it makes every ``Module._apply`` swap tensors in place).
     * ``jax_compilation_cache_dir``: set only by ``%load_ext``, :func:`configure` or ``$TORCHTPU_LAB_CACHE_DIR``.
+    * ``torch.accelerator`` wrappers: synchronize and memory functions route to ``torch.tpu`` while ``tpu`` is the
+      current accelerator (PyTorch's own versions need C++ hooks a Python backend cannot provide).
     """
     import jax
     import torch
 
+    from .backend import accelerator as _accelerator
     from .platform import x64_enabled
 
     return {
@@ -79,6 +88,7 @@ def global_changes() -> dict:
         "torch.__future__.swap_module_params_on_conversion": torch.__future__.get_swap_module_params_on_conversion(),
         "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
+        "torch.accelerator (wrapped)": _accelerator.wrapped(),
     }
 
 

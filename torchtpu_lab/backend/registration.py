@@ -8,7 +8,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import platform
-from . import dispatch, tpu_module
+from . import accelerator, dispatch, tpu_module
 
 _BACKEND = "tpu"
 
@@ -32,3 +32,4 @@ def register() -> None:
     _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module)
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     dispatch.install()
+    accelerator.install()
