@@ -112,8 +112,9 @@ def main() -> None:
         tpu = measure_tpu(MODELS[name], args.steps)
         cpu = measure_cpu(MODELS[name], args.steps)
         ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
-        rows.append((name, int(tpu["ops"]), int(tpu["graphs"]), ms(tpu["record"]), ms(tpu["key"]), ms(tpu["execute"]), ms(tpu["total"]),
-                     ms(cpu), f"{tpu['total'] / cpu:.1f}x", tpu["steady_compiles"]))
+        rows.append((name, int(tpu["ops"]), int(tpu["graphs"]), ms(tpu["record"]), ms(tpu["key"]),
+                     ms(tpu["execute"]), ms(tpu["total"]), ms(cpu), f"{tpu['total'] / cpu:.1f}x",
+                     tpu["steady_compiles"]))
     print(common.table(
         f"Fused training step breakdown, median of {args.steps} steady-state steps "
         f"({torch.tpu.platform_name()})", rows,
