@@ -13,7 +13,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml constraints-dev.txt torchtpu_lab/labextension/package.json
 	$(PIP) install -q -c constraints-dev.txt torch==2.13.0
-	$(PIP) install -q -c constraints-dev.txt -e ".[lab,dev]"
+	$(PIP) install -q -c constraints-dev.txt -e ".[lab,dev,hf]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -39,6 +39,12 @@ __all__ = [
 ]
 
 
+def _autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of ``import torch``, so
+    ``torch.device("tpu")`` works without ``import torchtpu_lab`` (importing this package already registered the
+    device). ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns autoloading off."""
+
+
 def sync() -> None:
     """Run all pending fused work now (a sync point; a no-op in strict and debug modes)."""
     from . import telemetry
@@ -84,10 +90,13 @@ def global_changes() -> dict:
       proxy tracing (see :mod:`torchtpu_lab.backend.fake`).
     * When ``torch._dynamo`` is imported: the ``"tpu"`` backend registered, and Dynamo told to call, never
       trace, torchtpu_lab and JAX code.
+    * ``torch.accelerator`` wrappers: synchronize and memory functions route to ``torch.tpu`` while ``tpu`` is the
+      current accelerator (PyTorch's own versions need C++ hooks a Python backend cannot provide).
     """
     import jax
     import torch
 
+    from .backend import accelerator as _accelerator
     from .platform import x64_enabled
 
     return {
@@ -96,6 +105,7 @@ def global_changes() -> dict:
         "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
         "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),
+        "torch.accelerator (wrapped)": _accelerator.wrapped(),
     }
 
 

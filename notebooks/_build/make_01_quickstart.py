@@ -1,4 +1,11 @@
+import os
+import sys
+
 import nbformat as nbf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import INSTALL  # noqa: E402
+
 nb = nbf.v4.new_notebook()
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 BADGE = "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torchtpu-lab/torchtpu-lab/blob/main/notebooks/01_quickstart.ipynb)"
@@ -10,11 +17,7 @@ nb.cells = [
 `torchtpu_lab` gives PyTorch a real `torch.device("tpu")` backed by JAX/XLA. On a Colab TPU runtime it runs on
 the TPU; anywhere else it runs on XLA:GPU or XLA:CPU and says so. This notebook moves a model to `tpu`,
 trains it for a few steps, and profiles one step."""),
- code("""# Install only when the package is missing (Colab); locally `make lab` has installed it already.
-import importlib.util, subprocess, sys
-if importlib.util.find_spec("torchtpu_lab") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "torchtpu-lab"])"""),
+ code(INSTALL),
  md("""## 1. Load the extension
 
 `%load_ext torchtpu_lab` starts a tpu session for this kernel: it picks the best XLA platform, switches to

@@ -8,7 +8,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import platform
-from . import dispatch, fake, tpu_module
+from . import accelerator, dispatch, fake, tpu_module
 
 _BACKEND = "tpu"
 
@@ -33,3 +33,4 @@ def register() -> None:
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     dispatch.install()
     fake.install()
+    accelerator.install()

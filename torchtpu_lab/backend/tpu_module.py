@@ -1,12 +1,20 @@
 """``torch.tpu``: the ``torch.cuda``-shaped module PyTorch finds for the ``tpu`` device.
 
 PyTorch itself calls into it: ``torch.manual_seed`` seeds every device through :func:`manual_seed_all`, autocast
-asks :func:`get_amp_supported_dtype`, ``Module.tpu()`` and friends check :func:`is_available`.
+asks :func:`get_amp_supported_dtype`, ``Module.tpu()`` and friends check :func:`is_available`. Libraries probe the
+rest the way they probe ``torch.cuda`` (transformers, accelerate, Lightning): RNG state of all devices,
+device properties, free memory, bf16 support, streams and events, ``amp``.
+
+Streams and events are *ordering no-ops*: XLA orders the work of one device itself (every computation runs in
+issue order on its stream), so ``torch.tpu.Stream`` has nothing to reorder; ``synchronize`` on a stream or event
+waits for all pending work, which is the strongest (and here the only) guarantee.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import time
 
 import torch
 
@@ -21,7 +29,9 @@ __all__ = [
     "get_device_name", "get_device_properties", "synchronize", "manual_seed", "manual_seed_all", "seed",
     "seed_all", "initial_seed", "get_rng_state", "set_rng_state", "memory_allocated", "max_memory_allocated",
     "reset_peak_memory_stats", "memory_stats", "memory_summary", "mem_get_info", "platform_name",
-    "get_amp_supported_dtype", "Stream", "Event", "current_stream", "default_stream", "stream",
+    "get_amp_supported_dtype", "get_rng_state_all", "set_rng_state_all", "is_bf16_supported", "empty_cache",
+    "Stream", "Event", "current_stream", "default_stream", "stream", "amp", "get_device_capability",
+    "DeviceProperties",
 ]
 
 
@@ -86,16 +96,33 @@ def get_device_name(device=None) -> str:
     return f"{info.device_kind} (XLA:{info.platform.upper()})"
 
 
-def get_device_properties(device=None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What ``torch.cuda.get_device_properties`` gives, where it means something for an XLA device; also
+    readable as a mapping (``props["name"]``)."""
+
+    name: str
+    platform: str
+    device_kind: str
+    total_memory: int | None  # bytes XLA may use on the device; None where it reports no limit (XLA:CPU)
+    jax_device: str
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def keys(self):
+        return [f.name for f in dataclasses.fields(self)]
+
+
+def get_device_properties(device=None) -> DeviceProperties:
     d = platform.jax_device(_index(device))
     stats = d.memory_stats() or {}
-    return {
-        "name": get_device_name(device),
-        "platform": d.platform,
-        "device_kind": d.device_kind,
-        "total_memory": stats.get("bytes_limit"),
-        "jax_device": str(d),
-    }
+    return DeviceProperties(get_device_name(device), d.platform, d.device_kind, stats.get("bytes_limit"), str(d))
+
+
+def get_device_capability(device=None) -> tuple[int, int]:
+    """``(0, 0)``: compute capability is a CUDA notion; code that branches on it takes the generic path."""
+    return (0, 0)
 
 
 def synchronize(device=None) -> None:
@@ -133,6 +160,19 @@ def get_rng_state(device="tpu") -> torch.Tensor:
 
 def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
     rng.set_state(new_state, _index(device))
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    """The generator state of every device (what ``torch.random.fork_rng`` and checkpointing save)."""
+    return [rng.get_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    states = list(new_states)
+    if len(states) != device_count():
+        raise RuntimeError(f"set_rng_state_all: got {len(states)} states for {device_count()} tpu devices")
+    for i, state in enumerate(states):
+        rng.set_state(state, i)
 
 
 def _flush() -> None:
@@ -186,3 +226,117 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 is native on TPU and computed by XLA everywhere else."""
+    return True
+
+
+def empty_cache() -> None:
+    """Release what can be released: pending fused work is run (its inputs can then be freed) and JAX's
+    freed buffers go back to the device. XLA keeps no user-visible cache beyond that."""
+    _flush()
+    import gc
+
+    gc.collect()
+
+
+class Stream:
+    """A ``torch.cuda.Stream``-shaped object. Ordering no-op: XLA runs one device's work in issue order, so
+    there is one stream per device; ``synchronize``/``wait_*`` wait for all pending work (the strongest
+    guarantee, never a weaker one)."""
+
+    def __init__(self, device=None, priority: int = 0, **kwargs) -> None:
+        self.device = torch.device("tpu", _index(device))
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
+
+    def wait_stream(self, stream: "Stream") -> None:
+        """Work issued later already runs after earlier work: nothing to do."""
+
+    def wait_event(self, event: "Event") -> None:
+        """Work issued later already runs after the event's point: nothing to do."""
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        synchronize(self.device)
+        return True
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Stream) and other.device == self.device
+
+    def __hash__(self) -> int:
+        return hash(("tpu-stream", self.device))
+
+    def __repr__(self) -> str:
+        return f"<torch.tpu.Stream device={self.device} (XLA orders work itself)>"
+
+
+class Event:
+    """A ``torch.cuda.Event``-shaped object: ``record`` marks a point (running pending work so the mark is
+    real), ``elapsed_time`` gives host-measured milliseconds between two recorded events."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._t: float | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        synchronize(None if stream is None else stream.device)
+        self._t = time.perf_counter()
+
+    def wait(self, stream: Stream | None = None) -> None:
+        """Later work already runs after this point: nothing to do."""
+
+    def query(self) -> bool:
+        return self._t is not None
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with enable_timing=True to measure elapsed time")
+        if self._t is None or end_event._t is None:
+            raise RuntimeError("Both events must be recorded before calling elapsed_time")
+        return (end_event._t - self._t) * 1e3
+
+
+def current_stream(device=None) -> Stream:
+    return Stream(device)
+
+
+def default_stream(device=None) -> Stream:
+    return Stream(device)
+
+
+@contextlib.contextmanager
+def stream(s: Stream | None):
+    """``with torch.tpu.stream(s):`` — work inside is ordered as everywhere else (see :class:`Stream`)."""
+    yield
+
+
+class _Amp:
+    """``torch.tpu.amp``: the ``torch.cuda.amp``-shaped helpers, over ``torch.amp`` with ``device_type="tpu"``."""
+
+    @staticmethod
+    def autocast(enabled: bool = True, dtype: torch.dtype = torch.bfloat16, cache_enabled: bool = True):
+        return torch.autocast("tpu", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    @staticmethod
+    def GradScaler(*args, **kwargs):  # noqa: N802 (torch.cuda.amp.GradScaler's spelling)
+        """A ``torch.amp.GradScaler`` for tpu (needed for float16; bfloat16 trains without scaling)."""
+        return torch.amp.GradScaler("tpu", *args, **kwargs)
+
+    @staticmethod
+    def is_autocast_available() -> bool:
+        return torch.amp.is_autocast_available("tpu")
+
+
+amp = _Amp()

@@ -13,6 +13,12 @@ backend API gives a tensor no storage to stride into. The real geometry lives in
 
 Reads and writes pick the cheapest exact XLA expression: a slice for contiguous views, a strided slice plus a
 transpose and a broadcast when each view dimension maps onto one base dimension, and a gather only otherwise.
+
+A view's *offset* is a graph input, not part of any executable's key: :func:`dynamic` splits a :class:`View`
+into a :class:`DynView` (size, stride and the shape of the read — everything that decides the program) and the
+offset, which the program reads as a traced scalar (``dynamic_slice`` / ``dynamic_update_slice``). So
+``tokens[:, pos]`` for a moving ``pos`` — a decode loop writing into a preallocated buffer, a static KV cache —
+runs one compiled program for every position instead of one per position.
 """
 
 from __future__ import annotations
@@ -108,60 +114,113 @@ def _plan(base_shape: tuple, view: View) -> _Plan:
     return _Plan("slice", tuple(starts), tuple(limits), tuple(steps), sliced_shape, perm, pre_broadcast)
 
 
-def _gather_index(view: View):
-    size, stride, offset = view
-    idx = jnp.full(size, offset, dtype=jnp.int32 if _max_index(view) < 2**31 else jnp.int64)
+class DynView(NamedTuple):
+    """A view's geometry without its offset: what a compiled read or write of it depends on. ``span`` is the
+    extent of the read window in each base dimension (``"slice"`` plans); ``moves``: whether more than one
+    offset is possible (a view that spans its whole base has offset 0, and needs no offset input)."""
+
+    size: tuple
+    stride: tuple
+    kind: str
+    steps: tuple
+    span: tuple
+    sliced_shape: tuple
+    perm: tuple
+    pre_broadcast: tuple
+    moves: bool
+
+
+@caches.memoize("dynamic_views", 8192)
+def _dynamic(base_shape: tuple, view: View) -> DynView:
+    plan = _plan(base_shape, view)
+    size, stride = view.size, view.stride
+    if plan.kind == "slice":
+        span = tuple(l - s for s, l in zip(plan.starts, plan.limits))
+        moves = span != tuple(base_shape)
+    else:
+        span = ()
+        moves = plan.kind == "gather" or math.prod(size) != math.prod(base_shape)
+    return DynView(size, stride, plan.kind, plan.steps, span, plan.sliced_shape, plan.perm, plan.pre_broadcast,
+                   moves)
+
+
+def dynamic(base_shape: tuple, view: View) -> tuple[DynView, int | None]:
+    """Split ``view`` (over a base of ``base_shape``) into its offset-free key and its offset (``None`` when the
+    geometry fixes the offset: the program then needs no offset input)."""
+    key = _dynamic(tuple(base_shape), view)
+    return key, (view.offset if key.moves else None)
+
+
+def _starts(base_shape: tuple, offset) -> list:
+    """Per-base-dimension start indices of a (possibly traced) flat offset."""
+    return [(offset // bs) % max(n, 1) for n, bs in zip(base_shape, contiguous_strides(base_shape))]
+
+
+def _gather_index(key: DynView, base_shape: tuple, offset):
+    size, stride = key.size, key.stride
+    idx = jnp.full(size, 0, dtype=jnp.int32 if math.prod(base_shape) < 2**31 else jnp.int64) + offset
     for d, (n, s) in enumerate(zip(size, stride)):
         if n > 1 and s:
             idx = idx + lax.broadcasted_iota(idx.dtype, size, d) * s
     return idx
 
 
-def _max_index(view: View) -> int:
-    return view.offset + sum((n - 1) * s for n, s in zip(view.size, view.stride) if n > 0)
+def _resolve(base_shape: tuple, view, offset):
+    """``(DynView, offset)`` for either a :class:`View` (its own offset) or a :class:`DynView` plus ``offset``."""
+    if isinstance(view, View):
+        key, _ = dynamic(base_shape, view)
+        return key, view.offset
+    return view, (0 if offset is None else offset)
 
 
-def read(base, base_shape: tuple, view: View | None):
-    """The values of ``view`` over ``base`` (an array of ``base_shape``)."""
+def read(base, base_shape: tuple, view: View | DynView | None, offset=None):
+    """The values of ``view`` over ``base`` (an array of ``base_shape``). ``offset``: the (traced) offset of a
+    :class:`DynView`; a :class:`View` carries its own."""
     if view is None:
         return base
+    base_shape = tuple(base_shape)
     size = view.size
     if math.prod(size) == 0:
         return jnp.zeros(size, base.dtype)
-    plan = _plan(tuple(base_shape), view)
-    flat = base.reshape(-1)
-    if plan.kind == "contig":
+    key, offset = _resolve(base_shape, view, offset)
+    if key.kind == "contig":
         n = math.prod(size)
-        return lax.slice(flat, (view.offset,), (view.offset + n,)).reshape(size)
-    if plan.kind == "slice":
-        x = lax.slice(base, plan.starts, plan.limits, plan.steps).reshape(plan.sliced_shape)
-        x = jnp.transpose(x, plan.perm) if plan.perm != tuple(range(len(plan.perm))) else x
-        return jnp.broadcast_to(x.reshape(plan.pre_broadcast), size)
-    return flat[_gather_index(view)]
+        return lax.dynamic_slice(base.reshape(-1), (offset,), (n,)).reshape(size)
+    if key.kind == "slice":
+        x = lax.dynamic_slice(base, _starts(base_shape, offset), key.span)
+        if any(st != 1 for st in key.steps):
+            x = lax.slice(x, (0,) * len(key.span), key.span, key.steps)
+        x = x.reshape(key.sliced_shape)
+        x = jnp.transpose(x, key.perm) if key.perm != tuple(range(len(key.perm))) else x
+        return jnp.broadcast_to(x.reshape(key.pre_broadcast), size)
+    return base.reshape(-1)[_gather_index(key, base_shape, offset)]
 
 
-def write(base, base_shape: tuple, view: View | None, value):
-    """A new base array equal to ``base`` with ``view`` overwritten by ``value`` (already the view's shape)."""
+def write(base, base_shape: tuple, view: View | DynView | None, value, offset=None):
+    """A new base array equal to ``base`` with ``view`` overwritten by ``value`` (already the view's shape).
+    ``offset`` as for :func:`read`."""
     if view is None:
         return jnp.broadcast_to(value, base_shape).astype(base.dtype)
+    base_shape = tuple(base_shape)
     size = view.size
     value = jnp.broadcast_to(value, size).astype(base.dtype)
     if math.prod(size) == 0:
         return base
-    plan = _plan(tuple(base_shape), view)
-    flat = base.reshape(-1)
-    if plan.kind == "contig":
-        return lax.dynamic_update_slice(flat, value.reshape(-1), (view.offset,)).reshape(base_shape)
-    if plan.kind == "slice":
+    key, offset = _resolve(base_shape, view, offset)
+    if key.kind == "contig":
+        return lax.dynamic_update_slice(base.reshape(-1), value.reshape(-1), (offset,)).reshape(base_shape)
+    if key.kind == "slice":
         # a write through a broadcast (stride-0) dim keeps the first element along it, as every element aliases
-        index = tuple(slice(0, 1) if (n != 1 and s == 0) else slice(None) for n, s in zip(size, view.stride))
-        v = value[index].reshape(tuple(n for n, s in zip(size, view.stride) if n != 1 and s != 0))
-        inverse = tuple(sorted(range(len(plan.perm)), key=lambda k: plan.perm[k]))
-        v = jnp.transpose(v, inverse) if plan.perm != tuple(range(len(plan.perm))) else v
-        shape_in_base = tuple(len(range(s, l, st)) for s, l, st in zip(plan.starts, plan.limits, plan.steps))
-        v = v.reshape(shape_in_base)
-        if all(st == 1 for st in plan.steps):
-            return lax.dynamic_update_slice(base, v, plan.starts)
-        slices = tuple(slice(s, l, st) for s, l, st in zip(plan.starts, plan.limits, plan.steps))
-        return base.at[slices].set(v)
-    return flat.at[_gather_index(view).reshape(-1)].set(value.reshape(-1)).reshape(base_shape)
+        index = tuple(slice(0, 1) if (n != 1 and s == 0) else slice(None) for n, s in zip(size, key.stride))
+        v = value[index].reshape(tuple(n for n, s in zip(size, key.stride) if n != 1 and s != 0))
+        inverse = tuple(sorted(range(len(key.perm)), key=lambda k: key.perm[k]))
+        v = jnp.transpose(v, inverse) if key.perm != tuple(range(len(key.perm))) else v
+        v = v.reshape(tuple(len(range(0, sp, st)) for sp, st in zip(key.span, key.steps)))
+        starts = _starts(base_shape, offset)
+        if all(st == 1 for st in key.steps):
+            return lax.dynamic_update_slice(base, v, starts)
+        window = lax.dynamic_slice(base, starts, key.span)
+        window = window.at[tuple(slice(0, sp, st) for sp, st in zip(key.span, key.steps))].set(v)
+        return lax.dynamic_update_slice(base, window, starts)
+    flat = base.reshape(-1)
+    return flat.at[_gather_index(key, base_shape, offset).reshape(-1)].set(value.reshape(-1)).reshape(base_shape)

@@ -13,8 +13,17 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from ..telemetry import code_text
+from ..runtime import lazy
+from ..telemetry import SyncReason, code_text
 from ..telemetry import describe as _where
+
+#: what a profile suggests when the graph size limit cut the work (see runtime/graph_cuts.py)
+LIMIT_HINT = (
+    "{count} flushes at the graph size limit (torchtpu_lab.runtime.lazy.max_graph_ops = {limit} ops): the step "
+    "records more ops than one graph may hold, so it runs as several graphs, cut at the same ops every step "
+    "(steady steps compile nothing). To run it as one graph, raise the limit (longer compiles, more memory); "
+    "a torchtpu_lab.sync() at the end of each step makes the step boundary explicit"
+)
 
 
 def device_seconds(prof) -> float:
@@ -282,7 +291,8 @@ def sync_groups(prof) -> list[dict]:
         key = (e.name, _where(e.source))
         reason = e.detail.get("reason")
         g = groups.setdefault(key, {"reason": e.name, "line": key[1], "code": code_text(e.source), "count": 0,
-                                    "wait_s": 0.0, "reads_value": reason is None or reason.reads_value})
+                                    "wait_s": 0.0, "reads_value": reason is None or reason.reads_value,
+                                    "limit": reason is SyncReason.GRAPH_LIMIT})
         g["count"] += 1
         g["wait_s"] += own[id(e)]
     out = sorted(groups.values(), key=lambda g: -g["count"])
@@ -290,6 +300,9 @@ def sync_groups(prof) -> list[dict]:
         # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
         reads_value = g.pop("reads_value")
         g["loop"] = g["count"] > 1 and reads_value
+        if g.pop("limit"):
+            g["hint"] = LIMIT_HINT.format(count=g["count"], limit=lazy.max_graph_ops)
+            continue
         g["hint"] = (
             f"{g['count']} value reads at {g['line']}: a line that runs repeatedly and stops the device each "
             "time; keep the value on the device (accumulate in a tensor) and read it once at the end"

@@ -44,11 +44,15 @@ def _describe_arg_change(op_name: str, path: tuple, old, new) -> str:
     where = f"input {path[0]}" + ("".join(f"[{i}]" for i in path[1:]) if len(path) > 1 else "")
     if isinstance(old, Slot) and isinstance(new, Slot):
         if old.shape != new.shape:
-            return f"{where} of {op_name} changed shape {_fmt_shape(old.shape)} -> {_fmt_shape(new.shape)}"
+            return (f"{where} of {op_name} changed shape {_fmt_shape(old.shape)} -> {_fmt_shape(new.shape)}"
+                    + _growth_hint(old.shape, new.shape))
         if old.dtype != new.dtype:
             return f"{where} of {op_name} changed dtype {old.dtype} -> {new.dtype}"
-        if old.view != new.view or old.base_shape != new.base_shape:
-            return f"{where} of {op_name} is a different view of its storage (strides/offset changed)"
+        if old.base_shape != new.base_shape:
+            return (f"{where} of {op_name} views a storage that changed shape {_fmt_shape(old.base_shape)} -> "
+                    f"{_fmt_shape(new.base_shape)}" + _growth_hint(old.base_shape, new.base_shape))
+        if old.view != new.view:
+            return f"{where} of {op_name} is a different view of its storage (sizes/strides changed)"
         return f"{where} of {op_name} changed kind"
     if isinstance(old, Static) and isinstance(new, Static) and old.type is new.type is float:
         return (
@@ -58,6 +62,23 @@ def _describe_arg_change(op_name: str, path: tuple, old, new) -> str:
     if isinstance(old, Static) and isinstance(new, Static) and old.type is new.type is int:
         return f"static size/dim argument {where} of {op_name} changed {old.value} -> {new.value}"
     return f"static argument {where} of {op_name} changed: {_short(old)} -> {_short(new)}"
+
+
+#: what to do about a tensor that grows every step (appended to the cause; the profile shows causes verbatim)
+GROWTH_HINT = (
+    "; a tensor that grows by one every step (a dynamic KV cache or a token list extended with torch.cat in a "
+    "decode loop) makes every step a new graph: preallocate it — transformers: generate(..., "
+    "cache_implementation=\"static\") or a StaticCache — and write each step at a moving offset "
+    "(buf[:, pos] = token), which compiles once for any number of steps"
+)
+
+
+def _growth_hint(old: tuple, new: tuple) -> str:
+    """:data:`GROWTH_HINT` when exactly one dimension grew by one (the signature of a decode loop)."""
+    if len(old) != len(new):
+        return ""
+    changed = [(a, b) for a, b in zip(old, new) if a != b]
+    return GROWTH_HINT if len(changed) == 1 and changed[0][1] == changed[0][0] + 1 else ""
 
 
 def _short(v) -> str:

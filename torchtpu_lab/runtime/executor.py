@@ -83,7 +83,12 @@ class _Encoder:
                     f"tpu:{self.device_index} and tpu:{storage.device_index}!"
                 )
             self.dyn.append(storage.array)
-            return Slot("T", len(self.dyn) - 1, v.dtype, tuple(v.shape), storage.shape, v._tpu_view)
+            index, view = len(self.dyn) - 1, v._tpu_view
+            if view is not None:  # the offset is an input right after the array (device/views.py)
+                view, offset = views.dynamic(storage.shape, view)
+                if offset is not None:
+                    self.dyn.append(offset)
+            return Slot("T", index, v.dtype, tuple(v.shape), storage.shape, view)
         if isinstance(v, torch.Tensor):
             if v.device.type == "cpu" and v.dim() != 0 and self.host_tensors:
                 self.dyn.append(jnp.asarray(dtypes.host_array(v)))
@@ -115,7 +120,7 @@ def _decode(t, dyn, meta: bool = False):
             return torch.empty(t.shape, dtype=t.dtype, device="meta")
         if t.kind == "H":
             return dyn[t.index]
-        return views.read(dyn[t.index], t.base_shape, t.view)
+        return views.read(dyn[t.index], t.base_shape, t.view, _offset(t.view, dyn, t.index))
     if isinstance(t, Static):
         return t.value
     if isinstance(t, tuple):
@@ -123,6 +128,11 @@ def _decode(t, dyn, meta: bool = False):
     if meta and isinstance(t, torch.device) and t.type == "tpu":
         return torch.device("meta")
     return t
+
+
+def _offset(view, dyn, index: int):
+    """The offset input of a view whose offset moves (right after its storage array), else ``None``."""
+    return dyn[index + 1] if view is not None and view.moves else None
 
 
 def _meta_outputs(op, targs, tkwargs, dyn):
@@ -416,13 +426,15 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
     jdt = dtypes.to_jax(dst_dtype)
     dst_size = dst_base_shape if dst_view is None else dst_view.size
 
-    def whole(src_base):
-        v = views.read(src_base, src_base_shape, src_view).astype(jdt)
+    # inputs: [dst base, dst offset if it moves,] src base[, src offset if it moves] (see _assign_inputs)
+    def whole(src_base, *src_offset):
+        v = views.read(src_base, src_base_shape, src_view, *src_offset).astype(jdt)
         return jnp.broadcast_to(v, dst_size)
 
-    def partial(dst_base, src_base):
-        v = views.read(src_base, src_base_shape, src_view).astype(jdt)
-        return views.write(dst_base, dst_base_shape, dst_view, v)
+    def partial(dst_base, *rest):
+        dst_offset, rest = (rest[:1], rest[1:]) if dst_view is not None and dst_view.moves else ((), rest)
+        v = views.read(rest[0], src_base_shape, src_view, *rest[1:]).astype(jdt)
+        return views.write(dst_base, dst_base_shape, dst_view, v, *dst_offset)
 
     # its output's metadata, so fused mode records it without tracing (checked when the graph is traced)
     meta = torch.empty(dst_size if overwrite_all else dst_base_shape, dtype=dst_dtype, device="meta")
@@ -450,10 +462,23 @@ def assign(dst: tensor.TpuTensor, src) -> None:
             return
     else:
         src_array, src_base_shape, src_view = src, tuple(src.shape), None
-    sig = (storage.shape, dst_view, storage.dtype, tuple(src_base_shape), src_view, dst_view is None)
+    dyn = [] if dst_view is None else [storage.array]
+    dst_key = _dynamic_input(storage.shape, dst_view, dyn)
+    dyn.append(src_array)
+    src_key = _dynamic_input(tuple(src_base_shape), src_view, dyn)
+    sig = (storage.shape, dst_key, storage.dtype, tuple(src_base_shape), src_key, dst_view is None)
     program = _assign_program(*sig)
-    dyn = [src_array] if dst_view is None else [storage.array, src_array]
     _store(storage, launch(program, OpSignature("assign", sig + (_leaf_dtype(src_array),), ()), dyn, storage.device_index, True))
+
+
+def _dynamic_input(base_shape: tuple, view, dyn: list):
+    """The offset-free key of ``view`` (``None`` for a base), appending its offset to ``dyn`` if it moves."""
+    if view is None:
+        return None
+    key, offset = views.dynamic(base_shape, view)
+    if offset is not None:
+        dyn.append(offset)
+    return key
 
 
 def _store(storage, array) -> None:
@@ -475,23 +500,30 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
         lazy.sync(reason, record=record)
     if t._tpu_view is None:
         return storage.array
-    program = _read_program(storage.shape, t._tpu_view, storage.dtype)
-    key = OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ())
-    return _run(program, key, [storage.array], storage.device_index, True)
+    dyn = [storage.array]
+    key = _dynamic_input(storage.shape, t._tpu_view, dyn)
+    program = _read_program(storage.shape, key, storage.dtype)
+    return _run(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn, storage.device_index,
+                True)
 
 
 @caches.memoize("view_reads", 2048)
 def _read_program(base_shape, view, dtype):
+    """Gather a view (offset-free key ``view``; its offset, if it moves, is the second input). Its output's
+    metadata lets fused mode record it without tracing."""
     meta = torch.empty(base_shape if view is None else view.size, dtype=dtype, device="meta")
-    return OpExecutable(lambda base: views.read(base, base_shape, view), True, meta, "materialize view")
+    return OpExecutable(lambda base, *offset: views.read(base, base_shape, view, *offset), True, meta,
+                        "materialize view")
 
 
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
     t = tensor.adopt(t)
     storage = t._tpu_storage
-    program = _read_program(storage.shape, t._tpu_view, storage.dtype)
-    out = launch(program, OpSignature("read", (storage.shape, t._tpu_view, storage.dtype), ()), [storage.array],
+    dyn = [storage.array]
+    key = _dynamic_input(storage.shape, t._tpu_view, dyn)
+    program = _read_program(storage.shape, key, storage.dtype)
+    out = launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
     if isinstance(out, lazy.LazyValue):

@@ -28,6 +28,7 @@ from .. import caches, telemetry
 from ..device.storage import FailedValue
 from ..telemetry import SyncReason
 from ..device import memory
+from .graph_cuts import CutPoints
 from .signatures import GraphSignature, NodeSignature
 
 
@@ -86,8 +87,11 @@ PENDING = PendingWork()
 #: Compiled fused graphs by structure, bounded (a long-lived kernel sees many shapes).
 _GRAPHS = caches.cache("graphs", 256)
 
-#: a graph is flushed once it has this many recorded ops
+#: a graph is flushed once it has this many recorded ops (or earlier, at a cut point a flush made before: see
+#: :mod:`.graph_cuts`)
 max_graph_ops = 2000
+#: where graphs past the size limit are cut
+CUTS = CutPoints()
 #: record the user's source line with every op (shown in compile causes and failures); costs a frame walk
 track_sources = True
 
@@ -105,6 +109,7 @@ def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=N
     node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq, uid)
     outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(out_leaves)]
     pending.recorded += 1
+    CUTS.note(id(fn))
     return outs[0] if treedef.num_leaves == 1 and treedef.num_nodes == 1 else jax.tree_util.tree_unflatten(
         treedef, outs)
 
@@ -123,7 +128,17 @@ def pending_ops() -> int:
 
 
 def over_limit() -> bool:
-    return PENDING.recorded >= max_graph_ops
+    """Whether the pending graph should be flushed now: at the size limit (which remembers this point), or at a
+    point where the limit cut before, so a repeating step is cut at the same ops every time."""
+    recorded = PENDING.recorded
+    if not recorded:
+        return False
+    if CUTS.at_anchor():
+        return True
+    if recorded >= max_graph_ops:
+        CUTS.force()
+        return True
+    return False
 
 
 def _topo(targets: list[LazyValue]) -> list[Node]:

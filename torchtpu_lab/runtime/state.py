@@ -38,6 +38,7 @@ class RuntimeState:
         lazy.sync(SyncReason.USER_SYNC)
         dropped = caches.clear_all()
         compile_events.clear()
+        lazy.CUTS.clear()  # cut points name op executables by identity: they go with the executables
         return dropped
 
 

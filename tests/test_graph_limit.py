@@ -1,0 +1,96 @@
+"""A training step larger than the fused graph size limit is cut at the same ops every step, so steady-state
+steps compile nothing, and the profile says the limit flushed and what to do (runtime/graph_cuts.py)."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchtpu_lab
+from torchtpu_lab import telemetry
+from torchtpu_lab.runtime import lazy
+
+
+@pytest.fixture
+def limit():
+    """Restore the size limit and forget cut points after the test."""
+    saved = lazy.max_graph_ops
+    lazy.CUTS.clear()
+    yield
+    torchtpu_lab.sync()
+    lazy.max_graph_ops = saved
+    lazy.CUTS.clear()
+
+
+def _trainer(width: int):
+    torch.manual_seed(0)
+    layers = [m for _ in range(5) for m in (nn.Linear(width, width), nn.Tanh())] + [nn.Linear(width, 3)]
+    model = nn.Sequential(*layers).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, width).to("tpu"), torch.randn(4, 3).to("tpu")
+
+    def step():
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _ops_per_step(step) -> int:
+    lazy.max_graph_ops = 10**9
+    torchtpu_lab.sync()
+    step()
+    n = lazy.pending_ops()
+    torchtpu_lab.sync()
+    return n
+
+
+def _compiles_per_step(step, steps: int, read_loss: bool) -> list[int]:
+    out = []
+    for _ in range(steps):
+        before = telemetry.counters["compiles"]
+        loss = step()
+        if read_loss:
+            loss.item()
+        out.append(int(telemetry.counters["compiles"] - before))
+    return out
+
+
+# a width per case: every case starts with nothing compiled for its shapes
+@pytest.mark.parametrize("factor,width,read_loss", [
+    (1.2, 11, False), (2.5, 13, False), (1.2, 15, True), (2.5, 17, True),
+])
+def test_step_past_the_limit_compiles_nothing_in_steady_state(limit, factor, width, read_loss):
+    step = _trainer(width)
+    n = _ops_per_step(step)
+    lazy.max_graph_ops = int(n / factor)
+    compiles = _compiles_per_step(step, 8, read_loss)
+    assert sum(compiles[:4]) > 0  # the first steps compile the pieces
+    assert compiles[4:] == [0, 0, 0, 0], compiles  # then every step reuses them
+    assert lazy.CUTS.forced >= 1  # the limit really cut the step
+
+
+def test_every_user_visible_sync_flushes_all_pending_work(limit):
+    step = _trainer(12)
+    lazy.max_graph_ops = 10**9
+    step()
+    assert lazy.pending_ops() > 0
+    loss = step()
+    loss.item()
+    assert lazy.pending_ops() == 0 and not lazy.has_pending()
+
+
+def test_profile_reports_limit_flushes_with_what_to_do(limit):
+    step = _trainer(14)
+    n = _ops_per_step(step)
+    lazy.max_graph_ops = int(n / 2.5)
+    with torchtpu_lab.profile() as prof:
+        for _ in range(3):
+            step()
+    groups = [g for g in prof.report()["syncs"] if g["reason"] == telemetry.SyncReason.GRAPH_LIMIT.text]
+    assert groups and sum(g["count"] for g in groups) >= 6
+    hint = groups[0]["hint"]
+    assert "max_graph_ops" in hint and str(lazy.max_graph_ops) in hint and "raise the limit" in hint
+    assert "graph size limit" in prof.text()
