@@ -7,10 +7,44 @@ import sys
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from .. import platform
+from .. import interrupts, platform
 from . import dispatch, tpu_module
 
 _BACKEND = "tpu"
+
+
+class _DeviceGuard(torch._C._acc.DeviceGuard):
+    """The device guard PyTorch's C++ asks (``PythonDeviceGuard::getStream`` and friends, some ``noexcept``):
+    its methods are guarded so a Ctrl-C landing in them is deferred instead of aborting the process."""
+
+    @interrupts.guard
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    """PrivateUse1 hooks, called from C++ (autograd's engine, generators); guarded like :class:`_DeviceGuard`."""
+
+    @interrupts.guard
+    def is_available(self) -> bool:
+        return True
+
+    @interrupts.guard
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    @interrupts.guard
+    def is_built(self) -> bool:
+        return True
+
+
+def _guard_gc_callbacks() -> None:
+    """JAX frees XLA buffers from a ``gc`` callback, which runs wherever a collection starts (inside C++ too)."""
+    import gc
+
+    for cb in gc.callbacks:
+        if getattr(cb, "__module__", "").startswith(("jax", "jaxlib")):
+            interrupts.guard(cb)
 
 
 def register() -> None:
@@ -29,6 +63,9 @@ def register() -> None:
     # Parameter per module and silently untie them. Swapping the converted tensors into the existing Parameter
     # objects (PyTorch's announced future default) keeps every reference, and so every tie, intact.
     torch.__future__.set_swap_module_params_on_conversion(True)
-    _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module)
+    _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module, hook=_Hooks(),
+                                            device_guard=_DeviceGuard())
+    _guard_gc_callbacks()
+    interrupts.ensure_installed()
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     dispatch.install()

@@ -12,7 +12,7 @@ import torch
 
 from .. import platform, telemetry
 from ..device import context, memory, rng
-from ..runtime import lazy
+from ..runtime import checks, lazy
 
 __all__ = [
     "is_available", "is_initialized", "init", "device_count", "current_device", "set_device", "device",
@@ -102,6 +102,7 @@ def synchronize(device=None) -> None:
         lazy.sync(telemetry.SyncReason.SYNCHRONIZE, record=False)
         for array in memory.live_buffers(_index(device)):
             array.block_until_ready()
+    checks.raise_pending()  # everything has run: every reported error is known
 
 
 def manual_seed(seed: int) -> None:

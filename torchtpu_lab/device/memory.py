@@ -13,13 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import platform, telemetry
+import contextlib
+import threading
+
+from .. import interrupts, platform, telemetry
 
 # id(array) -> [array, references from storages, device index, bytes, (shape, dtype, source) of its storage]
 _live: dict[int, list] = {}
 _allocated: dict[int, int] = {}
 _peak: dict[int, int] = {}
 _counts = {"alloc": 0, "free": 0}
+
+#: Serializes the count's read-modify-write steps across threads (re-entrant: a ``Storage.__del__`` that the
+#: garbage collector runs in the middle of an update of this very thread must not deadlock).
+_lock = threading.RLock()
 
 #: Callables ``fn(kind, nbytes, device_index)`` told of every ``"alloc"`` and ``"free"``.
 listeners: list[Callable[[str, int, int], None]] = []
@@ -30,36 +37,56 @@ listeners: list[Callable[[str, int, int], None]] = []
 track_sources = False
 
 
+@interrupts.guard  # an interrupt between two of these updates would leave the count wrong for good
 def acquire(array, device_index: int, nbytes: int, origin: tuple | None = None) -> None:
     """Note that one more storage holds ``array`` (of ``nbytes`` bytes; ``origin``: shape, dtype, source)."""
-    entry = _live.get(id(array))
-    if entry is not None:
-        entry[1] += 1
-        return
-    _live[id(array)] = [array, 1, device_index, nbytes, origin]
-    total = _allocated.get(device_index, 0) + nbytes
-    _allocated[device_index] = total
-    if total > _peak.get(device_index, 0):
-        _peak[device_index] = total
-    _counts["alloc"] += 1
-    for fn in listeners:
-        fn("alloc", nbytes, device_index)
+    with _lock:
+        entry = _live.get(id(array))
+        if entry is not None:
+            entry[1] += 1
+            return
+        _live[id(array)] = [array, 1, device_index, nbytes, origin]
+        total = _allocated.get(device_index, 0) + nbytes
+        _allocated[device_index] = total
+        if total > _peak.get(device_index, 0):
+            _peak[device_index] = total
+        _counts["alloc"] += 1
+    if listeners:
+        _notify("alloc", nbytes, device_index)
 
 
+@interrupts.guard  # called from ``Storage.__del__``, i.e. from C++ frames
 def release(array) -> None:
     """Note that one storage no longer holds ``array``."""
-    entry = _live.get(id(array))
-    if entry is None:
-        return
-    entry[1] -= 1
-    if entry[1] > 0:
-        return
-    del _live[id(array)]
-    nbytes = entry[3]
-    _allocated[entry[2]] -= nbytes
-    _counts["free"] += 1
-    for fn in listeners:
-        fn("free", nbytes, entry[2])
+    with _lock:
+        entry = _live.get(id(array))
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        del _live[id(array)]
+        nbytes = entry[3]
+        _allocated[entry[2]] -= nbytes
+        _counts["free"] += 1
+    if listeners:
+        _notify("free", nbytes, entry[2])
+
+
+@interrupts.guard
+def _notify(kind: str, nbytes: int, device_index: int) -> None:
+    """Tell the listeners; one that fails is reported once and dropped, never raised into a deallocation."""
+    for fn in list(listeners):
+        interrupts.guard(fn)
+        try:
+            fn(kind, nbytes, device_index)
+        except Exception as e:  # noqa: BLE001 — a listener (a profile's) must not break the tensor it counts
+            import warnings
+
+            with contextlib.suppress(ValueError):
+                listeners.remove(fn)
+            warnings.warn(f"torchtpu_lab: memory listener {fn!r} failed and was detached: {e!r}", RuntimeWarning,
+                          stacklevel=2)
 
 
 def is_held(array) -> bool:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from .checks import report, reports
 from .registry import aten, kernel, lower
 
 HIGHEST = lax.Precision.HIGHEST
@@ -701,7 +702,9 @@ def prelu_kernel_backward(grad, x, weight):
 
 
 @lower(aten.embedding)
+@reports
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    report((indices < 0) | (indices >= weight.shape[0]), message="index out of range in self")
     return jnp.take(weight, indices, axis=0)
 
 
@@ -733,6 +736,7 @@ def _nll_terms(x, target, weight, ignore_index):
     (or 0 for an unbatched input)."""
     cls = 1 if x.ndim > 1 else 0
     keep = target != ignore_index
+    report(keep & ((target < 0) | (target >= x.shape[cls])), target, message="Target {value} is out of bounds.")
     t = jnp.where(keep, target, 0)
     picked = jnp.take_along_axis(x, jnp.expand_dims(t, cls), axis=cls).squeeze(cls)
     w = jnp.take(weight, t) if weight is not None else jnp.ones(t.shape, x.dtype)
@@ -762,11 +766,13 @@ def _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight
 
 
 @lower(aten.nll_loss_forward)
+@reports
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
     return _nll_forward(x, target, weight, reduction, ignore_index)
 
 
 @lower(aten.nll_loss2d_forward)
+@reports
 def nll_loss2d_forward(x, target, weight, reduction, ignore_index):
     return _nll_forward(x, target, weight, reduction, ignore_index)
 

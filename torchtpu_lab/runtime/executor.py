@@ -21,9 +21,10 @@ import torch
 
 from .. import caches, dtypes, platform, telemetry
 from ..telemetry import SyncReason
-from ..device import context, rng, tensor, views
+from ..device import context, rng, sizes, tensor, views
+from ..ops import checks as op_checks
 from ..ops.registry import Lowering, op_name
-from . import compile_events, lazy, modes
+from . import checks, compile_events, lazy, modes
 from .signatures import OpSignature, Slot, Static
 
 _precision = torch.get_float32_matmul_precision  # part of every op signature: lowerings read it when traced
@@ -166,9 +167,9 @@ class OpExecutable:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
-    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly")
+    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "checks")
 
-    def __init__(self, run, jit: bool, meta, name: str):
+    def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None):
         self.run = run
         self.jitted = jax.jit(run) if jit else None
         self.ran_eagerly = False  # the jitted version (an XLA executable of its own) has been compiled
@@ -176,6 +177,7 @@ class OpExecutable:
         self.avals = None  # flattened output ShapeDtypeStructs, computed on first use in fused mode
         self.treedef = None
         self.name = name
+        self.checks = checks  # an op that reports bad input: run returns (outputs, flags); see .checks
 
 
 def _aval(v):
@@ -203,9 +205,14 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
     if _records(compiled, has_tensor_inputs):
         if compiled.avals is None:
             out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+            sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
-        source = telemetry.user_source(3) if lazy.track_sources else None
-        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source)
+        source = telemetry.user_source(3) if lazy.track_sources or compiled.checks is not None else None
+        out = lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source)
+        if compiled.checks is not None:
+            out, flags = out
+            lazy.also_compute(jax.tree_util.tree_leaves(flags), checks.callback(compiled.checks, compiled.name, source))
+        return out
     dyn = _concrete(dyn, compiled.name)
     fn = compiled.jitted or compiled.run
     if has_tensor_inputs:
@@ -213,6 +220,11 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
     else:
         with jax.default_device(platform.jax_device(device_index)):
             out = fn(*dyn)
+    if compiled.checks is not None:
+        out, flags = out
+        checks.note(jax.tree_util.tree_leaves(flags), compiled.checks, compiled.name, telemetry.user_source(3))
+        if mode == "debug":
+            checks.raise_pending()
     if mode == "debug":
         _debug_check(compiled.name, out)
     return out
@@ -300,6 +312,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
 def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
     op = low.op
     meta = _meta_outputs(op, targs, tkwargs, dyn) if jit else None
+    sizes.check_outputs(meta)  # before XLA sees an absurd shape (it aborts the process)
 
     def run(*dyn_values):
         a = [_decode(t, dyn_values) for t in targs]
@@ -308,6 +321,9 @@ def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
             k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
         return _cast(op, low.fn(*a, **k), meta)
 
+    if op_checks.reporting(low.fn):
+        run, statics = checks.instrument(run)
+        return OpExecutable(run, jit, meta, op_name(op), statics)
     return OpExecutable(run, jit, meta, op_name(op))
 
 
@@ -364,9 +380,9 @@ def assign(dst: tensor.TpuTensor, src) -> None:
 
 def _store(storage, array) -> None:
     """Give ``storage`` a new array (or placeholder, which the next sync must then materialize)."""
-    storage.array = array
     if isinstance(array, lazy.LazyValue):
-        lazy.track(storage)
+        lazy.track(storage)  # tracked first: an interrupt between the two lines leaves nothing untracked
+    storage.array = array
 
 
 def _leaf_dtype(v) -> str:
@@ -378,7 +394,9 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
     t = tensor.adopt(t)
     storage = t._tpu_storage
     if isinstance(storage._array, lazy.LazyValue):
+        lazy.track(storage)  # normally tracked already; a no-op then
         lazy.sync(reason, record=record)
+    checks.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
     if t._tpu_view is None:
         return storage.array
     return _read_program(storage.shape, t._tpu_view).jitted(storage.array)
