@@ -24,7 +24,9 @@ import _signal
 import _thread
 import contextlib
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 _SIGINT = signal.SIGINT
@@ -35,10 +37,11 @@ _main_ident = threading.main_thread().ident
 _GUARDED: set = set()
 _state = threading.local()
 _pending = [False]
-_redelivery = [False]
-_counts = {"deferred": 0, "delivered": 0}
+_counts = {"deferred": 0, "delivered": 0, "attempts": 0}
 #: seconds between a deferral inside a C++ callback and the next delivery attempt
 REDELIVERY_DELAY = 0.02
+#: deliveries attempted without reaching a safe point before the handler raises wherever it runs (~0.5 s)
+ESCALATE_AFTER = 25
 
 
 def guard(fn: Callable) -> Callable:
@@ -62,32 +65,77 @@ def _in_guarded(frame) -> bool:
     return False
 
 
-def _redeliver() -> None:
-    _redelivery[0] = False
-    if _pending[0]:
-        _thread.interrupt_main(_SIGINT)
+def _redeliverer() -> None:
+    """A daemon thread that re-sends a deferred interrupt a moment after it was deferred."""
+    while True:
+        _wake.wait()
+        time.sleep(REDELIVERY_DELAY)
+        _wake.clear()
+        if _pending[0]:
+            _thread.interrupt_main(_SIGINT)
+
+
+_wake = threading.Event()
+_redelivery_thread: list = []
 
 
 def _handler(signum, frame) -> None:
-    if _depth() > 0:  # inside deferred(): raised when the outermost block exits
-        _pending[0] = True
-        _counts["deferred"] += 1
+    # Python runs a signal handler at the first bytecode of whatever function C++ calls next and reports the
+    # *caller's* frame, so no frame test can prove that raising here is safe. The handler therefore defers
+    # (almost) always; the interrupt is raised at a safe point (:func:`checkpoint`: the start of every tpu
+    # kernel, the end of a sync, a host read), and where none comes — pure Python code — the redelivery
+    # thread's repeated attempts escalate to raising wherever the handler runs after ``ESCALATE_AFTER`` tries.
+    if _depth() > 0 or _in_guarded(frame):
+        _defer_and_redeliver()
         return
-    if _in_guarded(frame):
-        _pending[0] = True
-        _counts["deferred"] += 1
-        if not _redelivery[0]:
-            _redelivery[0] = True
-            t = threading.Timer(REDELIVERY_DELAY, _redeliver)
-            t.daemon = True
-            t.start()
-        return
+    if _pending[0] and _counts["attempts"] >= ESCALATE_AFTER:
+        _deliver()
+    _counts["attempts"] += 1
+    _defer_and_redeliver()
+
+
+def _deliver() -> None:
     _pending[0] = False
+    _counts["attempts"] = 0
     _counts["delivered"] += 1
     raise KeyboardInterrupt
 
 
 guard(_handler)  # a handler running inside another call of itself (a second Ctrl-C) defers too
+
+
+def _unraisable(unraisable) -> None:
+    """``sys.unraisablehook``: a ``KeyboardInterrupt`` raised on entry to a ``__del__`` or a ``gc`` callback
+    (where Python can only print it) is deferred and delivered again instead of being lost; an interrupted
+    ``Storage.__del__`` still releases its buffer (``finish_interrupted_del``)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        tb = unraisable.exc_traceback
+        while tb is not None:
+            owner = tb.tb_frame.f_locals.get("self")
+            finish = getattr(type(owner), "finish_interrupted_del", None) if owner is not None else None
+            if finish is not None:
+                finish(owner)
+                break
+            tb = tb.tb_next
+        _defer_and_redeliver()
+        return
+    _previous_unraisable[0](unraisable)
+
+
+_previous_unraisable: list = [None]
+
+
+def install_unraisable_hook() -> None:
+    """Install :func:`_unraisable` (once), chaining to the hook that was there."""
+    if _previous_unraisable[0] is None:
+        _previous_unraisable[0] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+
+
+def _defer_and_redeliver() -> None:
+    _pending[0] = True
+    _counts["deferred"] += 1
+    _wake.set()  # no thread is started here: starting one waits on a lock, where an interrupt could land
 
 
 def ensure_installed() -> None:
@@ -96,6 +144,10 @@ def ensure_installed() -> None:
         return
     try:
         if _signal.getsignal(_SIGINT) is _default:
+            if not _redelivery_thread:
+                t = threading.Thread(target=_redeliverer, name="torchtpu_lab-interrupts", daemon=True)
+                t.start()
+                _redelivery_thread.append(t)
             _signal.signal(_SIGINT, _handler)
     except (ValueError, OSError):  # not the main interpreter, or signals unavailable
         pass
@@ -115,19 +167,19 @@ def deferred() -> Iterator[None]:
     finally:
         _state.depth -= 1
         if _state.depth == 0 and _pending[0] and threading.get_ident() == _main_ident:
-            _pending[0] = False
-            _counts["delivered"] += 1
-            raise KeyboardInterrupt
+            _deliver()
 
 
 def checkpoint() -> None:
     """A safe point: raise an interrupt that was deferred earlier (main thread only)."""
     if _pending[0] and _depth() == 0 and threading.get_ident() == _main_ident:
-        _pending[0] = False
-        _counts["delivered"] += 1
-        raise KeyboardInterrupt
+        _deliver()
 
 
 def stats() -> dict:
     """How many interrupts were deferred and how many delivered so far."""
-    return dict(_counts)
+    return {k: v for k, v in _counts.items() if k != "attempts"}
+
+
+#: a one-element list read without a call on the hot path (``if pending[0]: checkpoint()``)
+pending = _pending

@@ -153,11 +153,13 @@ def _fallback(keyset, op, *args, **kwargs):
 def _owned(fn):
     """``fn`` run holding :data:`torchtpu_lab.runtime.lazy.LOCK` (the thread-safety rule: a kernel's whole call
     owns the pending graph and the storages), with the deferring SIGINT handler in place."""
-    lock, ensure = lazy.LOCK, interrupts.ensure_installed
+    lock, ensure, pending, checkpoint = lazy.LOCK, interrupts.ensure_installed, interrupts.pending, interrupts.checkpoint
 
     @functools.wraps(fn)
     def kernel(*args, **kwargs):
         ensure()
+        if pending[0]:
+            checkpoint()  # a safe point: a deferred Ctrl-C is raised here, before the kernel did anything
         with lock:
             return fn(*args, **kwargs)
 

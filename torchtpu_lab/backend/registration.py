@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import torch
@@ -14,28 +15,21 @@ _BACKEND = "tpu"
 
 
 class _DeviceGuard(torch._C._acc.DeviceGuard):
-    """The device guard PyTorch's C++ asks (``PythonDeviceGuard::getStream`` and friends, some ``noexcept``):
-    its methods are guarded so a Ctrl-C landing in them is deferred instead of aborting the process."""
+    """The device guard PyTorch's C++ asks (``PythonDeviceGuard::getStream`` and friends, some ``noexcept``).
 
-    @interrupts.guard
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+    Its methods are C callables, not Python functions: a pending Ctrl-C is handled only where the interpreter
+    runs bytecode, so it can never be raised inside them (a Python method would receive it on entry, and an
+    exception there aborts the process: ``terminate called without an active exception``)."""
+
+    type_ = itertools.repeat(torch._C._autograd.DeviceType.PrivateUse1).__next__
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
-    """PrivateUse1 hooks, called from C++ (autograd's engine, generators); guarded like :class:`_DeviceGuard`."""
+    """PrivateUse1 hooks, called from C++ (autograd's engine, generators); C callables like :class:`_DeviceGuard`."""
 
-    @interrupts.guard
-    def is_available(self) -> bool:
-        return True
-
-    @interrupts.guard
-    def has_primary_context(self, dev_id) -> bool:
-        return True
-
-    @interrupts.guard
-    def is_built(self) -> bool:
-        return True
+    is_available = itertools.repeat(True).__next__
+    is_built = itertools.repeat(True).__next__
+    has_primary_context = (-1).__lt__  # ``dev_id > -1``: every device index has its (implicit) context
 
 
 def _guard_gc_callbacks() -> None:
@@ -45,6 +39,7 @@ def _guard_gc_callbacks() -> None:
     for cb in gc.callbacks:
         if getattr(cb, "__module__", "").startswith(("jax", "jaxlib")):
             interrupts.guard(cb)
+    interrupts.install_unraisable_hook()
 
 
 def register() -> None:

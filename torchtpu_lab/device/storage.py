@@ -81,7 +81,13 @@ class Storage:
     def allocated(self) -> bool:
         return self._array is not None
 
-    @interrupts.guard  # runs wherever the last reference drops, often under a C++ frame: never raises
+    @interrupts.guard  # runs wherever the last reference drops, often under a C++ frame
     def __del__(self) -> None:
         if isinstance(self._array, jax.Array):
             memory.release(self._array)
+
+    def finish_interrupted_del(self) -> None:
+        """Finish a ``__del__`` that a Ctrl-C cut short on entry (called by the interrupts' unraisable hook)."""
+        a, self._array = self._array, None
+        if isinstance(a, jax.Array):
+            memory.release(a)
