@@ -52,6 +52,9 @@ def sync() -> None:
 
     with telemetry.sync_event(telemetry.SyncReason.USER_SYNC, lazy.pending_ops()):
         lazy.sync(telemetry.SyncReason.USER_SYNC, record=False)
+    from .runtime import checks
+
+    checks.raise_pending(block=False)  # errors reported by work that has finished (the rest: at the next read)
 
 
 if os.environ.get("TORCHTPU_LAB_CACHE_DIR"):  # asked for explicitly; otherwise %load_ext or configure() enable it

@@ -9,14 +9,17 @@ overload — an op we cannot run never returns a wrong number.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
 import torch._decomp
 
+from .. import interrupts
+from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import op_name
-from ..runtime import core_kernels, cpu_fallback, executor, mutation, view_kernels
+from ..runtime import core_kernels, cpu_fallback, executor, lazy, mutation, view_kernels
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -57,7 +60,13 @@ def _decomposition_kernel(op, fn):
     """Run PyTorch's decomposition of ``op``; if it re-enters ``op`` (a ``torch._refs`` decomposition whose prims
     lead back to the same ATen op), raise the usual no-lowering error instead of recursing forever."""
 
+    size_at = _size_argument(op)
+
     def kernel(*args, **kwargs):
+        if size_at is not None:  # a factory: PyTorch's refs would say only "Expected cond to be True"
+            size = args[size_at] if len(args) > size_at else kwargs.get("size")
+            if isinstance(size, (list, tuple)):
+                sizes.check(size)
         active = getattr(_decomposing, "ops", None)
         if active is None:
             active = _decomposing.ops = set()
@@ -77,6 +86,14 @@ def _decomposition_kernel(op, fn):
 
     kernel.__name__ = f"decomposed_{op}"
     return kernel
+
+
+def _size_argument(op) -> int | None:
+    """Position of ``op``'s ``SymInt[] size`` argument (factories such as ``ones``/``full``), if any."""
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.name == "size" and isinstance(arg.type, torch.ListType):
+            return i
+    return None
 
 
 def _is_composite_implicit(op) -> bool:
@@ -137,6 +154,22 @@ def _fallback(keyset, op, *args, **kwargs):
     return cpu_fallback.run(op, args, kwargs)
 
 
+def _owned(fn):
+    """``fn`` run holding :data:`torchtpu_lab.runtime.lazy.LOCK` (the thread-safety rule: a kernel's whole call
+    owns the pending graph and the storages), with the deferring SIGINT handler in place."""
+    lock, ensure, pending, checkpoint = lazy.LOCK, interrupts.ensure_installed, interrupts.pending, interrupts.checkpoint
+
+    @functools.wraps(fn)
+    def kernel(*args, **kwargs):
+        ensure()
+        if pending[0]:
+            checkpoint()  # a safe point: a deferred Ctrl-C is raised here, before the kernel did anything
+        with lock:
+            return fn(*args, **kwargs)
+
+    return kernel
+
+
 def install() -> None:
     """Register all kernels (idempotent)."""
     if _libs:
@@ -144,7 +177,7 @@ def install() -> None:
     KERNELS.update(_collect())
     lib = torch.library.Library("aten", "IMPL")
     for op, fn in KERNELS.items():
-        lib.impl(op, fn, _KEY)
+        lib.impl(op, _owned(fn), _KEY)
     fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_fallback, dispatch_key=_KEY, with_keyset=True)
+    fallback.fallback(_owned(_fallback), dispatch_key=_KEY, with_keyset=True)
     _libs.extend([lib, fallback])

@@ -2,15 +2,44 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from .. import platform
+from .. import interrupts, platform
 from . import accelerator, dispatch, fake, tpu_module
 
 _BACKEND = "tpu"
+
+
+class _DeviceGuard(torch._C._acc.DeviceGuard):
+    """The device guard PyTorch's C++ asks (``PythonDeviceGuard::getStream`` and friends, some ``noexcept``).
+
+    Its methods are C callables, not Python functions: a pending Ctrl-C is handled only where the interpreter
+    runs bytecode, so it can never be raised inside them (a Python method would receive it on entry, and an
+    exception there aborts the process: ``terminate called without an active exception``)."""
+
+    type_ = itertools.repeat(torch._C._autograd.DeviceType.PrivateUse1).__next__
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    """PrivateUse1 hooks, called from C++ (autograd's engine, generators); C callables like :class:`_DeviceGuard`."""
+
+    is_available = itertools.repeat(True).__next__
+    is_built = itertools.repeat(True).__next__
+    has_primary_context = (-1).__lt__  # ``dev_id > -1``: every device index has its (implicit) context
+
+
+def _guard_gc_callbacks() -> None:
+    """JAX frees XLA buffers from a ``gc`` callback, which runs wherever a collection starts (inside C++ too)."""
+    import gc
+
+    for cb in gc.callbacks:
+        if getattr(cb, "__module__", "").startswith(("jax", "jaxlib")):
+            interrupts.guard(cb)
+    interrupts.install_unraisable_hook()
 
 
 def register() -> None:
@@ -29,7 +58,10 @@ def register() -> None:
     # Parameter per module and silently untie them. Swapping the converted tensors into the existing Parameter
     # objects (PyTorch's announced future default) keeps every reference, and so every tie, intact.
     torch.__future__.set_swap_module_params_on_conversion(True)
-    _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module)
+    _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module, hook=_Hooks(),
+                                            device_guard=_DeviceGuard())
+    _guard_gc_callbacks()
+    interrupts.ensure_installed()
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     dispatch.install()
     fake.install()

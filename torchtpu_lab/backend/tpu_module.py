@@ -21,7 +21,7 @@ import torch
 from .. import platform, telemetry
 from ..units import fmt_bytes
 from ..device import context, memory, rng
-from ..runtime import lazy
+from ..runtime import checks, lazy
 from .streams import Event, Stream, current_stream, default_stream, stream  # noqa: F401
 
 __all__ = [
@@ -36,11 +36,29 @@ __all__ = [
 
 
 def _index(device=None) -> int:
-    if isinstance(device, int):
-        return device
-    if device is None or torch.device(device).index is None:
+    """The index ``device`` (``None``, an int, ``"tpu"``, ``"tpu:i"`` or a ``torch.device``) names; anything that
+    is not an existing tpu device raises, naming the argument, as ``torch.cuda`` does."""
+    if device is None:
         return context.current_index()
-    return torch.device(device).index
+    if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
+        raise ValueError(f"Expected a tpu device (an int, 'tpu', 'tpu:i' or a torch.device), but got: {device!r}")
+    if isinstance(device, int):
+        index = device
+    else:
+        try:
+            d = torch.device(device)
+        except RuntimeError as e:
+            raise ValueError(f"Expected a tpu device, but got: {device!r} ({e})") from None
+        if d.type != "tpu":
+            raise ValueError(f"Expected a tpu device, but got: {str(d)!r}")
+        if d.index is None:
+            return context.current_index()
+        index = d.index
+    count = device_count()
+    if not 0 <= index < count:
+        raise ValueError(f"Invalid device tpu:{index}: there {'is' if count == 1 else 'are'} {count} tpu "
+                         f"device{'s' if count != 1 else ''} (tpu:0 to tpu:{count - 1})")
+    return index
 
 
 def is_available() -> bool:
@@ -127,10 +145,12 @@ def get_device_capability(device=None) -> tuple[int, int]:
 
 def synchronize(device=None) -> None:
     """Run pending fused work and wait until every buffer held by tpu tensors on the device is computed."""
+    index = _index(device)
     with telemetry.sync_event(telemetry.SyncReason.SYNCHRONIZE, lazy.pending_ops()):
         lazy.sync(telemetry.SyncReason.SYNCHRONIZE, record=False)
-        for array in memory.live_buffers(_index(device)):
+        for array in memory.live_buffers(index):
             array.block_until_ready()
+    checks.raise_pending()  # everything has run: every reported error is known
 
 
 def manual_seed(seed: int) -> None:
@@ -182,13 +202,15 @@ def _flush() -> None:
 
 def memory_allocated(device=None) -> int:
     """Bytes held by live tpu tensors (our own count; on CPU it matches ``jax.live_arrays()``)."""
+    index = _index(device)
     _flush()
-    return memory.allocated(_index(device))
+    return memory.allocated(index)
 
 
 def max_memory_allocated(device=None) -> int:
+    index = _index(device)
     _flush()
-    return memory.peak(_index(device))
+    return memory.peak(index)
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -196,8 +218,9 @@ def reset_peak_memory_stats(device=None) -> None:
 
 
 def memory_stats(device=None) -> dict:
+    index = _index(device)
     _flush()
-    return memory.stats(_index(device))
+    return memory.stats(index)
 
 
 def mem_get_info(device=None) -> tuple[int, int] | None:

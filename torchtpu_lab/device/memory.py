@@ -18,10 +18,12 @@ them to listeners as an ``"exec"`` sample and counts them in the peak.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
 from collections.abc import Callable
 
-from .. import platform, telemetry
+from .. import interrupts, platform, telemetry
 
 # id(array) -> [array, references from storages, device index, bytes, (shape, dtype, source) of its storage]
 _live: dict[int, list] = {}
@@ -30,6 +32,10 @@ _peak: dict[int, int] = {}
 _counts = {"alloc": 0, "free": 0}
 # id(array) -> [weakref to the array, device index, bytes]: released by every storage, still alive on device
 _deferred: dict[int, list] = {}
+
+#: Serializes the count's read-modify-write steps across threads (re-entrant: a ``Storage.__del__`` that the
+#: garbage collector runs in the middle of an update of this very thread must not deadlock).
+_lock = threading.RLock()
 
 #: Callables ``fn(kind, nbytes, device_index)`` told of every ``"alloc"`` and ``"free"``.
 listeners: list[Callable[[str, int, int], None]] = []
@@ -40,57 +46,65 @@ listeners: list[Callable[[str, int, int], None]] = []
 track_sources = False
 
 
+@interrupts.guard  # an interrupt between two of these updates would leave the count wrong for good
 def acquire(array, device_index: int, nbytes: int, origin: tuple | None = None) -> None:
     """Note that one more storage holds ``array`` (of ``nbytes`` bytes; ``origin``: shape, dtype, source)."""
-    entry = _live.get(id(array))
-    if entry is not None:
-        entry[1] += 1
-        return
-    if _deferred and _deferred.pop(id(array), None) is not None:  # held again before it was gone: no new bytes
+    with _lock:
+        entry = _live.get(id(array))
+        if entry is not None:
+            entry[1] += 1
+            return
+        if _deferred and _deferred.pop(id(array), None) is not None:  # held again before it was gone: no new bytes
+            _live[id(array)] = [array, 1, device_index, nbytes, origin]
+            return
         _live[id(array)] = [array, 1, device_index, nbytes, origin]
-        return
-    _live[id(array)] = [array, 1, device_index, nbytes, origin]
-    total = _allocated.get(device_index, 0) + nbytes
-    _allocated[device_index] = total
-    if total > _peak.get(device_index, 0):
-        _peak[device_index] = total
-    _counts["alloc"] += 1
-    for fn in listeners:
-        fn("alloc", nbytes, device_index)
+        total = _allocated.get(device_index, 0) + nbytes
+        _allocated[device_index] = total
+        if total > _peak.get(device_index, 0):
+            _peak[device_index] = total
+        _counts["alloc"] += 1
+    if listeners:
+        _notify("alloc", nbytes, device_index)
 
 
+@interrupts.guard  # called from ``Storage.__del__``, i.e. from C++ frames
 def release(array) -> None:
     """Note that one storage no longer holds ``array``."""
-    entry = _live.get(id(array))
-    if entry is None:
-        return
-    entry[1] -= 1
-    if entry[1] > 0:
-        return
-    del _live[id(array)]
-    key = id(array)
-    try:
-        ref = weakref.ref(array, lambda _r, key=key: _gone(key))
-    except TypeError:  # not weak-referenceable: count it free now
-        _free(entry[2], entry[3])
-        return
-    _deferred[key] = [ref, entry[2], entry[3]]
+    with _lock:
+        entry = _live.get(id(array))
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        del _live[id(array)]
+        key = id(array)
+        try:
+            ref = weakref.ref(array, lambda _r, key=key: _gone(key))
+        except TypeError:  # not weak-referenceable: count it free now
+            ref = None
+        if ref is not None:
+            _deferred[key] = [ref, entry[2], entry[3]]
+            return
+    _free(entry[2], entry[3])
 
 
 def _free(device_index: int, nbytes: int) -> None:
-    _allocated[device_index] -= nbytes
-    _counts["free"] += 1
-    for fn in listeners:
-        fn("free", nbytes, device_index)
+    with _lock:
+        _allocated[device_index] -= nbytes
+        _counts["free"] += 1
+    if listeners:
+        _notify("free", nbytes, device_index)
 
 
 def _gone(key: int) -> None:
     """Weak-reference callback (may run from the garbage collector): it must never raise."""
     try:
-        entry = _deferred.pop(key, None)
+        with _lock:
+            entry = _deferred.pop(key, None)
         if entry is not None:
             _free(entry[1], entry[2])
-    except Exception:  # noqa: BLE001,S110 — a callback reachable from C++ must not raise
+    except BaseException:  # noqa: BLE001,S110 — a callback reachable from C++ must not raise
         pass
 
 
@@ -99,7 +113,9 @@ def settle() -> None:
     for key, entry in list(_deferred.items()):
         array = entry[0]()
         if array is None or array.is_deleted():
-            if _deferred.pop(key, None) is not None:
+            with _lock:
+                gone = _deferred.pop(key, None) is not None
+            if gone:
                 _free(entry[1], entry[2])
 
 
@@ -117,13 +133,30 @@ def executing(stats: dict, device_index: int, name: str = "") -> None:
     """A compiled graph is about to run: its outputs and temporaries (less outputs that reuse donated inputs)
     exist on the device on top of what is held. Counted in the peak; listeners get an ``"exec"`` sample."""
     extra = max(0, stats.get("output", 0) + stats.get("temp", 0) - stats.get("alias", 0))
-    total = _allocated.get(device_index, 0) + extra
-    if total > _peak.get(device_index, 0):
-        _peak[device_index] = total
-    for fn in listeners:
-        fn("exec", extra, device_index)
+    with _lock:
+        total = _allocated.get(device_index, 0) + extra
+        if total > _peak.get(device_index, 0):
+            _peak[device_index] = total
+    if listeners:
+        _notify("exec", extra, device_index)
     if extra and telemetry.recording():
         telemetry.emit("memory", name or "graph", nbytes=extra, with_source=False, **stats)
+
+
+@interrupts.guard
+def _notify(kind: str, nbytes: int, device_index: int) -> None:
+    """Tell the listeners; one that fails is reported once and dropped, never raised into a deallocation."""
+    for fn in list(listeners):
+        interrupts.guard(fn)
+        try:
+            fn(kind, nbytes, device_index)
+        except Exception as e:  # noqa: BLE001 — a listener (a profile's) must not break the tensor it counts
+            import warnings
+
+            with contextlib.suppress(ValueError):
+                listeners.remove(fn)
+            warnings.warn(f"torchtpu_lab: memory listener {fn!r} failed and was detached: {e!r}", RuntimeWarning,
+                          stacklevel=2)
 
 
 def is_held(array) -> bool:

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import dtypes, telemetry
-from . import memory
+from .. import dtypes, interrupts, telemetry
+from . import memory, sizes
 
 
 class FailedValue:
@@ -40,6 +40,8 @@ class Storage:
     __slots__ = ("_array", "shape", "dtype", "device_index", "nbytes", "source", "__weakref__")
 
     def __init__(self, shape: tuple, dtype: torch.dtype, device_index: int, array=None):
+        self._array = None  # first: __del__ runs even when the check below raises
+        sizes.check(shape, dtype)
         self.shape = tuple(shape)
         self.dtype = dtype
         self.device_index = device_index
@@ -79,6 +81,13 @@ class Storage:
     def allocated(self) -> bool:
         return self._array is not None
 
+    @interrupts.guard  # runs wherever the last reference drops, often under a C++ frame
     def __del__(self) -> None:
         if isinstance(self._array, jax.Array):
             memory.release(self._array)
+
+    def finish_interrupted_del(self) -> None:
+        """Finish a ``__del__`` that a Ctrl-C cut short on entry (called by the interrupts' unraisable hook)."""
+        a, self._array = self._array, None
+        if isinstance(a, jax.Array):
+            memory.release(a)

@@ -16,7 +16,7 @@ import math
 import torch
 
 from .. import telemetry
-from . import views
+from . import sizes, views
 from .impl_factory import dummy_address, new_impl
 from .storage import Storage
 
@@ -77,6 +77,7 @@ class TpuTensor(torch.Tensor):
 def make(storage: Storage, view: views.View | None) -> TpuTensor:
     """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base)."""
     size = storage.shape if view is None else view.size
+    sizes.check(size, storage.dtype if view is None else None)  # XLA would abort the process on an overflow
     t = new_impl(size, storage.dtype, storage.device_index)
     t.__class__ = TpuTensor
     _attach(t, storage, view)

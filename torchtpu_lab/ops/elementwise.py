@@ -19,6 +19,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND
 from torch._prims_common import elementwise_dtypes
 
 from .. import dtypes
+from .checks import report, reports
 from .registry import aten, lower
 
 # ---- promotion helpers -------------------------------------------------------------------------------------
@@ -92,9 +93,16 @@ def mul(x, y):
     return x * y
 
 
+def _no_int_zero_division(x, y) -> None:
+    """Integer division by zero is an error on CPU (``ZeroDivisionError``); XLA would return garbage."""
+    if _is_int(x) and x.dtype != jnp.bool_:
+        report(y == 0, error=RuntimeError, message="ZeroDivisionError")
+
+
 def _div_trunc(x, y):
     x, y = jnp.broadcast_arrays(x, y)
     if _is_int(x):
+        _no_int_zero_division(x, y)
         return lax.div(x, y)  # C division: rounds toward zero
     return jnp.trunc(x / y)
 
@@ -103,6 +111,7 @@ def _div_floor(x, y):
     """PyTorch's floor division: Python semantics for integers; for floats, ``c10::div_floor_floating``."""
     x, y = jnp.broadcast_arrays(x, y)
     if _is_int(x):
+        _no_int_zero_division(x, y)
         q = lax.div(x, y)
         r = lax.rem(x, y)
         return jnp.where((r != 0) & ((r < 0) != (y < 0)), q - 1, q)
@@ -122,6 +131,7 @@ def div(x, y):
 
 
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
+@reports
 def div_mode(x, y, *, rounding_mode=None):
     if rounding_mode is None:
         return div(x, y)
@@ -130,22 +140,28 @@ def div_mode(x, y, *, rounding_mode=None):
 
 
 @lower(aten.floor_divide.default, aten.floor_divide.Scalar)
+@reports
 def floor_divide(x, y):
     return _div_floor(*_promote(x, y))
 
 
 @lower(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+@reports
 def remainder(x, y):
     """Python's modulus: the result takes the sign of the divisor."""
     x, y = _promote(x, y)
+    _no_int_zero_division(x, y)
     r = jnp.fmod(x, y)
     return jnp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
 
 
 @lower(aten.fmod.Tensor, aten.fmod.Scalar)
+@reports
 def fmod(x, y):
     """C's fmod: the result takes the sign of the dividend."""
-    return jnp.fmod(*_promote(x, y))
+    x, y = _promote(x, y)
+    _no_int_zero_division(x, y)
+    return jnp.fmod(x, y)
 
 
 def _int_pow(a, b):

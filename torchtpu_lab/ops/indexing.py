@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .checks import report, reports
 from .registry import aten, lower
 
 
@@ -25,15 +26,25 @@ def _dim(d: int, ndim: int) -> int:
 # ---- advanced indexing -------------------------------------------------------------------------------------
 
 
-def _integer_indices(indices) -> tuple:
-    """PyTorch's ``Tensor?[] indices`` with boolean masks expanded into their (concrete) nonzero coordinates."""
+def _integer_indices(x, indices) -> tuple:
+    """PyTorch's ``Tensor?[] indices`` with boolean masks expanded into their (concrete) nonzero coordinates;
+    a mask must match the dims it covers, and every integer index must be in range (reported, see .checks)."""
     out = []
-    for idx in indices:
+    for i, idx in enumerate(indices):
+        d = len(out)
         if idx is not None and idx.dtype in (jnp.bool_, jnp.uint8):
             if idx.ndim == 0:
                 raise NotImplementedError("torchtpu_lab: indexing with a 0-dim boolean mask")
+            for k, n in enumerate(idx.shape):
+                if d + k >= x.ndim or x.shape[d + k] != n:
+                    raise IndexError(f"The shape of the mask {list(idx.shape)} at index {k} does not match the "
+                                     f"shape of the indexed tensor {list(x.shape)} at index {d + k}")
             out.extend(jnp.nonzero(idx.astype(jnp.bool_)))
         else:
+            if idx is not None and d < x.ndim:
+                n = x.shape[d]
+                report((idx < -n) | (idx >= n), idx,
+                       message=f"index {{value}} is out of bounds for dimension {d} with size {n}")
             out.append(idx)
     return tuple(out)
 
@@ -64,19 +75,22 @@ def _no_masks(args, kwargs) -> bool:
 
 
 @lower(aten.index.Tensor, aten._unsafe_index.Tensor, jit=_no_masks)
+@reports
 def index(x, indices):
-    idx = _integer_indices(indices)
+    idx = _integer_indices(x, indices)
     return _gather(x, tuple(i is not None for i in idx), *[i for i in idx if i is not None])
 
 
 @lower(aten.index_put.default, aten._unsafe_index_put.default, jit=_no_masks)
+@reports
 def index_put(x, indices, values, accumulate=False):
     """``accumulate=True`` sums duplicate indices."""
-    idx = _integer_indices(indices)
+    idx = _integer_indices(x, indices)
     return _scatter(x, tuple(i is not None for i in idx), bool(accumulate), values, *[i for i in idx if i is not None])
 
 
 @lower(aten._index_put_impl.default, jit=_no_masks)
+@reports
 def index_put_impl(x, indices, values, accumulate=False, unsafe=False):
     return index_put(x, indices, values, accumulate)
 
@@ -95,8 +109,17 @@ def _crop(src, shape):
     return src[tuple(slice(0, n) for n in shape)]
 
 
+def _in_dim(x, dim, index, error=RuntimeError) -> None:
+    """``index`` (no negative values, as for ``gather``/``scatter``) must be in range along ``dim`` of ``x``."""
+    n = x.shape[_dim(dim, x.ndim)] if x.ndim else 1
+    report((index < 0) | (index >= n), index, error=error,
+           message=f"index {{value}} is out of bounds for dimension {_dim(dim, max(x.ndim, 1))} with size {n}")
+
+
 @lower(aten.gather.default)
+@reports
 def gather(x, dim, index, *, sparse_grad=False):
+    _in_dim(x, dim, index)
     if index.size == 0:
         return jnp.zeros(index.shape, x.dtype)
     if x.ndim == 0:
@@ -107,6 +130,7 @@ def gather(x, dim, index, *, sparse_grad=False):
 
 
 def _scatter_dim(x, dim, index, src, how):
+    _in_dim(x, dim, index)
     if index.size == 0:
         return x
     if x.ndim == 0:
@@ -125,16 +149,19 @@ def _scatter_dim(x, dim, index, src, how):
 
 
 @lower(aten.scatter.src, aten.scatter.value)
+@reports
 def scatter(x, dim, index, src):
     return _scatter_dim(x, dim, index, src, "set")
 
 
 @lower(aten.scatter_add.default)
+@reports
 def scatter_add(x, dim, index, src):
     return _scatter_dim(x, dim, index, src, "add")
 
 
 @lower(aten.scatter.reduce, aten.scatter.value_reduce)
+@reports
 def scatter_reduce_legacy(x, dim, index, src, *, reduce):
     return _scatter_dim(x, dim, index, src, {"add": "add", "multiply": "multiply"}[reduce])
 
@@ -177,7 +204,9 @@ def _reduce_into(x, scatter_at, src, reduce, include_self):
 
 
 @lower(aten.scatter_reduce.two)
+@reports
 def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
+    _in_dim(x, dim, index)
     if index.size == 0:
         return x
     if x.ndim == 0:
@@ -194,6 +223,7 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
 
 def _along(x, dim, index):
     """The ``.at`` key selecting ``index`` (1-D) along ``dim``, and ``x`` as at least 1-D."""
+    _in_dim(x, dim, index, IndexError)
     if x.ndim == 0:
         return x.reshape(1), (index.reshape(-1),)
     return x, (slice(None),) * _dim(dim, x.ndim) + (index.reshape(-1),)
@@ -204,31 +234,38 @@ def _source_like(x, source):
 
 
 @lower(aten.index_select.default)
+@reports
 def index_select(x, dim, index):
+    n = x.shape[_dim(dim, x.ndim)] if x.ndim else 1
+    report((index < 0) | (index >= n), message="index out of range in self")
     if x.ndim == 0:
         return x
     return jnp.take(x, index.reshape(-1), axis=_dim(dim, x.ndim))
 
 
 @lower(aten.index_add.default)
+@reports
 def index_add(x, dim, index, source, *, alpha=1):
     x1, key = _along(x, dim, index)
     return x1.at[key].add((_source_like(x, source) * alpha).astype(x.dtype)).reshape(x.shape)
 
 
 @lower(aten.index_copy.default)
+@reports
 def index_copy(x, dim, index, source):
     x1, key = _along(x, dim, index)
     return x1.at[key].set(_source_like(x, source).astype(x.dtype)).reshape(x.shape)
 
 
 @lower(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+@reports
 def index_fill(x, dim, index, value):
     x1, key = _along(x, dim, index)
     return x1.at[key].set(jnp.asarray(value).astype(x.dtype)).reshape(x.shape)
 
 
 @lower(aten.index_reduce.default)
+@reports
 def index_reduce(x, dim, index, source, reduce, *, include_self=True):
     x1, key = _along(x, dim, index)
     source = _source_like(x, source)
@@ -272,7 +309,10 @@ def masked_select(x, mask):
 
 
 @lower(aten.take.default)
+@reports
 def take(x, index):
+    report((index < -x.size) | (index >= x.size), index,
+           message=f"out of range: tried to access index {{value}} on a tensor of {x.size} elements.")
     return x.reshape(-1)[index]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from .checks import report, reports
 from .registry import aten, lower
 
 import jax
@@ -189,8 +190,11 @@ def cauchy(x, median=0.0, sigma=1.0, *, generator=None, key):
 
 
 @lower(aten.multinomial.default, rng=True)
+@reports
 def multinomial(probs, num_samples, replacement=False, *, generator=None, key):
     """Rows of ``probs`` are unnormalized weights. Without replacement: Gumbel top-k (distinct indices)."""
+    report(~(probs >= 0) | ~jnp.isfinite(probs), error=RuntimeError,
+           message="probability tensor contains either `inf`, `nan` or element < 0")
     logits = jnp.log(probs.astype(jnp.float64) if probs.dtype == jnp.float64 else probs.astype(jnp.float32))
     if replacement:
         draws = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, *logits.shape[:-1]))

@@ -20,11 +20,12 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import caches, dtypes, platform, telemetry
+from .. import caches, dtypes, interrupts, platform, telemetry
 from ..telemetry import SyncReason
-from ..device import context, rng, tensor, views
+from ..device import context, rng, sizes, tensor, views
+from ..ops import checks as op_checks
 from ..ops.registry import Lowering, op_name
-from . import compile_cache, compile_events, lazy, modes
+from . import checks, compile_cache, compile_events, lazy, modes
 from .signatures import OpSignature, Slot, Static
 
 _precision = torch.get_float32_matmul_precision  # part of every op signature: lowerings read it when traced
@@ -185,9 +186,9 @@ class OpExecutable:
     fused mode needs them) the abstract outputs."""
 
     __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable", "exec_device",
-                 "from_disk", "uid", "signature")
+                 "from_disk", "uid", "signature", "checks")
 
-    def __init__(self, run, jit: bool, meta, name: str):
+    def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None):
         self.run = run
         self.jitted = jax.jit(run) if jit else None
         self.ran_eagerly = False  # the jitted version (an XLA executable of its own) has been compiled
@@ -200,6 +201,7 @@ class OpExecutable:
         self.from_disk = False
         self.uid = next(_UIDS)  # stands for the signature in fused graph keys (an int hashes in no time)
         self.signature = None  # the OpSignature (set by execute on a miss)
+        self.checks = checks  # an op that reports bad input: run returns (outputs, flags); see .checks
 
 
 def _aval(v):
@@ -230,16 +232,31 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
     if records:
         if compiled.avals is None:
             # zero-size inputs: trace, so a lowering's own error for them (an empty reduction) is raised here,
-            # at the op, as in strict mode (PyTorch's meta kernels do not always check)
-            out = _NO_AVALS if _has_empty_slot(key) else _meta_avals(compiled.meta)
+            # at the op, as in strict mode (PyTorch's meta kernels do not always check); an op with checks
+            # returns its error flags next to its outputs, which PyTorch's metadata does not describe
+            if compiled.checks is not None or _has_empty_slot(key):
+                out = _NO_AVALS
+            else:
+                out = _meta_avals(compiled.meta)
             if out is _NO_AVALS:
                 out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+            sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
-        source = telemetry.user_source(3) if lazy.track_sources else None
-        return lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
-                           compiled.uid)
+        source = telemetry.user_source(3) if lazy.track_sources or compiled.checks is not None else None
+        out = lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
+                          compiled.uid)
+        if compiled.checks is not None:
+            out, flags = out
+            lazy.also_compute(jax.tree_util.tree_leaves(flags), checks.callback(compiled.checks, compiled.name, source))
+        return out
     out = _run(compiled, key, _concrete(dyn, compiled.name), device_index, has_tensor_inputs)
-    if modes.current() == "debug":
+    mode = modes.current()
+    if compiled.checks is not None:
+        out, flags = out
+        checks.note(jax.tree_util.tree_leaves(flags), compiled.checks, compiled.name, telemetry.user_source(3))
+        if mode == "debug":
+            checks.raise_pending()
+    if mode == "debug":
         _debug_check(compiled.name, out)
     return out
 
@@ -402,6 +419,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
 def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
     op = low.op
     meta = _meta_outputs(op, targs, tkwargs, dyn) if jit else None
+    sizes.check_outputs(meta)  # before XLA sees an absurd shape (it aborts the process)
 
     def run(*dyn_values):
         a = [_decode(t, dyn_values) for t in targs]
@@ -410,6 +428,9 @@ def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
             k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
         return _cast(op, low.fn(*a, **k), meta)
 
+    if op_checks.reporting(low.fn):
+        run, statics = checks.instrument(run)
+        return OpExecutable(run, jit, meta, op_name(op), statics)
     return OpExecutable(run, jit, meta, op_name(op))
 
 
@@ -483,9 +504,9 @@ def _dynamic_input(base_shape: tuple, view, dyn: list):
 
 def _store(storage, array) -> None:
     """Give ``storage`` a new array (or placeholder, which the next sync must then materialize)."""
-    storage.array = array
     if isinstance(array, lazy.LazyValue):
-        lazy.track(storage)
+        lazy.track(storage)  # tracked first: an interrupt between the two lines leaves nothing untracked
+    storage.array = array
 
 
 def _leaf_dtype(v) -> str:
@@ -497,7 +518,10 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
     t = tensor.adopt(t)
     storage = t._tpu_storage
     if isinstance(storage._array, lazy.LazyValue):
+        lazy.track(storage)  # normally tracked already; a no-op then
         lazy.sync(reason, record=record)
+    interrupts.checkpoint()
+    checks.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
     if t._tpu_view is None:
         return storage.array
     dyn = [storage.array]

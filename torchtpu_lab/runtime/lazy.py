@@ -13,10 +13,24 @@ the same ops every iteration compiles once. Scalars and RNG seeds are graph inpu
 A graph that fails to compile or run is replayed node by node so the error names the op and the user line
 that recorded it; the placeholders that depended on it are poisoned (reading them re-raises that error) and
 everything else — all tensors computed before — stays usable.
+
+**Interrupts.** A sync is atomic with respect to Ctrl-C: until the compiled graph starts, an interrupt leaves
+every placeholder and node where it was (the pending work simply runs at the next sync); from the start of the
+run — the moment donated input buffers are consumed — until every result is stored in its tensor, SIGINT is
+deferred (:func:`torchtpu_lab.interrupts.deferred`) and raised right after the commit. A ``KeyboardInterrupt``
+is never stored as a tensor's failure.
+
+**Threads.** One process-wide re-entrant lock, :data:`LOCK`, owns the pending graph and every storage. Each
+tpu kernel holds it for its whole call (the dispatcher wrapper in ``backend/dispatch.py``), and a sync holds it
+from the snapshot of the pending work to the commit of the results. So threads may record and sync freely:
+their ops interleave whole, a sync by one thread materializes what every thread recorded so far, and the
+results equal running the same ops one thread after the other. The lock is never held while waiting for
+anything but the device.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections import Counter
@@ -24,7 +38,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .. import caches, telemetry
+from .. import caches, interrupts, telemetry
 from ..device.storage import FailedValue
 from ..telemetry import SyncReason
 from ..device import memory
@@ -75,15 +89,18 @@ class GraphExecutable(NamedTuple):
 class PendingWork:
     """The recorded-but-not-run state of fused mode: storages holding placeholders and how many ops wait."""
 
-    __slots__ = ("storages", "recorded", "seq")
+    __slots__ = ("storages", "recorded", "seq", "extra")
 
     def __init__(self) -> None:
         self.storages: dict = {}  # id(storage) -> weakref to a storage whose array is (or was) a LazyValue
         self.recorded = 0  # nodes recorded since the last sync
         self.seq = 0  # nodes recorded ever (recording order)
+        self.extra: list = []  # (placeholders, callback): values no storage holds that a sync must compute
 
 
 PENDING = PendingWork()
+#: Owns :data:`PENDING` and every storage (see "Threads" above); re-entrant, since kernels nest.
+LOCK = threading.RLock()
 #: Compiled fused graphs by structure, bounded (a long-lived kernel sees many shapes).
 _GRAPHS = caches.cache("graphs", 256)
 
@@ -119,8 +136,14 @@ def track(storage) -> None:
     PENDING.storages[id(storage)] = weakref.ref(storage)
 
 
+def also_compute(values: list, callback) -> None:
+    """Have the next sync compute ``values`` (placeholders no storage holds, e.g. an op's error flags) and call
+    ``callback(concrete_values)`` once it has committed them."""
+    PENDING.extra.append((values, callback))
+
+
 def has_pending() -> bool:
-    return bool(PENDING.storages)
+    return bool(PENDING.storages) or bool(PENDING.extra)
 
 
 def pending_ops() -> int:
@@ -259,26 +282,36 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
     """Materialize every pending placeholder in one compiled computation (a sync event when there was work).
 
     ``record=False``: the caller records the sync event itself (it syncs even when nothing is pending)."""
+    interrupts.ensure_installed()
+    with LOCK:
+        _sync(reason, record, source, detail)
+
+
+def _sync(reason: SyncReason, record: bool, source, detail) -> None:
+    # Nothing in PENDING changes until the commit: an interrupt (or an error) before it leaves the work pending.
     pending = PENDING
-    refs = list(pending.storages.values())
-    pending.storages.clear()
-    storages = [s for s in (r() for r in refs) if s is not None and isinstance(s._array, LazyValue)]
+    storages = [s for s in (r() for r in pending.storages.values()) if s is not None and isinstance(s._array, LazyValue)]
+    extra = list(pending.extra)
     n_recorded = pending.recorded
-    pending.recorded = 0
-    if not storages:
+    if not storages and not extra:
+        pending.storages.clear()
+        pending.recorded = 0
         return
     sync_event = telemetry.record_sync(reason, n_recorded, source, detail) if record else None
     targets: list[LazyValue] = []
     index: dict[int, int] = {}
-    for v in sorted({id(s._array): s._array for s in storages}.values(), key=lambda v: (v.node.seq, v.index)):
+    wanted = {id(s._array): s._array for s in storages}
+    wanted.update((id(v), v) for values, _ in extra for v in values)
+    for v in sorted(wanted.values(), key=lambda v: (v.node.seq, v.index)):
         index[id(v)] = len(targets)
         targets.append(v)
     nodes = _topo(targets)
     try:
         key, leaves = _build_key(nodes, targets)
-    except BaseException as e:  # an input was poisoned by an earlier failure
+    except Exception as e:  # noqa: BLE001 — an input was poisoned by an earlier failure
         for s in storages:
             s._array = Poisoned(e, s.shape, None)
+        _clear(pending)
         raise
     compiled = _GRAPHS.get(key)
     hit = compiled is not None
@@ -292,30 +325,49 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
             executable, from_disk = compile_cache.executable(_graph_fn(nodes, key), leaves, "graph", key,
                                                              _leaf_device(leaves), key.donate)
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
-            _fail(nodes, targets, storages, index, e)
+            with interrupts.deferred():
+                _clear(pending)
+                _fail(nodes, targets, storages, index, e, extra)
         compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable))
         _GRAPHS.put(fast, compiled)
         compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk)
         t0 = time.perf_counter()
     else:
         telemetry.count("graph_cache_hits")
-    memory.executing(compiled.memory, storages[0].device_index, f"graph[{len(nodes)} ops]")
-    try:
-        results = compiled.fn(*leaves)
-    except Exception as e:  # noqa: BLE001
-        _fail(nodes, targets, storages, index, e)
+    memory.executing(compiled.memory, storages[0].device_index if storages else 0, f"graph[{len(nodes)} ops]")
+    # From here to the commit, donated buffers are consumed and results exist only in locals: no interrupt.
+    with interrupts.deferred():
+        _clear(pending)
+        try:
+            results = compiled.fn(*leaves)
+        except Exception as e:  # noqa: BLE001
+            _fail(nodes, targets, storages, index, e, extra)
+        for v, r in zip(targets, results):
+            v.value = r
+        for s in storages:
+            s.array = s._array.value
+        _finish(extra)
+    memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     telemetry.count("graph_ops_executed", len(nodes))
     telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit)
-    for v, r in zip(targets, results):
-        v.value = r
-    for s in storages:
-        s.array = s._array.value
-    memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
 
 
-def _fail(nodes, targets, storages, index, error):
+def _clear(pending: PendingWork) -> None:
+    pending.storages.clear()
+    pending.extra.clear()
+    pending.recorded = 0
+
+
+def _finish(extra: list) -> None:
+    """Hand the extra values a sync computed to their callbacks (each sees only values that exist)."""
+    for values, callback in extra:
+        if all(v.value is not None for v in values):
+            callback([v.value for v in values])
+
+
+def _fail(nodes, targets, storages, index, error, extra=()):
     """Replay node by node to find the op that fails; poison what depends on it; raise naming the op."""
     values: dict[int, list] = {}
     culprit, culprit_error = None, error
@@ -346,6 +398,12 @@ def _fail(nodes, targets, storages, index, error):
             s.array = v.value
         else:
             s._array = Poisoned(failure, s.shape, s.dtype)
+    for wanted, _ in extra:
+        for v in wanted:
+            done = values.get(id(v.node))
+            if done is not None:
+                v.value = done[v.index]
+    _finish(extra)  # the flags of ops that did run still count (an index error reported before the failure)
     raise failure from culprit_error
 
 

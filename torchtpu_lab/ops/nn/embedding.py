@@ -5,12 +5,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..checks import report, reports
 from ..registry import aten, lower
 from ._common import _acc
 
 
 @lower(aten.embedding)
+@reports
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    report((indices < 0) | (indices >= weight.shape[0]), message="index out of range in self")
     return jnp.take(weight, indices, axis=0)
 
 

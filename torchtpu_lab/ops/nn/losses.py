@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..checks import report, reports
 from ..registry import aten, lower
 from ._common import _acc
 
@@ -36,6 +37,7 @@ def _nll_terms(x, target, weight, ignore_index):
     (or 0 for an unbatched input)."""
     cls = 1 if x.ndim > 1 else 0
     keep = target != ignore_index
+    report(keep & ((target < 0) | (target >= x.shape[cls])), target, message="Target {value} is out of bounds.")
     t = jnp.where(keep, target, 0)
     picked = jnp.take_along_axis(x, jnp.expand_dims(t, cls), axis=cls).squeeze(cls)
     w = jnp.take(weight, t) if weight is not None else jnp.ones(t.shape, x.dtype)
@@ -65,11 +67,13 @@ def _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight
 
 
 @lower(aten.nll_loss_forward)
+@reports
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
     return _nll_forward(x, target, weight, reduction, ignore_index)
 
 
 @lower(aten.nll_loss2d_forward)
+@reports
 def nll_loss2d_forward(x, target, weight, reduction, ignore_index):
     return _nll_forward(x, target, weight, reduction, ignore_index)
 

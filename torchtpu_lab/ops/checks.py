@@ -1,0 +1,85 @@
+"""Data-dependent errors from compiled code: a lowering *reports* a bad condition, the runtime raises it.
+
+A compiled XLA program cannot raise, and clamping an out-of-range index (XLA's gather) or dropping an
+out-of-range write (its scatter) gives a silent wrong answer where PyTorch's CPU kernels raise. So a lowering
+whose inputs can be out of range calls :func:`report` with a boolean array "this element is bad", the offending
+values and the error PyTorch would raise. While the runtime traces an op it *collects* the reports
+(:func:`collecting`); each becomes two extra scalar outputs of the op's compiled function — "any bad?" and the
+first bad value — and the runtime raises the error, naming the op and the user's line, at the next host read
+or sync (:mod:`torchtpu_lab.runtime.checks`). Outside a collecting trace, concrete values raise at once.
+
+Lowerings that report are marked with :func:`reports`, so the runtime knows before tracing that the op's
+compiled function returns ``(outputs, flags)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Check(NamedTuple):
+    """The static half of a report: the exception PyTorch raises and its message (``{value}``: the bad value)."""
+
+    error: type
+    message: str
+
+
+_active = threading.local()
+
+
+def reports(fn: Callable) -> Callable:
+    """Mark a lowering that calls :func:`report` (its compiled function gets flag outputs)."""
+    fn._tpu_reports = True
+    return fn
+
+
+def reporting(fn: Callable) -> bool:
+    return getattr(fn, "_tpu_reports", False)
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list]:
+    """Collect the reports made while tracing (a list of ``(flag, value, Check)``)."""
+    previous = getattr(_active, "found", None)
+    found: list = []
+    _active.found = found
+    try:
+        yield found
+    finally:
+        _active.found = previous
+
+
+def report(bad, value=None, *, error: type = IndexError, message: str) -> None:
+    """Report that the elements where ``bad`` is true are invalid; ``value`` (broadcast to ``bad``) holds the
+    values to show in ``message`` (``{value}`` is replaced by the first bad one)."""
+    bad = jnp.asarray(bad)
+    found = getattr(_active, "found", None)
+    if found is None:
+        if isinstance(bad, jax.core.Tracer):
+            return  # traced by someone else (a user's jax.jit around a lowering): nothing can raise here
+        if bool(bad.any()):
+            raise error(message.format(value=_first(bad, value).item()))
+        return
+    found.append((jnp.any(bad), _first(bad, value), Check(error, message)))
+
+
+def _first(bad, value):
+    if value is None:
+        return jnp.zeros((), jnp.int32)
+    value = jnp.broadcast_to(jnp.asarray(value), bad.shape).reshape(-1)
+    if value.size == 0:
+        return jnp.zeros((), value.dtype)
+    return value[jnp.argmax(bad.reshape(-1))]
+
+
+def out_of_bounds(index, size: int, *, error: type = IndexError, message: str | None = None) -> None:
+    """Report indices outside ``[-size, size)`` (PyTorch's rule for indices that may be negative)."""
+    index = jnp.asarray(index)
+    report((index < -size) | (index >= size), index, error=error,
+           message=message or f"index {{value}} is out of bounds for dimension with size {size}")
