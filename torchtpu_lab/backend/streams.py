@@ -11,15 +11,26 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
+
+
+def _index(device) -> int:
+    """The tpu index of ``device`` (``None``: the current device; an int, a string or a ``torch.device``)."""
+    from ..device import context
+
+    if device is None:
+        return context.current_index()
+    if isinstance(device, int):
+        return device
+    index = torch.device(device).index
+    return context.current_index() if index is None else index
+
 
 class Stream:
     """The device's one queue. ``priority`` is accepted and ignored (there is nothing to prioritise)."""
 
     def __init__(self, device=None, priority: int = 0, **kwargs) -> None:
-        import torch
-
-        self.device = torch.device("tpu", 0 if device is None else torch.device(device, 0).index or 0) \
-            if not isinstance(device, int) else torch.device("tpu", device)
+        self.device = torch.device("tpu", _index(device))
         self.priority = priority
 
     def wait_stream(self, stream: "Stream") -> None:
@@ -71,10 +82,7 @@ _default: dict[int, Stream] = {}
 
 
 def current_stream(device=None) -> Stream:
-    from ..device import context
-
-    index = context.current_index() if device is None else (device if isinstance(device, int) else
-                                                             (__import__("torch").device(device).index or 0))
+    index = _index(device)
     s = _default.get(index)
     if s is None:
         s = _default[index] = Stream(index)

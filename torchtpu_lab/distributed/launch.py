@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 _GRACE_S = 10.0
@@ -44,7 +45,6 @@ class RankResult:
     stderr: str = ""
     returncode: int | None = None
     error: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 class LaunchError(RuntimeError):
@@ -126,6 +126,23 @@ def launch(fn: Callable | str, nprocs: int = 2, *, args: tuple = (), timeout: fl
             if p.poll() is None:
                 p.kill()
             p.wait()
+    try:
+        results = _collect(workdir, procs, files)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if failure or any(r.error or r.returncode for r in results):
+        lines = [failure or "launch: a rank failed"]
+        for r in results:
+            lines.append(f"--- rank {r.rank}: exit code {r.returncode}" + (f"\n{r.error}" if r.error else ""))
+            tail = "\n".join(r.stderr.strip().splitlines()[-6:])
+            if tail and (r.error is None or tail not in r.error):
+                lines.append(textwrap.indent(tail, "    "))
+        raise LaunchError("\n".join(lines), results)
+    return results
+
+
+def _collect(workdir: str, procs: list, files: list) -> list[RankResult]:
+    """Each rank's outputs and result file, read back."""
     results = []
     for rank, (out, err) in enumerate(files):
         out.seek(0)
@@ -144,14 +161,6 @@ def launch(fn: Callable | str, nprocs: int = 2, *, args: tuple = (), timeout: fl
         elif r.returncode:
             r.error = _last_line(r.stderr) or f"exited with code {r.returncode}"
         results.append(r)
-    if failure or any(r.error or r.returncode for r in results):
-        lines = [failure or "launch: a rank failed"]
-        for r in results:
-            lines.append(f"--- rank {r.rank}: exit code {r.returncode}" + (f"\n{r.error}" if r.error else ""))
-            tail = "\n".join(r.stderr.strip().splitlines()[-6:])
-            if tail and (r.error is None or tail not in r.error):
-                lines.append(textwrap.indent(tail, "    "))
-        raise LaunchError("\n".join(lines), results)
     return results
 
 
