@@ -272,3 +272,14 @@ def test_batch_size_change_reports_the_recompile_reason():
     dynamo = [e for e in prof.compiles if e.detail.get("kind") == "dynamo"]
     assert dynamo and dynamo[0].detail["recompile"]
     assert "size mismatch at index 0" in dynamo[0].detail["cause"] and "expected 3, actual 5" in dynamo[0].detail["cause"]
+
+
+def test_a_graph_traced_again_reuses_its_executable():
+    layer = nn.Linear(3, 3).to("tpu")
+    counted = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        with torchtpu_lab.profile() as prof:
+            torch.compile(layer, backend="tpu", dynamic=False)(torch.ones(2, 3, device="tpu")).sum().backward()
+        counted.append(len([e for e in prof.compiles if e.detail.get("kind") == "compiled"]))
+    assert counted[0] == 2 and counted[1] == 0  # forward and backward compiled once, reused after the reset
