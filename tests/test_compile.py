@@ -261,6 +261,9 @@ def test_graph_break_is_reported_with_its_line():
     assert breaks[0].source.lineno == line and breaks[0].source.filename == __file__
     assert "item" in breaks[0].detail["reason"].lower()
     assert "graph break" in torchtpu_lab.metrics_report().lower()
+    from torchtpu_lab.jupyter.status import status, status_lines
+
+    assert status()["graph breaks"] >= 1 and any("graph breaks" in line for line in status_lines(status()))
 
 
 def test_batch_size_change_reports_the_recompile_reason():

@@ -25,6 +25,9 @@ def status() -> dict:
         "cache hit rate": (hits / (hits + compiles)) if hits + compiles else None,
         "syncs": int(telemetry.counters.get("syncs", 0)),
         "CPU fallbacks": int(telemetry.counters.get("cpu_fallbacks", 0)),
+        "torch.compile graphs": int(telemetry.counters.get("dynamo_graphs", 0)),
+        "torch.compile recompiles": int(telemetry.counters.get("dynamo_recompiles", 0)),
+        "graph breaks": int(telemetry.counters.get("graph_breaks", 0)),
         "pending fused ops": lazy.pending_ops(),
         "op executables": executor.cache_size(),
         "fused graphs": lazy.graph_cache_size(),
@@ -44,4 +47,5 @@ def status_lines(s: dict) -> list[str]:
         f"  compiles {s['compiles']} | cache hits {s['cache hits']} ({rate}) | syncs {s['syncs']} | "
         f"CPU fallbacks {s['CPU fallbacks']}",
         f"  compile cache: {s['cache dir']} ({s['cache entries on disk']} entries)",
-    ]
+    ] + ([f"  torch.compile: {s['torch.compile graphs']} graphs ({s['torch.compile recompiles']} recompiles), "
+          f"{s['graph breaks']} graph breaks"] if s.get("torch.compile graphs") else [])
