@@ -261,6 +261,9 @@ def test_graph_break_is_reported_with_its_line():
     assert breaks[0].source.lineno == line and breaks[0].source.filename == __file__
     assert "item" in breaks[0].detail["reason"].lower()
     assert "graph break" in torchtpu_lab.metrics_report().lower()
+    from torchtpu_lab.jupyter.status import status, status_lines
+
+    assert status()["graph breaks"] >= 1 and any("graph breaks" in line for line in status_lines(status()))
 
 
 def test_batch_size_change_reports_the_recompile_reason():
@@ -272,3 +275,14 @@ def test_batch_size_change_reports_the_recompile_reason():
     dynamo = [e for e in prof.compiles if e.detail.get("kind") == "dynamo"]
     assert dynamo and dynamo[0].detail["recompile"]
     assert "size mismatch at index 0" in dynamo[0].detail["cause"] and "expected 3, actual 5" in dynamo[0].detail["cause"]
+
+
+def test_a_graph_traced_again_reuses_its_executable():
+    layer = nn.Linear(3, 3).to("tpu")
+    counted = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        with torchtpu_lab.profile() as prof:
+            torch.compile(layer, backend="tpu", dynamic=False)(torch.ones(2, 3, device="tpu")).sum().backward()
+        counted.append(len([e for e in prof.compiles if e.detail.get("kind") == "compiled"]))
+    assert counted[0] == 2 and counted[1] == 0  # forward and backward compiled once, reused after the reset

@@ -134,14 +134,35 @@ def _eager(gm: torch.fx.GraphModule, kind: str, reason: str):
 _counter = [0]
 
 
+#: Lowered graphs by (kind, generated code, input shapes/dtypes): a graph Dynamo traces again (after
+#: ``torch._dynamo.reset()``, or the same module compiled twice) reuses its jitted function and executable.
+_GRAPHS = caches.cache("compiled_graphs", 256)
+
+
+def _graph_key(kind: str, gm: torch.fx.GraphModule):
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        return None  # constants live outside the code text: never shared
+    specs = []
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("val")
+            specs.append((tuple(v.shape), v.dtype, v.device.type) if isinstance(v, torch.Tensor) else repr(v))
+    return (kind, gm.code, tuple(specs))
+
+
 def _compiler(kind: str):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         _counter[0] += 1
-        try:
-            fn, plan = lowering.trace(gm)
-        except lowering.NotLowerable as e:
-            return _eager(gm, kind, str(e))
-        graph = CompiledGraph(gm, kind, f"graph {_counter[0]}", fn, plan)
+        key = _graph_key(kind, gm)
+        graph = _GRAPHS.get(key) if key is not None else None
+        if graph is None:
+            try:
+                fn, plan = lowering.trace(gm)
+            except lowering.NotLowerable as e:
+                return _eager(gm, kind, str(e))
+            graph = CompiledGraph(gm, kind, f"graph {_counter[0]}", fn, plan)
+            if key is not None:
+                _GRAPHS.put(key, graph)
 
         def run(args: list) -> list:
             return graph(args)

@@ -31,7 +31,7 @@ import torch
 from .. import caches, dtypes, telemetry
 from ..backend import dispatch
 from ..ops import LOWERINGS
-from ..ops.registry import Lowering, op_name
+from ..ops.registry import Lowering
 
 _NAMESPACE = "jax_ops"
 _STATIC_TYPES = (int, float, bool, str)
@@ -388,4 +388,4 @@ def op_of(op_def) -> torch._ops.OpOverload:
     return op_def._opoverload
 
 
-__all__ = ["jax_op", "call_jax", "op_of", "op_name"]
+__all__ = ["jax_op", "call_jax", "op_of"]

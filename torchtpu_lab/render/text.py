@@ -68,7 +68,9 @@ def status_rows(s: dict) -> list[tuple[str, str]]:
         ("pending fused ops", str(s["pending fused ops"])),
         ("in-memory caches", f"{s['op executables']} op executables, {s['fused graphs']} fused graphs"),
         ("compile cache", f"{s['cache dir']} ({s['cache entries on disk']} entries)"),
-    ] + ([("torch.distributed", s["distributed"])] if s.get("distributed") else [])
+    ] + ([("torch.distributed", s["distributed"])] if s.get("distributed") else []) + (
+        [("torch.compile", f"{s['torch.compile graphs']} graphs ({s['torch.compile recompiles']} recompiles), "
+                           f"{s['graph breaks']} graph breaks")] if s.get("torch.compile graphs") else [])
 
 
 def fmt_pct(fraction) -> str:
