@@ -27,6 +27,7 @@ export interface CompileRow {
   seconds: number;
   nOps: number;
   recompile: boolean;
+  disk: boolean; // loaded from the persistent cache, not compiled
 }
 
 export interface ProfileInfo {
@@ -46,6 +47,7 @@ export interface Status {
   mode: string;
   memory: MemoryInfo;
   compiles: number;
+  diskLoads: number;
   cacheHits: number;
   cacheHitRate: number | null;
   syncs: number;
@@ -105,7 +107,8 @@ function parseCompile(x: unknown): CompileRow | null {
     code: str(x.code, '', 200),
     seconds: num(x.seconds),
     nOps: num(x.n_ops),
-    recompile: x.recompile === true
+    recompile: x.recompile === true,
+    disk: x.disk === true
   };
 }
 
@@ -148,6 +151,7 @@ export function parseStatus(x: unknown): Status | null {
     mode: str(x.mode, '?', 20),
     memory: { allocated: num(mem.allocated), peak: num(mem.peak), limit: numOrNull(mem.limit) },
     compiles: num(x.compiles),
+    diskLoads: num(x.disk_loads),
     cacheHits: num(x.cache_hits),
     cacheHitRate: numOrNull(x.cache_hit_rate),
     syncs: num(x.syncs),
@@ -246,7 +250,7 @@ export function statusBarText(s: Status): string {
     `tpu ${shortPlatform(s.platform)}`,
     s.mode,
     `${formatBytes(s.memory.allocated)} / ${formatBytes(s.memory.limit)}`,
-    `cache ${formatRate(s.cacheHitRate)} (${s.compiles} compiles)`
+    `cache ${formatRate(s.cacheHitRate)} (${s.compiles} compiles${s.diskLoads ? `, ${s.diskLoads} disk loads` : ''})`
   ].join(' · ');
 }
 
@@ -256,7 +260,7 @@ export function statusBarTitle(s: Status): string {
     `torchtpu_lab on ${s.platform} (${s.devices} device(s))`,
     `eager mode ${s.mode}`,
     `memory ${formatBytes(s.memory.allocated)} (peak ${formatBytes(s.memory.peak)}, limit ${formatBytes(s.memory.limit)})`,
-    `compiles ${s.compiles} | graph cache hits ${s.cacheHits} (${formatRate(s.cacheHitRate)}) | syncs ${s.syncs}`
+    `compiles ${s.compiles} | disk loads ${s.diskLoads} | memory hits ${s.cacheHits} (${formatRate(s.cacheHitRate)}) | syncs ${s.syncs}`
   ].join('\n');
 }
 
@@ -266,7 +270,7 @@ export function summaryLines(s: Status): string[] {
     `platform: ${s.platform} (${s.devices} device(s))`,
     `eager mode: ${s.mode}`,
     `memory: ${formatBytes(s.memory.allocated)} (peak ${formatBytes(s.memory.peak)}, limit ${formatBytes(s.memory.limit)})`,
-    `compiles: ${s.compiles} | graph cache hits: ${s.cacheHits} (${formatRate(s.cacheHitRate)})`,
+    `compiles: ${s.compiles} | disk loads: ${s.diskLoads} | memory hits: ${s.cacheHits} (${formatRate(s.cacheHitRate)})`,
     `syncs: ${s.syncs} | CPU fallbacks: ${s.cpuFallbacks} | pending fused ops: ${s.pendingOps}`,
     `compile cache: ${s.cacheDir} (${s.cacheEntries} entries)`
   ];
@@ -278,7 +282,10 @@ function formatSeconds(s: number): string {
 
 /** One compilation as two lines: what and how long, then why and where. */
 export function compileLines(c: CompileRow): [string, string] {
-  const head = `${c.recompile ? 'recompile' : 'compile'} ${c.kind ? c.kind + ' ' : ''}${c.name} · ${c.nOps} ops · ${formatSeconds(c.seconds)}`;
+  // the kind only where the name does not already say it ("graph[336 ops]" is not "graph graph[336 ops]")
+  const kind = c.kind && !c.name.startsWith(c.kind) ? c.kind + ' ' : '';
+  const what = c.disk ? `load from disk (${c.recompile ? 'new signature' : 'first time'})` : c.recompile ? 'recompile' : 'compile';
+  const head = `${what} ${kind}${c.name} · ${c.nOps} ops · ${formatSeconds(c.seconds)}`;
   const where = c.where ? ` @ ${c.where}${c.code ? ': ' + c.code : ''}` : '';
   return [head, `${c.cause || '(no cause recorded)'}${where}`];
 }
@@ -290,11 +297,19 @@ export function profileLines(p: ProfileInfo): string[] {
   const lines = [`last %%tpu_profile${p.cell ? ' (' + p.cell + ')' : ''}`];
   const wall = n('wall_s');
   const device = n('device_s');
-  if (wall !== null) {
-    lines.push(`wall ${formatSeconds(wall)}${device !== null ? ', device ' + formatSeconds(device) : ''}`);
+  const python = n('python_s');
+  if (wall !== null && python !== null) {
+    // the split adds up to the wall time: host Python, recording/dispatching ops, compiling, waiting at syncs
+    lines.push(
+      `wall ${formatSeconds(wall)} = Python ${formatSeconds(python)} + tracing ${formatSeconds(n('tracing_s') ?? 0)} + ` +
+        `compiling ${formatSeconds(n('compile_s') ?? 0)} + waiting ${formatSeconds(n('wait_s') ?? 0)}`
+    );
+  } else if (wall !== null) {
+    lines.push(`wall ${formatSeconds(wall)}${device !== null ? ', waiting ' + formatSeconds(device) : ''}`);
   }
   lines.push(
-    `ops ${n('ops') ?? 0} · compiles ${n('compiles') ?? 0} (recompiles ${n('recompiles') ?? 0}) · syncs ${n('syncs') ?? 0}`
+    `ops ${n('ops') ?? 0} · compiles ${n('compiles') ?? 0} (recompiles ${n('recompiles') ?? 0}) · ` +
+      `disk loads ${n('disk_loads') ?? 0} · syncs ${n('syncs') ?? 0}`
   );
   lines.push(`cache hit rate ${formatRate(n('cache_hit_rate'))} · peak memory ${formatBytes(n('peak_bytes'))}`);
   if (typeof s.error === 'string' && s.error) {
@@ -322,4 +337,19 @@ export function memoryPolyline(samples: MemorySample[], width: number, height: n
       return `${x.toFixed(1)},${y.toFixed(1)}`;
     })
     .join(' ');
+}
+
+/** The memory chart's axis labels: bytes at the top (the highest sample) and bottom (0), and the time span
+ *  (`-12.5 s` at the left, `now` at the right); empty strings with fewer than 2 samples. */
+export function chartAxes(samples: MemorySample[]): { yTop: string; yBottom: string; xLeft: string; xRight: string } {
+  if (samples.length < 2) {
+    return { yTop: '', yBottom: '', xLeft: '', xRight: '' };
+  }
+  const span = samples[samples.length - 1].t - samples[0].t;
+  return {
+    yTop: formatBytes(Math.max(...samples.map(p => p.allocated))),
+    yBottom: '0 B',
+    xLeft: `-${span >= 60 ? (span / 60).toFixed(1) + ' min' : span.toFixed(1) + ' s'}`,
+    xRight: 'now'
+  };
 }

@@ -9,6 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { KernelLink } from './link';
 import {
+  chartAxes,
   compileLines,
   EAGER_MODES,
   formatBytes,
@@ -151,7 +152,33 @@ export class TpuPanel extends LinkView {
     this._line.setAttribute('fill', 'none');
     this._line.setAttribute('stroke-width', '1.5');
     this._line.setAttribute('vector-effect', 'non-scaling-stroke');
+    for (const [x1, y1, x2, y2] of [
+      [0, 0, 0, CHART_H],
+      [0, CHART_H, CHART_W, CHART_H]
+    ]) {
+      // the axes: bytes up the left side, time along the bottom
+      const axis = document.createElementNS(SVG_NS, 'line');
+      axis.setAttribute('class', 'jp-torchtpu-axis');
+      axis.setAttribute('x1', String(x1));
+      axis.setAttribute('y1', String(y1));
+      axis.setAttribute('x2', String(x2));
+      axis.setAttribute('y2', String(y2));
+      axis.setAttribute('vector-effect', 'non-scaling-stroke');
+      this._svg.appendChild(axis);
+    }
     this._svg.appendChild(this._line);
+    this._yTop = el('div', 'jp-torchtpu-axis-label jp-torchtpu-y-top');
+    this._yBottom = el('div', 'jp-torchtpu-axis-label jp-torchtpu-y-bottom');
+    this._xLeft = el('span', 'jp-torchtpu-axis-label jp-torchtpu-x-left');
+    this._xRight = el('span', 'jp-torchtpu-axis-label jp-torchtpu-x-right');
+    const yAxis = el('div', 'jp-torchtpu-y-axis');
+    yAxis.append(this._yTop, this._yBottom);
+    const chartRow = el('div', 'jp-torchtpu-chart-row');
+    chartRow.append(yAxis, this._svg);
+    const xAxis = el('div', 'jp-torchtpu-x-axis');
+    xAxis.append(this._xLeft, this._xRight);
+    this._chart = el('div', 'jp-torchtpu-chart-box');
+    this._chart.append(chartRow, xAxis);
     this._chartCaption = el('div', 'jp-torchtpu-caption');
 
     this._compiles = el('ol', 'jp-torchtpu-compiles');
@@ -163,7 +190,7 @@ export class TpuPanel extends LinkView {
       actions2,
       this._message,
       el('h3', 'jp-torchtpu-h', 'device memory over time'),
-      this._svg,
+      this._chart,
       this._chartCaption,
       el('h3', 'jp-torchtpu-h', 'recent compilations'),
       this._compiles,
@@ -198,6 +225,11 @@ export class TpuPanel extends LinkView {
 
     const points = memoryPolyline(status.memoryHistory, CHART_W, CHART_H);
     this._line.setAttribute('points', points);
+    const axes = chartAxes(status.memoryHistory);
+    this._yTop.textContent = axes.yTop;
+    this._yBottom.textContent = axes.yBottom;
+    this._xLeft.textContent = axes.xLeft;
+    this._xRight.textContent = axes.xRight;
     const hist = status.memoryHistory;
     const highest = hist.length ? Math.max(...hist.map(p => p.allocated)) : status.memory.allocated;
     this._chartCaption.textContent =
@@ -237,6 +269,11 @@ export class TpuPanel extends LinkView {
   private _modeButtons: HTMLButtonElement[] = [];
   private _svg: SVGSVGElement;
   private _line: SVGPolylineElement;
+  private _chart: HTMLDivElement;
+  private _yTop: HTMLDivElement;
+  private _yBottom: HTMLDivElement;
+  private _xLeft: HTMLSpanElement;
+  private _xRight: HTMLSpanElement;
   private _chartCaption: HTMLDivElement;
   private _compiles: HTMLOListElement;
   private _profile: HTMLDivElement;

@@ -3,6 +3,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 
 import {
+  chartAxes,
   compileLines,
   formatBytes,
   formatRate,
@@ -133,10 +134,10 @@ test('the status bar text has platform, mode, memory used / limit and hit rate',
 test('compilations read as what, how long, why and where', () => {
   const s = parseStatus(STATUS)!;
   assert.deepEqual(compileLines(s.compilations[0]), [
-    'compile graph graph_1 · 4 ops · 12.3 ms',
+    'compile graph_1 · 4 ops · 12.3 ms',
     'first time this graph structure is seen @ cell [2], line 3: y = (x @ x).relu().sum()'
   ]);
-  assert.deepEqual(compileLines(s.compilations[1]), ['recompile graph graph_2 · 4 ops · 1.50 s', 'input 0 changed shape']);
+  assert.deepEqual(compileLines(s.compilations[1]), ['recompile graph_2 · 4 ops · 1.50 s', 'input 0 changed shape']);
 });
 
 test('the profile headline', () => {
@@ -147,8 +148,8 @@ test('the profile headline', () => {
   });
   assert.deepEqual(lines, [
     'last %%tpu_profile (cell [5])',
-    'wall 250.0 ms, device 100.0 ms',
-    'ops 12 · compiles 1 (recompiles 0) · syncs 2',
+    'wall 250.0 ms, waiting 100.0 ms',
+    'ops 12 · compiles 1 (recompiles 0) · disk loads 0 · syncs 2',
     'cache hit rate 50% · peak memory 2.00 KiB'
   ]);
 });
@@ -167,4 +168,28 @@ test('the memory polyline spans the box, highest sample at the top', () => {
   assert.equal(memoryPolyline([{ t: 0, allocated: 5 }], 200, 80), '');
   // equal timestamps: spread evenly
   assert.equal(memoryPolyline([{ t: 1, allocated: 0 }, { t: 1, allocated: 0 }], 10, 10), '0.0,10.0 10.0,10.0');
+});
+
+test('the profile headline splits the wall time and counts disk loads apart', () => {
+  const lines = profileLines({
+    cell: 'cell [7]',
+    summary: { wall_s: 2, python_s: 0.5, tracing_s: 0.25, compile_s: 1, wait_s: 0.25, ops: 3, compiles: 0,
+      recompiles: 0, disk_loads: 2, syncs: 1, cache_hit_rate: null, peak_bytes: 10, error: null },
+    text: ''
+  });
+  assert.equal(lines[1], 'wall 2.00 s = Python 500.0 ms + tracing 250.0 ms + compiling 1.00 s + waiting 250.0 ms');
+  assert.equal(lines[2], 'ops 3 · compiles 0 (recompiles 0) · disk loads 2 · syncs 1');
+});
+
+test('a graph compile is not named "graph graph[...]", and a disk load says so', () => {
+  const row = { name: 'graph[336 ops]', kind: 'graph', cause: 'c', where: '', code: '', seconds: 2.7, nOps: 336,
+    recompile: false, disk: true };
+  assert.equal(compileLines(row)[0], 'load from disk (first time) graph[336 ops] · 336 ops · 2.70 s');
+  assert.equal(compileLines({ ...row, disk: false, kind: 'op', name: 'aten::add' })[0], 'compile op aten::add · 336 ops · 2.70 s');
+});
+
+test('the memory chart has axes: bytes up, time along', () => {
+  assert.deepEqual(chartAxes([{ t: 0, allocated: 0 }, { t: 12.5, allocated: 2048 }]),
+    { yTop: '2.00 KiB', yBottom: '0 B', xLeft: '-12.5 s', xRight: 'now' });
+  assert.deepEqual(chartAxes([]), { yTop: '', yBottom: '', xLeft: '', xRight: '' });
 });
