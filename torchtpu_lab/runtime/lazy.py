@@ -156,7 +156,7 @@ def over_limit() -> bool:
     recorded = PENDING.recorded
     if not recorded:
         return False
-    if CUTS.at_anchor():
+    if CUTS.last_ids and CUTS.at_anchor():  # no anchors until the limit first cut: one attribute test per op
         return True
     if recorded >= max_graph_ops:
         CUTS.force()
