@@ -52,6 +52,21 @@ def guard(fn: Callable) -> Callable:
     return fn
 
 
+#: Re-entrant locks that, while the main thread owns them, mean "inside a tpu kernel or a sync": an interrupt
+#: then waits for the outermost kernel to finish (see :func:`hold_while_owned`).
+_busy_locks: list = []
+
+
+def hold_while_owned(lock) -> None:
+    """Defer interrupts while this thread owns ``lock`` (an ``RLock``; the runtime registers its kernel lock)."""
+    if lock not in _busy_locks:
+        _busy_locks.append(lock)
+
+
+def _busy() -> bool:
+    return any(lock._is_owned() for lock in _busy_locks)
+
+
 def _depth() -> int:
     return getattr(_state, "depth", 0)
 
@@ -72,7 +87,10 @@ def _redeliverer() -> None:
         time.sleep(REDELIVERY_DELAY)
         _wake.clear()
         if _pending[0]:
-            _thread.interrupt_main(_SIGINT)
+            try:  # a real signal, so a blocking call (time.sleep, a lock wait) in the main thread wakes up too
+                signal.pthread_kill(_main_ident, _SIGINT)
+            except (AttributeError, OSError, ValueError):
+                _thread.interrupt_main(_SIGINT)
 
 
 _wake = threading.Event()
@@ -85,7 +103,7 @@ def _handler(signum, frame) -> None:
     # (almost) always; the interrupt is raised at a safe point (:func:`checkpoint`: the start of every tpu
     # kernel, the end of a sync, a host read), and where none comes — pure Python code — the redelivery
     # thread's repeated attempts escalate to raising wherever the handler runs after ``ESCALATE_AFTER`` tries.
-    if _depth() > 0 or _in_guarded(frame):
+    if _depth() > 0 or _busy() or _in_guarded(frame):
         _defer_and_redeliver()
         return
     if _pending[0] and _counts["attempts"] >= ESCALATE_AFTER:
@@ -166,13 +184,13 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _state.depth -= 1
-        if _state.depth == 0 and _pending[0] and threading.get_ident() == _main_ident:
-            _deliver()
+        if _state.depth == 0 and _pending[0] and threading.get_ident() == _main_ident and not _busy():
+            _deliver()  # (inside a kernel it stays pending: the next kernel's start raises it)
 
 
 def checkpoint() -> None:
     """A safe point: raise an interrupt that was deferred earlier (main thread only)."""
-    if _pending[0] and _depth() == 0 and threading.get_ident() == _main_ident:
+    if _pending[0] and _depth() == 0 and threading.get_ident() == _main_ident and not _busy():
         _deliver()
 
 

@@ -163,7 +163,7 @@ def _owned(fn):
     def kernel(*args, **kwargs):
         ensure()
         if pending[0]:
-            checkpoint()  # a safe point: a deferred Ctrl-C is raised here, before the kernel did anything
+            checkpoint()  # a safe point (the outermost kernel, before it did anything): a deferred Ctrl-C raises
         with lock:
             return fn(*args, **kwargs)
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import caches, dtypes, interrupts, platform, telemetry
+from .. import caches, dtypes, platform, telemetry
 from ..telemetry import SyncReason
 from ..device import context, rng, sizes, tensor, views
 from ..ops import checks as op_checks
@@ -520,7 +520,6 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
     if isinstance(storage._array, lazy.LazyValue):
         lazy.track(storage)  # normally tracked already; a no-op then
         lazy.sync(reason, record=record)
-    interrupts.checkpoint()
     checks.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
     if t._tpu_view is None:
         return storage.array

@@ -101,6 +101,7 @@ class PendingWork:
 PENDING = PendingWork()
 #: Owns :data:`PENDING` and every storage (see "Threads" above); re-entrant, since kernels nest.
 LOCK = threading.RLock()
+interrupts.hold_while_owned(LOCK)  # Ctrl-C inside a kernel or a sync waits for its end
 #: Compiled fused graphs by structure, bounded (a long-lived kernel sees many shapes).
 _GRAPHS = caches.cache("graphs", 256)
 
