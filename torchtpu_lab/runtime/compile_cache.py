@@ -192,6 +192,12 @@ def disk_key(kind: str, signature, device, donate: tuple = ()) -> str | None:
     encoding. ``device``: the ``jax.Device`` the executable runs on."""
     if _state["dir"] is None or device is None:
         return None
+    if jax.process_count() > 1:
+        # A rank of a multi-process (torch.distributed) job: a deserialized executable is loaded for the whole
+        # job's device assignment, not this rank's device, so its outputs come back as multi-shard arrays.
+        # Ranks compile (JAX's own in-memory caches still serve repeats); measured, not guessed: see
+        # tests/test_distributed.py with a warm cache directory.
+        return None
     return digest(_context(), kind, signature, tuple(donate), device.platform, device.device_kind, device.id)
 
 
