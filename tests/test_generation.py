@@ -28,7 +28,7 @@ def _model(width: int):
 def _decode(model, cfg, prompt, device, new_tokens: int, forward=None) -> torch.Tensor:
     """Greedy decoding the way a static-shape loop does it: a preallocated token buffer written at a moving
     position, a StaticCache, one ``torch.tpu``-side sync per token."""
-    forward = forward or model
+    forward = model if forward is None else forward
     cache = StaticCache(config=cfg, max_cache_len=CACHE_LEN)
     tokens = torch.zeros(1, CACHE_LEN, dtype=torch.long, device=device)
     tokens[:, :PROMPT] = prompt.to(device)
