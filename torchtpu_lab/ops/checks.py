@@ -15,6 +15,7 @@ compiled function returns ``(outputs, flags)``.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -39,8 +40,13 @@ def reports(fn: Callable) -> Callable:
     return fn
 
 
+#: ``TORCHTPU_LAB_CHECKS=0`` compiles ops without their error flags (silent wrong answers, as before; for
+#: measuring what the checks cost — see README).
+ENABLED = os.environ.get("TORCHTPU_LAB_CHECKS", "1") != "0"
+
+
 def reporting(fn: Callable) -> bool:
-    return getattr(fn, "_tpu_reports", False)
+    return ENABLED and getattr(fn, "_tpu_reports", False)
 
 
 @contextlib.contextmanager
