@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
 
 import torch
 
@@ -263,86 +262,6 @@ def empty_cache() -> None:
     import gc
 
     gc.collect()
-
-
-class Stream:
-    """A ``torch.cuda.Stream``-shaped object. Ordering no-op: XLA runs one device's work in issue order, so
-    there is one stream per device; ``synchronize``/``wait_*`` wait for all pending work (the strongest
-    guarantee, never a weaker one)."""
-
-    def __init__(self, device=None, priority: int = 0, **kwargs) -> None:
-        self.device = torch.device("tpu", _index(device))
-        self.priority = priority
-
-    def synchronize(self) -> None:
-        synchronize(self.device)
-
-    def wait_stream(self, stream: "Stream") -> None:
-        """Work issued later already runs after earlier work: nothing to do."""
-
-    def wait_event(self, event: "Event") -> None:
-        """Work issued later already runs after the event's point: nothing to do."""
-
-    def record_event(self, event: "Event | None" = None) -> "Event":
-        event = event or Event()
-        event.record(self)
-        return event
-
-    def query(self) -> bool:
-        synchronize(self.device)
-        return True
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Stream) and other.device == self.device
-
-    def __hash__(self) -> int:
-        return hash(("tpu-stream", self.device))
-
-    def __repr__(self) -> str:
-        return f"<torch.tpu.Stream device={self.device} (XLA orders work itself)>"
-
-
-class Event:
-    """A ``torch.cuda.Event``-shaped object: ``record`` marks a point (running pending work so the mark is
-    real), ``elapsed_time`` gives host-measured milliseconds between two recorded events."""
-
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
-        self.enable_timing = enable_timing
-        self._t: float | None = None
-
-    def record(self, stream: Stream | None = None) -> None:
-        synchronize(None if stream is None else stream.device)
-        self._t = time.perf_counter()
-
-    def wait(self, stream: Stream | None = None) -> None:
-        """Later work already runs after this point: nothing to do."""
-
-    def query(self) -> bool:
-        return self._t is not None
-
-    def synchronize(self) -> None:
-        synchronize()
-
-    def elapsed_time(self, end_event: "Event") -> float:
-        if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("Both events must be created with enable_timing=True to measure elapsed time")
-        if self._t is None or end_event._t is None:
-            raise RuntimeError("Both events must be recorded before calling elapsed_time")
-        return (end_event._t - self._t) * 1e3
-
-
-def current_stream(device=None) -> Stream:
-    return Stream(device)
-
-
-def default_stream(device=None) -> Stream:
-    return Stream(device)
-
-
-@contextlib.contextmanager
-def stream(s: Stream | None):
-    """``with torch.tpu.stream(s):`` — work inside is ordered as everywhere else (see :class:`Stream`)."""
-    yield
 
 
 class _Amp:

@@ -95,7 +95,7 @@ class _Tracer:
         self.foreach: dict = {}  # _foreach_* op -> the per-tensor op of the op table it maps to
 
     def run(self, arrays, seed_counter):
-        plan, env = self.plan, {}
+        env = {}
         base_key = None
         if seed_counter is not None:
             base_key = jax.random.fold_in(jax.random.key(seed_counter[0]), seed_counter[1])

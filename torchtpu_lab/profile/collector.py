@@ -93,7 +93,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     tracked = memory.track_sources
     memory.listeners.append(watch)
     try:
-        events = recorder.__enter__()
+        recorder.__enter__()
         memory.track_sources = True
         if trace is not None:
             trace.start()
