@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import os
 
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of ``import torch``, so
+    ``torch.device("tpu")`` works without ``import torchtpu_lab`` (importing this package already registered the
+    device). ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns autoloading off.
+
+    Defined before anything imports torch: when the user imports this package first, our own ``import torch``
+    runs PyTorch's autoload while this module is still initialising, and it looks this function up then (it
+    has nothing to do: the import under way registers the device)."""
+
+
 from .backend.registration import register as _register
 
 _register()
@@ -37,12 +48,6 @@ __all__ = [
     "debug", "set_cpu_fallback", "profile", "Profile", "configure", "global_changes", "__version__",
     "jax_op", "call_jax",
 ]
-
-
-def _autoload() -> None:
-    """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of ``import torch``, so
-    ``torch.device("tpu")`` works without ``import torchtpu_lab`` (importing this package already registered the
-    device). ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns autoloading off."""
 
 
 def sync() -> None:
