@@ -37,12 +37,7 @@ def ip():
     torchtpu_lab.set_eager_mode("fused")
 
 
-def run(ip, code: str):
-    with capture_output() as cap:
-        result = ip.run_cell(code)
-    texts = [o.data.get("text/plain", "") for o in cap.outputs]
-    htmls = [o.data.get("text/html", "") for o in cap.outputs]
-    return result, cap.stdout + "\n".join(texts), "\n".join(h for h in htmls if h)
+from test_jupyter import run  # noqa: E402  (one cell runner for every IPython test)
 
 
 # ---- 7: the cell's exception reaches IPython, after the report -------------------------------------------------
