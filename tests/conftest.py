@@ -1,6 +1,11 @@
 import os
+import tempfile
 
 os.environ.setdefault("TORCHTPU_LAB_PLATFORM", "cpu")
+# The persistent executable cache's default directory (used by %load_ext in IPython tests and notebook kernels)
+# lives under $XDG_CACHE_HOME: point it at a directory of this run, so no test reads executables an earlier run
+# (or the user) stored, and none is left behind in the home directory.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="torchtpu-lab-tests-cache-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -21,12 +26,16 @@ def _restore_global_state():
     fails half-way cannot leak its settings into the next one."""
     from torchtpu_lab import telemetry
     from torchtpu_lab.device import memory
-    from torchtpu_lab.runtime import cpu_fallback, lazy, modes
+    from torchtpu_lab.runtime import compile_cache, cpu_fallback, lazy, modes
 
     saved = (dict(modes._state), dict(cpu_fallback._state), list(telemetry._recorders), list(memory.listeners),
-             memory.track_sources, lazy.track_sources, lazy.max_graph_ops, torch.get_float32_matmul_precision())
+             memory.track_sources, lazy.track_sources, lazy.max_graph_ops, torch.get_float32_matmul_precision(),
+             (compile_cache._state["dir"], compile_cache._state["writable"]))
     yield
-    mode_state, fallback_state, recorders, listeners, track_mem, track_lazy, max_ops, precision = saved
+    mode_state, fallback_state, recorders, listeners, track_mem, track_lazy, max_ops, precision, cache = saved
+    # a test that turned the persistent cache on (%load_ext, configure) must not make later tests load
+    # executables from disk rather than compile them (their compile counts would read 0)
+    compile_cache._state["dir"], compile_cache._state["writable"] = cache
     if modes.current() != mode_state["mode"]:
         try:
             modes.set_eager_mode(mode_state["mode"])

@@ -69,6 +69,24 @@ def test_copied_cache_hits_without_tracing(disk_cache, tmp_path):
     assert disk_events, "compile events of executables loaded from disk carry detail['disk']"
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_checks_of_an_executable_loaded_from_disk_still_raise(disk_cache, mode):
+    """A disk hit is never traced, and tracing is what ties an op's flag outputs to the errors they stand for:
+    the entry stores them, so an out-of-range index raises in a warm process as in a cold one."""
+    def gather(index_value: int):
+        with torchtpu_lab.eager_mode(mode):
+            x = torch.arange(13.0, device="tpu")
+            return x[torch.tensor([1, index_value], device="tpu")].cpu()
+
+    assert gather(12).tolist() == [1.0, 12.0]  # compiled and stored
+    _fresh_process_view()
+    before = _counts()
+    with pytest.raises(IndexError, match="out of bounds"):
+        gather(13)
+    assert _delta(before)["persistent_cache_hits"] > 0, _delta(before)
+    assert gather(3).tolist() == [1.0, 3.0]  # and the session carries on
+
+
 def _damage_all(directory, how):
     names = [n for n in os.listdir(directory) if n.endswith(".tpx")]
     assert names

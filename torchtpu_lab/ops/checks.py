@@ -14,6 +14,7 @@ compiled function returns ``(outputs, flags)``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import threading
@@ -29,6 +30,21 @@ class Check(NamedTuple):
 
     error: type
     message: str
+
+    def encode(self) -> list | None:
+        """A JSON-able form (for executables stored on disk, which are never traced again); ``None`` for an
+        error class that is not a Python builtin (it could not be found again by name)."""
+        if getattr(builtins, self.error.__name__, None) is not self.error:
+            return None
+        return [self.error.__name__, self.message]
+
+    @staticmethod
+    def decode(data) -> "Check":
+        name, message = data
+        error = getattr(builtins, str(name), None)
+        if not (isinstance(error, type) and issubclass(error, Exception)) or not isinstance(message, str):
+            raise ValueError(f"not a stored check: {data!r}")
+        return Check(error, message)
 
 
 _active = threading.local()

@@ -46,6 +46,7 @@ import warnings
 import jax
 
 from .. import telemetry
+from ..ops.checks import Check
 from .signatures import digest
 
 _MAGIC = b"TTPXEC01"
@@ -292,8 +293,8 @@ def _parse(data: bytes, key: str) -> tuple[dict, bytes]:
 
 
 def load(key: str | None, device):
-    """The executable stored under ``key`` (a ``jax.stages.Compiled``), or ``None`` when absent; a damaged
-    entry warns and returns ``None`` (the caller compiles)."""
+    """The executable stored under ``key`` (a ``jax.stages.Compiled``) and the checks its flag outputs belong
+    to, or ``None`` when absent; a damaged entry warns and returns ``None`` (the caller compiles)."""
     d = _state["dir"]
     if key is None or d is None:
         return None
@@ -309,7 +310,8 @@ def load(key: str | None, device):
 
         meta, payload = _parse(data, key)
         in_tree, out_tree = _tree_from_skeleton(meta["in"]), _tree_from_skeleton(meta["out"])
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client)
+        found = [Check.decode(c) for c in meta.get("checks", [])]
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client), found
     except Exception as e:  # noqa: BLE001 — anything wrong with an entry means "compile instead"
         return _damaged(path, e)
 
@@ -321,18 +323,22 @@ def _damaged(path: str, error: BaseException) -> None:
     return None
 
 
-def store(key: str | None, compiled) -> bool:
-    """Write ``compiled`` under ``key`` (atomically); ``False`` when not stored (cache off or read-only, an
-    executable that cannot be serialized, an entry over the cap, a full disk)."""
+def store(key: str | None, compiled, found: list = ()) -> bool:
+    """Write ``compiled`` (and ``found``, the checks its flag outputs belong to) under ``key`` (atomically);
+    ``False`` when not stored (cache off or read-only, an executable or a check that cannot be serialized, an
+    entry over the cap, a full disk)."""
     d = _state["dir"]
     if key is None or d is None or not _state["writable"]:
+        return False
+    encoded = [c.encode() for c in found]
+    if None in encoded:
         return False
     try:
         from jax.experimental import serialize_executable
 
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
         meta = json.dumps({"key": key, "in": _tree_skeleton(in_tree), "out": _tree_skeleton(out_tree),
-                           "python": sys.version.split()[0]}).encode()
+                           "checks": encoded, "python": sys.version.split()[0]}).encode()
     except (TypeError, ValueError, NotImplementedError, AttributeError):
         return False
     body = meta + payload
@@ -355,20 +361,26 @@ def store(key: str | None, compiled) -> bool:
         return False
 
 
-def executable(fn, args: list, kind: str, signature, device, donate: tuple = ()):
+def executable(fn, args: list, kind: str, signature, device, donate: tuple = (), checks: list | None = None):
     """``jax.jit(fn, donate_argnums=donate)`` compiled for ``args`` — or, with the cache on and an entry for
     (``kind``, ``signature``, ``device``), loaded from disk without tracing ``fn`` at all.
 
     Returns ``(executable, from_disk)``; the executable is called with ``args``' structure (``executable(*args)``).
-    ``device``: where the executable runs (its inputs' device, or the default device for factory ops)."""
+    ``device``: where the executable runs (its inputs' device, or the default device for factory ops).
+    ``checks``: for a function instrumented by :func:`.checks.instrument`, the list its trace fills with the
+    checks its flag outputs belong to; stored with the executable and filled from disk on a hit, since then
+    nothing traces it (without them the flags would go uninspected and bad input would pass silently)."""
     telemetry.count("xla_compile_requests")
     key = disk_key(kind, signature, device, donate)
     if key is not None:
         loaded = load(key, device)
         if loaded is not None:
             telemetry.count("persistent_cache_hits")
+            loaded, found = loaded
+            if checks is not None:
+                checks[:] = found
             return loaded, True
         telemetry.count("persistent_cache_misses")
     compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
-    store(key, compiled)
+    store(key, compiled, checks or ())
     return compiled, False

@@ -284,11 +284,11 @@ def _first_run(compiled: OpExecutable, key, dyn: list, device_index: int, has_te
         return compiled.jitted(*dyn)
     device = platform.jax_device(device_index)
     if has_tensor_inputs:
-        exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device)
+        exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device, checks=compiled.checks)
         out = exe(*dyn)
     else:
         with jax.default_device(device):
-            exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device)
+            exe, disk = compile_cache.executable(compiled.run, dyn, "op", key, device, checks=compiled.checks)
             out = exe(*dyn)
     compiled.executable, compiled.exec_device, compiled.from_disk = exe, device_index, disk
     return out
