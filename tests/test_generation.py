@@ -83,22 +83,47 @@ def test_moving_view_offset_is_a_graph_input_not_a_new_program():
 
 def test_generate_matches_cpu_and_a_growing_cache_says_why_it_recompiles():
     cfg, model, prompt = _model(20)
-    expected = model.generate(prompt, max_new_tokens=4, do_sample=False)
+    expected = model.generate(prompt, max_new_tokens=8, do_sample=False)
     model = model.to("tpu")
     with torchtpu_lab.profile() as prof:
-        out = model.generate(prompt.to("tpu"), max_new_tokens=4, do_sample=False)  # default: a dynamic cache
+        out = model.generate(prompt.to("tpu"), max_new_tokens=8, do_sample=False)  # default: a dynamic cache
     assert torch.equal(out.cpu(), expected)
     causes = [r["cause"] for r in prof.report()["compiles"] if r["recompile"]]
     assert any("grows by one every step" in c and 'cache_implementation="static"' in c for c in causes), causes
 
 
-def test_generate_with_a_static_cache_matches_cpu():
-    cfg, model, prompt = _model(16)
-    expected = model.generate(prompt, max_new_tokens=4, do_sample=False)
+@pytest.mark.parametrize("compiled", [False, True], ids=["fused-eager", "torch.compile"])
+def test_generate_with_a_static_cache_compiles_the_same_for_16_tokens_as_for_8(compiled):
+    """``generate`` itself: its loop appends each token with ``torch.cat`` (runtime/growth.py keeps the shape)
+    and reads the newest one at a moving offset; on a tpu device transformers compiles the forward with
+    ``torch.compile(backend="tpu")`` unless ``disable_compile``. A fixed ``max_cache_len`` fixes the cache."""
+    import torch._dynamo
+
+    if compiled and not _tpu_backend_registered():
+        pytest.skip('torch._dynamo has no "tpu" backend registered')
+    cfg, model, prompt = _model(16 if compiled else 12)
+    expected = model.generate(prompt, max_new_tokens=16, do_sample=False)
     model = model.to("tpu")
-    out = model.generate(prompt.to("tpu"), max_new_tokens=4, do_sample=False, cache_implementation="static",
-                         disable_compile=True)
-    assert torch.equal(out.cpu(), expected)
+    from torchtpu_lab.runtime import state
+
+    def generate(new_tokens: int):
+        state.clear()
+        torch._dynamo.reset()
+        before, graphs = _compiles(), torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        out = model.generate(prompt.to("tpu"), max_new_tokens=new_tokens, do_sample=False,
+                             cache_implementation="static", max_cache_len=CACHE_LEN, disable_compile=not compiled)
+        assert torch.equal(out.cpu(), expected[:, :PROMPT + new_tokens])
+        return _compiles() - before, torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+
+    compiles_8, graphs_8 = generate(8)
+    compiles_16, graphs_16 = generate(16)
+    assert compiles_8 > 0 and compiles_16 == compiles_8, (compiles_8, compiles_16)
+    assert graphs_16 == graphs_8 == (1 if compiled else 0), (graphs_8, graphs_16)
+    before = _compiles()  # and nothing at all once warm
+    assert torch.equal(model.generate(prompt.to("tpu"), max_new_tokens=12, do_sample=False,
+                                      cache_implementation="static", max_cache_len=CACHE_LEN,
+                                      disable_compile=not compiled).cpu(), expected[:, :PROMPT + 12])
+    assert _compiles() == before
 
 
 def _tpu_backend_registered() -> bool:

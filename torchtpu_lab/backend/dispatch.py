@@ -19,7 +19,7 @@ from .. import interrupts
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import op_name
-from ..runtime import core_kernels, cpu_fallback, executor, lazy, mutation, view_kernels
+from ..runtime import core_kernels, cpu_fallback, executor, growth, lazy, mutation, view_kernels
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -114,6 +114,7 @@ def _overloads(packet_name: str):
 def _collect() -> dict:
     kernels: dict = {}
     kernels.update(core_kernels.KERNELS)
+    kernels.update(growth.KERNELS)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
     for op in view_kernels.VIEW_OPS:

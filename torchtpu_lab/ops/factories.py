@@ -12,8 +12,10 @@ from .. import dtypes
 from .registry import aten, lower
 
 
-@lower(aten.full.default, static_scalars=True)
+@lower(aten.full.default)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """``fill_value`` is a graph input (only ``size`` shapes the program): ``torch.full(shape, step)`` in a loop
+    compiles once."""
     return jnp.full(tuple(size), fill_value)
 
 

@@ -1,0 +1,163 @@
+"""Tensors that grow by appending keep one shape: ``torch.cat([x, new], dim)`` writes into spare capacity.
+
+A token loop grows its sequence one step at a time — ``input_ids = torch.cat([input_ids, next_token], -1)`` in
+``transformers``' ``generate``, an attention mask extended by a column of ones. With one storage per result,
+every step's arrays have a new shape, so every step's fused graph is a new program and XLA compiles once per
+token. Here such a tensor lives in a storage with room to grow (a :class:`~torchtpu_lab.device.views.View`
+of the first ``n`` positions of a longer buffer along ``dim``): appending writes the new piece at position ``n``
+— a ``dynamic_update_slice`` whose position is a graph *input* — into a new array of the same padded shape, and
+the result views the first ``n + k`` positions. Reads of the last token (``input_ids[:, -1:]``) are views at a
+moving offset, also graph inputs (:func:`~torchtpu_lab.device.views.dynamic`), so a decode step compiles once
+for any number of tokens; only outgrowing the buffer (capacity doubles) compiles again.
+
+Semantics are PyTorch's: the result is a new tensor with its own storage (arrays are immutable; the input's
+storage is only read), equal to the concatenation. The padding is bounded: only a tensor that was already
+grown by an append (a second append along the same dim) is padded, and only while its padded storage is at
+most :data:`MAX_PADDED_BYTES` — token ids and masks, not activations or a dynamic KV cache (whose every
+attention read has the growing shape anyway, so padding it would cost memory and save no compile).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .. import caches, dtypes
+from ..device import tensor, views
+from ..ops import LOWERINGS
+from .executor import OpExecutable, _dynamic_input, _leaf_dtype, _store, execute, launch
+from .signatures import OpSignature
+
+aten = torch.ops.aten
+
+#: The largest padded storage an appended-to tensor gets (bytes); beyond it, ``cat`` makes a plain new tensor.
+MAX_PADDED_BYTES = 1 << 20
+#: Capacity along the growing dim is at least this (then doubles), so a short generation never re-pads.
+MIN_CAPACITY = 64
+
+#: Storages made by an append, and the dim they grow along (weak: an entry lives as long as its storage).
+_GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def cat(tensors, dim: int = 0):
+    """``aten::cat``: an append into spare capacity where :func:`_appendable` allows, else the lowering."""
+    plan = _appendable(tensors, dim)
+    if plan is None:
+        out = execute(LOWERINGS[aten.cat.default], (tensors, dim), {})
+        if len(tensors) == 2 and tensor.on_tpu(out):
+            _mark(tensors, out, dim)
+        return out
+    return _append(*plan)
+
+
+def _mark(tensors, out, dim: int) -> None:
+    """Remember a plain ``cat`` result that looks like a first append (a smaller piece after a whole tensor)."""
+    x, piece = tensors
+    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or x.ndim == 0:
+        return
+    d = dim % x.ndim
+    if 0 < piece.shape[d] < x.shape[d] and out.numel() * out.dtype.itemsize <= MAX_PADDED_BYTES:
+        _GROWING[tensor.adopt(out)._tpu_storage] = d
+
+
+def _appendable(tensors, dim: int):
+    """``(x, piece, d)`` when ``cat`` is an append to a tensor already grown along ``d`` (whose storage is one of
+    ours, viewed from its start), else ``None``."""
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != 2:
+        return None
+    x, piece = tensors
+    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or x.ndim == 0:
+        return None
+    if piece.ndim != x.ndim or x.device != piece.device:
+        return None
+    d = dim % x.ndim
+    if any(a != b for i, (a, b) in enumerate(zip(x.shape, piece.shape)) if i != d) or piece.shape[d] == 0:
+        return None
+    x = tensor.adopt(x)
+    storage = x._tpu_storage
+    if _GROWING.get(storage) != d:
+        return None
+    view = x._tpu_view
+    if view is not None:  # a view of the first n positions of the padded storage, and nothing else
+        base = storage.shape
+        if view.offset != 0 or view.stride != views.contiguous_strides(base):
+            return None
+        if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
+            return None
+    return x, tensor.adopt(piece), d
+
+
+def _capacity(n: int) -> int:
+    return max(MIN_CAPACITY, 1 << max(2 * n - 1, 1).bit_length())
+
+
+def _append(x: tensor.TpuTensor, piece: tensor.TpuTensor, d: int):
+    storage = x._tpu_storage
+    n, k = x.shape[d], piece.shape[d]
+    shape = list(storage.shape)
+    if n + k > shape[d]:  # out of room (or not padded yet): a bigger buffer, once per doubling
+        shape[d] = _capacity(n + k)
+        if math.prod(shape) * x.dtype.itemsize > MAX_PADDED_BYTES:
+            return execute(LOWERINGS[aten.cat.default], ([x, piece], d), {})
+        dyn = [storage.array]
+        x_key = _dynamic_input(storage.shape, x._tpu_view, dyn)
+        grow = True
+    else:
+        dyn = [storage.array]
+        x_key = None
+        grow = False
+    shape = tuple(shape)
+    p_storage = piece._tpu_storage
+    dyn.append(p_storage.array)
+    p_key = _dynamic_input(p_storage.shape, piece._tpu_view, dyn)
+    dyn.append(n)
+    sig = (tuple(storage.shape), x_key, grow, shape, x.dtype, d, tuple(p_storage.shape), p_key)
+    program = _program(*sig)
+    out = launch(program, OpSignature("append", sig + (_leaf_dtype(p_storage.array),), ()), dyn,
+                 storage.device_index, True)
+    result = tensor.make(_new_storage(shape, x.dtype, storage.device_index),
+                         views.View(tuple(x.shape[:d]) + (n + k,) + tuple(x.shape[d + 1:]),
+                                    views.contiguous_strides(shape), 0))
+    _store(result._tpu_storage, out)
+    _GROWING[result._tpu_storage] = d
+    return result
+
+
+def _new_storage(shape: tuple, dtype: torch.dtype, device_index: int):
+    from ..device.storage import Storage
+
+    return Storage(shape, dtype, device_index)
+
+
+@caches.memoize("append_programs", 1024)
+def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_base: tuple, p_key):
+    """The padded array after an append; inputs: x's storage[, its offset], the piece's storage[, its offset],
+    the position ``n`` (a value, so every step runs the same program)."""
+    jdt = dtypes.to_jax(dtype)
+
+    def run(x_array, *rest):
+        if grow and x_key is not None and x_key.moves:
+            x_offset, rest = rest[:1], rest[1:]
+        else:
+            x_offset = ()
+        p_array, rest = rest[0], rest[1:]
+        p_offset, n = (rest[:1], rest[1]) if p_key is not None and p_key.moves else ((), rest[0])
+        value = views.read(p_array, p_base, p_key, *p_offset).astype(jdt)
+        starts = [0] * len(shape)
+        if grow:
+            old = views.read(x_array, x_base, x_key, *x_offset).astype(jdt)
+            base = lax.dynamic_update_slice(jnp.zeros(shape, jdt), old, starts)
+        else:
+            base = x_array
+        starts[d] = n
+        return lax.dynamic_update_slice(base, value, starts)
+
+    meta = torch.empty(shape, dtype=dtype, device="meta")
+    return OpExecutable(run, True, meta, "aten::cat (append)")
+
+
+KERNELS = {aten.cat.default: cat}
