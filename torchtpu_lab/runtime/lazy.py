@@ -43,6 +43,7 @@ from ..device.storage import FailedValue
 from ..telemetry import SyncReason
 from ..device import memory
 from .graph_cuts import CutPoints
+from .graph_key import Segment
 from .signatures import GraphSignature, NodeSignature
 
 
@@ -66,7 +67,8 @@ class Poisoned(FailedValue):
 
 
 class Node:
-    __slots__ = ("key", "uid", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "__weakref__")
+    __slots__ = ("key", "uid", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "segment", "position",
+                 "used", "__weakref__")
 
     def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source, seq: int, uid=None):
         self.key = key
@@ -78,6 +80,9 @@ class Node:
         self.name = name
         self.source = source
         self.seq = seq  # recording order: graphs are laid out in it, so the same program gives the same key
+        self.segment = None  # the graph_key.Segment token it was recorded in, and its position there
+        self.position = -1
+        self.used = False  # a later node of its segment reads it
 
 
 class GraphExecutable(NamedTuple):
@@ -89,13 +94,14 @@ class GraphExecutable(NamedTuple):
 class PendingWork:
     """The recorded-but-not-run state of fused mode: storages holding placeholders and how many ops wait."""
 
-    __slots__ = ("storages", "recorded", "seq", "extra")
+    __slots__ = ("storages", "recorded", "seq", "extra", "segment")
 
     def __init__(self) -> None:
         self.storages: dict = {}  # id(storage) -> weakref to a storage whose array is (or was) a LazyValue
         self.recorded = 0  # nodes recorded since the last sync
         self.seq = 0  # nodes recorded ever (recording order)
         self.extra: list = []  # (placeholders, callback): values no storage holds that a sync must compute
+        self.segment = Segment()  # the graph key of what was recorded since the last sync, built as it is
 
 
 PENDING = PendingWork()
@@ -127,6 +133,7 @@ def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=N
     node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq, uid)
     outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(out_leaves)]
     pending.recorded += 1
+    pending.segment.add(node, LazyValue)
     CUTS.note(id(fn))
     return outs[0] if treedef.num_leaves == 1 and treedef.num_nodes == 1 else jax.tree_util.tree_unflatten(
         treedef, outs)
@@ -217,9 +224,17 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
                 leaves.append(v)
         node_keys.append((n.uid, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
-    # A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
-    # temporary) is donated, so a training step does not keep two copies of the model.
-    # Only buffers an output can reuse (same shape and dtype) are worth donating; XLA warns about the rest.
+    key = GraphSignature(tuple(node_keys), tuple(_fast_leaf_sig(v) for v in leaves), target_refs,
+                         _donate(leaves, targets))
+    return key, leaves
+
+
+def _donate(leaves: list, targets: list[LazyValue]) -> tuple:
+    """Leaf positions whose buffers the graph may reuse for its outputs.
+
+    A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
+    temporary) is donated, so a training step does not keep two copies of the model. Only buffers an output can
+    reuse (same shape and dtype) are worth donating; XLA warns about the rest."""
     reusable = Counter((tuple(t.shape), t.dtype) for t in targets)  # numpy dtypes: str() of one is slow
     donate = []
     for i, v in enumerate(leaves):
@@ -227,9 +242,7 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
         if sig is not None and reusable[sig] > 0 and not memory.is_held(v):
             reusable[sig] -= 1
             donate.append(i)
-    donate = tuple(donate)
-    key = GraphSignature(tuple(node_keys), tuple(_fast_leaf_sig(v) for v in leaves), target_refs, donate)
-    return key, leaves
+    return tuple(donate)
 
 
 def _fast_leaf_sig(v) -> tuple:
@@ -297,6 +310,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     if not storages and not extra:
         pending.storages.clear()
         pending.recorded = 0
+        pending.segment.reset()
         return
     sync_event = telemetry.record_sync(reason, n_recorded, source, detail) if record else None
     targets: list[LazyValue] = []
@@ -306,14 +320,19 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     for v in sorted(wanted.values(), key=lambda v: (v.node.seq, v.index)):
         index[id(v)] = len(targets)
         targets.append(v)
-    nodes = _topo(targets)
-    try:
-        key, leaves = _build_key(nodes, targets)
-    except Exception as e:  # noqa: BLE001 — an input was poisoned by an earlier failure
-        for s in storages:
-            s._array = Poisoned(e, s.shape, None)
-        _clear(pending)
-        raise
+    built = pending.segment.key(targets)
+    if built is not None:  # the key was built while recording (graph_key.py)
+        nodes, node_keys, leaves, leaf_sigs, target_refs = built
+        key = GraphSignature(node_keys, leaf_sigs, target_refs, _donate(leaves, targets))
+    else:
+        nodes = _topo(targets)
+        try:
+            key, leaves = _build_key(nodes, targets)
+        except Exception as e:  # noqa: BLE001 — an input was poisoned by an earlier failure
+            for s in storages:
+                s._array = Poisoned(e, s.shape, None)
+            _clear(pending)
+            raise
     compiled = _GRAPHS.get(key)
     hit = compiled is not None
     t0 = time.perf_counter()
@@ -359,6 +378,7 @@ def _clear(pending: PendingWork) -> None:
     pending.storages.clear()
     pending.extra.clear()
     pending.recorded = 0
+    pending.segment.reset()
 
 
 def _finish(extra: list) -> None:

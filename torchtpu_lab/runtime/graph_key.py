@@ -1,0 +1,87 @@
+"""The pending graph's in-memory key, built as ops are recorded rather than at the sync.
+
+A sync used to walk the recorded graph twice before it could look up its executable: a depth-first walk from
+the values it must produce (to find the live nodes) and a pass building each node's wiring and the leaf inputs.
+On a small model that is a good part of a step's host time (the ecosystem issue measured ~5 ms of a 36 ms GPT-2
+step). :class:`Segment` does the second pass while recording — each new node's wiring is known the moment it is
+recorded — and replaces the first by a check: when every node recorded since the last sync is *live* (consumed
+by a later node, or one of the values the sync must produce) the graph is exactly those nodes in recording
+order, and the key built so far is the key. Otherwise (a temporary whose result was dropped, an input from
+before the last sync, a failed input) :meth:`Segment.key` says so and the sync builds the key the long way;
+both ways give the same key for the same graph.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+
+from ..device.storage import FailedValue
+
+
+class Segment:
+    """What was recorded since the last sync, as a graph key under construction (owned by ``lazy.PENDING``)."""
+
+    __slots__ = ("token", "refs", "node_keys", "leaves", "leaf_sigs", "leaf_pos", "regular")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.token = object()  # nodes of this segment carry it: an input from another segment is seen at once
+        self.refs: list = []  # weak references to the nodes, in recording order
+        self.node_keys: list = []  # (op uid, wiring) per node, as lazy._build_key lays them out
+        self.leaves: list = []
+        self.leaf_sigs: list = []
+        self.leaf_pos: dict = {}  # id(array) -> leaf position (an array read by several nodes is one input)
+        self.regular = True
+
+    def add(self, node, lazy_type) -> None:
+        """Note a just-recorded node (hot path)."""
+        if not self.regular:
+            return
+        leaves, leaf_pos, refs = self.leaves, self.leaf_pos, []
+        for v in node.inputs:
+            if type(v) is lazy_type:
+                src = v.node
+                if src.segment is not self.token:
+                    self.regular = False
+                    return
+                src.used = True
+                refs.append((src.position, v.index))
+            elif isinstance(v, jax.Array):
+                p = leaf_pos.get(id(v))
+                if p is None:
+                    p = leaf_pos[id(v)] = len(leaves)
+                    leaves.append(v)
+                    self.leaf_sigs.append((v.shape, v.dtype))
+                refs.append((-1, p))
+            elif isinstance(v, FailedValue):
+                self.regular = False
+                return
+            else:  # a dynamic Python scalar: one input per use
+                refs.append((-1, len(leaves)))
+                leaves.append(v)
+                self.leaf_sigs.append(type(v))
+        node.segment = self.token
+        node.position = len(self.refs)
+        self.refs.append(weakref.ref(node))
+        self.node_keys.append((node.uid, tuple(refs)))
+
+    def key(self, targets: list):
+        """``(nodes, node keys, leaves, leaf signatures, target wiring)`` when the graph that computes ``targets``
+        is every node of the segment, else ``None`` (then the caller walks the graph)."""
+        if not self.regular:
+            return None
+        nodes = [r() for r in self.refs]
+        wanted = set()
+        for t in targets:
+            if t.node.segment is not self.token:
+                return None
+            wanted.add(id(t.node))
+        for n in nodes:
+            if n is None or not (n.used or id(n) in wanted):
+                return None
+        return (nodes, tuple(self.node_keys), self.leaves, tuple(self.leaf_sigs),
+                tuple((t.node.position, t.index) for t in targets))
