@@ -71,6 +71,24 @@ def test_pallas_kernel_forward_and_registered_backward_in_every_mode(mode):
     torch.testing.assert_close(yt.grad.cpu(), torch.full_like(y, 3.0))
 
 
+@jax_op("ttl_test::tpu_written_scale")
+def tpu_written_scale(x: jax.Array) -> jax.Array:  # as written for a TPU: no interpret=, a TPU grid spec
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 3.0
+
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0), memory_space=pltpu.VMEM)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 8,),
+                          in_specs=[spec], out_specs=spec)(x)
+
+
+def test_pallas_kernel_written_for_tpu_runs_off_tpu_without_interpret(mode):
+    x = torch.randn(16, 128)
+    torch.testing.assert_close(tpu_written_scale(x.to("tpu")).cpu(), x * 3)
+    torch.testing.assert_close(tpu_written_scale(x), x * 3)  # the host implementation, on CPU tensors
+
+
 def test_fused_mode_records_the_op_without_a_sync():
     with torchtpu_lab.eager_mode("fused"):
         torchtpu_lab.sync()

@@ -160,8 +160,9 @@ out.sum().backward()
 reference = a.detach().cpu() * F.silu(g.cpu())
 print("matches PyTorch:", torch.allclose(out.detach().cpu(), reference, atol=1e-6))
 print("gradient matches:", torch.allclose(a.grad.cpu(), F.silu(g.cpu()), atol=1e-6))"""),
-    md("""A Pallas kernel is written the same way: `pl.pallas_call` inside the JAX function. Off a TPU it runs in
-Pallas' interpreter (`interpret=True`), so the same notebook runs on a laptop."""),
+    md("""A Pallas kernel is written the same way: `pl.pallas_call` inside the JAX function. Off a TPU (on XLA:CPU)
+torchtpu_lab runs it in Pallas's TPU interpret mode, so the kernel is written exactly as for a TPU and the same
+notebook runs on a laptop."""),
     code("""from jax.experimental import pallas as pl
 
 def _scale_add(x_ref, y_ref, o_ref):
@@ -169,8 +170,7 @@ def _scale_add(x_ref, y_ref, o_ref):
 
 @torchtpu_lab.jax_op("tutorial::scale_add")
 def scale_add(x: jax.Array, y: jax.Array) -> jax.Array:
-    return pl.pallas_call(_scale_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                          interpret=jax.default_backend() != "tpu")(x, y)
+    return pl.pallas_call(_scale_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
 
 p, q = torch.randn(8, 128), torch.randn(8, 128)
 print("pallas matches:", torch.allclose(scale_add(p.to("tpu"), q.to("tpu")).cpu(), 2 * p + q))"""),

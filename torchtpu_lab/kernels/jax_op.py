@@ -18,6 +18,7 @@ An exception raised inside ``fn`` is re-raised naming the op and the user line t
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import typing
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import caches, dtypes, telemetry
+from .. import caches, dtypes, platform, telemetry
 from ..backend import dispatch
 from ..ops import LOWERINGS
 from ..ops.registry import Lowering
@@ -100,10 +101,26 @@ class _UserError(RuntimeError):
     """An exception inside the user's JAX function, re-raised naming the op and the calling line."""
 
 
-def _guarded(fn: Callable, label: str) -> Callable:
+def _pallas_context(on_host: bool):
+    """Pallas kernels written for a TPU must still run where no TPU compiles them. XLA:CPU can only interpret
+    a ``pallas_call``, so off-TPU on CPU (the tpu device on XLA:CPU, or the host implementation) every kernel
+    traced inside ``fn`` runs in Pallas's TPU interpret mode, which simulates TPU memory and DMAs; code written
+    for TorchTPU then runs unchanged, without ``interpret=True``. On GPU, ``pallas_call`` lowers as written."""
+    target = "cpu" if on_host else platform.info().platform
+    if target != "cpu":
+        return contextlib.nullcontext()
+    try:
+        from jax.experimental.pallas import tpu as pltpu
+    except ImportError:  # a JAX without Pallas: fn cannot contain a pallas_call either
+        return contextlib.nullcontext()
+    return pltpu.force_tpu_interpret_mode()
+
+
+def _guarded(fn: Callable, label: str, on_host: bool = False) -> Callable:
     def call(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with _pallas_context(on_host):
+                return fn(*args, **kwargs)
         except _UserError:
             raise
         except Exception as e:  # noqa: BLE001 — re-raised with the op and the user's line
@@ -207,6 +224,7 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
 
     label = qualified
     call = _guarded(fn, label)
+    host_call = _guarded(fn, label, on_host=True)
     n_mut = len(mutates_args)
     n_results = 0
     if n_mut:
@@ -221,7 +239,7 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
         sig = sig.replace(return_annotation=None if not outs else outs[0] if len(outs) == 1 else tuple[tuple(outs)])
 
     def prototype(*args, **kwargs):  # the custom op's default (CPU and other devices) implementation
-        out = _host_call(call, args, kwargs)
+        out = _host_call(host_call, args, kwargs)
         return _apply_mutations(out, args, kwargs)
 
     def _apply_mutations(out, args, kwargs):
