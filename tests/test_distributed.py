@@ -197,3 +197,12 @@ def test_tensor_list_out_variant():
     outs = [torch.empty(2, 2, device="tpu"), torch.empty(4, 2, device="tpu")]
     torch.split_with_sizes_copy(x.to("tpu"), [2, 4], out=outs)
     assert [o.cpu().tolist() for o in outs] == [x[:2].tolist(), x[2:].tolist()]
+
+
+def test_ranks_sharing_a_host_each_take_their_own_accelerator():
+    from torchtpu_lab.distributed.world import local_device_ids
+
+    assert local_device_ids({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}) == [1]
+    assert local_device_ids({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}) is None  # one rank per host
+    assert local_device_ids({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "CUDA_VISIBLE_DEVICES": "3"}) is None
+    assert local_device_ids({}) is None  # not under torchrun

@@ -90,6 +90,25 @@ def _coordinator(store, rank: int, timeout_s: float) -> str:
     return store.get(_KEY).decode()
 
 
+_USER_DEVICE_CHOICE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "JAX_LOCAL_DEVICE_IDS")
+
+
+def local_device_ids(env=os.environ) -> list[int] | None:
+    """The accelerator this rank should own when several ranks share a host: torchrun's ``LOCAL_RANK``.
+
+    Each process takes part in collectives with one device, so ranks on one host must not all pick the host's
+    first GPU. JAX applies ``local_device_ids`` to CUDA/ROCm visibility only (XLA:CPU has one device per
+    process anyway; a TPU host is one process owning its chips, or ``TPU_VISIBLE_CHIPS`` set by the user).
+    ``None`` leaves the choice alone: one rank per host, or a user who already chose devices."""
+    if any(env.get(name) for name in _USER_DEVICE_CHOICE):
+        return None
+    try:
+        local_rank, local_size = int(env["LOCAL_RANK"]), int(env.get("LOCAL_WORLD_SIZE", "1"))
+    except (KeyError, ValueError):
+        return None
+    return [local_rank] if local_size > 1 else None
+
+
 def start(rank: int, size: int, store, timeout_s: float) -> World:
     """Join JAX's multi-process runtime as process ``rank`` of ``size`` (idempotent for the same rank/size)."""
     w = _world[0]
@@ -116,6 +135,7 @@ def start(rank: int, size: int, store, timeout_s: float) -> World:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             coordinator = _coordinator(store, rank, timeout_s)
             jax.distributed.initialize(coordinator_address=coordinator, num_processes=size, process_id=rank,
+                                       local_device_ids=local_device_ids(),
                                        initialization_timeout=max(int(timeout_s), 1))
     from .. import platform
 
