@@ -110,7 +110,7 @@ def _pair(a, b):
 
 
 @lower(aten.complex.default)
-def complex_(real, imag):
+def complex_from_parts(real, imag):
     """Lowered (not decomposed): PyTorch's decomposition writes through ``result.real``/``result.imag``."""
     return lax.complex(*_pair(real, imag))
 

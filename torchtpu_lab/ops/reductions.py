@@ -319,12 +319,12 @@ def logsumexp(x, dim, keepdim=False):
 
 
 @lower(aten.all.default)
-def all_(x):
+def all_elements(x):
     return jnp.all(x != 0)
 
 
 @lower(aten.any.default)
-def any_(x):
+def any_element(x):
     return jnp.any(x != 0)
 
 
