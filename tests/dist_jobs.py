@@ -134,6 +134,55 @@ def collectives() -> dict:
             "recv_any": recv_any}
 
 
+def collective_step(x: torch.Tensor, w: torch.Tensor, group) -> tuple:
+    """Compute between functional collectives (what DTensor and FSDP2 emit): compiled with backend="tpu" it is one
+    program over the group's mesh (tests/test_compile.py in one process, :func:`compiled_collectives` on 2)."""
+    import torch.distributed._functional_collectives as fc
+
+    s = fc.all_reduce(x @ w, "sum", group)
+    h = torch.relu(s) * 2 + 1
+    m = fc.all_reduce(h - x.sum(), "max", group)
+    g = fc.all_gather_single(h, 0, group)
+    rs = fc.reduce_scatter_single(g * 3, "sum", 0, group)
+    t = fc.all_to_all_single(h + m, None, None, group)
+    b = fc.broadcast(t * 0.5, group.size() - 1, group)
+    return s, m, g, rs, t, b, (b * s).sum()
+
+
+def collective_inputs(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's inputs of :func:`collective_step` (different on every rank, so the collectives matter)."""
+    g = torch.Generator().manual_seed(10 + rank)
+    return torch.randn(4, 3, generator=g), torch.randn(3, 6, generator=g)
+
+
+def compiled_collectives() -> dict:
+    """:func:`collective_step` under torch.compile(backend="tpu") on tpu tensors, twice, and eagerly through Gloo
+    on CPU tensors; the compile events of the compiled runs."""
+    import torch.distributed._functional_collectives as fc
+
+    import torchtpu_lab
+
+    dist.init_process_group("tpu")
+    r = dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    x, w = collective_inputs(r)
+    step = torch.compile(collective_step, backend="tpu", dynamic=False)
+    # uneven splits (rank-dependent sizes) are not lowered: that graph runs eagerly, and says so
+    ins, outs = [i + 1 + r for i in range(dist.get_world_size())], [r + 1 + j for j in range(dist.get_world_size())]
+    uneven = torch.compile(lambda t, group: fc.all_to_all_single(t, outs, ins, group), backend="tpu", dynamic=False)
+    v = torch.arange(float(sum(ins))) + 100 * r
+    with torchtpu_lab.profile() as prof:
+        first = [o.cpu() for o in step(x.to("tpu"), w.to("tpu"), dist.group.WORLD)]
+        second = [o.cpu() for o in step((x * 2).to("tpu"), w.to("tpu"), dist.group.WORLD)]
+        first.append(uneven(v.to("tpu"), dist.group.WORLD).cpu())
+    events = [(e.detail["kind"], e.detail["cause"], e.detail.get("collectives"), e.detail.get("group"))
+              for e in prof.compiles]
+    # Gloo's results are AsyncCollectiveTensors: wait for each (reading one before its work is done reads garbage)
+    cpu = [[fc.wait_tensor(o) for o in collective_step(a, w, gloo)] for a in (x, x * 2)]
+    cpu[0].append(fc.wait_tensor(fc.all_to_all_single(v, outs, ins, gloo)))
+    return {"tpu": [first, second], "cpu": cpu, "events": events}
+
+
 def _mlp() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))

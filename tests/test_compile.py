@@ -286,3 +286,44 @@ def test_a_graph_traced_again_reuses_its_executable():
             torch.compile(layer, backend="tpu", dynamic=False)(torch.ones(2, 3, device="tpu")).sum().backward()
         counted.append(len([e for e in prof.compiles if e.detail.get("kind") == "compiled"]))
     assert counted[0] == 2 and counted[1] == 0  # forward and backward compiled once, reused after the reset
+
+
+# ---- 3. collectives inside compiled graphs (2 ranks: tests/test_distributed.py) -----------------------------
+
+
+@pytest.fixture
+def one_rank_group():
+    """A world-1 tpu process group in this process (no multi-process runtime needed)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("tpu", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def test_collectives_lower_into_the_compiled_program(one_rank_group):
+    import dist_jobs
+
+    torch._dynamo.reset()
+    x, w = (t.to("tpu") for t in dist_jobs.collective_inputs(0))
+    with torchtpu_lab.profile() as prof:
+        got = torch.compile(dist_jobs.collective_step, backend="tpu", dynamic=False)(x, w, one_rank_group)
+    want = dist_jobs.collective_step(x, w, one_rank_group)  # the eager collectives
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.cpu(), b.cpu())
+    assert not [e for e in prof.compiles if e.detail.get("kind") == "eager-graph"]
+    (event,) = _compiled_graphs(prof)
+    assert "_c10d_functional::all_to_all_single" in event.detail["collectives"]
+    assert "aten::mm" in event.detail["ops"] and event.detail["group"].startswith("group [0] (1 x ")
+
+
+def test_a_collective_on_an_unknown_group_runs_eagerly_saying_why(one_rank_group):
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: torch.ops._c10d_functional.all_reduce(t, "sum", "no-such-group") * 2,
+                      backend="tpu", dynamic=False)
+    with torchtpu_lab.profile() as prof, pytest.raises(Exception, match="no-such-group"):
+        f(torch.ones(3, device="tpu"))  # eagerly, the collective raises its own error: nothing is made up
+    (event,) = [e for e in prof.compiles if e.detail.get("kind") == "eager-graph"]
+    assert "no-such-group" in event.detail["cause"] and "cannot resolve" in event.detail["cause"]

@@ -85,6 +85,9 @@ def graph_compiled(graph, seconds: float) -> None:
                                      f"first time this graph was compiled ({graph.kind} of {graph.label})",
                                      seconds, graph.plan.n_ops)
     event.detail["ops"] = list(graph.plan.ops)
+    if graph.plan.group is not None:  # lowered into the program, which runs over the group's mesh
+        event.detail["collectives"] = list(graph.plan.collectives)
+        event.detail["group"] = graph.plan.group.describe()
 
 
 def graph_runs_eagerly(gm, kind: str, why: str) -> None:

@@ -13,6 +13,8 @@ Each ``call_function`` node is one of:
   :func:`torchtpu_lab.device.views.read`;
 * one of the few runtime kernels that are not lowerings (``_to_copy``, ``copy``/``copy_``, ``empty``), each a
   line here; ``copy_`` into a graph input is an input mutation, returned and written back after the call;
+* a functional collective (``_c10d_functional.all_reduce``...): the same per-rank body the eager collective
+  runs, and the whole function becomes one ``shard_map`` program over the group's mesh (:mod:`.spmd`);
 * anything else raises :class:`NotLowerable` naming the op, and the caller runs that graph eagerly instead.
 """
 
@@ -31,13 +33,13 @@ from ..device import views
 from ..ops import LOWERINGS
 from ..ops.registry import op_name
 from ..runtime import executor, view_kernels
+from . import spmd
+from .errors import NotLowerable
 
 aten = torch.ops.aten
 _VIEW_OPS = frozenset(view_kernels.VIEW_OPS)
 
-
-class NotLowerable(NotImplementedError):
-    """A graph node that has no JAX form; the graph then runs eagerly (op by op) instead."""
+__all__ = ["GraphPlan", "NotLowerable", "trace"]
 
 
 @dataclass
@@ -52,6 +54,10 @@ class GraphPlan:
     outputs: list = field(default_factory=list)
     #: (placeholder index, position in the returned arrays) for every input the graph mutates (``copy_``)
     mutations: list = field(default_factory=list)
+    #: the process group the graph's collectives run over (:class:`.spmd.Group`), ``None`` without collectives
+    group: spmd.Group | None = None
+    collectives: list = field(default_factory=list)  # names of the collective ops inside, in graph order
+    scalar_outputs: tuple = ()  # with a group: which returned arrays are 0-d (see .spmd.as_local)
 
 
 def _val(node):
@@ -133,6 +139,8 @@ class _Tracer:
         if op is operator.getitem:
             return args[0][args[1]]
         meta = _val(node)
+        if op in spmd.OPS:
+            return executor._cast(op, spmd.lower(op, args, self.plan.group), meta)
         low = LOWERINGS.get(op)
         if low is not None:
             if not low.jit_for(*torch.fx.node.map_arg((node.args, node.kwargs), _val)):
@@ -181,6 +189,9 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
                 raise NotLowerable(f"{getattr(op, '__name__', op)} (not an ATen op) in a compiled graph")
             if op._schema.name.startswith("aten::_foreach_") and op not in LOWERINGS:
                 foreach[op] = _foreach_target(node)
+            elif op in spmd.OPS:
+                if op is not spmd.WAIT:
+                    plan.collectives.append(op_name(op))
             elif op not in LOWERINGS and op not in _VIEW_OPS and op not in _OTHER_OPS:
                 raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
             low = LOWERINGS.get(op)
@@ -202,6 +213,7 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
     mutated = [index_of[n.args[0]] for n in gm.graph.nodes
                if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in index_of]
     plan.mutations = [(i, n_returned + k) for k, i in enumerate(dict.fromkeys(mutated))]
+    plan.group = spmd.group_of(gm.graph.nodes)
     tracer = _Tracer(gm, plan)
     tracer.foreach = foreach
 
@@ -212,7 +224,31 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
         def fn(*arrays):
             return tracer.run(arrays, None)
 
+    if plan.group is not None:
+        fn = spmd.program(fn, plan.group, _scalar_inputs(placeholders, plan))
+        plan.scalar_outputs = _scalar_outputs(gm, placeholders, plan)
     return fn, plan
+
+
+def _scalar_inputs(placeholders, plan: GraphPlan) -> tuple:
+    """Which inputs of the function are 0-d (a program over a mesh lays its inputs out along dim 0, so those are
+    passed as shape ``(1,)``); the RNG seed and counter, when there are, come last."""
+    flags = []
+    for n in placeholders:
+        v = _val(n)
+        if not isinstance(v, torch.Tensor):
+            raise NotLowerable(f"a non-tensor graph input ({n.name}) in a graph with collectives")
+        flags.append(v.dim() == 0)
+    return tuple(flags) + ((True, True) if plan.uses_rng else ())
+
+
+def _scalar_outputs(gm: torch.fx.GraphModule, placeholders, plan: GraphPlan) -> tuple:
+    """Which of the function's returned arrays are 0-d (outputs, then mutated inputs), for :func:`.spmd.as_local`."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    outs = [_val(o) for o in (out if isinstance(out, (list, tuple)) else (out,))
+            if isinstance(o, torch.fx.Node) and isinstance(_val(o), torch.Tensor)]
+    outs += [_val(placeholders[i]) for i, _ in plan.mutations]
+    return tuple(v.dim() == 0 for v in outs)
 
 
 def _element(args, i: int, n: int):

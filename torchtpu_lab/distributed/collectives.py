@@ -73,8 +73,9 @@ def _from(x, root: int):
     return jax.lax.psum(jnp.where(keep, x, jnp.zeros_like(x)), AXIS)
 
 
-def _body(kind: str, n: int, params: tuple) -> Callable:
-    """The per-rank function of one collective kind (takes and returns tuples of per-rank arrays)."""
+def body(kind: str, n: int, params: tuple) -> Callable:
+    """The per-rank function of one collective kind (takes and returns tuples of per-rank arrays). Public because
+    compiled graphs (:mod:`torchtpu_lab.compile.spmd`) call the same bodies inside their own ``shard_map``."""
     p = dict(params)
     if kind == "all_reduce":
         return lambda *xs: tuple(_reduce(x, p["op"], n) for x in xs)
@@ -106,38 +107,49 @@ def _body(kind: str, n: int, params: tuple) -> Callable:
     raise ValueError(f"unknown collective {kind!r}")
 
 
+def over_mesh(per_rank: Callable, devices: tuple, n_inputs: int) -> Callable:
+    """``per_rank`` (this rank's blocks -> a tuple of result blocks) as a function of global arrays laid out one
+    block per device of ``mesh(devices)`` along dim 0 (see :func:`to_global`). 0-d results come back as shape
+    ``(1,)``: a block needs a dim to be laid out along. Not jitted: the caller jits or compiles it."""
+    def blocks_out(*blocks):
+        return tuple(o if o.ndim else o[None] for o in per_rank(*blocks))
+
+    return jax.shard_map(blocks_out, mesh=mesh(devices), in_specs=tuple(P(AXIS) for _ in range(n_inputs)),
+                         out_specs=P(AXIS), check_vma=False)
+
+
 def program(kind: str, devices: tuple, avals: tuple, params: tuple) -> Callable:
     """The compiled collective for this signature: takes global arrays, returns global arrays."""
     key = (kind, devices, avals, params)
     fn = _programs.get(key)
     if fn is None:
-        n = len(devices)
-        body = _body(kind, n, params)
-
-        def per_rank(*blocks):  # each block is the rank's own array; results must be at least 1-d
-            return tuple(o if o.ndim else o[None] for o in body(*blocks))
-
-        fn = jax.jit(jax.shard_map(per_rank, mesh=mesh(devices), in_specs=tuple(P(AXIS) for _ in avals),
-                                   out_specs=P(AXIS), check_vma=False))
+        fn = jax.jit(over_mesh(body(kind, len(devices), params), devices, len(avals)))
         _programs.put(key, fn)
     return fn
+
+
+def to_global(arrays: Sequence[jax.Array], devices: tuple) -> list:
+    """This rank's arrays (each on its own device of ``devices``) as its blocks of global arrays over
+    ``mesh(devices)``: the global array concatenates the ranks' arrays along dim 0, so each rank's buffer is its
+    block as it is (no copy). A 0-d array is viewed as shape ``(1,)`` first."""
+    n = len(devices)
+    sharding = NamedSharding(mesh(devices), P(AXIS))
+    arrays = [a if a.ndim else a.reshape((1,)) for a in arrays]
+    return [jax.make_array_from_single_device_arrays((n * a.shape[0],) + tuple(a.shape[1:]), sharding, [a])
+            for a in arrays]
+
+
+def to_local(outs: Sequence[jax.Array]) -> list:
+    """This rank's blocks of global results (the inverse of :func:`to_global`, 0-d results as shape ``(1,)``)."""
+    return [o.addressable_shards[0].data for o in outs]
 
 
 def run(kind: str, devices: tuple, position: int, arrays: Sequence[jax.Array], params: tuple = ()) -> list:
     """Run collective ``kind`` among ``devices``; this process is at ``position`` and contributes ``arrays``
     (each already on ``devices[position]``). Returns this rank's output arrays (dispatched, not waited for)."""
-    n = len(devices)
-    sharding = NamedSharding(mesh(devices), P(AXIS))
-    # The global array concatenates the ranks' arrays along dim 0, so each rank's buffer is its block as it is
-    # (no copy); a 0-d array is viewed as shape (1,) first. Results come back the same way.
-    arrays = [a if a.ndim else a.reshape((1,)) for a in arrays]
-    avals = tuple((tuple(a.shape), str(a.dtype)) for a in arrays)
-    fn = program(kind, devices, avals, params)
-    globals_ = [
-        jax.make_array_from_single_device_arrays((n * a.shape[0],) + tuple(a.shape[1:]), sharding, [a])
-        for a in arrays
-    ]
-    return [o.addressable_shards[0].data for o in fn(*globals_)]
+    globals_ = to_global(arrays, devices)
+    avals = tuple((tuple(a.shape), str(a.dtype)) for a in globals_)
+    return to_local(program(kind, devices, avals, params)(*globals_))
 
 
 def cache_size() -> int:
