@@ -94,3 +94,19 @@ def test_profile_reports_limit_flushes_with_what_to_do(limit):
     hint = groups[0]["hint"]
     assert "max_graph_ops" in hint and str(lazy.max_graph_ops) in hint and "raise the limit" in hint
     assert "graph size limit" in prof.text()
+
+
+def test_repetitive_ops_past_the_limit_are_not_cut_into_tiny_graphs(limit):
+    """A chain of identical ops makes every position look like the cut point the limit chose: the graph must
+    still be cut into a few large graphs, not synced op by op."""
+    lazy.max_graph_ops = 400
+    a = torch.randn(8, 8).to("tpu")
+    torchtpu_lab.sync()
+    with telemetry.Recorder() as events:
+        x = a
+        for _ in range(4000):
+            x = x + a
+        torch.testing.assert_close(x.cpu(), a.cpu() * 4001, rtol=1e-4, atol=1e-3)
+    syncs = [e for e in events if e.kind == "sync"]
+    assert lazy.CUTS.forced >= 1
+    assert len(syncs) <= 4000 // 400 + 2, len(syncs)  # cut at the limit, as if no anchor existed

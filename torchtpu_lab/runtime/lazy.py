@@ -164,10 +164,10 @@ def over_limit() -> bool:
     recorded = PENDING.recorded
     if not recorded:
         return False
-    if CUTS.last_ids and CUTS.at_anchor():  # no anchors until the limit first cut: one attribute test per op
+    if CUTS.last_ids and CUTS.at_anchor(PENDING.seq, max_graph_ops):  # no anchors until the limit first cut
         return True
     if recorded >= max_graph_ops:
-        CUTS.force()
+        CUTS.force(PENDING.seq)
         return True
     return False
 
