@@ -5,7 +5,10 @@
 * the fused MLP training step of ``bench/train_step.py`` with and without ``torchtpu_lab.profile()`` around the
   loop (target: profiled <= 1.15x unprofiled);
 * building and rendering (text + HTML + flame figure) the report of a profile holding 10,000 recorded ops
-  (target: under one second).
+  (target: under one second);
+* the live status updates a JupyterLab frontend receives while a cell runs (at most one push every
+  ``comm.LIVE_INTERVAL_S``): the cost of one push, its worst-case share of a running cell, and the same fused
+  step with and without a listening frontend (target: under 2% slower).
 """
 
 from __future__ import annotations
@@ -22,7 +25,26 @@ import torchtpu_lab
 from train_step import data, torch_mlp, torch_step_fn
 
 
-def step_overhead(iters: int, reps: int) -> tuple[float, float]:
+class _Listener:
+    """A frontend's comm as the kernel sees it: an id and ``send``; what a real one does with the bytes (the
+    websocket) happens off the kernel's main thread."""
+
+    comm_id = "bench-listener"
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def send(self, data=None, **_) -> None:
+        self.sent += 1
+
+    def on_msg(self, callback) -> None:
+        pass
+
+    def on_close(self, callback) -> None:
+        pass
+
+
+def _mlp_step():
     torch.manual_seed(0)
     model = copy.deepcopy(torch_mlp()).to("tpu")
     x, y = data("mlp")
@@ -30,6 +52,11 @@ def step_overhead(iters: int, reps: int) -> tuple[float, float]:
     for _ in range(3):
         step()
     torch.tpu.synchronize()
+    return step
+
+
+def step_overhead(iters: int, reps: int) -> tuple[float, float]:
+    step = _mlp_step()
 
     def loop(profiled: bool) -> float:
         t0 = time.perf_counter()
@@ -68,6 +95,38 @@ def report_cost(n_ops: int = 10_000) -> tuple[float, int]:
     return time.perf_counter() - t0, len(prof.ops)
 
 
+def live_update_cost(iters: int, reps: int) -> tuple[float, float, float, int]:
+    """Seconds per status push, and the fused step's seconds without and with a listening frontend."""
+    from torchtpu_lab.jupyter import comm
+
+    step = _mlp_step()
+    listener = _Listener()
+    n = 200
+    t0 = time.perf_counter()
+    comm._adopt(listener)
+    try:
+        for _ in range(n):
+            comm.push("live")
+        per_push = (time.perf_counter() - t0) / n
+
+        def loop(listening: bool) -> float:
+            (comm._adopt if listening else comm._forget)(listener)
+            t = time.perf_counter()
+            for _ in range(iters):
+                step()
+                comm.live()  # what telemetry calls after each sync and compile
+            torch.tpu.synchronize()
+            return (time.perf_counter() - t) / iters
+
+        quiet, listened = [], []
+        for _ in range(reps):
+            quiet.append(loop(False))
+            listened.append(loop(True))
+    finally:
+        comm._forget(listener)
+    return per_push, statistics.median(quiet), statistics.median(listened), listener.sent - n
+
+
 def main(argv=None) -> None:
     from common import table
 
@@ -82,6 +141,16 @@ def main(argv=None) -> None:
                  ("inside torchtpu_lab.profile()", f"{profiled * 1e3:.2f}", f"{profiled / plain:.2f}x")],
                 ("", "ms/step", "ratio")))
     print(f"\nbuilding + rendering the report of {n} recorded ops: {seconds:.3f} s")
+    from torchtpu_lab.jupyter import comm
+
+    per_push, quiet, listened, pushes = live_update_cost(args.iters, args.reps)
+    print(table("live status updates while a cell runs (fused MLP step, medians)",
+                [("one status push", f"{per_push * 1e3:.3f}",
+                  f"{per_push / comm.LIVE_INTERVAL_S:.2%} of a cell at most (one push per "
+                  f"{comm.LIVE_INTERVAL_S} s)"),
+                 ("step, no frontend listening", f"{quiet * 1e3:.2f}", "1.00x"),
+                 ("step, a frontend listening", f"{listened * 1e3:.2f}", f"{listened / quiet:.3f}x ({pushes} pushes)")],
+                ("", "ms", "")))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,20 @@ from dataclasses import dataclass, field
 
 from ..runtime import lazy
 from ..telemetry import SyncReason, code_text
-from ..telemetry import describe as _where
+from ..telemetry import describe
+
+
+#: labels of the source lines seen while building one report (a 10,000-op profile names the same few lines
+#: 10,000 times); emptied at the start of each :func:`build_report`, since a label may change between reports
+#: (``%load_ext`` adds the notebook-cell labeler)
+_labels: dict = {}
+
+
+def _where(source) -> str:
+    label = _labels.get(source)
+    if label is None:
+        label = _labels[source] = describe(source)
+    return label
 
 #: what a profile suggests when the graph size limit cut the work (see runtime/graph_cuts.py)
 LIMIT_HINT = (
@@ -57,6 +70,16 @@ _PRIORITY = ("compiling", "waiting", "tracing")
 
 
 def time_split(prof) -> dict:
+    """:func:`split_wall_time`, computed once per state of the profile (the summary and the report both ask)."""
+    key = (len(prof.events), prof.wall_s)
+    memo = getattr(prof, "_time_split", None)
+    if memo is None or memo[0] != key:
+        memo = (key, split_wall_time(prof))
+        prof._time_split = memo
+    return dict(memo[1])
+
+
+def split_wall_time(prof) -> dict:
     """Wall time split into what the host was doing, adding up to the wall time exactly:
 
     * ``tracing``: inside torch ops (fused mode: recording them into the graph; strict/debug: dispatching them);
@@ -507,6 +530,7 @@ def flame_tree(prof) -> FlameTree:
 
 def build_report(prof, top: int = 10) -> dict:
     """Everything the renderers show, computed once."""
+    _labels.clear()
     summary = prof.summary()
     groups = compile_groups(prof)
     syncs = sync_groups(prof)
