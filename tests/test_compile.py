@@ -327,3 +327,54 @@ def test_a_collective_on_an_unknown_group_runs_eagerly_saying_why(one_rank_group
         f(torch.ones(3, device="tpu"))  # eagerly, the collective raises its own error: nothing is made up
     (event,) = [e for e in prof.compiles if e.detail.get("kind") == "eager-graph"]
     assert "no-such-group" in event.detail["cause"] and "cannot resolve" in event.detail["cause"]
+
+
+# ---- 4. compiled graphs go through the executable caches, keyed with the matmul precision -------------------
+
+
+def test_a_fresh_process_loads_compiled_graphs_from_a_warm_cache(tmp_path):
+    from fresh_process import CACHE_COUNTERS, run_with_cache
+
+    script = """
+        import torch, torchtpu_lab
+        from torchtpu_lab import telemetry
+        torch.manual_seed(0)
+        model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+                              .to("tpu"), backend="tpu", dynamic=False)
+        loss = model(torch.ones(4, 8, device="tpu")).square().mean()
+        loss.backward()
+        extra = {"loss": loss.item(),
+                 "graphs": [[e.name.split()[1], e.detail["disk"]] for e in telemetry.compile_log
+                            if e.detail["kind"] == "compiled"]}
+    """
+    counters = CACHE_COUNTERS + ("compiles", "disk_loads")
+    cold = run_with_cache(script, tmp_path / "cache", counters)
+    warm = run_with_cache(script, tmp_path / "cache", counters)
+    assert sorted(cold["graphs"]) == [["backward", False], ["forward", False]], cold
+    assert cold["xla_compiles"] > 0 and cold["disk_loads"] == 0
+    # the warm process loads both graphs' executables (and every eager op's) from disk: nothing is traced,
+    # lowered or compiled, and the compile events say "loaded from disk"
+    assert sorted(warm["graphs"]) == [["backward", True], ["forward", True]], warm
+    assert warm["jax_traces"] == warm["jax_lowerings"] == warm["xla_compiles"] == 0, warm
+    assert warm["persistent_cache_misses"] == 0 and warm["disk_loads"] >= 2, warm
+    assert warm["loss"] == cold["loss"]
+
+
+def test_a_matmul_precision_change_recompiles_the_graph_under_the_new_setting():
+    from torchtpu_lab.compile import backend
+
+    torch._dynamo.reset()
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    f = torch.compile(lambda x, y: (x @ y).relu(), backend="tpu", dynamic=False)
+    first = f(a.to("tpu"), b.to("tpu")).cpu()
+    torch.set_float32_matmul_precision("medium")
+    with torchtpu_lab.profile() as prof:
+        f(a.to("tpu"), b.to("tpu")).cpu()
+        f(a.to("tpu"), b.to("tpu")).cpu()  # the new executable is reused
+    (event,) = _compiled_graphs(prof)
+    assert "matmul precision changed 'highest' -> 'medium'" in event.detail["cause"]
+    graph = next(g for g in backend._GRAPHS.values() if {p for p, _ in g.executables} == {"highest", "medium"})
+    hlo = {p: exe.as_text() for (p, _), (exe, _) in graph.executables.items()}
+    assert "operand_precision={highest,highest}" in hlo["highest"]
+    assert "operand_precision={highest" not in hlo["medium"]  # traced again: one bf16 pass, not the old program
+    torch.testing.assert_close(first, (a @ b).relu(), rtol=1e-5, atol=1e-5)

@@ -1,15 +1,11 @@
 """Eager modes, the fused graph's compile cache, compile causes, sync events and the persistent cache."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torchtpu_lab
+from fresh_process import run_with_cache
 from torchtpu_lab import telemetry
 
 
@@ -151,9 +147,8 @@ def test_metrics_report_summarises_the_session():
 
 
 def test_warm_start_fresh_process_compiles_nothing_seen_before(tmp_path):
-    script = textwrap.dedent("""
-        import json, torch, torchtpu_lab
-        from torchtpu_lab import telemetry
+    script = """
+        import torch, torchtpu_lab
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to("tpu")
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -163,25 +158,13 @@ def test_warm_start_fresh_process_compiles_nothing_seen_before(tmp_path):
             loss.backward()
             opt.step()
             loss.item()
-        print(json.dumps({k: telemetry.counters.get(k, 0) for k in
-                          ("xla_compile_requests", "persistent_cache_hits", "persistent_cache_misses",
-                           "jax_traces", "jax_lowerings", "xla_compiles")}))
-    """)
-
-    def run(cache_dir):
-        env = dict(os.environ, TORCHTPU_LAB_CACHE_DIR=str(cache_dir), TORCHTPU_LAB_PLATFORM="cpu")
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        import json
-
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
+    """
     import shutil
 
-    cold = run(tmp_path / "cache")
+    cold = run_with_cache(script, tmp_path / "cache")
     # the warm process reads a *copy* at another path: keys never depend on where the cache lives
     shutil.copytree(tmp_path / "cache", tmp_path / "elsewhere" / "copied")
-    warm = run(tmp_path / "elsewhere" / "copied")
+    warm = run_with_cache(script, tmp_path / "elsewhere" / "copied")
     assert cold["persistent_cache_misses"] > 0
     assert cold["jax_traces"] > 0 and cold["xla_compiles"] > 0
     # every executable the warm process needed came from disk: XLA compiled nothing

@@ -17,10 +17,17 @@ What real models need is handled by AOTAutograd's functionalization plus a few r
 A graph with an op that has no lowering runs eagerly (op by op, through the ordinary tpu kernels) and says so
 in a telemetry event; nothing is silently wrong. Shapes are static: a new shape is a Dynamo recompile, and the
 reason Dynamo gives is reported (:mod:`.events`).
+
+Executables come from the runtime's executable cache (:func:`torchtpu_lab.runtime.compile_cache.executable`),
+as eager ops and fused graphs do: keyed by our own signature of the graph (its generated code, input shapes and
+dtypes, the matmul precision, the group), so a fresh process with a warm persistent cache loads the executable
+from disk without tracing or compiling it. One graph keeps an executable per matmul precision and device:
+``torch.set_float32_matmul_precision`` after the graph was built compiles it again under the new setting.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -28,24 +35,35 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import caches, dtypes, telemetry
+from .. import caches, dtypes, platform, telemetry
 from ..backend import dispatch
 from ..device import rng, tensor
-from ..runtime import executor, lazy
+from ..ops import precision
+from ..runtime import compile_cache, executor, lazy
 from ..telemetry import SyncReason
 from . import events, lowering, spmd
+
+
+#: The signature of a graph whose text does not determine its program (constants, ops defined outside this
+#: package): no stable encoding, so the executable cache keeps it in memory only, never on disk.
+_IN_MEMORY_ONLY = object()
 
 
 class CompiledGraph:
     """One lowered ATen graph, called with AOTAutograd's boxed list of inputs."""
 
-    def __init__(self, gm: torch.fx.GraphModule, kind: str, label: str, fn, plan: lowering.GraphPlan):
+    def __init__(self, gm: torch.fx.GraphModule, kind: str, label: str, fn, plan: lowering.GraphPlan,
+                 signature=_IN_MEMORY_ONLY):
         self.gm = gm
         self.kind = kind  # "forward", "backward" or "inference"
         self.label = label
         self.plan = plan
-        self.jitted = jax.jit(fn)
-        self.compiled = False
+        self.fn = fn
+        self.signature = signature  # what identifies the program across processes (see _disk_signature)
+        #: (matmul precision, device index) -> (executable, the function object it was traced from); the
+        #: precision is read while the graph is traced
+        self.executables: dict = {}
+        self.built_precision: str | None = None  # the matmul precision of the latest executable built
         self.name = f"compiled {kind} [{plan.n_ops} ops]"
 
     def __call__(self, args: list) -> list:
@@ -53,16 +71,14 @@ class CompiledGraph:
         inputs, device_index = _input_arrays(args)
         if plan.uses_rng:
             inputs.extend(rng.next_seed_and_counter(device_index))
+        if plan.group is not None:
+            inputs = spmd.as_global(inputs, plan.group)
+        built = self.executables.get((precision.key(), device_index)) or self._build(inputs, device_index)
         t0 = time.perf_counter()
         if plan.group is None:
-            outs = self.jitted(*inputs)
+            outs = _call(built, inputs)
         else:
-            outs = spmd.run(plan.group, self.name, self.jitted, spmd.as_global(inputs, plan.group))
-            outs = spmd.as_local(outs, plan.scalar_outputs)
-        if not self.compiled:
-            self.compiled = True
-            jax.block_until_ready(outs)
-            events.graph_compiled(self, time.perf_counter() - t0)
+            outs = spmd.as_local(spmd.run(plan.group, self.name, _call, [built, inputs]), plan.scalar_outputs)
         for index, position in plan.mutations:
             _write_back(args[index], outs[position])
         result, k = [], 0
@@ -75,6 +91,50 @@ class CompiledGraph:
         args.clear()
         telemetry.record_execute(self.name, t0, plan.n_ops, True)
         return result
+
+    def _build(self, inputs: list, device_index: int):
+        """Compile (or load from the persistent cache) the executable for the current matmul precision on this
+        device, and report it (a disk load is reported as one, not as a compile)."""
+        prec = precision.key()
+        group = self.plan.group
+        device = platform.jax_device(device_index) if group is None else group.devices[group.position]
+        signature = self.signature
+        if signature is not _IN_MEMORY_ONLY:
+            signature = (signature, prec, _avals(inputs))
+        cause = self._cause(prec, device_index)
+        # JAX reuses a function's trace by the function's identity (across jit wrappers), and the precision is
+        # read while tracing: a new function object per executable makes it traced under the current setting.
+        fn = functools.partial(self.fn)
+        t0 = time.perf_counter()
+        with jax.default_device(device):  # a graph without tpu inputs (factories only) runs on its device too
+            exe, disk = compile_cache.executable(fn, inputs, "compiled", signature, device)
+        events.graph_compiled(self, time.perf_counter() - t0, cause, disk)
+        built = self.executables[(prec, device_index)] = (exe, fn)
+        self.built_precision = prec
+        return built
+
+    def _cause(self, prec: str, device_index: int) -> str:
+        """Why this graph needs another executable (the compile event's cause)."""
+        if not self.executables:
+            return f"first time this graph was compiled ({self.kind} of {self.label})"
+        if prec != self.built_precision:
+            return (f"float32 matmul precision changed {self.built_precision!r} -> {prec!r} "
+                    f"(torch.set_float32_matmul_precision; {self.kind} of {self.label})")
+        return f"the graph ran on tpu:{device_index} ({self.kind} of {self.label})"
+
+
+def _call(built: tuple, inputs: list):
+    exe, fn = built
+    try:
+        return exe(*inputs)  # the executable itself, not jax.jit's dispatch
+    except TypeError:  # an input's dtype or weak type differs from those it was compiled for: let jit decide
+        return jax.jit(fn)(*inputs)
+
+
+def _avals(inputs: list) -> tuple:
+    """Shapes, dtypes and weak types of the inputs an executable is compiled for (Python ints: their type)."""
+    return tuple((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False))) if hasattr(x, "shape")
+                 else type(x).__name__ for x in inputs)
 
 
 def _input_arrays(args: list) -> tuple[list, int]:
@@ -140,8 +200,8 @@ def _eager(gm: torch.fx.GraphModule, kind: str, reason: str):
 _counter = [0]
 
 
-#: Lowered graphs by (kind, generated code, input shapes/dtypes): a graph Dynamo traces again (after
-#: ``torch._dynamo.reset()``, or the same module compiled twice) reuses its jitted function and executable.
+#: Lowered graphs by (kind, generated code, input shapes/dtypes, group): a graph Dynamo traces again (after
+#: ``torch._dynamo.reset()``, or the same module compiled twice) reuses its lowering and executables.
 _GRAPHS = caches.cache("compiled_graphs", 256)
 
 
@@ -160,6 +220,21 @@ def _graph_key(kind: str, gm: torch.fx.GraphModule):
     return (kind, gm.code, tuple(specs), group)
 
 
+#: Op namespaces whose programs this package's source determines (its digest is part of every disk key); a
+#: ``jax_op`` or other custom op's implementation is the user's code, which no key covers.
+_STABLE_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional"})
+
+
+def _disk_signature(key, gm: torch.fx.GraphModule):
+    """What identifies the graph's program in another process (with the precision and input types added per
+    executable), or :data:`_IN_MEMORY_ONLY` when its text does not (constants, custom ops)."""
+    if key is None or any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                          and n.target.namespace not in _STABLE_NAMESPACES for n in gm.graph.nodes):
+        return _IN_MEMORY_ONLY
+    kind, code, specs, group = key
+    return ("torch.compile", kind, code, specs, None if group is None else group.ranks)
+
+
 def _compiler(kind: str):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         _counter[0] += 1
@@ -170,7 +245,7 @@ def _compiler(kind: str):
                 fn, plan = lowering.trace(gm)
             except lowering.NotLowerable as e:
                 return _eager(gm, kind, str(e))
-            graph = CompiledGraph(gm, kind, f"graph {_counter[0]}", fn, plan)
+            graph = CompiledGraph(gm, kind, f"graph {_counter[0]}", fn, plan, _disk_signature(key, gm))
             if key is not None:
                 _GRAPHS.put(key, graph)
 

@@ -77,13 +77,13 @@ def _frame_name(gm) -> str:
     return "<graph>"
 
 
-def graph_compiled(graph, seconds: float) -> None:
-    """An XLA compile of a lowered graph (its first call), with the ATen ops inside."""
-    telemetry.count("compiles")
-    telemetry.count("compile_seconds", seconds)
-    event = telemetry.record_compile("compiled", graph.name,
-                                     f"first time this graph was compiled ({graph.kind} of {graph.label})",
-                                     seconds, graph.plan.n_ops)
+def graph_compiled(graph, seconds: float, cause: str, disk: bool = False) -> None:
+    """An executable of a lowered graph was built, with the ATen ops inside: compiled by XLA, or (``disk``)
+    loaded from the persistent cache, counted as a load, not a compile (as the runtime counts its own)."""
+    counter = "disk_load" if disk else "compile"  # the runtime's counter names: disk_loads, compiles
+    telemetry.count(counter + "s")
+    telemetry.count(counter + "_seconds", seconds)
+    event = telemetry.record_compile("compiled", graph.name, cause, seconds, graph.plan.n_ops, disk=disk)
     event.detail["ops"] = list(graph.plan.ops)
     if graph.plan.group is not None:  # lowered into the program, which runs over the group's mesh
         event.detail["collectives"] = list(graph.plan.collectives)
