@@ -1,12 +1,12 @@
 """Nothing lost, nothing silent (issue 14): Ctrl-C, out-of-range indices, threads, absurd sizes, bad arguments.
 
 The SIGINT storm and the absurd sizes run in child processes (an abort must fail the test, not kill pytest),
-each with a hard timeout.
+each with a hard timeout. The case lists and their checks live in ``fault_cases.py``, shared with
+``bench/faults_table.py``, which counts them for docs/reliability.md.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -17,18 +17,11 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu_lab
+from fault_cases import (BAD_DEVICE_CALLS, BAD_RNG_STATES, OUT_OF_RANGE, D, absurd_sizes_in_a_child,
+                         check_bad_device, check_bad_rng_state, check_out_of_range, child_env)
 from torchtpu_lab.runtime import lazy
 
 HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
-D = "tpu"
-
-
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.setdefault("TORCHTPU_LAB_PLATFORM", "cpu")
-    return env
 
 
 @pytest.fixture(params=["strict", "fused"])
@@ -47,7 +40,7 @@ def test_sigint_storm_keeps_process_and_parameters(storm_mode):
     """25 SIGINTs at random moments into a training loop: the process lives, the parameters stay readable and
     each equals its value before or after the interrupted step (checked against CPU inside the child)."""
     out = subprocess.run([sys.executable, str(HERE / "faults_storm.py"), storm_mode, "25"], capture_output=True,
-                         text=True, timeout=280, env=_child_env())
+                         text=True, timeout=280, env=child_env())
     assert out.returncode == 0, (out.returncode, out.stdout[-2000:], out.stderr[-4000:])
     assert "STORM OK sent=25" in out.stdout
 
@@ -93,51 +86,9 @@ def test_deferred_interrupt_is_raised_after_the_block():
 # ---- 3: out-of-range indices and other data-dependent errors ---------------------------------------------------
 
 
-def _x():
-    return torch.arange(5.0, device=D)
-
-
-def _i(*v):
-    return torch.tensor(list(v), device=D)
-
-
-OUT_OF_RANGE = {
-    "index": (IndexError, lambda: _x()[_i(100)]),
-    "index negative": (IndexError, lambda: _x()[_i(-6)]),
-    "index cpu indices": (IndexError, lambda: _x()[torch.tensor([100])]),
-    "index_put_": (IndexError, lambda: _x().index_put_((_i(7),), torch.tensor(1.0, device=D))),
-    "setitem": (IndexError, lambda: _x().__setitem__(_i(7), 1.0)),
-    "bool mask wrong length": (IndexError, lambda: _x()[torch.tensor([True, False], device=D)]),
-    "index_select": (IndexError, lambda: _x().index_select(0, _i(5))),
-    "embedding": (IndexError, lambda: F.embedding(_i(9), torch.randn(3, 2, device=D))),
-    "gather": (RuntimeError, lambda: _x().gather(0, _i(5))),
-    "scatter_": (RuntimeError, lambda: _x().scatter_(0, _i(5), 1.0)),
-    "scatter_add_": (RuntimeError, lambda: _x().scatter_add_(0, _i(5), torch.ones(1, device=D))),
-    "index_add_": (IndexError, lambda: _x().index_add_(0, _i(5), torch.ones(1, device=D))),
-    "take": (IndexError, lambda: _x().take(_i(5))),
-    "cross_entropy target": (IndexError, lambda: F.cross_entropy(torch.randn(2, 3, device=D), _i(0, 5))),
-    "multinomial negative": (RuntimeError, lambda: torch.multinomial(torch.tensor([0.5, -0.1, 0.6], device=D), 1)),
-    "integer floor division by zero": (RuntimeError, lambda: _i(1, 2) // _i(1, 0)),
-    "integer remainder by zero": (RuntimeError, lambda: _i(1, 2) % _i(1, 0)),
-    "integer division by scalar zero": (RuntimeError, lambda: _i(1, 2) // 0),
-}
-
-
 @pytest.mark.parametrize("case", list(OUT_OF_RANGE))
 def test_out_of_range_raises_and_session_stays_usable(mode, case):
-    error, fn = OUT_OF_RANGE[case]
-    with pytest.raises(error) as info:
-        r = fn()
-        torch.tpu.synchronize()  # in-place cases return nothing to read: a sync surfaces what they reported
-        if isinstance(r, torch.Tensor):
-            r.cpu()
-    message = str(info.value)
-    if case != "bool mask wrong length":
-        assert "aten::" in message and "test_faults.py" in message, message  # names the op and the user line
-    # nothing left pending, earlier tensors fine, new work fine
-    y = _x() * 2
-    assert torch.equal(y.cpu(), torch.arange(5.0) * 2)
-    assert torch.equal(_x()[_i(1, -1)].cpu(), torch.tensor([1.0, 4.0]))
+    check_out_of_range(case)
 
 
 def test_in_range_indices_still_agree_with_cpu(mode):
@@ -191,53 +142,18 @@ def test_threads_fused_equal_cpu():
 # ---- 5 and 6: absurd sizes and bad arguments -------------------------------------------------------------------
 
 
-ABSURD = {
-    "torch.randn(2**62, device='tpu')": "Storage size calculation overflowed",
-    "torch.empty(2**40, 2**40, device='tpu')": "Storage size calculation overflowed",
-    "torch.zeros(2**31, 2**31, 4, device='tpu')": "Storage size calculation overflowed",
-    "torch.full((2**62,), 1.0, device='tpu')": "Storage size calculation overflowed",
-    "torch.ones(2, device='tpu').new_empty((2**62,))": "Storage size calculation overflowed",
-    "torch.randint(0, 5, (2**62,), device='tpu')": "Storage size calculation overflowed",
-    "torch.ones(2, device='tpu').resize_(2**62)": "Storage size calculation overflowed",
-    "torch.ones(-1, device='tpu')": "Trying to create tensor with negative dimension -1: [-1]",
-    "torch.empty(-2, 3, device='tpu')": "Trying to create tensor with negative dimension -2: [-2, 3]",
-}
-
-
 def test_absurd_sizes_raise_like_cpu_in_a_child():
-    lines = ["import torch, torchtpu_lab"]
-    for i, (expr, _) in enumerate(ABSURD.items()):
-        for mode_name in ("strict", "fused"):
-            lines += [f"torchtpu_lab.set_eager_mode({mode_name!r})",
-                      "try:", f"    {expr}", f"    print('NO ERROR {i}')",
-                      "except RuntimeError as e:", f"    print('{i}', e)"]
-    lines.append("print('ALIVE', (torch.ones(3, device='tpu') * 2).sum().item())")
-    out = subprocess.run([sys.executable, "-c", "\n".join(lines)], capture_output=True, text=True, timeout=240,
-                         env=_child_env())
-    assert out.returncode == 0, out.stderr[-3000:]
-    for i, (expr, message) in enumerate(ABSURD.items()):
-        found = [ln for ln in out.stdout.splitlines() if ln.startswith(f"{i} ")]
-        assert len(found) == 2 and all(message in ln for ln in found), (expr, out.stdout)
-    assert "ALIVE 6.0" in out.stdout
+    outcomes, alive = absurd_sizes_in_a_child()
+    assert alive, "the child process did not compute after the absurd sizes"
+    for (expr, mode_name), held in outcomes.items():
+        assert held, (expr, mode_name)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: torch.tpu.set_device("cuda:0"),
-    lambda: torch.tpu.memory_allocated("tpu:7"),
-    lambda: torch.tpu.synchronize(9),
-    lambda: torch.tpu.get_rng_state("cpu"),
-    lambda: torch.tpu.set_device(object()),
-])
-def test_torch_tpu_rejects_bad_devices(call):
-    with pytest.raises(ValueError, match="tpu"):
-        call()
-    torch.tpu.synchronize(0)
-    assert torch.tpu.current_device() == 0
+@pytest.mark.parametrize("label", list(BAD_DEVICE_CALLS))
+def test_torch_tpu_rejects_bad_devices(label):
+    check_bad_device(label)
 
 
-@pytest.mark.parametrize("state", ["junk", torch.zeros(3), torch.zeros(16, dtype=torch.int64)])
-def test_set_rng_state_rejects_garbage(state):
-    before = torch.tpu.get_rng_state()
-    with pytest.raises(RuntimeError, match="set_rng_state: expected a torch.uint8 tensor of 16 bytes"):
-        torch.tpu.set_rng_state(state)
-    assert torch.equal(torch.tpu.get_rng_state(), before)
+@pytest.mark.parametrize("label", list(BAD_RNG_STATES))
+def test_set_rng_state_rejects_garbage(label):
+    check_bad_rng_state(label)

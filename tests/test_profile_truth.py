@@ -38,6 +38,7 @@ def ip():
 
 
 from test_jupyter import run  # noqa: E402  (one cell runner for every IPython test)
+from fault_cases import HOSTILE_STRINGS, PROFILE_BAD_OPTIONS, check_bad_profile_option, check_escaped  # noqa: E402
 
 
 # ---- 7: the cell's exception reaches IPython, after the report -------------------------------------------------
@@ -280,14 +281,8 @@ def test_xprof_command_printed_in_the_report_serves_the_trace(ip, tmp_path):
 # ---- issue 14: arguments, a failed --xprof, the end-of-cell flush, escaping -------------------------------------
 
 def test_bad_profile_arguments_are_refused_naming_the_argument(ip):
-    from IPython.core.error import UsageError
-
-    for line, word in (("--top -5", "--top"), ("--top x", "--top"), ("--output /tmp/x", "--xprof"),
-                       ("--frobnicate", "--frobnicate"), ("--xprof --output", "--output")):
-        with capture_output() as cap:
-            result = ip.run_cell(f"%%tpu_profile {line}\nran_anyway = True\n")
-        assert isinstance(result.error_in_exec, UsageError) and word in str(result.error_in_exec), line
-        assert "ran_anyway" not in ip.user_ns
+    for line, word in PROFILE_BAD_OPTIONS:  # shared with bench/faults_table.py
+        check_bad_profile_option(ip, line, word)
 
 
 def test_failed_xprof_shows_the_report_and_the_next_xprof_works(ip, tmp_path):
@@ -333,3 +328,69 @@ def test_plotly_labels_and_hover_are_escaped():
     blob = fig.to_json()
     assert "<img" not in blob and "<script>" not in blob and "<b>x" not in blob
     assert "&lt;img" in blob
+
+
+@pytest.mark.parametrize("error", [RuntimeError("disk vanished while writing"), KeyboardInterrupt()],
+                         ids=["RuntimeError", "KeyboardInterrupt"])
+def test_stop_trace_failure_leaks_nothing_and_the_next_xprof_works(ip, tmp_path, monkeypatch, error):
+    """``jax.profiler.stop_trace`` (what the collector calls to end an ``--xprof`` trace) raising: an error is
+    reported in the shown report and the cell succeeds; an interrupt (Ctrl-C while a large trace is written)
+    reaches IPython. Either way the memory listener is detached, JAX's profiler is not left started and the
+    next ``--xprof`` cell records a trace. (The interrupt used to skip the clean-up after it.)"""
+    import jax
+
+    from torchtpu_lab.device import memory
+
+    listeners = len(memory.listeners)
+    real = jax.profiler.stop_trace
+
+    def failing_stop():
+        raise error
+
+    monkeypatch.setattr(jax.profiler, "stop_trace", failing_stop)
+    cell = "%%tpu_profile --no-flame --xprof --output {}\nv = torch.ones(3, device='tpu').sum().item()\n"
+    result, text, _ = run(ip, cell.format(tmp_path / "failing"))
+    monkeypatch.setattr(jax.profiler, "stop_trace", real)
+    if isinstance(error, Exception):
+        assert result.success and "torchtpu_lab profile" in text, text
+        assert "XProf trace not written: RuntimeError: disk vanished while writing" in text, text
+        assert ip.user_ns["_tpu_profile"].xprof_error.endswith("disk vanished while writing")
+    else:
+        assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert len(memory.listeners) == listeners
+    assert jax._src.profiler._profile_state.profile_session is None  # not "already started" for the next one
+    good = tmp_path / "good"
+    result, text, _ = run(ip, cell.format(good))
+    assert result.success and "XProf trace not" not in text and f"XProf trace: {good}" in text, text
+    assert list(good.rglob("*.xplane.pb"))
+    assert len(memory.listeners) == listeners
+
+
+def test_flush_failure_at_the_end_of_a_profiled_cell_is_the_cells_error(ip, monkeypatch):
+    """Every end-of-cell flush failing (the profiled body's, then the profile's own end-of-block one): the
+    failure is the cell's error, shown in the report and then raised, and the pending work is still computed
+    by the next read."""
+    from torchtpu_lab import telemetry
+    from torchtpu_lab.runtime import lazy
+
+    real = lazy.sync
+    at_the_end = (telemetry.SyncReason.END_OF_CELL, telemetry.SyncReason.PROFILE_END)
+
+    def failing(reason=telemetry.SyncReason.USER_SYNC, *a, **k):
+        if reason in at_the_end and lazy.has_pending():
+            raise RuntimeError(f"graph exploded at the {reason.name} flush")
+        return real(reason, *a, **k)
+
+    monkeypatch.setattr(lazy, "sync", failing)
+    result, text, _ = run(ip, "%%tpu_profile --no-flame\npending_p = torch.ones(3, device='tpu') * 7\n")
+    monkeypatch.setattr(lazy, "sync", real)
+    assert not result.success and "graph exploded at the" in str(result.error_in_exec)
+    assert "torchtpu_lab profile" in text and "partial report" in text, text
+    assert "graph exploded" in ip.user_ns["_tpu_profile"].error
+    result, text, _ = run(ip, "print(pending_p.cpu().tolist())")
+    assert result.success and "[7.0, 7.0, 7.0]" in text
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_STRINGS)
+def test_user_strings_are_escaped_in_the_report_and_its_flame_graph(ip, hostile):
+    check_escaped(ip, hostile)

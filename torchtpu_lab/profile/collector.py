@@ -6,7 +6,9 @@
 Whatever happens in the block or in the trace, the profile cleans up after itself (``finally``): the memory
 listener is detached, the event recorder closed and a started trace stopped, so a failed ``--xprof`` (an
 unwritable directory, say) is reported in the profile's :attr:`~.session.Profile.xprof_error` and never
-leaves JAX's profiler "already started" for the next profile.
+leaves JAX's profiler "already started" for the next profile. Ctrl-C during the clean-up (writing a large trace
+takes seconds) is held until the clean-up is done and then raised, so an interrupt never leaves a listener
+attached to every later allocation or the profiler started.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import os
 import time
 
-from .. import telemetry
+from .. import interrupts, telemetry
 from ..device import memory
 from .session import MemorySample, Profile
 
@@ -59,19 +61,24 @@ class _Trace:
         except Exception as e:  # noqa: BLE001 — the profile goes on without a trace; the report says why
             self.error = f"XProf trace not recorded: {type(e).__name__}: {e}"
 
-    def stop(self) -> None:
+    def stop(self) -> BaseException | None:
+        """Stop the trace; a failure becomes :attr:`error`. An interrupt (``KeyboardInterrupt``, ``SystemExit``)
+        raised while writing is returned rather than raised, for :func:`profile` to raise once it has cleaned up:
+        raising it here would skip the rest of the clean-up."""
         if not self.started:
-            return
+            return None
         import jax
 
         self.started = False
         try:
             jax.profiler.stop_trace()
-        except Exception as e:  # noqa: BLE001
-            self.error = f"XProf trace not written: {type(e).__name__}: {e}"
+            return None
+        except BaseException as e:  # noqa: BLE001 — recorded here, re-raised by the caller if not an Exception
+            self.error = f"XProf trace not written: {type(e).__name__}" + (f": {e}" if str(e) else "")
             state = getattr(getattr(jax._src, "profiler", None), "_profile_state", None)
             if state is not None and getattr(state, "profile_session", None) is not None:
                 state.reset()  # JAX leaves the session "started" when writing fails; the next trace must work
+            return None if isinstance(e, Exception) else e
 
 
 @contextlib.contextmanager
@@ -92,6 +99,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     recorder = telemetry.Recorder()
     tracked = memory.track_sources
     memory.listeners.append(watch)
+    block_raised = False
     try:
         recorder.__enter__()
         memory.track_sources = True
@@ -100,6 +108,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
         try:
             yield prof
         except BaseException as e:
+            block_raised = True
             prof.error = f"{type(e).__name__}: {e}"
             raise
         finally:
@@ -109,18 +118,31 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
                 prof.error = prof.error or f"{type(e).__name__}: {e}"
                 prof.flush_exception = e
     finally:
+        with interrupts.deferred():  # a Ctrl-C here is raised after the last line of the clean-up
+            interrupted = _clean_up(prof, watch, trace, recorder, tracked, xprof_dir, device_index)
+        if interrupted is not None and not block_raised:  # the block's own exception, if any, wins
+            raise interrupted
+
+
+def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder: telemetry.Recorder,
+              tracked: bool, xprof_dir: str | None, device_index: int) -> BaseException | None:
+    """Detach and close everything :func:`profile` attached, then complete ``prof``; each step runs even if an
+    earlier one fails. Returns an interrupt raised while the trace was written (for the caller to raise)."""
+    interrupted = None
+    try:
         recorder.__exit__(None, None, None)
+    finally:
         memory.track_sources = tracked
-        if trace is not None:
-            trace.stop()
-        try:
+        with contextlib.suppress(ValueError):
             memory.listeners.remove(watch)
-        except ValueError:
-            pass
-        if modes.current() != prof.mode:
-            prof.mode = f"{prof.mode}->{modes.current()}"
-        prof.finish(recorder.events, watch.samples, watch.peak, memory.allocated(device_index),
-                    memory.live_buffers(device_index), xprof_dir if trace is not None and trace.error is None
-                    else None)
         if trace is not None:
-            prof.xprof_error = trace.error
+            interrupted = trace.stop()
+    from ..runtime import modes
+
+    if modes.current() != prof.mode:
+        prof.mode = f"{prof.mode}->{modes.current()}"
+    prof.finish(recorder.events, watch.samples, watch.peak, memory.allocated(device_index),
+                memory.live_buffers(device_index), xprof_dir if trace is not None and trace.error is None else None)
+    if trace is not None:
+        prof.xprof_error = trace.error
+    return interrupted
