@@ -172,3 +172,24 @@ def test_ops_seen_is_filled_off_the_hot_path():
     executor.OPS_SEEN.clear()
     (x + x).cpu()  # a cache hit records nothing
     assert torch.ops.aten.add.Tensor not in executor.OPS_SEEN
+
+
+def test_user_line_is_found_when_the_package_is_imported_through_a_dotted_path(tmp_path):
+    """bench/ scripts put ``bench/..`` on sys.path: frames inside the package then carry that unnormalised path,
+    and must still not be mistaken for the user's line."""
+    import pathlib
+
+    dotted = pathlib.Path(__file__).resolve().parent / ".."  # tests/.. : the repository, not normalised
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(dotted)!r})\n"
+        "import torch, torchtpu_lab\n"
+        "from torchtpu_lab import telemetry\n"
+        "with telemetry.Recorder() as events:\n"
+        "    x = torch.ones(3, device='tpu') + 1\n"
+        "assert torchtpu_lab.__file__.startswith(sys.path[0]), torchtpu_lab.__file__\n"
+        "print(sorted({telemetry.describe(e.source) for e in events if e.kind == 'op'}))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['user_script.py:6']", out.stdout

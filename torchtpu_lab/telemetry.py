@@ -34,6 +34,10 @@ def _skip_prefixes() -> tuple[str, ...]:
 
         prefixes = [
             _PKG_DIR,
+            # frames carry the path the package was imported by (``bench/../torchtpu_lab/...`` when a script put
+            # ``bench/..`` on sys.path), which abspath has normalised away
+            os.path.dirname(__file__),
+            os.path.realpath(_PKG_DIR),
             os.path.dirname(torch.__file__),
             os.path.dirname(jax.__file__),
             os.path.dirname(os.__file__),  # the standard library (contextlib, runpy, asyncio, ...)
@@ -44,7 +48,7 @@ def _skip_prefixes() -> tuple[str, ...]:
             module = sys.modules.get(name)
             if module is not None and getattr(module, "__file__", None):
                 prefixes.append(os.path.dirname(module.__file__))
-        _SKIP_PREFIXES = tuple(prefixes)
+        _SKIP_PREFIXES = tuple(dict.fromkeys(prefixes))
     return _SKIP_PREFIXES
 
 
