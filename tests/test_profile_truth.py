@@ -335,7 +335,7 @@ def test_plotly_labels_and_hover_are_escaped():
 def test_stop_trace_failure_leaks_nothing_and_the_next_xprof_works(ip, tmp_path, monkeypatch, error):
     """``jax.profiler.stop_trace`` (what the collector calls to end an ``--xprof`` trace) raising: an error is
     reported in the shown report and the cell succeeds; an interrupt (Ctrl-C while a large trace is written)
-    reaches IPython. Either way the memory listener is detached, JAX's profiler is not left started and the
+    reaches IPython after the report is shown. Either way the memory listener is detached, JAX's profiler is not left started and the
     next ``--xprof`` cell records a trace. (The interrupt used to skip the clean-up after it.)"""
     import jax
 
@@ -357,6 +357,7 @@ def test_stop_trace_failure_leaks_nothing_and_the_next_xprof_works(ip, tmp_path,
         assert ip.user_ns["_tpu_profile"].xprof_error.endswith("disk vanished while writing")
     else:
         assert isinstance(result.error_in_exec, KeyboardInterrupt)
+        assert "torchtpu_lab profile" in text and "KeyboardInterrupt" in text, text  # the report, then the error
     assert len(memory.listeners) == listeners
     assert jax._src.profiler._profile_state.profile_session is None  # not "already started" for the next one
     good = tmp_path / "good"

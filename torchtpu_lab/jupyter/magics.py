@@ -206,12 +206,17 @@ class TpuMagics(Magics):
         # the body's traceback is shown once, by IPython, when the exception is re-raised after the report
         own = shell.__dict__.get("showtraceback")
         shell.showtraceback = _quiet
+        closing_error = None
         try:
             with profile(xprof_dir=xprof_dir) as prof:
                 prof_obj = prof
                 # the comment stands for the %%tpu_profile line, so reported line numbers are the cell's own
                 # (IPython strips leading blank lines, not comments)
                 result = shell.run_cell("# %%tpu_profile\n" + cell, store_history=False, silent=False)
+        except BaseException as e:  # the cell's own errors are in ``result``: this is closing the profile
+            if prof_obj is None:  # (a Ctrl-C while the XProf trace is written): still show what was recorded
+                raise
+            closing_error = e
         finally:
             if own is None:
                 del shell.showtraceback  # back to the class's method
@@ -222,7 +227,7 @@ class TpuMagics(Magics):
         error = None
         if result is not None:
             error = result.error_before_exec or result.error_in_exec
-        error = error or prof_obj.flush_exception
+        error = error or prof_obj.flush_exception or closing_error
         if error is not None and prof_obj.error is None:
             prof_obj.error = f"{type(error).__name__}: {error}"
         self._show_report(prof_obj, opts)
