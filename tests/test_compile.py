@@ -65,6 +65,7 @@ def test_dynamo_explain_and_export_on_tpu():
 
 import copy  # noqa: E402
 import inspect  # noqa: E402
+import re  # noqa: E402
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -378,3 +379,40 @@ def test_a_matmul_precision_change_recompiles_the_graph_under_the_new_setting():
     assert "operand_precision={highest,highest}" in hlo["highest"]
     assert "operand_precision={highest" not in hlo["medium"]  # traced again: one bf16 pass, not the old program
     torch.testing.assert_close(first, (a @ b).relu(), rtol=1e-5, atol=1e-5)
+
+
+# ---- 5. dynamic=None: a dynamic-shape graph is one XLA program per concrete shape ---------------------------
+
+
+def test_dynamic_shape_graphs_compile_one_program_per_shape():
+    torch._dynamo.reset()
+    cpu, tpu = _pair(lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    model = torch.compile(tpu, backend="tpu")  # dynamic=None, PyTorch's default: sizes go symbolic on a change
+    counts = []
+    for n in (3, 5, 7, 5):
+        x = torch.randn(n, 4)
+        with torchtpu_lab.profile() as prof:
+            out = model(x.to("tpu"))
+            out.square().sum().backward()
+        ref = cpu(x)
+        ref.square().sum().backward()
+        torch.testing.assert_close(out.cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(tpu[0].weight.grad.cpu(), cpu[0].weight.grad, rtol=1e-5, atol=1e-5)
+        assert not [e for e in prof.compiles if e.detail.get("kind") == "eager-graph"]
+        counts.append([e.detail["cause"] for e in _compiled_graphs(prof)])
+    assert len(counts[0]) == 2 and not any("specialized" in c for c in counts[0])  # static at first
+    for causes, n in ((counts[1], 5), (counts[2], 7)):  # the dynamic graph, specialized per batch size
+        assert len(causes) == 2 and all(re.search(rf"dynamic shapes specialized to s\d+={n}\)$", c)
+                                        for c in causes), causes
+    assert counts[3] == []  # batch 5 again: its programs are reused
+
+
+def test_a_size_input_and_a_captured_item_specialize_too():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * x.sum().item() + x.shape[0], backend="tpu")
+    with torch._dynamo.config.patch(capture_scalar_outputs=True), torchtpu_lab.profile() as prof:
+        for n in (3, 5, 6):
+            x = torch.randn(n)
+            torch.testing.assert_close(f(x.to("tpu")).cpu(), x * x.sum().item() + n, rtol=1e-5, atol=1e-5)
+    assert not [e for e in prof.compiles if e.detail.get("kind") == "eager-graph"]
+    assert len(_compiled_graphs(prof)) == 3  # one program per size: 3 (static), then 5 and 6 (specialized)

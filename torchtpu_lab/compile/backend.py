@@ -16,7 +16,8 @@ What real models need is handled by AOTAutograd's functionalization plus a few r
 
 A graph with an op that has no lowering runs eagerly (op by op, through the ordinary tpu kernels) and says so
 in a telemetry event; nothing is silently wrong. Shapes are static: a new shape is a Dynamo recompile, and the
-reason Dynamo gives is reported (:mod:`.events`).
+reason Dynamo gives is reported (:mod:`.events`); a graph Dynamo made with symbolic sizes (``dynamic=None``
+after a shape changed) is specialized per concrete shape at call time (:mod:`.specialize`, :class:`_PerShape`).
 
 Executables come from the runtime's executable cache (:func:`torchtpu_lab.runtime.compile_cache.executable`),
 as eager ops and fused graphs do: keyed by our own signature of the graph (its generated code, input shapes and
@@ -41,7 +42,7 @@ from ..device import rng, tensor
 from ..ops import precision
 from ..runtime import compile_cache, executor, lazy
 from ..telemetry import SyncReason
-from . import events, lowering, spmd
+from . import events, lowering, specialize, spmd
 
 
 #: The signature of a graph whose text does not determine its program (constants, ops defined outside this
@@ -235,26 +236,78 @@ def _disk_signature(key, gm: torch.fx.GraphModule):
     return ("torch.compile", kind, code, specs, None if group is None else group.ranks)
 
 
+def _lowered(gm: torch.fx.GraphModule, kind: str, label: str) -> CompiledGraph:
+    """The graph lowered (or the same graph lowered before, from :data:`_GRAPHS`); :class:`NotLowerable` when
+    it cannot be."""
+    key = _graph_key(kind, gm)
+    graph = _GRAPHS.get(key) if key is not None else None
+    if graph is None:
+        fn, plan = lowering.trace(gm)
+        graph = CompiledGraph(gm, kind, label, fn, plan, _disk_signature(key, gm))
+        if key is not None:
+            _GRAPHS.put(key, graph)
+    return graph
+
+
+class _PerShape:
+    """A graph with symbolic sizes (``dynamic=None`` after a shape changed), run as one static specialization
+    per concrete sizes (:mod:`.specialize`), each lowered and compiled like any static graph."""
+
+    #: specializations kept per graph (the oldest is dropped past this; its executables stay in _GRAPHS)
+    LIMIT = 64
+
+    def __init__(self, gm: torch.fx.GraphModule, kind: str, label: str):
+        self.gm, self.kind, self.label = gm, kind, label
+        self.binder = specialize.Binder(gm)
+        self.runs: dict = {}  # symbol values -> (boxed run, positions of the inputs it takes)
+
+    def __call__(self, args: list) -> list:
+        key = self.binder.key(args)
+        entry = self.runs.get(key)
+        if entry is None:
+            entry = self._specialize(key, len(args))
+        run, keep = entry
+        taken = [args[i] for i in keep]
+        args.clear()
+        return run(taken)
+
+    def _specialize(self, key: tuple, n_args: int) -> tuple:
+        bound = {}
+        try:
+            bound = self.binder.bindings(key)
+            static, keep = specialize.specialize(self.gm, bound)
+            graph = _lowered(static, self.kind, f"{self.label}, its dynamic shapes specialized to "
+                                                f"{specialize.describe(bound)}")
+            entry = (graph, keep)
+        except lowering.NotLowerable as e:  # these sizes run op by op, through the dynamic graph itself
+            sizes = f" at {specialize.describe(bound)}" if bound else ""
+            entry = (_eager(self.gm, self.kind, f"dynamic-shape graph{sizes}: {e}"), list(range(n_args)))
+        if len(self.runs) >= self.LIMIT:
+            del self.runs[next(iter(self.runs))]
+        self.runs[key] = entry
+        return entry
+
+
+def _boxed(fn, graph=None):
+    def run(args: list) -> list:
+        return fn(args)
+
+    run._boxed_call = True  # AOTAutograd's boxed convention: one list, cleared by the callee
+    run.graph = graph
+    return run
+
+
 def _compiler(kind: str):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         _counter[0] += 1
-        key = _graph_key(kind, gm)
-        graph = _GRAPHS.get(key) if key is not None else None
-        if graph is None:
-            try:
-                fn, plan = lowering.trace(gm)
-            except lowering.NotLowerable as e:
-                return _eager(gm, kind, str(e))
-            graph = CompiledGraph(gm, kind, f"graph {_counter[0]}", fn, plan, _disk_signature(key, gm))
-            if key is not None:
-                _GRAPHS.put(key, graph)
-
-        def run(args: list) -> list:
-            return graph(args)
-
-        run._boxed_call = True  # AOTAutograd's boxed convention: one list, cleared by the callee
-        run.graph = graph
-        return run
+        label = f"graph {_counter[0]}"
+        try:
+            if specialize.is_dynamic(gm):
+                return _boxed(_PerShape(gm, kind, label))
+            graph = _lowered(gm, kind, label)
+        except lowering.NotLowerable as e:
+            return _eager(gm, kind, str(e))
+        return _boxed(graph, graph)
 
     compile_graph.__name__ = f"tpu_{kind}_compiler"
     return compile_graph

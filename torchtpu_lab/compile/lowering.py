@@ -11,8 +11,9 @@ Each ``call_function`` node is one of:
   contiguous array, so the view's geometry comes from running the op on a meta tensor of that shape — PyTorch
   decides it, as in eager mode (:mod:`torchtpu_lab.runtime.view_kernels`) — and the values are read with
   :func:`torchtpu_lab.device.views.read`;
-* one of the few runtime kernels that are not lowerings (``_to_copy``, ``copy``/``copy_``, ``empty``), each a
-  line here; ``copy_`` into a graph input is an input mutation, returned and written back after the call;
+* one of the few runtime kernels that are not lowerings (``_to_copy``, ``prims.convert_element_type``,
+  ``copy``/``copy_``, ``empty``), each a line here; ``copy_`` into a graph input is an input mutation, returned
+  and written back after the call;
 * a functional collective (``_c10d_functional.all_reduce``...): the same per-rank body the eager collective
   runs, and the whole function becomes one ``shard_map`` program over the group's mesh (:mod:`.spmd`);
 * anything else raises :class:`NotLowerable` naming the op, and the caller runs that graph eagerly instead.
@@ -158,6 +159,8 @@ class _Tracer:
             return [executor._cast(per_tensor, low.fn(*a, **k), meta[i]) for i, (a, k) in enumerate(calls)]
         if op is aten._to_copy.default:
             return _to_copy(args[0], meta, kwargs)
+        if op is _CONVERT:  # Dynamo's rewrite of a captured .item() into tensor ops casts with this prim
+            return args[0].astype(dtypes.to_jax(meta.dtype))
         if op in (aten.copy.default, aten.copy_.default):
             return _copy(meta, args[1])
         if op in (aten.empty.memory_format, aten.empty_strided.default, aten.new_empty.default,
@@ -179,8 +182,7 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
     for node in gm.graph.nodes:
         if isinstance(_val(node), torch.SymInt) or (
                 isinstance(_val(node), torch.Tensor) and any(isinstance(d, torch.SymInt) for d in _val(node).shape)):
-            raise NotLowerable("Dynamo made shapes dynamic (it does after a shape changes); compile with "
-                               "dynamic=False for one XLA program per shape")
+            raise NotLowerable("symbolic sizes in the graph (.specialize binds them per call before lowering)")
         if node.op == "call_function":
             op = node.target
             if op is operator.getitem:
@@ -305,7 +307,8 @@ def _foreach_target(node):
     raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
 
 
+_CONVERT = torch.ops.prims.convert_element_type.default
 _OTHER_OPS = frozenset({
-    aten._to_copy.default, aten.copy.default, aten.copy_.default, aten.empty.memory_format,
+    _CONVERT, aten._to_copy.default, aten.copy.default, aten.copy_.default, aten.empty.memory_format,
     aten.empty_strided.default, aten.new_empty.default, aten.new_empty_strided.default, aten.empty_like.default,
 })
