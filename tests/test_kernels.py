@@ -181,3 +181,26 @@ def test_annotations_are_required_and_checked():
 
     with pytest.raises(TypeError, match="annotated"):
         jax_op("ttl_test::wrong", wrong)
+
+
+def test_an_edited_jax_op_never_loads_the_old_program_from_the_persistent_cache(tmp_path):
+    """A kernel edited between two processes keeps its name: the persistent cache must not hand the new process
+    the old program (jax_op ops are never keyed on disk by name)."""
+    from fresh_process import run_with_cache
+
+    script = """
+        import jax, torch, torchtpu_lab
+        @torchtpu_lab.jax_op("edited::scale")
+        def scale(a: jax.Array) -> jax.Array:
+            return a * {factor}
+        x = torch.ones(4, device="tpu")
+        with torchtpu_lab.eager_mode("strict"):
+            strict = scale(x).cpu().tolist()
+        with torchtpu_lab.eager_mode("fused"):
+            fused = (scale(x + 1) + 1).cpu().tolist()
+        extra = {{"strict": strict, "fused": fused}}
+    """
+    first = run_with_cache(script.format(factor=2.0), tmp_path)
+    second = run_with_cache(script.format(factor=3.0), tmp_path)
+    assert (first["strict"], first["fused"]) == ([2.0] * 4, [5.0] * 4)
+    assert (second["strict"], second["fused"]) == ([3.0] * 4, [7.0] * 4)

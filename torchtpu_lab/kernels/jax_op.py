@@ -33,6 +33,7 @@ from .. import caches, dtypes, platform, telemetry
 from ..backend import dispatch
 from ..ops import LOWERINGS
 from ..ops.registry import Lowering
+from ..runtime import signatures
 
 _NAMESPACE = "jax_ops"
 _STATIC_TYPES = (int, float, bool, str)
@@ -259,6 +260,7 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
     prototype.__name__ = qualified.split("::")[1]
     op_def = torch.library.custom_op(qualified, mutates_args=mutates_args)(prototype)
     overload = op_def._opoverload
+    signatures.USER_DEFINED_OPS.add(overload)  # never keyed on disk by its name alone
 
     def fake(*args, **kwargs):
         like = _first_tensor(list(args) + list(kwargs.values()))

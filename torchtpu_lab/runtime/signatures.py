@@ -67,6 +67,13 @@ def op_label(op) -> str:
 # ---- a canonical, process-independent encoding (the persistent cache's keys) ---------------------------------
 
 
+#: Ops whose program is user Python that may differ in another process under the same name (made by
+#: ``torchtpu_lab.jax_op``: the notebook cell defining the kernel is edited and re-run, or another script names
+#: its op alike). Their name says nothing about their program, so a signature holding one is never keyed on
+#: disk; the in-memory caches key them by the op object, which a redefinition replaces.
+USER_DEFINED_OPS: set = set()
+
+
 class Unencodable(TypeError):
     """A signature holds a value with no stable encoding (an object identified only by its address): such a
     signature is cached in memory only, never on disk."""
@@ -116,6 +123,8 @@ def _encode_other(v) -> str:
     import torch
 
     if isinstance(v, torch._ops.OpOverload):
+        if v in USER_DEFINED_OPS:
+            raise Unencodable(f"{v} is defined by user code (jax_op): its name does not identify its program")
         return f"O{v._schema.name}.{v._overloadname};"
     if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
         return f"P{type(v).__name__}:{v};"
