@@ -267,6 +267,30 @@ def test_graph_break_is_reported_with_its_line():
     assert status()["graph breaks"] >= 1 and any("graph breaks" in line for line in status_lines(status()))
 
 
+def test_a_compiled_region_is_one_node_with_its_aten_ops_in_the_flame_graph_and_op_table():
+    from torchtpu_lab.profile import processors
+
+    torch._dynamo.reset()
+    model = torch.compile(nn.Sequential(nn.Linear(4, 8), nn.ReLU()).to("tpu"), backend="tpu", dynamic=False)
+    x = torch.randn(3, 4).to("tpu")
+    model(x)
+    with torchtpu_lab.profile() as prof:
+        model(x).sum().item()  # REGION
+    line = next(i for i, text in enumerate(inspect.getsource(
+        test_a_compiled_region_is_one_node_with_its_aten_ops_in_the_flame_graph_and_op_table).splitlines())
+        if "# REGION" in text and "next(" not in text)
+    line += inspect.getsourcelines(test_a_compiled_region_is_one_node_with_its_aten_ops_in_the_flame_graph_and_op_table)[1]
+    tree = processors.flame_tree(prof)
+    region = [i for i, label in enumerate(tree.labels) if label.startswith("XLA run: compiled")]
+    assert region, tree.labels
+    i = region[0]
+    assert "aten::addmm" in tree.hover[i] and "aten::relu" in tree.hover[i], tree.hover[i]
+    parent = tree.labels[tree.ids.index(tree.parents[i])]
+    assert parent.endswith(f":{line}"), (parent, line)  # under the user's line, not at the cell's root
+    rows = processors.op_table(prof, 10)["by_time"]
+    assert any(r["op"].startswith("compiled") and r["line"].endswith(f":{line}") for r in rows), rows
+
+
 def test_batch_size_change_reports_the_recompile_reason():
     torch._dynamo.reset()
     model = torch.compile(nn.Linear(4, 2).to("tpu"), backend="tpu", dynamic=False)

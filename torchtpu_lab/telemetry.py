@@ -292,10 +292,14 @@ def sync_event(reason: SyncReason, n_ops: int = 0, source: Source | None = None,
         event.dur = time.perf_counter() - event.t
 
 
-def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool) -> Event:
+def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list | None = None) -> Event:
+    """A compiled program ran (a fused graph, a torch.compile graph). ``ops``: the ATen op names inside it, when
+    the program stands for ops the profile saw no event of (a torch.compile graph); kept by reference."""
     counters["executions"] += 1
-    return _log(execute_log, Event("graph", name, t0, time.perf_counter() - t0, 0, None,
-                                   {"n_ops": n_ops, "cache_hit": cache_hit}))
+    detail = {"n_ops": n_ops, "cache_hit": cache_hit}
+    if ops is not None:
+        detail["ops"] = ops
+    return _log(execute_log, Event("graph", name, t0, time.perf_counter() - t0, 0, None, detail))
 
 
 class Recorder:

@@ -90,7 +90,7 @@ class CompiledGraph:
             else:
                 result.append(slot[1])
         args.clear()
-        telemetry.record_execute(self.name, t0, plan.n_ops, True)
+        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops)
         return result
 
     def _build(self, inputs: list, device_index: int):

@@ -157,6 +157,15 @@ def op_table(prof, top: int) -> dict:
         where = _where(e.source)
         lines[e.name][where] += 1
         sources.setdefault((e.name, where), e.source)
+    compiled = False
+    for e in prof.events:  # a torch.compile region is one row: the host time of its call, its program included
+        if e.kind == "graph" and "ops" in e.detail:
+            compiled = True
+            total[e.name] += e.dur
+            count[e.name] += 1
+            where = _where(e.source or (e.stack[-1] if e.stack else None))
+            lines[e.name][where] += 1
+            sources.setdefault((e.name, where), e.source or (e.stack[-1] if e.stack else None))
     rows = []
     for name in count:
         line = lines[name].most_common(1)[0][0]
@@ -167,7 +176,8 @@ def op_table(prof, top: int) -> dict:
         "by_time": sorted(rows, key=lambda r: -r["total_s"])[:top],
         "by_count": sorted(rows, key=lambda r: -r["count"])[:top],
         "distinct": len(rows),
-        "measures": time_labels(mode)["tracing"] + ", compile and sync time excluded",
+        "measures": time_labels(mode)["tracing"] + ", compile and sync time excluded"
+        + ("; a torch.compile region: its whole call, program included" if compiled else ""),
     }
 
 
@@ -451,6 +461,14 @@ def _nest(events) -> list[tuple]:
     return roots
 
 
+def ops_inside(ops: list, most: int = 12) -> str:
+    """``aten::mm x3, aten::add.Tensor x2, ...``: the ATen ops a compiled region runs, most frequent first."""
+    counts = Counter(ops).most_common()
+    text = ", ".join(f"{name} x{n}" for name, n in counts[:most])
+    more = len(counts) - most
+    return f"{len(ops)} ATen ops inside: {text}" + (f", and {more} more kinds" if more > 0 else "")
+
+
 def flame_tree(prof) -> FlameTree:
     """cell line -> user function -> ... -> torch op / sync -> compile and XLA graph run, sized by host time.
 
@@ -487,11 +505,14 @@ def flame_tree(prof) -> FlameTree:
             n = e.detail.get("n_ops")
             return f"{what}: {n} ops" if e.detail.get("kind") == "graph" and n else f"{what}: {e.name}"
         if e.kind == "graph":
+            if "ops" in e.detail:  # a torch.compile region: one program standing for the ATen ops inside
+                return f"XLA run: {e.name}"
             return f"XLA run: {e.detail.get('n_ops', '?')} ops"
         return f"{e.kind}: {e.name}"
 
     def place(e, kids, parent: str) -> None:
-        node = add(f"{parent}|{e.kind}:{e.name}", leaf_label(e), parent, e.dur)
+        hover = ops_inside(e.detail["ops"]) if e.kind == "graph" and "ops" in e.detail else ""
+        node = add(f"{parent}|{e.kind}:{e.name}", leaf_label(e), parent, e.dur, hover)
         inner = sum(k.dur for k, _ in kids)
         for k, grandkids in kids:
             place(k, grandkids, node)
