@@ -52,7 +52,7 @@ def resolve(name) -> Group:
     """The tpu process group named ``name`` in this process, or :class:`NotLowerable` saying why not."""
     import torch.distributed as dist
 
-    from ..distributed import process_group, world
+    from ..distributed import process_group
 
     if not isinstance(name, str):
         raise NotLowerable(f"collective whose group is a {type(name).__name__}, not a group name")
@@ -64,9 +64,7 @@ def resolve(name) -> Group:
         raise NotLowerable(f"collective on process group {name!r}, which this process cannot resolve ({e})") from e
     if not isinstance(pg, process_group.TpuProcessGroup):
         raise NotLowerable(f"collective on process group {name!r} of backend {pg.name()!r}, not a tpu process group")
-    ranks = tuple(dist.get_process_group_ranks(pg))
-    devices = tuple(world.require().devices[r] for r in ranks)
-    return Group(name, devices, pg.rank(), ranks, float(getattr(pg, "_timeout_s", 1800.0)))
+    return Group(name, pg.devices, pg.rank(), tuple(dist.get_process_group_ranks(pg)), pg.timeout_s)
 
 
 def _reduce_op(name: str, dtype: torch.dtype) -> str:

@@ -82,6 +82,16 @@ class TpuProcessGroup(dist.ProcessGroup):
         self._name = self._desc = ""
 
     # --- identity -------------------------------------------------------------------------------------
+    @property
+    def devices(self) -> tuple:
+        """The JAX device of each position in the group (what a collective's mesh is built over)."""
+        return self._devices
+
+    @property
+    def timeout_s(self) -> float:
+        """Seconds a collective of this group may take before the watchdog ends the process."""
+        return self._timeout_s
+
     def getBackendName(self) -> str:
         return "tpu"
 
