@@ -1,7 +1,7 @@
 """Fused and ``torch.compile(backend="tpu")`` training steps on the tpu device vs a hand-written ``jax.jit``
 step, PyTorch CPU eager and ``torch.compile`` on CPU — the same model, data and SGD update in each.
 
-    python bench/train_step.py [--reps 5] [--iters 10] [--models mlp,transformer] [--overhead-only]
+    python bench/train_step.py [--reps 5] [--iters 10] [--models mlp,transformer] [--overhead-only] [--no-overhead] [--hlo]
 
 The compiled step is the whole step under ``torch.compile(backend="tpu", dynamic=False)`` (Dynamo cuts it at
 ``backward()``: a forward+backward graph pair and an optimizer-step graph, each one XLA program); it runs in
@@ -10,15 +10,25 @@ table gives the host (Python) time of one compiled call for graphs of 10 to 1000
 should not grow with the graph — next to a bare ``jax.jit`` call of the same function.
 
 Models: an MLP (3 layers of 1024, batch 64) and a 2-layer transformer (d_model 256, 4 heads, sequence 128,
-batch 16). Each figure is the median over ``--reps`` of the mean step time over ``--iters`` steady-state steps.
+batch 16). Each figure is the median over ``--reps`` of the mean step time over ``--iters`` steady-state steps;
+within each rep every path is timed in turn (interleaved), so load from other jobs falls on all paths alike.
 The tpu step ends with ``torchtpu_lab.sync()`` (the step boundary, like ``xm.mark_step()``); every loop waits
 for its last result. Ratios are against the hand-written JAX step, measured in the same run.
+
+``--hlo`` prints, per model, how many dots, transposes, copies and fusions XLA's optimized program of the fused
+step has next to the hand-written step's (with and without donating its parameters): a gap in time that is not
+host overhead shows up here as a different program (``docs/perf.md``).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import math
+import re
+import statistics
+from typing import Any, Callable, NamedTuple
 
 import common  # noqa: F401  (sets sys.path)
 import jax
@@ -138,14 +148,19 @@ def jax_transformer_loss(p, idx, y):
     return -jnp.mean(jnp.take_along_axis(logp, y[..., None], -1))
 
 
-def jax_step_fn(name, model, x, y):
+def jax_step(name):
+    """The hand-written SGD step ``(params, x, y) -> (loss, new params)``, not jitted."""
     loss_fn = jax_mlp_loss if name == "mlp" else jax_transformer_loss
 
-    @jax.jit
     def step(p, x, y):
         loss, g = jax.value_and_grad(loss_fn)(p, x, y)
         return loss, jax.tree_util.tree_map(lambda a, b: a - LR * b, p, g)
 
+    return step
+
+
+def jax_step_fn(name, model, x, y):
+    step = jax.jit(jax_step(name))
     state = {"p": jax_params(model)}
     xj, yj = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
 
@@ -159,45 +174,111 @@ def jax_step_fn(name, model, x, y):
 PATHS = ("jax", "fused", "strict", "tpu-compile", "cpu", "compile")
 
 
+class Path(NamedTuple):
+    """One way of running the step: ``step()`` runs one step, ``finish(out)`` waits for its result, ``mode`` is
+    the eager mode it runs in (``None``: no tpu tensors)."""
+
+    label: str
+    step: Callable[[], Any]
+    finish: Callable[[Any], None]
+    mode: str | None = None
+    iters: int | None = None  # steps per sample (default: --iters)
+    warmup: int = 3
+
+
+def _timed(path: Path, iters: int, warmup: int = 0) -> float:
+    """Mean seconds per step of ``iters`` steps of ``path`` (after ``warmup`` untimed ones), waited for."""
+    from common import clock
+
+    now = clock()
+    with torchtpu_lab.eager_mode(path.mode) if path.mode else contextlib.nullcontext():
+        for _ in range(warmup):
+            path.finish(path.step())
+        if not iters:
+            return 0.0
+        t0 = now()
+        out = None
+        for _ in range(iters):
+            out = path.step()
+        path.finish(out)
+        return (now() - t0) / iters
+
+
+def median_interleaved(paths: list[Path], iters: int, reps: int) -> dict[str, float]:
+    """Median over ``reps`` of each path's mean step time, the paths timed in turn within every rep: on a machine
+    shared with other jobs a burst of load then falls on all of them alike, so their ratios stay meaningful
+    (timing one path's reps, then the next's, compared different moments of the neighbours' load)."""
+    samples: dict[str, list[float]] = {p.label: [] for p in paths}
+    for p in paths:
+        _timed(p, 0, p.warmup)
+    for _ in range(reps):
+        for p in paths:
+            samples[p.label].append(_timed(p, p.iters or iters))
+    return {label: statistics.median(v) for label, v in samples.items()}
+
+
 def measure(name: str, iters: int, reps: int, paths=PATHS) -> dict[str, float]:
-    from common import median_time
+    import copy
 
     torch.manual_seed(0)
     ctor = torch_mlp if name == "mlp" else Transformer
     base = ctor()
     x, y = data(name)
-    results = {}
-    results["jax.jit (hand-written)"] = median_time(jax_step_fn(name, base, x, y), lambda o: o.block_until_ready(),
-                                                    iters, reps)
-    import copy
-
+    tpu_wait = lambda o: torch.tpu.synchronize()  # noqa: E731
+    runs = [Path("jax.jit (hand-written)", jax_step_fn(name, base, x, y), lambda o: o.block_until_ready())]
     tpu_model = copy.deepcopy(base).to("tpu")
     if "fused" in paths:
-        with torchtpu_lab.eager_mode("fused"):
-            step = torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"), torchtpu_lab.sync)
-            results["torchtpu_lab fused"] = median_time(step, lambda o: torch.tpu.synchronize(), iters, reps)
+        runs.append(Path("torchtpu_lab fused", torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"),
+                                                             torchtpu_lab.sync), tpu_wait, "fused"))
     if "strict" in paths:
-        with torchtpu_lab.eager_mode("strict"):
-            step = torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"), lambda: None)
-            results["torchtpu_lab strict"] = median_time(step, lambda o: torch.tpu.synchronize(), max(2, iters // 2),
-                                                         reps)
+        runs.append(Path("torchtpu_lab strict", torch_step_fn(name, tpu_model, x.to("tpu"), y.to("tpu"),
+                                                              lambda: None), tpu_wait, "strict", max(2, iters // 2)))
     if "tpu-compile" in paths:
+        torch._dynamo.reset()
+        compiled_model = copy.deepcopy(base).to("tpu")
         with torchtpu_lab.eager_mode("strict"):
-            torch._dynamo.reset()
-            compiled_model = copy.deepcopy(base).to("tpu")
             step = torch.compile(torch_step_fn(name, compiled_model, x.to("tpu"), y.to("tpu"), lambda: None),
                                  backend="tpu", dynamic=False)
-            results["torch.compile tpu backend"] = median_time(step, lambda o: torch.tpu.synchronize(), iters,
-                                                               reps, warmup=3)
+        runs.append(Path("torch.compile tpu backend", step, tpu_wait, "strict"))
     if "cpu" in paths:
-        cpu_model = copy.deepcopy(base)
-        results["torch CPU eager"] = median_time(torch_step_fn(name, cpu_model, x, y, lambda: None), lambda o: None,
-                                                 iters, reps)
+        runs.append(Path("torch CPU eager", torch_step_fn(name, copy.deepcopy(base), x, y, lambda: None),
+                         lambda o: None))
     if "compile" in paths:
-        compiled = torch.compile(copy.deepcopy(base))
-        results["torch.compile CPU"] = median_time(torch_step_fn(name, compiled, x, y, lambda: None),
-                                                   lambda o: None, iters, reps, warmup=3)
-    return results
+        runs.append(Path("torch.compile CPU", torch_step_fn(name, torch.compile(copy.deepcopy(base)), x, y,
+                                                            lambda: None), lambda o: None))
+    return median_interleaved(runs, iters, reps)
+
+
+HLO_OPS = ("dot", "transpose", "copy", "fusion")
+
+
+def hlo_counts(text: str) -> dict[str, int]:
+    """Instructions of each kind in :data:`HLO_OPS` in an optimized HLO module's text (all computations)."""
+    # an instruction is "name = type opcode(operands)"; a tuple type is "(...)" (no parentheses inside)
+    found = collections.Counter(re.findall(r"= (?:\([^()]*\)|\S+) ([\w-]+)\(", text))
+    return {op: found[op] for op in HLO_OPS}
+
+
+def hlo_programs(name: str) -> dict[str, str]:
+    """Optimized HLO text of the fused tpu step (its largest graph, after warm-up steps) and of the hand-written
+    JAX step jitted without and with its parameters donated (the fused graph donates them)."""
+    import copy
+
+    from torchtpu_lab.runtime import state
+
+    torch.manual_seed(0)
+    base = torch_mlp() if name == "mlp" else Transformer()
+    x, y = data(name)
+    with torchtpu_lab.eager_mode("fused"):
+        step = torch_step_fn(name, copy.deepcopy(base).to("tpu"), x.to("tpu"), y.to("tpu"), torchtpu_lab.sync)
+        for _ in range(3):
+            step()
+    fused = max(state.STATE.graph_executables.values(), key=lambda g: g.n_nodes).fn.as_text()
+    args = (jax_params(base), jnp.asarray(x.numpy()), jnp.asarray(y.numpy()))
+    texts = {"torchtpu_lab fused": fused}
+    for label, donate in (("jax.jit (hand-written)", ()), ("jax.jit, params donated", (0,))):
+        texts[label] = jax.jit(jax_step(name), donate_argnums=donate).lower(*args).compile().as_text()
+    return texts
 
 
 def call_overhead(n_ops: int, reps: int, calls: int = 200) -> dict[str, float]:
@@ -238,20 +319,28 @@ def main(argv=None) -> None:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--models", default="mlp,transformer")
     p.add_argument("--overhead-only", action="store_true", help="only the per-call overhead table")
+    p.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead table")
+    p.add_argument("--hlo", action="store_true", help="only the optimized-HLO instruction counts per model")
     p.add_argument("--paths", default=",".join(PATHS),
                    help="which of jax (always), fused, strict, cpu, compile to measure")
     add_clock_option(p)
     args = p.parse_args(argv)
     set_clock(args.clock)
+    if args.hlo:
+        for name in args.models.split(","):
+            rows = [(k, *hlo_counts(t).values()) for k, t in hlo_programs(name).items()]
+            print(table(f"\n{name} step, optimized HLO", rows, ("program", *HLO_OPS)))
+        return
     print(f"platform: {torch.tpu.platform_name()}; medians of {args.reps} x {args.iters} steps")
-    with torchtpu_lab.eager_mode("strict"):
-        rows = []
-        for n in (10, 100, 1000):
-            o = call_overhead(n, args.reps)
-            rows.append((n, f"{o['torch.compile tpu'] * 1e6:.1f}", f"{o['jax.jit'] * 1e6:.1f}",
-                         f"{(o['torch.compile tpu'] - o['jax.jit']) * 1e6:.1f}"))
-        print(table("\nhost time of one compiled call (us)", rows,
-                    ("ops in graph", "torch.compile tpu", "jax.jit", "our overhead")))
+    if not args.no_overhead:
+        with torchtpu_lab.eager_mode("strict"):
+            rows = []
+            for n in (10, 100, 1000):
+                o = call_overhead(n, args.reps)
+                rows.append((n, f"{o['torch.compile tpu'] * 1e6:.1f}", f"{o['jax.jit'] * 1e6:.1f}",
+                             f"{(o['torch.compile tpu'] - o['jax.jit']) * 1e6:.1f}"))
+            print(table("\nhost time of one compiled call (us)", rows,
+                        ("ops in graph", "torch.compile tpu", "jax.jit", "our overhead")))
     if args.overhead_only:
         return
     for name in args.models.split(","):

@@ -9,7 +9,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import interrupts, platform
-from . import accelerator, dispatch, fake, tpu_module
+from . import accelerator, dispatch, fake, linear_grad, tpu_module
 
 _BACKEND = "tpu"
 
@@ -64,5 +64,6 @@ def register() -> None:
     interrupts.ensure_installed()
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     dispatch.install()
+    linear_grad.install()  # after the PrivateUse1 kernels: its forward runs through them
     fake.install()
     accelerator.install()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, NamedTuple
 
 import jax
@@ -94,10 +94,11 @@ class GraphExecutable(NamedTuple):
 class PendingWork:
     """The recorded-but-not-run state of fused mode: storages holding placeholders and how many ops wait."""
 
-    __slots__ = ("storages", "recorded", "seq", "extra", "segment")
+    __slots__ = ("storages", "prior", "recorded", "seq", "extra", "segment")
 
     def __init__(self) -> None:
         self.storages: dict = {}  # id(storage) -> weakref to a storage whose array is (or was) a LazyValue
+        self.prior: dict = {}  # id(storage) -> id of the concrete array it held when first tracked (see _alias_order)
         self.recorded = 0  # nodes recorded since the last sync
         self.seq = 0  # nodes recorded ever (recording order)
         self.extra: list = []  # (placeholders, callback): values no storage holds that a sync must compute
@@ -140,8 +141,20 @@ def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=N
 
 
 def track(storage) -> None:
-    """Note that ``storage`` now holds a placeholder that a sync must materialize."""
-    PENDING.storages[id(storage)] = weakref.ref(storage)
+    """Note that ``storage`` now holds (or is about to hold) a placeholder that a sync must materialize.
+
+    Called before an in-place write replaces the storage's array, so the array it held then — the old value of
+    a parameter the optimizer updates — is noted for :func:`_alias_order` (by id only: nothing is kept alive)."""
+    pending, key = PENDING, id(storage)
+    ref = pending.storages.get(key)
+    if ref is not None and ref() is storage:  # tracked already since the last sync: its prior array is noted
+        return
+    pending.storages[key] = weakref.ref(storage)
+    old = storage._array
+    if old is not None and type(old) is not LazyValue and isinstance(old, jax.Array):
+        pending.prior[key] = id(old)
+    else:
+        pending.prior.pop(key, None)
 
 
 def also_compute(values: list, callback) -> None:
@@ -245,6 +258,49 @@ def _donate(leaves: list, targets: list[LazyValue]) -> tuple:
     return tuple(donate)
 
 
+def _alias_order(targets: list[LazyValue], leaves: list, donate: tuple, storages: list, prior: dict) -> list | None:
+    """A permutation of ``targets`` that makes each donated buffer the output it is the old value of.
+
+    JAX pairs each output, in order, with the first donated input of the same shape and dtype not paired yet.
+    Laid out in recording order, a training step's gradients come before the updated parameters, so an old
+    weight was paired with its *gradient* and XLA had to copy every donated parameter on entry (it is still read
+    after the gradient is written). So the outputs that replace a donated leaf in its storage (an in-place
+    update) come first, in leaf order; a donated leaf with no such output gets the first other output of its
+    shape and dtype, so the pairs after it do not shift. ``None``: recording order already does (nothing to
+    pair). The order only decides which buffers alias which outputs — never a value — and is part of the
+    graph's key, so a step that records the same ops gets the same order and the same executable."""
+    if not donate or not prior:
+        return None
+    donated = {id(leaves[i]): i for i in donate}
+    position = {id(v): j for j, v in enumerate(targets)}
+    update: dict[int, int] = {}  # donated leaf position -> position of the target that replaces it
+    for s in storages:
+        leaf = donated.get(prior.get(id(s)))
+        j = position.get(id(s._array))
+        if leaf is None or j is None or leaf in update:
+            continue
+        old, new = leaves[leaf], targets[j]
+        if tuple(old.shape) == tuple(new.shape) and old.dtype == new.dtype:
+            update[leaf] = j
+    if not update:
+        return None
+    paired = set(update.values())
+    spare: dict = {}  # (shape, dtype) -> the other targets, in recording order
+    for j, v in enumerate(targets):
+        if j not in paired:
+            spare.setdefault((tuple(v.shape), v.dtype), deque()).append(j)
+    first: list[int] = []
+    for i in donate:
+        j = update.get(i)
+        if j is None:
+            others = spare.get((tuple(leaves[i].shape), leaves[i].dtype))
+            j = others.popleft() if others else None
+        if j is not None:
+            first.append(j)
+    taken = set(first)
+    return first + [j for j in range(len(targets)) if j not in taken]
+
+
 def _fast_leaf_sig(v) -> tuple:
     if isinstance(v, jax.Array):
         return (v.shape, v.dtype)
@@ -308,9 +364,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     extra = list(pending.extra)
     n_recorded = pending.recorded
     if not storages and not extra:
-        pending.storages.clear()
-        pending.recorded = 0
-        pending.segment.reset()
+        _clear(pending)
         return
     sync_event = telemetry.record_sync(reason, n_recorded, source, detail) if record else None
     targets: list[LazyValue] = []
@@ -333,6 +387,11 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
                 s._array = Poisoned(e, s.shape, None)
             _clear(pending)
             raise
+    order = _alias_order(targets, leaves, key.donate, storages, pending.prior)
+    if order is not None:
+        targets = [targets[j] for j in order]
+        key = key._replace(targets=tuple(key.targets[j] for j in order))
+        index = {id(v): j for j, v in enumerate(targets)}
     compiled = _GRAPHS.get(key)
     hit = compiled is not None
     t0 = time.perf_counter()
@@ -376,6 +435,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
 
 def _clear(pending: PendingWork) -> None:
     pending.storages.clear()
+    pending.prior.clear()
     pending.extra.clear()
     pending.recorded = 0
     pending.segment.reset()

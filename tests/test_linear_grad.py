@@ -1,0 +1,167 @@
+"""``aten::linear``'s tpu autograd kernel (``backend/linear_grad.py``) and the fused graph's output order.
+
+Why these tests: tpu tensors report contiguous strides, so PyTorch's own ``addmm`` backward used to hand
+``weight.grad`` a transposed view, and the fused SGD step then materialized a transpose per weight; and the
+graph's outputs were laid out so that donated parameters aliased their gradients (an entry copy each). Both
+are about *layout*, which no value test sees, so the orientation, the aliasing and the optimized HLO are
+checked here, next to CPU-equal gradients in every eager mode.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtpu_lab
+from torchtpu_lab.runtime import state
+
+ATOL = 1e-5
+
+
+@pytest.fixture(params=["debug", "strict", "fused"])
+def eager_mode(request):
+    with torchtpu_lab.eager_mode(request.param):
+        yield request.param
+
+
+def _pair(in_features: int, out_features: int, bias: bool) -> tuple[nn.Linear, nn.Linear]:
+    """A CPU Linear and a tpu copy of it (same weights)."""
+    cpu = nn.Linear(in_features, out_features, bias=bias)
+    tpu = nn.Linear(in_features, out_features, bias=bias).to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    return cpu, tpu
+
+
+@pytest.mark.parametrize("shape", [(8, 16), (2, 8, 16), (16,)], ids=["2d", "3d", "1d"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_grads_equal_cpu_and_weight_grad_is_a_base(eager_mode, seeded, shape, bias):
+    cpu, tpu = _pair(16, 4, bias)
+    x = torch.randn(*shape, requires_grad=True)
+    xt = x.detach().to("tpu").requires_grad_()
+    cpu(x).sin().sum().backward()
+    tpu(xt).sin().sum().backward()
+    grad = tpu.weight.grad
+    assert grad.shape == tpu.weight.shape
+    assert grad._tpu_view is None, f"weight.grad is a view {grad._tpu_view} (a transposed gradient)"
+    assert grad.is_contiguous()
+    torch.testing.assert_close(grad.cpu(), cpu.weight.grad, atol=ATOL, rtol=1e-5)
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, atol=ATOL, rtol=1e-5)
+    if bias:
+        assert tpu.bias.grad._tpu_view is None
+        torch.testing.assert_close(tpu.bias.grad.cpu(), cpu.bias.grad, atol=ATOL, rtol=1e-5)
+
+
+def test_only_the_inputs_that_need_a_gradient_get_one(seeded):
+    cpu, tpu = _pair(6, 3, True)
+    tpu.weight.requires_grad_(False)
+    x = torch.randn(5, 6, device="tpu")  # no grad
+    tpu(x).sum().backward()
+    assert tpu.weight.grad is None and x.grad is None
+    torch.testing.assert_close(tpu.bias.grad.cpu(), torch.full((3,), 5.0))
+
+
+def test_no_grad_and_inference_take_pytorchs_decomposition(seeded):
+    _, tpu = _pair(6, 3, True)
+    x = torch.randn(5, 6, device="tpu")
+    with torch.no_grad():
+        assert tpu(x).grad_fn is None
+    y = tpu(x)
+    assert type(y.grad_fn).__name__ == "_LinearBackward"  # the kernel is installed and used
+
+
+def test_double_backward_equals_cpu(seeded):
+    x, w, b = torch.randn(3, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True), torch.randn(4)
+    xt, wt = (t.detach().to("tpu").requires_grad_() for t in (x, w))
+
+    def grad_of_grad(x, w, b):
+        gx, = torch.autograd.grad(F.linear(x, w, b).tanh().sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.square().sum(), (x, w))
+
+    for got, want in zip(grad_of_grad(xt, wt, b.to("tpu")), grad_of_grad(x, w, b)):
+        torch.testing.assert_close(got.cpu(), want, atol=ATOL, rtol=1e-5)
+
+
+def test_forward_mode_ad_equals_cpu(seeded):
+    import torch.autograd.forward_ad as fwad
+
+    x, t, w = torch.randn(3, 5), torch.randn(3, 5), torch.randn(4, 5)
+    tangents = []
+    for device in ("cpu", "tpu"):
+        with fwad.dual_level():
+            dual = fwad.make_dual(x.to(device), t.to(device))
+            tangents.append(fwad.unpack_dual(F.linear(dual, w.to(device).requires_grad_())).tangent.cpu())
+    torch.testing.assert_close(tangents[1], tangents[0], atol=ATOL, rtol=1e-5)
+
+
+def test_fake_tensors_keep_seeing_aten_linear():
+    """FakeTensorMode (torch.compile, export) must not run the tpu autograd kernel's Function."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(4, 6, device="tpu", requires_grad=True)
+        w = torch.empty(3, 6, device="tpu", requires_grad=True)
+        y = F.linear(x, w)
+    assert type(y.grad_fn).__name__ != "_LinearBackward"
+
+
+# ---- the fused SGD step's optimized HLO ------------------------------------------------------------------------
+
+
+def _ops(hlo: str, name: str) -> int:
+    """Instructions with opcode ``name`` ("x = type opcode(...)"; a tuple type is "(...)")."""
+    return len(re.findall(rf"= (?:\([^()]*\)|\S+) {name}\(", hlo))
+
+
+def _fused_sgd_step_hlo(sizes: tuple[int, ...], batch: int) -> str:
+    """Optimized HLO of the fused graph of one SGD step of an MLP (ReLU between Linears, MSE loss)."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes, sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1]).to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(batch, sizes[0], device="tpu"), torch.randn(batch, sizes[-1], device="tpu")
+    graphs = state.STATE.graph_executables
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        for _ in range(2):  # the second step is the steady state: the first has no old .grad to drop
+            seen = {id(g) for g in graphs.values()}
+            opt.zero_grad(set_to_none=True)
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            torchtpu_lab.sync()
+    new = [g for g in graphs.values() if id(g) not in seen] or list(graphs.values())
+    return max(new, key=lambda g: g.n_nodes).fn.as_text()
+
+
+def _jax_sgd_step_hlo(sizes: tuple[int, ...], batch: int) -> str:
+    """The same step written in JAX, jitted with its parameters donated (the baseline layout)."""
+    params = [(jnp.ones((b, a)), jnp.ones((b,))) for a, b in zip(sizes, sizes[1:])]
+
+    def loss(p, x, y):
+        for i, (w, b) in enumerate(p):
+            x = x @ w.T + b
+            x = jax.nn.relu(x) if i < len(p) - 1 else x
+        return jnp.mean((x - y) ** 2)
+
+    def step(p, x, y):
+        value, g = jax.value_and_grad(loss)(p, x, y)
+        return value, jax.tree_util.tree_map(lambda a, b: a - 1e-3 * b, p, g)
+
+    x, y = jnp.ones((batch, sizes[0])), jnp.ones((batch, sizes[-1]))
+    return jax.jit(step, donate_argnums=0).lower(params, x, y).compile().as_text()
+
+
+def test_fused_sgd_step_has_no_transpose_and_no_more_copies_than_jax():
+    sizes, batch = (96, 80, 72, 56), 24  # sizes no other test uses: this step compiles its own graph
+    ours, theirs = _fused_sgd_step_hlo(sizes, batch), _jax_sgd_step_hlo(sizes, batch)
+    assert _ops(ours, "dot") == _ops(theirs, "dot")
+    assert _ops(ours, "transpose") == 0, "a weight gradient is read transposed in the SGD update"
+    # with the updated parameters first among the outputs, each donated weight aliases its own new value
+    assert _ops(ours, "copy") <= _ops(theirs, "copy"), (_ops(ours, "copy"), _ops(theirs, "copy"))
