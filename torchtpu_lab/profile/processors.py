@@ -163,9 +163,10 @@ def op_table(prof, top: int) -> dict:
             compiled = True
             total[e.name] += e.dur
             count[e.name] += 1
-            where = _where(e.source or (e.stack[-1] if e.stack else None))
+            src = e.source or (e.stack[-1] if e.stack else None)  # a graph run has no source, only its stack
+            where = _where(src)
             lines[e.name][where] += 1
-            sources.setdefault((e.name, where), e.source or (e.stack[-1] if e.stack else None))
+            sources.setdefault((e.name, where), src)
     rows = []
     for name in count:
         line = lines[name].most_common(1)[0][0]
