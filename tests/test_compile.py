@@ -398,7 +398,7 @@ def test_a_matmul_precision_change_recompiles_the_graph_under_the_new_setting():
         f(a.to("tpu"), b.to("tpu")).cpu()  # the new executable is reused
     (event,) = _compiled_graphs(prof)
     assert "matmul precision changed 'highest' -> 'medium'" in event.detail["cause"]
-    graph = next(g for g in backend._GRAPHS.values() if {p for p, _ in g.executables} == {"highest", "medium"})
+    graph = next(g for g in backend._DYNAMO_GRAPHS.values() if {p for p, _ in g.executables} == {"highest", "medium"})
     hlo = {p: exe.as_text() for (p, _), (exe, _) in graph.executables.items()}
     assert "operand_precision={highest,highest}" in hlo["highest"]
     assert "operand_precision={highest" not in hlo["medium"]  # traced again: one bf16 pass, not the old program

@@ -113,8 +113,8 @@ def _overloads(packet_name: str):
 
 def _collect() -> dict:
     kernels: dict = {}
-    kernels.update(core_kernels.KERNELS)
-    kernels.update(growth.KERNELS)
+    kernels.update(core_kernels.NON_LOWERING_KERNELS)
+    kernels.update(growth.APPEND_KERNELS)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
     for op in view_kernels.VIEW_OPS:

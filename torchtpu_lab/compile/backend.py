@@ -203,7 +203,7 @@ _counter = [0]
 
 #: Lowered graphs by (kind, generated code, input shapes/dtypes, group): a graph Dynamo traces again (after
 #: ``torch._dynamo.reset()``, or the same module compiled twice) reuses its lowering and executables.
-_GRAPHS = caches.cache("compiled_graphs", 256)
+_DYNAMO_GRAPHS = caches.cache("compiled_graphs", 256)
 
 
 def _graph_key(kind: str, gm: torch.fx.GraphModule):
@@ -237,15 +237,15 @@ def _disk_signature(key, gm: torch.fx.GraphModule):
 
 
 def _lowered(gm: torch.fx.GraphModule, kind: str, label: str) -> CompiledGraph:
-    """The graph lowered (or the same graph lowered before, from :data:`_GRAPHS`); :class:`NotLowerable` when
+    """The graph lowered (or the same graph lowered before, from :data:`_DYNAMO_GRAPHS`); :class:`NotLowerable` when
     it cannot be."""
     key = _graph_key(kind, gm)
-    graph = _GRAPHS.get(key) if key is not None else None
+    graph = _DYNAMO_GRAPHS.get(key) if key is not None else None
     if graph is None:
         fn, plan = lowering.trace(gm)
         graph = CompiledGraph(gm, kind, label, fn, plan, _disk_signature(key, gm))
         if key is not None:
-            _GRAPHS.put(key, graph)
+            _DYNAMO_GRAPHS.put(key, graph)
     return graph
 
 
@@ -253,7 +253,7 @@ class _PerShape:
     """A graph with symbolic sizes (``dynamic=None`` after a shape changed), run as one static specialization
     per concrete sizes (:mod:`.specialize`), each lowered and compiled like any static graph."""
 
-    #: specializations kept per graph (the oldest is dropped past this; its executables stay in _GRAPHS)
+    #: specializations kept per graph (the oldest is dropped past this; its executables stay in _DYNAMO_GRAPHS)
     LIMIT = 64
 
     def __init__(self, gm: torch.fx.GraphModule, kind: str, label: str):

@@ -47,7 +47,6 @@ class Storage:
         self.device_index = device_index
         self.nbytes = math.prod(self.shape) * dtype.itemsize
         self.source = telemetry.user_source(2) if memory.track_sources else None
-        self._array = None
         if array is not None:
             self.array = array
 

@@ -99,9 +99,3 @@ def _first(bad, value):
         return jnp.zeros((), value.dtype)
     return value[jnp.argmax(bad.reshape(-1))]
 
-
-def out_of_bounds(index, size: int, *, error: type = IndexError, message: str | None = None) -> None:
-    """Report indices outside ``[-size, size)`` (PyTorch's rule for indices that may be negative)."""
-    index = jnp.asarray(index)
-    report((index < -size) | (index >= size), index, error=error,
-           message=message or f"index {{value}} is out of bounds for dimension with size {size}")

@@ -45,20 +45,6 @@ def _float(x):
     return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
 
 
-def _keep(out, x, axes, keepdim):
-    """Re-insert reduced axes as size 1 when ``keepdim`` (for reductions computed without keepdims)."""
-    if keepdim and x.ndim:
-        return jnp.expand_dims(out, axes) if axes else out
-    return out
-
-
-def _nan_lt(a, b):
-    """PyTorch's sort order: NaN greater than everything."""
-    if jnp.issubdtype(a.dtype, jnp.inexact):
-        return (a < b) | (~jnp.isnan(a) & jnp.isnan(b))
-    return a < b
-
-
 # ---- sums, means, products ----------------------------------------------------------------------------------
 
 

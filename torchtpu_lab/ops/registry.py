@@ -28,7 +28,12 @@ aten = torch.ops.aten
 
 
 def op_name(op) -> str:
-    """``aten::add.Tensor``-style name of an OpOverload (``.default`` omitted), as PyTorch prints ops."""
+    """``aten::add.Tensor``-style name of an OpOverload (``.default`` omitted), as PyTorch prints ops. Signatures
+    also hold ops that are already names (strings) or other callables: those are named as they print."""
+    if isinstance(op, str):
+        return op
+    if not hasattr(op, "_schema"):
+        return str(op)
     overload = "" if op._overloadname == "default" else f".{op._overloadname}"
     return f"{op._schema.name}{overload}"
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import deque
 
 from .. import caches, telemetry
-from .signatures import GraphSignature, OpSignature, Slot, Static, op_label
+from ..ops.registry import op_name
+from .signatures import GraphSignature, OpSignature, Slot, Static
 
 _HISTORY = 512
 #: op -> deque of its recent signatures (bounded in ops and per op)
@@ -92,9 +93,9 @@ def _short(v) -> str:
 
 def _diff_signatures(old: OpSignature, new: OpSignature) -> str | None:
     """Describe the first difference between two op signatures."""
-    op_name = op_label(new.op)
+    name = op_name(new.op)
     if old.op != new.op:
-        return f"{op_label(old.op)} vs {op_name}"
+        return f"{op_name(old.op)} vs {name}"
     if old.precision != new.precision:
         return (f"float32 matmul precision changed {old.precision!r} -> {new.precision!r} "
                 "(torch.set_float32_matmul_precision)")
@@ -102,12 +103,12 @@ def _diff_signatures(old: OpSignature, new: OpSignature) -> str | None:
     new_items = list(_flatten(new.args)) + [(("kw", k),) + (v,) for k, v in new.kwargs]
     for (p_old, v_old), (p_new, v_new) in zip(old_items, new_items):
         if p_old != p_new:
-            return f"the arguments of {op_name} changed structure"
+            return f"the arguments of {name} changed structure"
         if v_old != v_new:
             path = p_new if p_new and p_new[0] != "kw" else (p_new[0][1],)
-            return _describe_arg_change(op_name, path, v_old, v_new)
+            return _describe_arg_change(name, path, v_old, v_new)
     if len(old_items) != len(new_items):
-        return f"{op_name} was called with {len(new_items)} arguments, previously {len(old_items)}"
+        return f"{name} was called with {len(new_items)} arguments, previously {len(old_items)}"
     return None
 
 
@@ -157,11 +158,11 @@ def graph_cause(key: GraphSignature, nodes) -> str:
         line = f" (recorded at {telemetry.describe(nodes[i].source)})" if nodes[i].source else ""
         _site[0] = nodes[i].source
         if old_sig.op != new_sig.op:
-            return f"op sequence differs at op {i}: {op_label(old_sig.op)} vs {op_label(new_sig.op)}{line}"
+            return f"op sequence differs at op {i}: {op_name(old_sig.op)} vs {op_name(new_sig.op)}{line}"
         if old_sig == new_sig:
-            return f"same ops, different data flow into op {i} ({op_label(new_sig.op)}){line}"
+            return f"same ops, different data flow into op {i} ({op_name(new_sig.op)}){line}"
         detail = _diff_signatures(old_sig, new_sig)
-        return f"op {i}: {detail or op_label(new_sig.op) + ' signature changed'}{line}"
+        return f"op {i}: {detail or op_name(new_sig.op) + ' signature changed'}{line}"
     if len(new_nodes) != len(old_nodes):
         return (
             f"graph has {len(new_nodes)} ops where the nearest cached graph has {len(old_nodes)} "
@@ -206,7 +207,7 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
             history = deque(maxlen=64)
             _op_history.put(key.op, history)
         history.append(key)
-        name = op_label(key.op)
+        name = op_name(key.op)
         n_ops = 1
     if disk:
         telemetry.count("disk_loads")

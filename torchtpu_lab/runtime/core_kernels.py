@@ -137,7 +137,8 @@ def is_pinned(self, device=None) -> bool:
     return False
 
 
-KERNELS = {
+#: the kernels above by the ops they implement (collected into ``backend.dispatch.KERNELS``)
+NON_LOWERING_KERNELS = {
     aten.empty.memory_format: empty_memory_format,
     aten.empty_strided.default: empty_strided,
     aten._to_copy.default: to_copy,

@@ -160,4 +160,5 @@ def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_ba
     return OpExecutable(run, True, meta, "aten::cat (append)")
 
 
-KERNELS = {aten.cat.default: cat}
+#: collected into ``backend.dispatch.KERNELS``
+APPEND_KERNELS = {aten.cat.default: cat}

@@ -121,10 +121,6 @@ CUTS = CutPoints()
 track_sources = True
 
 
-def is_lazy(value) -> bool:
-    return isinstance(value, LazyValue)
-
-
 def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None, uid=None):
     """Record ``fn(*inputs)`` (traceable; ``out_leaves``/``treedef``: its flattened output ShapeDtypeStructs) and
     return the pytree of :class:`LazyValue` placeholders for its outputs. ``uid``: an int that identifies

@@ -52,18 +52,6 @@ class GraphSignature(NamedTuple):
     donate: tuple = ()  # leaf positions whose buffers nothing else holds: XLA may reuse them for outputs
 
 
-def op_label(op) -> str:
-    """``aten::add.Tensor``-style name of an op in a signature."""
-    if isinstance(op, str):
-        return op
-    from ..ops.registry import op_name
-
-    try:
-        return op_name(op)
-    except AttributeError:
-        return str(op)
-
-
 # ---- a canonical, process-independent encoding (the persistent cache's keys) ---------------------------------
 
 

@@ -24,10 +24,6 @@ class RuntimeState:
     def graph_executables(self) -> caches.LRUCache:
         return lazy._GRAPHS
 
-    @property
-    def pending(self) -> lazy.PendingWork:
-        return lazy.PENDING
-
     def caches(self) -> dict[str, dict]:
         """Entries, bound, hits, misses and evictions of every cache."""
         return caches.stats()
