@@ -180,7 +180,7 @@ def test_setup_is_a_no_op_in_a_terminal_ipython():
     class Terminal:  # what a TerminalInteractiveShell looks like to setup(): no kernel
         events = None
 
-    assert tpucomm.setup(Terminal()) is False
+    assert tpucomm.setup(Terminal(), lambda: True) is False
 
 
 def _iopub_until_idle(kc, parent_id: str, timeout: float = 120) -> list[dict]:

@@ -127,7 +127,7 @@ def load_ipython_extension(ip) -> None:
     """``%load_ext torchtpu_lab``: see :mod:`torchtpu_lab.jupyter.session`."""
     from .jupyter import load_ipython_extension as load
 
-    load(ip)
+    load(ip, global_changes)
 
 
 def unload_ipython_extension(ip) -> None:

@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from .device_wait import wait_for_device
+
 
 def _index(device) -> int:
     """The tpu index of ``device`` (``None``: the current device; an int, a string or a ``torch.device``)."""
@@ -49,9 +51,7 @@ class Stream:
         return True
 
     def synchronize(self) -> None:
-        from . import tpu_module
-
-        tpu_module.synchronize(self.device)
+        wait_for_device(self.device.index)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Stream) and other.device == self.device

@@ -20,7 +20,8 @@ import torch
 from .. import platform, telemetry
 from ..units import fmt_bytes
 from ..device import context, memory, rng
-from ..runtime import checks, lazy
+from ..runtime import lazy
+from .device_wait import wait_for_device
 from .streams import Event, Stream, current_stream, default_stream, stream  # noqa: F401
 
 __all__ = [
@@ -144,12 +145,7 @@ def get_device_capability(device=None) -> tuple[int, int]:
 
 def synchronize(device=None) -> None:
     """Run pending fused work and wait until every buffer held by tpu tensors on the device is computed."""
-    index = _index(device)
-    with telemetry.sync_event(telemetry.SyncReason.SYNCHRONIZE, lazy.pending_ops()):
-        lazy.sync(telemetry.SyncReason.SYNCHRONIZE, record=False)
-        for array in memory.live_buffers(index):
-            array.block_until_ready()
-    checks.raise_pending()  # everything has run: every reported error is known
+    wait_for_device(_index(device))
 
 
 def manual_seed(seed: int) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import linecache
 import threading
 import time
+from collections.abc import Callable
 
 from .. import telemetry
 from ..runtime.modes import MODES
@@ -36,7 +37,9 @@ HISTORY = 240  # memory samples kept (one per cell and per status request)
 MAX_ID = 100  # characters in a request id
 
 _lock = threading.Lock()
-_state: dict = {"shell": None, "comms": {}, "history": [], "profile": (None, None)}
+#: ``loaded``: the extension's own "am I still loaded?" (handed over by :func:`setup`; the session module
+#: imports this one, so this one cannot import it back)
+_state: dict = {"shell": None, "comms": {}, "history": [], "profile": (None, None), "loaded": lambda: False}
 
 
 # ---- status payload ------------------------------------------------------------------------------------------
@@ -235,10 +238,8 @@ def live() -> None:
 
 
 def _post_run_cell(result=None) -> None:
-    from . import session
-
     try:
-        if not session.loaded():  # %unload_ext ran in this cell: say so, close, and stop
+        if not _state["loaded"]():  # %unload_ext ran in this cell: say so, close, and stop
             teardown()
             return
         _state["count"] = getattr(result, "execution_count", None)
@@ -247,8 +248,9 @@ def _post_run_cell(result=None) -> None:
         pass
 
 
-def setup(ip) -> bool:
-    """Register the comm target and open a comm to the frontend; ``False`` (and nothing done) outside a kernel."""
+def setup(ip, loaded: Callable[[], bool]) -> bool:
+    """Register the comm target and open a comm to the frontend; ``False`` (and nothing done) outside a kernel.
+    ``loaded``: whether the extension is still loaded (after ``%unload_ext`` the next cell's hook tears down)."""
     try:
         kernel = getattr(ip, "kernel", None)
         manager = getattr(kernel, "comm_manager", None)
@@ -257,6 +259,7 @@ def setup(ip) -> bool:
         if _state["shell"] is ip:
             return True  # loading twice: already set up
         _state["shell"] = ip
+        _state["loaded"] = loaded
         manager.register_target(TARGET, _on_open)
         ip.events.register("post_run_cell", _post_run_cell)
         if live not in telemetry.live_hooks:

@@ -9,11 +9,14 @@ op runs when it is called, as in plain PyTorch (the device itself stays register
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from IPython.display import display
 
 from .. import telemetry
 from ..device import memory
 from ..runtime import compile_cache, lazy, modes
+from . import comm
 from .status import banner_lines, status
 
 _state: dict = {"loaded": False}
@@ -61,7 +64,10 @@ def _cell_labeler(shell):
     return label
 
 
-def load_ipython_extension(ip) -> None:
+def load_ipython_extension(ip, global_changes: Callable[[], dict] | None = None) -> None:
+    """Load (or, loaded already, show the banner again). ``global_changes``: what the package changed outside
+    its own objects, for the banner; the package's entry point passes its :func:`torchtpu_lab.global_changes`
+    (this layer sits below the package root and never imports it)."""
     from .magics import TpuMagics
 
     if not _state["loaded"]:
@@ -74,13 +80,12 @@ def load_ipython_extension(ip) -> None:
         _state["labeler"] = _cell_labeler(ip)
         telemetry.labelers.append(_state["labeler"])
         ip.register_magics(TpuMagics)
-        __import__("torchtpu_lab.jupyter.comm", fromlist=["setup"]).setup(ip)  # JupyterLab panel; never raises
+        comm.setup(ip, loaded)  # JupyterLab panel; never raises
         _state["loaded"] = True
         telemetry.count("extension_loads")
-    from .. import global_changes
-
     data = status()
-    data["global changes"] = global_changes()
+    if global_changes is not None:
+        data["global changes"] = global_changes()
     display(Banner(data))
 
 
