@@ -36,11 +36,12 @@ def _restore_global_state():
     # a test that turned the persistent cache on (%load_ext, configure) must not make later tests load
     # executables from disk rather than compile them (their compile counts would read 0)
     compile_cache._state["dir"], compile_cache._state["writable"] = cache
+    left_failing_work = None
     if modes.current() != mode_state["mode"]:
         try:
             modes.set_eager_mode(mode_state["mode"])
-        except Exception:  # noqa: BLE001 — pending work of a failed test; the state is restored regardless
-            pass
+        except Exception as e:  # noqa: BLE001 — restore everything first, then report it (below)
+            left_failing_work = e
     modes._state.clear()
     modes._state.update(mode_state)
     cpu_fallback._state.clear()
@@ -49,3 +50,6 @@ def _restore_global_state():
     memory.listeners[:] = listeners
     memory.track_sources, lazy.track_sources, lazy.max_graph_ops = track_mem, track_lazy, max_ops
     torch.set_float32_matmul_precision(precision)
+    if left_failing_work is not None:
+        raise AssertionError(f"the test left pending fused work that fails when it runs: {left_failing_work!r}") \
+            from left_failing_work

@@ -1,56 +1,17 @@
 """Odd corners of PyTorch semantics, on tpu vs the same code on CPU: layouts, empty and 0-dim tensors, integer
 overflow and rounding, NaN, masks, indexing with repeats, dtype promotion, bfloat16."""
 
+import functools
+
 import pytest
 import torch
 
 import torchtpu_lab  # noqa: F401
+from compare import assert_same, raises_like_cpu
+from compare import same as _same
 
-
-def _tpu(v):
-    if isinstance(v, torch.Tensor):
-        return v.to("tpu")
-    if isinstance(v, (tuple, list)):
-        return type(v)(_tpu(x) for x in v)
-    return v
-
-
-def _assert_same(t, c, exact, rtol, atol, where="result"):
-    if isinstance(c, (tuple, list)):
-        assert isinstance(t, (tuple, list)) and len(t) == len(c), where
-        for i, (ti, ci) in enumerate(zip(t, c)):
-            _assert_same(ti, ci, exact, rtol, atol, f"{where}[{i}]")
-    elif isinstance(c, torch.Tensor):
-        assert isinstance(t, torch.Tensor) and t.device.type == "tpu", f"{where}: {type(t)} on {t.device}"
-        t = t.cpu()
-        assert t.dtype == c.dtype, f"{where}: dtype {t.dtype} vs cpu {c.dtype}"
-        assert t.shape == c.shape, f"{where}: shape {tuple(t.shape)} vs cpu {tuple(c.shape)}"
-        if exact or not (c.is_floating_point() or c.is_complex()):
-            assert torch.equal(t, c) or (c.is_floating_point() and torch.allclose(t, c, 0, 0, equal_nan=True)), (
-                f"{where}: tpu {t} vs cpu {c}"
-            )
-        else:
-            torch.testing.assert_close(t, c, rtol=rtol, atol=atol, equal_nan=True)
-    else:
-        assert t == c or (t != t and c != c), f"{where}: {t!r} vs cpu {c!r}"
-
-
-def same(fn, *args, exact=True, rtol=1e-6, atol=1e-6):
-    """``fn`` on CPU arguments and on their tpu copies: same dtype, shape and values (bitwise unless
-    ``exact=False``); NaN matches NaN. Returns the tpu result."""
-    expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
-    got = fn(*_tpu(args))
-    _assert_same(got, expected, exact, rtol, atol)
-    return got
-
-
-def both_raise(fn, *args, exc=(RuntimeError, IndexError, ValueError)):
-    with pytest.raises(exc):
-        fn(*args)
-    with pytest.raises(exc):
-        r = fn(*_tpu(args))
-        if isinstance(r, torch.Tensor):
-            r.cpu()  # a deferred (fused) error surfaces at the sync point
+#: bitwise unless a test says ``exact=False``, and then this close
+same = functools.partial(_same, rtol=1e-6, atol=1e-6)
 
 
 # -------------------------------------------------------------------------------- non-contiguous, as_strided
@@ -131,7 +92,7 @@ def test_as_strided_backward_overlapping():
     xt = x.detach().to("tpu").requires_grad_()
     for v in (x, xt):
         (v.as_strided((3, 3), (1, 1)) * torch.arange(9.0, device=v.device).view(3, 3)).sum().backward()
-    _assert_same(xt.grad, x.grad, True, 0, 0)
+    assert_same(xt.grad, x.grad, exact=True)
 
 
 # ----------------------------------------------------------------------------------------- empty, 0-dim
@@ -173,12 +134,17 @@ def test_zero_size(fn):
     same(fn, torch.empty(0, 3))
 
 
+#: PyTorch's meta kernel (run for the output shapes before our lowering) raises RuntimeError where the CPU kernel
+#: raises IndexError; giving CPU's type needs the executor to translate meta-kernel errors
+_META_RAISES_FIRST = "tpu raises RuntimeError from PyTorch's meta kernel, CPU raises IndexError"
+
+
 @pytest.mark.parametrize(
     "fn",
     [
         lambda x: x.max(),
-        lambda x: x.amax(0),
-        lambda x: x.argmax(),
+        pytest.param(lambda x: x.amax(0), marks=pytest.mark.xfail(strict=True, reason=_META_RAISES_FIRST)),
+        pytest.param(lambda x: x.argmax(), marks=pytest.mark.xfail(strict=True, reason=_META_RAISES_FIRST)),
         lambda x: x.argmin(0),
         lambda x: x.min(0),
         lambda x: x.max(0),
@@ -186,7 +152,7 @@ def test_zero_size(fn):
     ids=["max", "amax0", "argmax", "argmin0", "min0", "max0"],
 )
 def test_zero_size_reduction_without_identity_raises(fn):
-    both_raise(fn, torch.empty(0, 3))
+    raises_like_cpu(fn, torch.empty(0, 3))
 
 
 def test_zero_size_in_place_and_backward():
@@ -270,7 +236,7 @@ def test_in_place_that_would_need_a_larger_output_raises():
         x += y
         return x
 
-    both_raise(fn, torch.zeros(3, 1), torch.ones(3, 4))
+    raises_like_cpu(fn, torch.zeros(3, 1), torch.ones(3, 4))
 
 
 # ---------------------------------------------------------------------------------------- integer semantics
@@ -487,7 +453,7 @@ def test_boolean_mask_in_place_add_and_backward():
     xt = x.detach().to("tpu").requires_grad_()
     for v, mm in ((x, m), (xt, m.to("tpu"))):
         (v[mm] * torch.arange(float(m.sum()), device=v.device)).sum().backward()
-    _assert_same(xt.grad, x.grad, True, 0, 0)
+    assert_same(xt.grad, x.grad, exact=True)
 
 
 def test_index_put_accumulate_with_repeated_indices():
@@ -585,13 +551,13 @@ def test_binary_promotion(pair, op):
 
 
 def test_sub_of_bools_raises():
-    both_raise(torch.sub, *_pair_tensors((torch.bool, torch.bool)))
+    raises_like_cpu(torch.sub, *_pair_tensors((torch.bool, torch.bool)))
 
 
 @pytest.mark.parametrize("pair", [p for p in _PAIRS if torch.bool in p and p != (torch.bool, torch.bool)],
                          ids=_pair_id)
 def test_sub_with_one_bool_operand_raises(pair):
-    both_raise(torch.sub, *_pair_tensors(pair))
+    raises_like_cpu(torch.sub, *_pair_tensors(pair))
 
 
 @pytest.mark.parametrize(
@@ -628,8 +594,8 @@ def test_scalar_and_zero_dim_promotion(fn):
 
 
 def test_in_place_that_cannot_hold_the_promoted_type_raises():
-    both_raise(lambda i: i.add_(1.5), torch.tensor([1, 2, 3]))
-    both_raise(lambda b: b.mul_(2), torch.tensor([True, False]))
+    raises_like_cpu(lambda i: i.add_(1.5), torch.tensor([1, 2, 3]))
+    raises_like_cpu(lambda b: b.mul_(2), torch.tensor([True, False]))
 
 
 # ------------------------------------------------------------------------------------------------- bfloat16
@@ -687,8 +653,8 @@ def test_rrelu_with_noise_honours_its_generator():
         noise = torch.empty_like(x, device=dev)
         out = torch.ops.aten.rrelu_with_noise(x.to(dev), noise, 0.1, 0.3, True, torch.Generator().manual_seed(3))
         runs.append((out, noise))
-    _assert_same(runs[1], runs[0], True, 0, 0)
-    _assert_same(runs[2], runs[0], True, 0, 0)
+    assert_same(runs[1], runs[0], exact=True)
+    assert_same(runs[2], runs[0], exact=True)
     other = torch.empty_like(x, device="tpu")
     torch.ops.aten.rrelu_with_noise(x.to("tpu"), other, 0.1, 0.3, True, torch.Generator().manual_seed(4))
     assert not torch.equal(other.cpu(), runs[0][1])

@@ -2,17 +2,7 @@
 
 import pytest
 import torch
-
-
-def both(fn):
-    """Run ``fn(device)`` on cpu and tpu and compare results."""
-    c = fn("cpu")
-    t = fn("tpu")
-    cs = c if isinstance(c, (tuple, list)) else (c,)
-    ts = t if isinstance(t, (tuple, list)) else (t,)
-    assert len(ts) == len(cs), f"tpu gave {len(ts)} outputs, cpu {len(cs)}"
-    for a, b in zip(cs, ts):
-        torch.testing.assert_close(b.cpu(), a)
+from compare import same_on_both_devices
 
 
 def test_mutating_a_row_view_mutates_the_base():
@@ -22,7 +12,7 @@ def test_mutating_a_row_view_mutates_the_base():
         x[:, 1].mul_(10)
         return x
 
-    both(f)
+    same_on_both_devices(f)
 
 
 def test_write_through_transpose_and_strided_slices():
@@ -34,7 +24,7 @@ def test_write_through_transpose_and_strided_slices():
         y[1, 5:] += 1
         return x, y
 
-    both(f)
+    same_on_both_devices(f)
 
 
 def test_view_of_view_reads_and_setitem():
@@ -45,7 +35,7 @@ def test_view_of_view_reads_and_setitem():
         e = x[0, 0].expand(3, 4)
         return x, v, e + 0, x.diagonal(dim1=1, dim2=2) + 0, x.unfold(2, 2, 1) + 0
 
-    both(f)
+    same_on_both_devices(f)
 
 
 def test_as_strided_on_a_base():
@@ -53,7 +43,7 @@ def test_as_strided_on_a_base():
         x = torch.arange(10.0, device=d)
         return x.as_strided((3, 3), (2, 1), 1) + 0
 
-    both(f)
+    same_on_both_devices(f)
 
 
 def test_split_unbind_chunk_share_storage():
@@ -65,7 +55,7 @@ def test_split_unbind_chunk_share_storage():
             row.mul_(2)
         return x
 
-    both(f)
+    same_on_both_devices(f)
 
 
 def test_detach_shares_storage_and_clone_does_not():
@@ -115,7 +105,7 @@ def test_autograd_through_views_and_inplace():
         y.t().sum().backward()
         return w.grad
 
-    both(f)
+    same_on_both_devices(f)
 
 
 def test_inplace_view_ops_change_the_tensor_itself():
@@ -152,4 +142,4 @@ def test_backward_of_ops_that_save_their_output():
         y.backward()
         return x.grad
 
-    both(f)
+    same_on_both_devices(f)

@@ -101,13 +101,22 @@ def amin(x, dim=(), keepdim=False):
     return jnp.min(x, axis=_axes(dim, x.ndim), keepdims=keepdim)
 
 
+def _check_not_empty(x, name: str) -> None:
+    """A full max/min of nothing has no value: PyTorch's CPU kernel raises (JAX's own error is a ValueError)."""
+    if x.size == 0:
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                           "Specify the reduction dim with the 'dim' argument.")
+
+
 @lower(aten.max.default)
 def max_all(x):
+    _check_not_empty(x, "max")
     return jnp.max(x)
 
 
 @lower(aten.min.default)
 def min_all(x):
+    _check_not_empty(x, "min")
     return jnp.min(x)
 
 

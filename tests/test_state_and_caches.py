@@ -1,5 +1,7 @@
-"""Regression tests for the architecture review (issue 10): explicit bounded state, named structures, and the
-bugs the review found. Each fails on the code before the review."""
+"""The session's state and caches: bounded caches that report evictions and clear completely, recorders, RNG
+state, what makes an op or graph signature (matmul precision), a fused failure replayed op by op, JAX's global
+cache configuration left alone, and the user's line found however the package was imported. (First written as
+the regression tests of the architecture review, issue 10: each failed on the code before it.)"""
 
 from __future__ import annotations
 
@@ -124,7 +126,7 @@ def test_fused_failure_replays_names_the_op_and_poisons_only_its_dependents():
             b = a * 2
             c = torch.sin(b)  # recorded fine: shapes are right; fails only when the graph runs
             d = a + 1
-            with pytest.raises(RuntimeError, match=r"aten::sin failed \(recorded at .*test_architecture.py:\d+"):
+            with pytest.raises(RuntimeError, match=r"aten::sin failed \(recorded at .*test_state_and_caches.py:\d+"):
                 torchtpu_lab.sync()
             assert b.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
             assert d.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
