@@ -22,7 +22,7 @@ is never stored as a tensor's failure.
 
 **Threads.** One process-wide re-entrant lock, :data:`LOCK`, owns the pending graph and every storage. The
 runtime's public entry points (:func:`sync` here; ``execute``, ``launch``, ``assign``, ``store``, ``value`` and
-``materialize`` in :mod:`.executor`; the CPU fallback) are :data:`entry_point`\ s: each takes the lock and passes
+``materialize`` in :mod:`.executor`; the CPU fallback) are :data:`entry_point` functions: each takes the lock and passes
 the interrupt checkpoint itself, so no caller can skip the rule; a tpu kernel (``backend.dispatch.tpu_kernel``,
 the one way kernels are made) holds it for its whole call, and a sync holds it from the snapshot of the pending
 work to the commit of the results. So threads may record and sync freely:
