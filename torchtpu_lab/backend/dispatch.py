@@ -23,6 +23,7 @@ from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import Lowering, op_name
 from ..runtime import core_kernels, cpu_fallback, executor, growth, lazy, mutation, view_kernels
+from . import serialization
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -133,6 +134,7 @@ def _collect() -> dict:
     kernels: dict = {}
     kernels.update(core_kernels.KERNELS)
     kernels.update(growth.KERNELS)
+    kernels.update(serialization.KERNELS)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
     for op in view_kernels.VIEW_OPS:
