@@ -127,6 +127,7 @@ def _redeliverer() -> None:
 
 _wake = threading.Event()
 _redelivery_thread: list = []
+_REDELIVERY_THREAD = "torchtpu_lab-interrupts"
 
 
 def _handler(signum, frame) -> None:
@@ -205,7 +206,7 @@ def ensure_installed() -> None:
         if current is _handler or not callable(current):  # ours, or SIG_IGN/SIG_DFL/None: nothing to chain
             return
         if not _redelivery_thread:
-            t = threading.Thread(target=_redeliverer, name="torchtpu_lab-interrupts", daemon=True)
+            t = threading.Thread(target=_redeliverer, name=_REDELIVERY_THREAD, daemon=True)
             t.start()
             _redelivery_thread.append(t)
         _chained[0] = current
@@ -241,6 +242,20 @@ def checkpoint() -> None:
     """A safe point: raise an interrupt that was deferred earlier (main thread only)."""
     if _pending[0] and _depth() == 0 and threading.get_ident() == _main_ident and not _busy():
         _deliver()
+
+
+def changes() -> dict:
+    """The process-wide changes made here (for ``torchtpu_lab.global_changes``)."""
+    chained_to = _chained[0]
+    name = "Python's default (raise KeyboardInterrupt)" if chained_to is _default else \
+        f"{getattr(chained_to, '__module__', '?')}.{getattr(chained_to, '__qualname__', chained_to)}"
+    return {
+        "SIGINT handler (torchtpu_lab's, deferring Ctrl-C to a safe point, then calling the handler it replaced)":
+            f"installed, calling {name}; redelivery thread {_REDELIVERY_THREAD!r}" if installed()
+            else "not installed (another handler is in place)",
+        "sys.unraisablehook (a Ctrl-C cut short in __del__ or a gc callback is delivered again)":
+            sys.unraisablehook is _unraisable,
+    }
 
 
 def stats() -> dict:
