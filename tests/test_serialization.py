@@ -112,7 +112,8 @@ for name, (call, names) in calls.items():
     except RuntimeError as e:
         report(name, names in str(e) and "tpu" in str(e), e)
 r = torch.empty(0, device="tpu").set_(c.tpu(), 2, (3,), (2,))
-report("set_ on storage.tpu() with offset and stride", r.device.type == "tpu" and torch.equal(r.cpu(), torch.tensor([2.0, 4.0, 6.0])))
+report("set_ on storage.tpu() with offset and stride",
+       r.device.type == "tpu" and torch.equal(r.cpu(), torch.tensor([2.0, 4.0, 6.0])))
 report("the tensor is still usable", torch.equal((t + 1).cpu(), torch.arange(1000.0) + 1))
 """
 

@@ -87,7 +87,7 @@ def installed() -> bool:
 
 
 def handled_types_patched() -> list[str]:
-    """The modules whose ``HANDLED_TYPES`` include :class:`TpuTensor` (see :func:`_handle_tpu_tensors_in_aot_runtime`)."""
+    """The modules whose ``HANDLED_TYPES`` include :class:`TpuTensor` (:func:`_handle_tpu_tensors_in_aot_runtime`)."""
     import sys
 
     from ..device.tensor import TpuTensor

@@ -499,7 +499,8 @@ def assign(dst: tensor.TpuTensor, src) -> None:
     src_key = _dynamic_input(tuple(src_base_shape), src_view, dyn)
     sig = (storage.shape, dst_key, storage.dtype, tuple(src_base_shape), src_key, dst_view is None)
     program = _assign_program(*sig)
-    _store(storage, _launch(program, OpSignature("assign", sig + (_leaf_dtype(src_array),), ()), dyn, storage.device_index, True))
+    key = OpSignature("assign", sig + (_leaf_dtype(src_array),), ())
+    _store(storage, _launch(program, key, dyn, storage.device_index, True))
 
 
 @lazy.entry_point
