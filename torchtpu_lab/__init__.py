@@ -85,7 +85,8 @@ def configure(*, cache_dir: str | None | bool = None, eager_mode: str | None = N
 
 
 def global_changes() -> dict:
-    """What torchtpu_lab changed outside its own objects, so nothing is a surprise: each entry says what and why.
+    """What torchtpu_lab changed outside its own objects, so nothing is a surprise: each entry says what and why
+    (``tests/test_global_changes.py`` compares this list with what an import and a first use actually change).
 
     * ``jax_enable_x64``: on at import (int64 indices and float64 keep their meaning); ``TORCHTPU_LAB_X64=0``
       opts out.
@@ -93,18 +94,32 @@ def global_changes() -> dict:
       (PyTorch's announced future default; it makes every ``Module._apply`` swap tensors in place).
     * ``jax_compilation_cache_dir``: never set by torchtpu_lab (its persistent cache is its own) unless asked
       for with ``configure(jax_cache=True)``; shown so a value the user set is visible.
+    * The PrivateUse1 backend renamed ``tpu`` through PyTorch's own setup: ``torch.tpu``, ``Tensor.tpu()``,
+      ``Tensor.is_tpu``, ``Module.tpu()``, the device guard and hooks.
     * ``FakeTensor.__new__`` wrapped, so fake tensors of device ``tpu`` stay in meta kernels (``torch.compile``,
-      ``torch.export``, ``FakeTensorMode``); ``TpuTensor`` added to the plain-tensor types of ``torch.fx``'s
-      proxy tracing (see :mod:`torchtpu_lab.backend.fake`).
-    * When ``torch._dynamo`` is imported: the ``"tpu"`` backend registered, and Dynamo told to call, never
-      trace, torchtpu_lab and JAX code.
+      ``torch.export``, ``FakeTensorMode``); ``TpuTensor`` added to the ``HANDLED_TYPES`` of ``torch.fx``'s proxy
+      tracing and AOTAutograd's runtime wrappers (see :mod:`torchtpu_lab.backend.fake`).
+    * ``sys.meta_path``: a finder that waits for ``torch._dynamo``'s import, wraps that one loader's
+      ``exec_module`` to register the ``"tpu"`` backend right after it (Dynamo told to call, never trace,
+      torchtpu_lab and JAX code), and removes itself.
     * ``torch.accelerator`` wrappers: synchronize and memory functions route to ``torch.tpu`` while ``tpu`` is the
       current accelerator (PyTorch's own versions need C++ hooks a Python backend cannot provide).
+    * The SIGINT handler: ours, in front of Python's default one or a handler of the user's, which it calls at a
+      safe point; ``sys.unraisablehook`` chained, so a Ctrl-C cut short in ``__del__`` is not lost (see
+      :mod:`torchtpu_lab.interrupts`).
+    * Serialization: a ``torch.serialization`` deserializer for ``tpu`` locations, ``UntypedStorage.__new__``
+      refusing tpu allocations with an error (PyTorch would crash), ``.tpu()`` on storages (see
+      :mod:`torchtpu_lab.backend.serialization`).
+    * ``torch.distributed``: the ``tpu``/``tpu_dist`` backends; with the first tpu process group, DTensor's meta
+      rebuild and FSDP2's storage free/alloc wrapped (see :mod:`torchtpu_lab.distributed`).
     """
     import jax
     import torch
 
+    from . import compile as _compile
+    from . import interrupts
     from .backend import accelerator as _accelerator
+    from .backend import fake, serialization
     from .platform import x64_enabled
 
     return {
@@ -113,7 +128,12 @@ def global_changes() -> dict:
         "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
         "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),
+        "HANDLED_TYPES (TpuTensor is a plain tensor to proxy tracing and AOTAutograd)": fake.handled_types_patched(),
         "torch.accelerator (wrapped)": _accelerator.wrapped(),
+        **interrupts.changes(),
+        **_compile.changes(),
+        **serialization.changes(),
+        **distributed.changes(),
     }
 
 

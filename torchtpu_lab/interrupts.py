@@ -13,9 +13,14 @@ Two hazards, one mechanism (a SIGINT handler that can *defer*):
   interrupt is deferred and delivered again a moment later (:func:`_thread.interrupt_main`), when Python is back
   at a point where raising is safe.
 
-The handler only replaces Python's default one (``signal.default_int_handler``), from the main thread, and
-:func:`ensure_installed` re-installs it cheaply where a host (IPython's kernel sets the default handler around
-each cell) put the default back. A user's own SIGINT handler is left alone.
+**Foreign handlers.** A SIGINT handler of the user's or a library's own (frameworks install one for graceful
+shutdown, often raising ``KeyboardInterrupt`` at once, as ``signal.default_int_handler`` does) would raise
+inside a sync or a C++ callback just the same. So ours sits in front of any Python handler and *chains* it: ours
+decides when (at the safe point), then calls theirs there with the frame of that point — raising, or whatever
+else it does. :func:`ensure_installed` (run at every runtime entry point; one ``getsignal`` and an identity test
+when nothing changed) puts ours back in front of a handler installed after it, from the main thread.
+``SIG_IGN``/``SIG_DFL`` are left as set: there is no Python code to run. :func:`chained` names the handler
+called behind ours.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import _signal
 import _thread
 import contextlib
+import functools
 import signal
 import sys
 import threading
@@ -31,6 +37,8 @@ from collections.abc import Callable, Iterator
 
 _SIGINT = signal.SIGINT
 _default = signal.default_int_handler
+#: the Python handler ours calls at the safe point (``default_int_handler``: raise ``KeyboardInterrupt``)
+_chained: list = [_default]
 _main_ident = threading.main_thread().ident
 
 #: Code objects of functions that C++ may call; an interrupt landing inside one is deferred.
@@ -61,6 +69,30 @@ def hold_while_owned(lock) -> None:
     """Defer interrupts while this thread owns ``lock`` (an ``RLock``; the runtime registers its kernel lock)."""
     if lock not in _busy_locks:
         _busy_locks.append(lock)
+
+
+def owning(lock) -> Callable[[Callable], Callable]:
+    """A decorator for an entry point of the code ``lock`` protects: the call first passes a safe point (a
+    deferred interrupt raises here, before anything was done; a no-op inside another such call) and then holds
+    ``lock`` (re-entrant) for its whole length, during which an interrupt is deferred. Putting both in one
+    decorator is what lets no entry point take the lock without the checkpoint, or the other way round."""
+    hold_while_owned(lock)
+
+    def decorate(fn: Callable) -> Callable:
+        ensure, pending, safe_point = ensure_installed, _pending, checkpoint
+
+        @functools.wraps(fn)
+        def entry(*args, **kwargs):
+            ensure()
+            if pending[0]:
+                safe_point()
+            with lock:
+                return fn(*args, **kwargs)
+
+        entry.owns = lock  # marks it (see ``backend.dispatch.tpu_kernel``): wrapping it again adds nothing
+        return entry
+
+    return decorate
 
 
 def _busy() -> bool:
@@ -95,6 +127,7 @@ def _redeliverer() -> None:
 
 _wake = threading.Event()
 _redelivery_thread: list = []
+_REDELIVERY_THREAD = "torchtpu_lab-interrupts"
 
 
 def _handler(signum, frame) -> None:
@@ -103,20 +136,27 @@ def _handler(signum, frame) -> None:
     # (almost) always; the interrupt is raised at a safe point (:func:`checkpoint`: the start of every tpu
     # kernel, the end of a sync, a host read), and where none comes — pure Python code — the redelivery
     # thread's repeated attempts escalate to raising wherever the handler runs after ``ESCALATE_AFTER`` tries.
+    if getattr(_state, "delivering", False):  # the chained handler called the one it replaced (ours): raise
+        raise KeyboardInterrupt
     if _depth() > 0 or _busy() or _in_guarded(frame):
         _defer_and_redeliver()
         return
     if _pending[0] and _counts["attempts"] >= ESCALATE_AFTER:
-        _deliver()
+        _deliver(frame)
     _counts["attempts"] += 1
     _defer_and_redeliver()
 
 
-def _deliver() -> None:
+def _deliver(frame=None) -> None:
+    """Hand the deferred interrupt to the chained handler, here, at a safe point (it usually raises)."""
     _pending[0] = False
     _counts["attempts"] = 0
     _counts["delivered"] += 1
-    raise KeyboardInterrupt
+    _state.delivering = True
+    try:
+        _chained[0](_SIGINT, frame if frame is not None else sys._getframe(2))
+    finally:
+        _state.delivering = False
 
 
 guard(_handler)  # a handler running inside another call of itself (a second Ctrl-C) defers too
@@ -157,22 +197,32 @@ def _defer_and_redeliver() -> None:
 
 
 def ensure_installed() -> None:
-    """Install the deferring SIGINT handler where Python's default one is active (main thread only; cheap)."""
+    """Put the deferring SIGINT handler in front of the Python handler in place, Python's default one or a
+    foreign one (main thread only; cheap when it is there already)."""
     if threading.get_ident() != _main_ident:
         return
     try:
-        if _signal.getsignal(_SIGINT) is _default:
-            if not _redelivery_thread:
-                t = threading.Thread(target=_redeliverer, name="torchtpu_lab-interrupts", daemon=True)
-                t.start()
-                _redelivery_thread.append(t)
-            _signal.signal(_SIGINT, _handler)
+        current = _signal.getsignal(_SIGINT)
+        if current is _handler or not callable(current):  # ours, or SIG_IGN/SIG_DFL/None: nothing to chain
+            return
+        if not _redelivery_thread:
+            t = threading.Thread(target=_redeliverer, name=_REDELIVERY_THREAD, daemon=True)
+            t.start()
+            _redelivery_thread.append(t)
+        _chained[0] = current
+        _signal.signal(_SIGINT, _handler)
     except (ValueError, OSError):  # not the main interpreter, or signals unavailable
         pass
 
 
 def installed() -> bool:
     return _signal.getsignal(_SIGINT) is _handler
+
+
+def chained() -> Callable:
+    """The Python SIGINT handler ours calls at the safe point (``signal.default_int_handler`` unless a foreign
+    one was installed)."""
+    return _chained[0]
 
 
 @contextlib.contextmanager
@@ -192,6 +242,20 @@ def checkpoint() -> None:
     """A safe point: raise an interrupt that was deferred earlier (main thread only)."""
     if _pending[0] and _depth() == 0 and threading.get_ident() == _main_ident and not _busy():
         _deliver()
+
+
+def changes() -> dict:
+    """The process-wide changes made here (for ``torchtpu_lab.global_changes``)."""
+    chained_to = _chained[0]
+    name = "Python's default (raise KeyboardInterrupt)" if chained_to is _default else \
+        f"{getattr(chained_to, '__module__', '?')}.{getattr(chained_to, '__qualname__', chained_to)}"
+    return {
+        "SIGINT handler (torchtpu_lab's, deferring Ctrl-C to a safe point, then calling the handler it replaced)":
+            f"installed, calling {name}; redelivery thread {_REDELIVERY_THREAD!r}" if installed()
+            else "not installed (another handler is in place)",
+        "sys.unraisablehook (a Ctrl-C cut short in __del__ or a gc callback is delivered again)":
+            sys.unraisablehook is _unraisable,
+    }
 
 
 def stats() -> dict:

@@ -5,21 +5,25 @@ from the op table, a decomposition from ``torch._decomp`` (which re-enters the d
 an in-place/``out=`` variant derived from one of those, and finally the boxed fallback, which runs the op on
 the CPU (:mod:`.cpu_fallback`) or, with the fallback off, raises ``NotImplementedError`` naming the op and
 overload — an op we cannot run never returns a wrong number.
+
+:func:`tpu_kernel` is the one way a tpu kernel is made — for these ops, ``jax_op``, ``torch.compile``'s graphs
+and whatever comes next — so every kernel holds :data:`torchtpu_lab.runtime.lazy.LOCK` for its whole call and
+starts at the interrupt checkpoint (the thread-safety rule of :mod:`torchtpu_lab.runtime.lazy`).
 """
 
 from __future__ import annotations
 
-import functools
 import threading
+from collections.abc import Callable
 
 import torch
 import torch._decomp
 
-from .. import interrupts
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
-from ..ops.registry import op_name
+from ..ops.registry import Lowering, op_name
 from ..runtime import core_kernels, cpu_fallback, executor, growth, lazy, mutation, view_kernels
+from . import serialization
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -31,14 +35,29 @@ KERNELS: dict = {}
 DECOMPOSED: dict = {}
 _libs: list = []
 
-def _functional_kernel(low):
+def tpu_kernel(impl: Lowering | Callable) -> Callable:
+    """The tpu kernel of ``impl``: a :class:`~torchtpu_lab.ops.registry.Lowering` (run through the executor, or
+    on the CPU where it does not cover the arguments) or a Python function of tpu tensors, held whole under the
+    runtime's lock with the interrupt checkpoint at its start. Idempotent: a kernel it made is returned as is."""
+    if isinstance(impl, Lowering):
+        return _lowered(impl)
+    if getattr(impl, "owns", None) is lazy.LOCK:
+        return impl
+    return lazy.entry_point(impl)
+
+
+def _lowered(low: Lowering) -> Callable:
+    # not wrapped again: execute and the CPU fallback are entry points themselves, so an op takes the lock once
+    execute, fallback = executor.execute, cpu_fallback.run
+
     def kernel(*args, **kwargs):
         try:
-            return executor.execute(low, args, kwargs)
+            return execute(low, args, kwargs)
         except NotImplementedError as e:  # the lowering does not cover these arguments
-            return cpu_fallback.run(low.op, args, kwargs, e)
+            return fallback(low.op, args, kwargs, e)
 
     kernel.__name__ = f"lowered_{low.op}"
+    kernel.owns = lazy.LOCK
     return kernel
 
 
@@ -115,6 +134,7 @@ def _collect() -> dict:
     kernels: dict = {}
     kernels.update(core_kernels.NON_LOWERING_KERNELS)
     kernels.update(growth.APPEND_KERNELS)
+    kernels.update(serialization.STORAGE_KERNELS)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
     for op in view_kernels.VIEW_OPS:
@@ -123,7 +143,7 @@ def _collect() -> dict:
         kernels.setdefault(op, view_kernels.make_inplace_view_kernel(op))
     kernels.setdefault(aten.detach_.default, view_kernels.detach_)
     for op, low in LOWERINGS.items():
-        kernels.setdefault(op, _functional_kernel(low))
+        kernels.setdefault(op, tpu_kernel(low))
     for op, fn in torch._decomp.decomposition_table.items():
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             continue
@@ -155,22 +175,6 @@ def _fallback(keyset, op, *args, **kwargs):
     return cpu_fallback.run(op, args, kwargs)
 
 
-def _owned(fn):
-    """``fn`` run holding :data:`torchtpu_lab.runtime.lazy.LOCK` (the thread-safety rule: a kernel's whole call
-    owns the pending graph and the storages), with the deferring SIGINT handler in place."""
-    lock, ensure, pending, checkpoint = lazy.LOCK, interrupts.ensure_installed, interrupts.pending, interrupts.checkpoint
-
-    @functools.wraps(fn)
-    def kernel(*args, **kwargs):
-        ensure()
-        if pending[0]:
-            checkpoint()  # a safe point (the outermost kernel, before it did anything): a deferred Ctrl-C raises
-        with lock:
-            return fn(*args, **kwargs)
-
-    return kernel
-
-
 def install() -> None:
     """Register all kernels (idempotent)."""
     if _libs:
@@ -178,7 +182,7 @@ def install() -> None:
     KERNELS.update(_collect())
     lib = torch.library.Library("aten", "IMPL")
     for op, fn in KERNELS.items():
-        lib.impl(op, _owned(fn), _KEY)
+        lib.impl(op, tpu_kernel(fn), _KEY)
     fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_owned(_fallback), dispatch_key=_KEY, with_keyset=True)
+    fallback.fallback(tpu_kernel(_fallback), dispatch_key=_KEY, with_keyset=True)
     _libs.extend([lib, fallback])

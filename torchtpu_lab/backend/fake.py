@@ -84,3 +84,13 @@ def _handle_tpu_tensors_in_aot_runtime() -> None:
 
 def installed() -> bool:
     return _installed
+
+
+def handled_types_patched() -> list[str]:
+    """The modules whose ``HANDLED_TYPES`` include :class:`TpuTensor` (:func:`_handle_tpu_tensors_in_aot_runtime`)."""
+    import sys
+
+    from ..device.tensor import TpuTensor
+
+    return [name for name in ("torch.fx.experimental.proxy_tensor", "torch._functorch._aot_autograd.runtime_wrappers")
+            if TpuTensor in getattr(sys.modules.get(name), "HANDLED_TYPES", ())]

@@ -9,7 +9,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import interrupts, platform
-from . import accelerator, dispatch, fake, linear_grad, tpu_module
+from . import accelerator, dispatch, fake, linear_grad, serialization, tpu_module
 
 _BACKEND = "tpu"
 
@@ -67,3 +67,4 @@ def register() -> None:
     linear_grad.install()  # after the PrivateUse1 kernels: its forward runs through them
     fake.install()
     accelerator.install()
+    serialization.install()  # torch.load(map_location="tpu"); storage calls that cannot work raise, never crash

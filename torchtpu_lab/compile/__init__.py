@@ -15,6 +15,7 @@ import importlib.util
 import sys
 
 BACKEND_NAME = "tpu"
+_wrapped_loaders: list = []  # the loader of torch._dynamo whose exec_module the finder wrapped (at most one)
 
 
 def tpu_backend(gm, example_inputs, **options):
@@ -56,7 +57,25 @@ class _AfterDynamoImport(importlib.abc.MetaPathFinder):
             _register_with_dynamo()
 
         loader.exec_module = exec_module
+        _wrapped_loaders.append(loader)
         return spec
+
+
+def changes() -> dict:
+    """The process-wide changes made here (for ``torchtpu_lab.global_changes``)."""
+    registered = False
+    if "torch._dynamo" in sys.modules:
+        from torch._dynamo.backends.registry import _COMPILER_FNS
+
+        registered = _COMPILER_FNS.get(BACKEND_NAME) is tpu_backend
+    return {
+        "sys.meta_path finder (waits for torch._dynamo's import, then removes itself)":
+            any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path),
+        "torch._dynamo's loader.exec_module wrapped (that one import: registers the backend after it)":
+            bool(_wrapped_loaders),
+        "torch._dynamo: backend 'tpu' registered; torchtpu_lab, jax, jaxlib in its trace_rules (called, never traced)":
+            registered,
+    }
 
 
 def install() -> None:

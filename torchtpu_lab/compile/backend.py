@@ -177,12 +177,7 @@ def _write_back(dst: torch.Tensor, array) -> None:
         with torch.no_grad():
             dst.copy_(dtypes.host_tensor(_host(array), dst.dtype))
         return
-    t = tensor.adopt(dst)
-    storage = t._tpu_storage
-    if t._tpu_view is None and tuple(storage.shape) == tuple(array.shape):
-        storage.array = array
-    else:
-        executor.assign(t, array)
+    executor.store(dst, array)
 
 
 def _eager(gm: torch.fx.GraphModule, kind: str, reason: str):
@@ -289,9 +284,9 @@ class _PerShape:
 
 
 def _boxed(fn, graph=None):
-    def run(args: list) -> list:
-        return fn(args)
-
+    # a tpu kernel like any other: reading the inputs, running and writing back happen whole under the lock, so
+    # no other thread's sync donates an input buffer the graph is about to read
+    run = dispatch.tpu_kernel(lambda args: fn(args))
     run._boxed_call = True  # AOTAutograd's boxed convention: one list, cleared by the callee
     run.graph = graph
     return run

@@ -102,6 +102,23 @@ def _fsdp_storage_hooks() -> None:
     _fsdp_param_group.alloc_storage = alloc_storage
 
 
+def changes() -> dict:
+    """The process-wide changes made here (for ``torchtpu_lab.global_changes``); the last two happen when the
+    first tpu process group is made."""
+    import sys
+
+    schema = sys.modules.get("torch.distributed.tensor._op_schema")
+    fsdp = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_param")
+    return {
+        "torch.distributed backends registered (and the default backend of device 'tpu')":
+            [n for n in NAMES if n.upper() in dist.Backend._plugins],
+        "DTensor's _rebuild_tensor_from_dtensor_meta wrapped (tpu meshes propagate shapes on meta)":
+            getattr(getattr(schema, "_rebuild_tensor_from_dtensor_meta", None), "_torchtpu_lab", False),
+        "FSDP2's free_storage/alloc_storage wrapped (tpu parameters free their buffer)":
+            getattr(getattr(fsdp, "free_storage", None), "_torchtpu_lab", False),
+    }
+
+
 def describe() -> str | None:
     """``rank r of n (mesh ...)`` for banners and ``%tpu``; ``None`` outside a tpu process group."""
     w = world.current()

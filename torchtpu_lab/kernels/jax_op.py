@@ -294,11 +294,11 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
                 return None
             return out[0] if len(out) == 1 and typing.get_origin(sig.return_annotation) is not tuple else tuple(out)
 
-        op_def.register_kernel("tpu")(tpu_kernel)
+        op_def.register_kernel("tpu")(dispatch.tpu_kernel(tpu_kernel))
     else:
         low = Lowering(overload, call, static_scalars=True)
         LOWERINGS[overload] = low
-        op_def.register_kernel("tpu")(dispatch._functional_kernel(low))
+        op_def.register_kernel("tpu")(dispatch.tpu_kernel(low))
 
     if autograd == "vjp":
         _register_vjp(op_def, fn, qualified, sig, names)

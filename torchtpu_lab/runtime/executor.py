@@ -9,6 +9,11 @@ meta tensors, which gives PyTorch's own output dtypes and shapes and PyTorch's o
 call costs one dict lookup plus one jitted dispatch (strict) or one graph node (fused).
 
 Every compilation of a new signature is a telemetry event with its cause (:mod:`.compile_events`).
+
+The public functions here (:func:`execute`, :func:`launch`, :func:`assign`, :func:`store`, :func:`value`,
+:func:`materialize`) are the runtime's entry points: each holds :data:`.lazy.LOCK` and passes the interrupt
+checkpoint itself (:data:`.lazy.entry_point`), whoever calls it. Inside, they call each other's unlocked bodies,
+so the common path takes the lock once per op.
 """
 
 from __future__ import annotations
@@ -223,8 +228,8 @@ def _records(compiled: OpExecutable, has_tensor_inputs: bool) -> bool:
     return modes.current() == "fused" and compiled.jitted is not None and has_tensor_inputs
 
 
-def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool,
-           records: bool | None = None):
+def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool,
+            records: bool | None = None):
     """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs (``records``: the
     caller's :func:`_records` answer, when it has one)."""
     if records is None:
@@ -259,6 +264,9 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
     if mode == "debug":
         _debug_check(compiled.name, out)
     return out
+
+
+launch = lazy.entry_point(_launch)
 
 
 def _run(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
@@ -368,6 +376,7 @@ def _op_plan(op) -> tuple:
     return plan
 
 
+@lazy.entry_point
 def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
@@ -396,7 +405,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     has_tensors = enc.device_index is not None
     t_launch = time.perf_counter()
     records = _records(compiled, has_tensors)
-    out = launch(compiled, key, enc.dyn, device_index, has_tensors, records)
+    out = _launch(compiled, key, enc.dyn, device_index, has_tensors, records)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
     hit = None
     if not records and compiled.jitted is not None:
@@ -462,6 +471,7 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
     return OpExecutable(whole if overwrite_all else partial, True, meta, "aten::copy_")
 
 
+@lazy.entry_point
 def assign(dst: tensor.TpuTensor, src) -> None:
     """Overwrite ``dst``'s values (through its view, if any) with ``src`` (a tpu tensor or JAX array).
 
@@ -489,7 +499,19 @@ def assign(dst: tensor.TpuTensor, src) -> None:
     src_key = _dynamic_input(tuple(src_base_shape), src_view, dyn)
     sig = (storage.shape, dst_key, storage.dtype, tuple(src_base_shape), src_key, dst_view is None)
     program = _assign_program(*sig)
-    _store(storage, launch(program, OpSignature("assign", sig + (_leaf_dtype(src_array),), ()), dyn, storage.device_index, True))
+    key = OpSignature("assign", sig + (_leaf_dtype(src_array),), ())
+    _store(storage, _launch(program, key, dyn, storage.device_index, True))
+
+
+@lazy.entry_point
+def store(dst: tensor.TpuTensor, array) -> None:
+    """Replace ``dst``'s values with the JAX array ``array`` of its shape and dtype (a compiled graph's new
+    value of an input it mutated): a base tensor takes the array itself, a view is written through."""
+    dst = tensor.adopt(dst)
+    if dst._tpu_view is None and tuple(dst._tpu_storage.shape) == tuple(array.shape):
+        _store(dst._tpu_storage, array)
+    else:
+        assign(dst, array)
 
 
 def _dynamic_input(base_shape: tuple, view, dyn: list):
@@ -513,6 +535,7 @@ def _leaf_dtype(v) -> str:
     return str(v.dtype)
 
 
+@lazy.entry_point
 def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
     """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
@@ -539,6 +562,7 @@ def _read_program(base_shape, view, dtype):
                         "materialize view")
 
 
+@lazy.entry_point
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
     t = tensor.adopt(t)
@@ -546,8 +570,8 @@ def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     dyn = [storage.array]
     key = _dynamic_input(storage.shape, t._tpu_view, dyn)
     program = _read_program(storage.shape, key, storage.dtype)
-    out = launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
-                 storage.device_index, True)
+    out = _launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
+                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
     if isinstance(out, lazy.LazyValue):
         lazy.track(result._tpu_storage)

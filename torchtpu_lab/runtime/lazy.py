@@ -20,9 +20,12 @@ run — the moment donated input buffers are consumed — until every result is 
 deferred (:func:`torchtpu_lab.interrupts.deferred`) and raised right after the commit. A ``KeyboardInterrupt``
 is never stored as a tensor's failure.
 
-**Threads.** One process-wide re-entrant lock, :data:`LOCK`, owns the pending graph and every storage. Each
-tpu kernel holds it for its whole call (the dispatcher wrapper in ``backend/dispatch.py``), and a sync holds it
-from the snapshot of the pending work to the commit of the results. So threads may record and sync freely:
+**Threads.** One process-wide re-entrant lock, :data:`LOCK`, owns the pending graph and every storage. The
+runtime's public entry points (:func:`sync` here; ``execute``, ``launch``, ``assign``, ``store``, ``value`` and
+``materialize`` in :mod:`.executor`; the CPU fallback) are :data:`entry_point` functions: each takes the lock and passes
+the interrupt checkpoint itself, so no caller can skip the rule; a tpu kernel (``backend.dispatch.tpu_kernel``,
+the one way kernels are made) holds it for its whole call, and a sync holds it from the snapshot of the pending
+work to the commit of the results. So threads may record and sync freely:
 their ops interleave whole, a sync by one thread materializes what every thread recorded so far, and the
 results equal running the same ops one thread after the other. The lock is never held while waiting for
 anything but the device.
@@ -108,7 +111,9 @@ class PendingWork:
 PENDING = PendingWork()
 #: Owns :data:`PENDING` and every storage (see "Threads" above); re-entrant, since kernels nest.
 LOCK = threading.RLock()
-interrupts.hold_while_owned(LOCK)  # Ctrl-C inside a kernel or a sync waits for its end
+#: Decorates the runtime's public entry points: the safe point for a deferred Ctrl-C, then :data:`LOCK` held for
+#: the whole call (a Ctrl-C inside it waits for its end).
+entry_point = interrupts.owning(LOCK)
 #: Compiled fused graphs by structure, bounded (a long-lived kernel sees many shapes).
 _GRAPHS = caches.cache("graphs", 256)
 
@@ -344,17 +349,16 @@ def _graph_fn(nodes: list[Node], key: GraphSignature):
     return run
 
 
+@entry_point
 def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=None, detail: str | None = None) -> None:
     """Materialize every pending placeholder in one compiled computation (a sync event when there was work).
 
     ``record=False``: the caller records the sync event itself (it syncs even when nothing is pending)."""
-    interrupts.ensure_installed()
-    with LOCK:
-        _sync(reason, record, source, detail)
+    # Nothing in PENDING changes until the commit: an interrupt (or an error) before it leaves the work pending.
+    _sync(reason, record, source, detail)
 
 
 def _sync(reason: SyncReason, record: bool, source, detail) -> None:
-    # Nothing in PENDING changes until the commit: an interrupt (or an error) before it leaves the work pending.
     pending = PENDING
     storages = [s for s in (r() for r in pending.storages.values()) if s is not None and isinstance(s._array, LazyValue)]
     extra = list(pending.extra)
