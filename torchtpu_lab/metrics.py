@@ -1,6 +1,8 @@
 """A PyTorch/XLA-style metrics summary of the session, computed from the telemetry counters and logs.
 
-:func:`summary` returns plain data (counts, totals, percentiles); :func:`metrics_report` renders it as text.
+:func:`summary` returns plain data (counts, totals, percentiles; the executables under the names of
+:class:`~torchtpu_lab.telemetry.Counter`, as in a profile's summary and ``%tpu``); :func:`metrics_report` renders
+it as text. A recent compile's ``cause`` is its :class:`~torchtpu_lab.causes.Cause` record.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import statistics
 
 from . import telemetry
+from .telemetry import Counter
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -37,8 +40,9 @@ def summary() -> dict:
         "compile_time": _percentiles([e.dur for e in compiles]),
         "execute_time": _percentiles([e.dur for e in telemetry.execute_log]),
         "collective_time": _percentiles([entry[3] for entry in process_group.collective_log]),
-        "executables": {"compiled": int(c.get("compiles", 0)), "disk_loads": int(c.get("disk_loads", 0)),
-                        "memory_hits": int(c.get("graph_cache_hits", 0) + c.get("op_cache_hits", 0))},
+        "executables": {Counter.COMPILES.value: int(c.get(Counter.COMPILES, 0)),
+                        Counter.DISK_LOADS.value: int(c.get(Counter.DISK_LOADS, 0)),
+                        "cache_hits": telemetry.memory_hits()},
         "recent_compiles": [
             {"name": e.name, "cause": e.detail.get("cause"), "seconds": e.dur, "disk": bool(e.detail.get("disk")),
              "source": str(e.source) if e.source else None}

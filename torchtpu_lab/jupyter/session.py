@@ -9,11 +9,14 @@ op runs when it is called, as in plain PyTorch (the device itself stays register
 
 from __future__ import annotations
 
+import dataclasses
+
 from IPython.display import display
 
 from .. import telemetry
 from ..device import memory
 from ..runtime import compile_cache, lazy, modes
+from ..records import Status
 from .status import banner_lines, status
 
 _state: dict = {"loaded": False}
@@ -22,7 +25,7 @@ _state: dict = {"loaded": False}
 class Banner:
     """The load banner: HTML in a notebook, text in a terminal."""
 
-    def __init__(self, data: dict):
+    def __init__(self, data: Status):
         self.data = data
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -79,9 +82,7 @@ def load_ipython_extension(ip) -> None:
         telemetry.count("extension_loads")
     from .. import global_changes
 
-    data = status()
-    data["global changes"] = global_changes()
-    display(Banner(data))
+    display(Banner(dataclasses.replace(status(), global_changes=global_changes())))
 
 
 def unload_ipython_extension(ip) -> None:

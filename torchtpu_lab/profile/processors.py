@@ -9,13 +9,13 @@ import glob
 import gzip
 import json
 import os
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from ..causes import CauseKind
 from ..runtime import lazy
-from ..telemetry import SyncReason, code_text
-from ..telemetry import describe
+from ..telemetry import EventKind, SyncReason, code_text, describe
+from ..records import CompileGroup, CompileRow, Finding, Report, Summary
 
 
 #: labels of the source lines seen while building one report (a 10,000-op profile names the same few lines
@@ -182,51 +182,43 @@ def op_table(prof, top: int) -> dict:
     }
 
 
-def compile_rows(prof) -> list[dict]:
-    return [{"name": e.name, "kind": e.detail.get("kind"), "n_ops": e.detail.get("n_ops"), "seconds": e.dur,
-             "cause": e.detail.get("cause", ""), "line": _where(e.source), "code": code_text(e.source),
-             "site_code": code_text(e.detail.get("site") or e.detail.get("unrolled_site")),
-             "unrolled": e.detail.get("unrolled", 0), "unrolled_line": _where(e.detail.get("unrolled_site"))
-             if e.detail.get("unrolled") else "",
-             "recompile": e.detail.get("recompile"), "disk": bool(e.detail.get("disk"))}
-            for e in prof.compiles]
+def compile_rows(prof) -> tuple[CompileRow, ...]:
+    rows = []
+    for e in prof.compiles:
+        d = e.detail
+        rows.append(CompileRow(
+            name=e.name, kind=d.get("kind"), n_ops=d.get("n_ops"), seconds=e.dur, cause=d.get("cause"),
+            line=_where(e.source), code=code_text(e.source),
+            site_code=code_text(d.get("site") or d.get("unrolled_site")), unrolled=d.get("unrolled", 0),
+            unrolled_line=_where(d.get("unrolled_site")) if d.get("unrolled") else "",
+            recompile=bool(d.get("recompile")), disk=bool(d.get("disk"))))
+    return tuple(rows)
 
 
-_SHAPE = re.compile(r"input (?P<arg>\S+) of (?P<op>\S+) changed shape \[(?P<old>[^\]]*)\] -> \[(?P<new>[^\]]*)\]")
-_SCALAR = re.compile(r"baked in as a constant \((?P<op>\S+) (?P<arg>input \S+): (?P<old>.+?) -> (?P<new>.+?)\)")
-_STATIC = re.compile(r"static size/dim argument (?P<arg>input \S+) of (?P<op>\S+) changed (?P<old>\S+) -> (?P<new>\S+)")
-_GROW = re.compile(r"graph has (?P<new>\d+) ops where the nearest cached graph has (?P<old>\d+)")
-_SEQ = re.compile(r"op sequence differs at op \d+: (?P<old>\S+) vs (?P<new>\S+)")
-_AT = re.compile(r" \(recorded at (?P<line>[^)]*)\)$")
+#: cause kinds grouped by the values an argument took, and the group kind each becomes
+_VALUE_KINDS = {CauseKind.SCALAR: "scalar", CauseKind.STATIC_SIZE: "static"}
 
 
-def _pattern(c: dict) -> tuple[tuple, dict]:
-    """A compile's cause as a group key and the values it varies over."""
-    cause = c["cause"]
-    m = _AT.search(cause)
-    line = m.group("line") if m else c["line"]
-    if c.get("unrolled"):
-        return ("unrolled", c["unrolled_line"]), {"line": c["unrolled_line"], "times": c["unrolled"],
-                                                  "n_ops": c["n_ops"]}
-    m = _SHAPE.search(cause)
-    if m:
-        old = [int(x) for x in m["old"].split(",") if x.strip()]
-        new = [int(x) for x in m["new"].split(",") if x.strip()]
+def _pattern(c: CompileRow) -> tuple[tuple, dict]:
+    """A compile's cause as a group key and the values it varies over, read from the cause's fields."""
+    cause = c.cause
+    line = _where(cause.site) if cause is not None and cause.site is not None else c.line
+    if c.unrolled:
+        return ("unrolled", c.unrolled_line), {"line": c.unrolled_line, "times": c.unrolled, "n_ops": c.n_ops}
+    if cause is None or cause.first:
+        return ("first", c.kind, c.disk), {"line": line}
+    if cause.kind is CauseKind.SHAPE:
+        old, new = list(cause.old), list(cause.new)
         dims = tuple(i for i, (a, b) in enumerate(zip(old, new)) if a != b) if len(old) == len(new) else ("rank",)
-        return ("shape", m["op"], m["arg"], dims, line), {"old": old, "new": new, "line": line}
-    for kind, rx in (("scalar", _SCALAR), ("static", _STATIC)):
-        m = rx.search(cause)
-        if m:
-            return (kind, m["op"], m["arg"], line), {"old": m["old"], "new": m["new"], "line": line}
-    m = _GROW.search(cause)
-    if m:
-        return ("grow", c["kind"]), {"old": int(m["old"]), "new": int(m["new"]), "line": line}
-    m = _SEQ.search(cause)
-    if m:
-        return ("sequence", m["old"], m["new"], line), {"line": line}
-    if cause.startswith("first time"):
-        return ("first", c["kind"], c["disk"]), {"line": line}
-    return ("other", re.sub(r"\d+", "N", cause), line), {"line": line}
+        return ("shape", cause.op, cause.input, dims, line), {"old": old, "new": new, "line": line}
+    if cause.kind in _VALUE_KINDS:
+        return ((_VALUE_KINDS[cause.kind], cause.op, cause.input, line),
+                {"old": cause.old, "new": cause.new, "line": line})
+    if cause.kind is CauseKind.GROW:
+        return ("grow", c.kind), {"old": cause.old, "new": cause.new, "line": line}
+    if cause.kind is CauseKind.SEQUENCE:
+        return ("sequence", cause.old, cause.new, line), {"line": line}
+    return ("other", cause.kind, cause.op, cause.input, line), {"line": line}
 
 
 def _span(values: list) -> str:
@@ -236,7 +228,7 @@ def _span(values: list) -> str:
     return f"{nums[0]}\u2026{nums[-1]}"
 
 
-def compile_groups(prof) -> list[dict]:
+def compile_groups(prof) -> list[CompileGroup]:
     """Compilations grouped by cause pattern, costliest first, each with the fix where one is known:
     "dim 1 of aten::addmm input 1 took 14 values 17…93 at cell [8], line 2" + pad/bucket that dim."""
     groups: dict[tuple, dict] = {}
@@ -254,17 +246,17 @@ def compile_groups(prof) -> list[dict]:
         n = len(rows)
         line = infos[0]["line"]
         first = rows[0]
-        code = next((r["site_code"] for r in rows if r["site_code"]), "") or next(
-            (r["code"] for r in rows if r["line"] == line and r["code"]), "")
+        code = next((r.site_code for r in rows if r.site_code), "") or next(
+            (r.code for r in rows if r.line == line and r.code), "")
         hint = ""
         if kind == "shape":
             op, arg, dims = key[1], key[2], key[3]
             if dims == ("rank",):
-                what = f"the rank of {op} input {arg} changed ({n}x)"
+                what = f"the rank of {op} {arg} changed ({n}x)"
             else:
                 d = dims[0]
                 values = [infos[0]["old"][d]] + [i["new"][d] for i in infos]
-                what = f"dim {d} of {op} input {arg} took {len(set(values))} values {_span(values)}"
+                what = f"dim {d} of {op} {arg} took {len(set(values))} values {_span(values)}"
                 steps = [b - a for a, b in zip(values, values[1:])]
                 if len(values) > 2 and all(s == 1 for s in steps):
                     hint = ("the size grows by one each step (a growing KV cache or sequence, as in generate()): "
@@ -299,22 +291,22 @@ def compile_groups(prof) -> list[dict]:
             hint = ("Python control flow took another path (a data-dependent if, a varying loop count); keep the "
                     "step the same each time, or sync before the branch")
         elif kind == "first":
-            names = Counter(r["name"] for r in rows)
+            names = Counter(r.name for r in rows)
             shown = ", ".join(list(names)[:4]) + ("\u2026" if len(names) > 4 else "")
             noun = "graph" if key[1] == "graph" else "op"
             what = (f"{n} {noun}{'s' if n != 1 else ''} loaded from the disk cache ({shown})" if key[2] else
                     f"first compile of {n} {noun}{'s' if n != 1 else ''} ({shown})")
-            line = rows[0]["line"] if n == 1 else ""
-            code = rows[0]["code"] if n == 1 else ""
+            line = rows[0].line if n == 1 else ""
+            code = rows[0].code if n == 1 else ""
         else:
-            what = first["cause"]
-        disk = sum(1 for r in rows if r["disk"])
+            what = str(first.cause)
+        disk = sum(1 for r in rows if r.disk)
         if disk and kind != "first":
             what += f" ({disk} of them loaded from the disk cache)"
-        out.append({"pattern": what, "count": n, "seconds": sum(r["seconds"] for r in rows), "line": line,
-                    "code": code, "hint": hint, "recompile": any(r["recompile"] for r in rows),
-                    "disk": sum(1 for r in rows if r["disk"]), "kind": kind, "names": sorted({r["name"] for r in rows})})
-    return sorted(out, key=lambda g: -g["seconds"])
+        out.append(CompileGroup(pattern=what, count=n, seconds=sum(r.seconds for r in rows), line=line, code=code,
+                                hint=hint, recompile=any(r.recompile for r in rows), disk=disk, kind=kind,
+                                names=tuple(sorted({r.name for r in rows}))))
+    return sorted(out, key=lambda g: -g.seconds)
 
 
 def sync_groups(prof) -> list[dict]:
@@ -345,42 +337,40 @@ def sync_groups(prof) -> list[dict]:
     return out
 
 
-def findings(prof, groups: list[dict], syncs: list[dict], fallbacks: list[dict]) -> list[dict]:
-    """Up to three plain-language findings, costliest first: what cost the most time and how to fix it."""
+def findings(prof, groups: list[CompileGroup], syncs: list[dict], fallbacks: list[dict]) -> list[Finding]:
+    """Up to three plain-language findings, costliest first: what cost the most time and how to fix it.
+    Recompilations and unrolled loops are said even when cheap here: their cost grows with the run."""
     wall = prof.wall_s or 1e-9
-    out = []
+    found: list[tuple[Finding, bool]] = []  # (finding, said however cheap)
+
+    def add(title: str, cost_s: float, detail: str, fix: str, grows: bool = False) -> None:
+        found.append((Finding(title, cost_s, detail, fix, cost_s / wall), grows))
+
     for g in groups:
-        if g["kind"] == "unrolled":
-            out.append({"title": f"{g['count']} compile{'s' if g['count'] != 1 else ''} of an unrolled loop",
-                        "cost_s": g["seconds"], "detail": g["pattern"], "fix": g["hint"]})
-        elif g["recompile"] and g["kind"] != "first":
-            out.append({"title": f"{g['count']} recompilation{'s' if g['count'] != 1 else ''}", "cost_s": g["seconds"],
-                        "detail": g["pattern"] + (f" at {g['line']}" if g["line"] else ""), "fix": g["hint"]})
-    first = [g for g in groups if g["kind"] == "first" and not g["disk"]]
-    first_s = sum(g["seconds"] for g in first)
+        if g.kind == "unrolled":
+            add(f"{g.count} compile{'s' if g.count != 1 else ''} of an unrolled loop", g.seconds, g.pattern, g.hint,
+                grows=True)
+        elif g.is_recompile:
+            add(f"{g.count} recompilation{'s' if g.count != 1 else ''}", g.seconds,
+                g.pattern + (f" at {g.line}" if g.line else ""), g.hint, grows=True)
+    first = [g for g in groups if g.kind == "first" and not g.disk]
+    first_s = sum(g.seconds for g in first)
     if first and first_s / wall >= 0.25:
-        n = sum(g["count"] for g in first)
-        out.append({"title": f"compiling {n} new executable{'s' if n != 1 else ''}", "cost_s": first_s,
-                    "detail": "the first run of this code",
-                    "fix": "a re-run (in this kernel, or a restarted one through the disk cache) does not compile"})
+        n = sum(g.count for g in first)
+        add(f"compiling {n} new executable{'s' if n != 1 else ''}", first_s, "the first run of this code",
+            "a re-run (in this kernel, or a restarted one through the disk cache) does not compile")
     for g in syncs:
         if g["loop"]:
-            out.append({"title": f"{g['count']} host syncs from {g['reason']}", "cost_s": g["wait_s"],
-                        "detail": f"at {g['line']}" + (f": {g['code']}" if g["code"] else ""),
-                        "fix": "keep the value on the device (accumulate in a tensor) and read it once at the end"})
-    fb = {e.name: 0.0 for e in prof.fallbacks}
-    for e in prof.fallbacks:
-        fb[e.name] += e.dur
+            add(f"{g['count']} host syncs from {g['reason']}", g["wait_s"],
+                f"at {g['line']}" + (f": {g['code']}" if g["code"] else ""),
+                "keep the value on the device (accumulate in a tensor) and read it once at the end")
     if fallbacks:
         n = sum(f["count"] for f in fallbacks)
-        out.append({"title": f"{n} CPU fallback{'s' if n != 1 else ''}", "cost_s": sum(fb.values()),
-                    "detail": ", ".join(f"{f['op']} at {f['line']}" for f in fallbacks[:3]),
-                    "fix": "these ops have no tpu lowering and copy their data to the CPU and back"})
-    for f in out:
-        f["share"] = f["cost_s"] / wall
-    # recompilations and unrolled loops are worth saying even when cheap here: they grow with the run
-    out = [f for f in out if f["share"] >= 0.02 or "recompilation" in f["title"] or "unrolled" in f["title"]]
-    return sorted(out, key=lambda f: -f["cost_s"])[:3]
+        add(f"{n} CPU fallback{'s' if n != 1 else ''}", sum(e.dur for e in prof.fallbacks),
+            ", ".join(f"{f['op']} at {f['line']}" for f in fallbacks[:3]),
+            "these ops have no tpu lowering and copy their data to the CPU and back")
+    kept = [f for f, grows in found if f.share >= 0.02 or grows]
+    return sorted(kept, key=lambda f: -f.cost_s)[:3]
 
 
 def graph_break_rows(prof) -> list[dict]:
@@ -550,32 +540,51 @@ def flame_tree(prof) -> FlameTree:
     return tree
 
 
-def build_report(prof, top: int = 10) -> dict:
+def summarize(prof) -> Summary:
+    """A profile's headline figures (``Profile.summary()`` is this as a dict)."""
+    compiles = [c for c in prof.compiles if not c.detail.get("disk")]
+    loads = len(prof.compiles) - len(compiles)
+    graph_runs = prof.graphs
+    # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
+    hits = sum(1 for g in graph_runs if g.detail.get("cache_hit")) + sum(1 for o in prof.ops if o.detail.get("cache_hit"))
+    split = time_split(prof)
+    return Summary(
+        wall_s=prof.wall_s, device_s=device_seconds(prof), python_s=split["python"], tracing_s=split["tracing"],
+        compile_s=split["compiling"], wait_s=split["waiting"], mode=prof.mode, ops=len(prof.ops),
+        graphs_executed=len(graph_runs), compiles=len(compiles),
+        recompiles=sum(1 for c in compiles if c.detail.get("recompile")), disk_loads=loads, cache_hits=hits,
+        cache_misses=len(compiles) + loads, syncs=len(prof.syncs), cpu_fallbacks=len(prof.fallbacks),
+        collectives=len(prof.of_kind(EventKind.COLLECTIVE)), peak_bytes=prof.peak_bytes,
+        start_bytes=prof.start_bytes, end_bytes=prof.end_bytes, limit_bytes=prof.limit_bytes,
+        platform=prof.platform, error=prof.error, xprof_error=prof.xprof_error)
+
+
+def build_report(prof, top: int = 10) -> Report:
     """Everything the renderers show, computed once."""
     _labels.clear()
-    summary = prof.summary()
+    summary = summarize(prof)
     groups = compile_groups(prof)
     syncs = sync_groups(prof)
     fallbacks = fallback_groups(prof)
-    return {
-        "summary": summary,
-        "time_labels": time_labels(summary["mode"] or ""),
-        "findings": findings(prof, groups, syncs, fallbacks),
-        "ops": op_table(prof, top),
-        "compiles": compile_rows(prof),
-        "compile_groups": groups[:top],
-        "compile_groups_hidden": max(0, len(groups) - top),
-        "syncs": syncs[:top],
-        "syncs_hidden": max(0, len(syncs) - top),
-        "fallbacks": fallbacks[:top],
-        "graph_breaks": graph_break_rows(prof),
-        "collectives": collective_groups(prof),
-        "memory": memory_report(prof),
-        "flame": flame_tree(prof),
-        "xprof_dir": prof.xprof_dir,
-        "xprof_error": prof.xprof_error,
-        "xprof_command": xprof_command(prof.xprof_dir) if prof.xprof_dir else None,
-    }
+    return Report(
+        summary=summary,
+        time_labels=time_labels(summary.mode or ""),
+        findings=tuple(findings(prof, groups, syncs, fallbacks)),
+        ops=op_table(prof, top),
+        compiles=compile_rows(prof),
+        compile_groups=tuple(groups[:top]),
+        compile_groups_hidden=max(0, len(groups) - top),
+        syncs=tuple(syncs[:top]),
+        syncs_hidden=max(0, len(syncs) - top),
+        fallbacks=tuple(fallbacks[:top]),
+        graph_breaks=tuple(graph_break_rows(prof)),
+        collectives=tuple(collective_groups(prof)),
+        memory=memory_report(prof),
+        flame=flame_tree(prof),
+        xprof_dir=prof.xprof_dir,
+        xprof_error=prof.xprof_error,
+        xprof_command=xprof_command(prof.xprof_dir) if prof.xprof_dir else None,
+    )
 
 
 def xprof_command(directory: str, port: int = 8791) -> str:
