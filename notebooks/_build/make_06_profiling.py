@@ -102,11 +102,11 @@ fig.update_layout(height=360, title="Three warm training steps of TinyLM")
 fig"""),
     md("""## The op table
 
-`_tpu_profile.report(top)` returns the report as data. `report["ops"]` has the torch ops sorted **by time**
+`_tpu_profile.report(top)` returns the report as data. `report.ops` has the torch ops sorted **by time**
 (where host time went) and **by count** (what the model does most), each with the line that issued most of
 them; `backward (autograd)` marks ops run by autograd's backward pass."""),
     code("""report = _tpu_profile.report(top=8)
-ops = report["ops"]
+ops = report.ops
 print(f"{ops['distinct']} distinct ops; top 8 by time:")
 for row in ops["by_time"]:
     print(f"  {row['op']:<34} x{row['count']:<4} {row['total_s'] * 1e3:7.2f} ms  {row['line']}")
