@@ -546,7 +546,7 @@ def summarize(prof) -> Summary:
     loads = len(prof.compiles) - len(compiles)
     graph_runs = prof.graphs
     # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
-    hits = sum(1 for g in graph_runs if g.detail.get("cache_hit")) + sum(1 for o in prof.ops if o.detail.get("cache_hit"))
+    hits = sum(1 for e in graph_runs + prof.ops if e.detail.get("cache_hit"))
     split = time_split(prof)
     return Summary(
         wall_s=prof.wall_s, device_s=device_seconds(prof), python_s=split["python"], tracing_s=split["tracing"],

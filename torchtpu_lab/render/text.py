@@ -84,7 +84,8 @@ def fmt_pct(fraction) -> str:
 
 def cache_text(s: Summary) -> str:
     """Compiles, disk loads and memory hits, said separately (a disk load is not a compile)."""
-    return f"compiles {s.compiles} ({s.recompiles} re) \u00b7 disk loads {s.disk_loads} \u00b7 memory hits {s.cache_hits}"
+    return (f"compiles {s.compiles} ({s.recompiles} re) \u00b7 disk loads {s.disk_loads} \u00b7 "
+            f"memory hits {s.cache_hits}")
 
 
 def time_text(s: Summary) -> str:

@@ -40,12 +40,13 @@ def _flatten(template, path=()):
         yield from _flatten(item, path + (i,))
 
 
-def _where(path: tuple) -> str:
+def _input_label(path: tuple) -> str:
+    """``input 0``, ``input 1[2]`` (an item of a list argument), ``input alpha`` (a keyword)."""
     return f"input {path[0]}" + ("".join(f"[{i}]" for i in path[1:]) if len(path) > 1 else "")
 
 
 def _describe_arg_change(op_name: str, path: tuple, old, new) -> Cause:
-    where = _where(path)
+    where = _input_label(path)
     if isinstance(old, Slot) and isinstance(new, Slot):
         if old.shape != new.shape:
             return Cause(CauseKind.SHAPE, op_name, where, tuple(map(int, old.shape)), tuple(map(int, new.shape)))
