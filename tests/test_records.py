@@ -107,7 +107,7 @@ def test_the_json_export_carries_the_cause_as_a_dict_with_its_text():
 # ---- grouping and findings read fields -----------------------------------------------------------------------
 
 def _profile(compile_causes, wall_s=10.0, seconds=0.5) -> Profile:
-    prof = Profile(wall_s=wall_s, mode="fused", platform="test")
+    prof = Profile(wall_s=wall_s, modes=("fused",), platform="test")
     prof.events = [Event(EventKind.COMPILE, "graph[3 ops]", float(i), seconds, 0, SITE,
                          {"kind": "graph", "cause": c, "n_ops": 3, "recompile": not c.first, "disk": False})
                    for i, c in enumerate(compile_causes)]
@@ -221,3 +221,12 @@ def test_no_sentence_of_ours_is_read_back():
     for path in [ROOT / "torchtpu_lab" / "profile" / "processors.py", ROOT / "torchtpu_lab" / "telemetry.py"]:
         text = path.read_text()
         assert "import re\n" not in text and 'startswith("first' not in text, path
+
+
+def test_the_time_labels_read_the_modes_a_block_ran_in_not_their_text():
+    assert "recording ops into fused" in processors.time_labels(("fused",))["tracing"]
+    assert "one at a time" in processors.time_labels(("strict",))["tracing"]
+    assert processors.time_labels(("strict", "fused"))["tracing"] == "recording / dispatching ops"
+    with torchtpu_lab.eager_mode("strict"), torchtpu_lab.profile() as prof:
+        torchtpu_lab.set_eager_mode("fused")
+    assert prof.modes == ("strict", "fused") and prof.summary()["mode"] == "strict->fused"

@@ -113,14 +113,17 @@ def split_wall_time(prof) -> dict:
     return out
 
 
-def time_labels(mode: str) -> dict:
-    """What each time column measures in this eager mode (shown next to the figures)."""
-    fused = mode.startswith("fused") or mode.endswith("fused")
+def time_labels(modes: tuple[str, ...]) -> dict:
+    """What each time column measures in the eager modes a block ran in (shown next to the figures)."""
+    if len(modes) > 1:
+        tracing = "recording / dispatching ops"
+    elif "fused" in modes:
+        tracing = "recording ops into fused graphs (they run later, at syncs)"
+    else:
+        tracing = "dispatching ops one at a time (asynchronous: the device runs them meanwhile)"
     return {
         "python": "Python: your code between torch ops",
-        "tracing": "recording ops into fused graphs (they run later, at syncs)" if fused and "->" not in mode
-        else "dispatching ops one at a time (asynchronous: the device runs them meanwhile)"
-        if "->" not in mode else "recording / dispatching ops",
+        "tracing": tracing,
         "compiling": "compiling XLA executables (or loading them from the disk cache)",
         "waiting": "waiting for the device at syncs (running graphs, copying values back)",
     }
@@ -172,12 +175,11 @@ def op_table(prof, top: int) -> dict:
         line = lines[name].most_common(1)[0][0]
         rows.append({"op": name, "count": count[name], "total_s": total[name], "mean_s": total[name] / count[name],
                      "line": line, "code": code_text(sources.get((name, line)))})
-    mode = getattr(prof, "mode", "") or ""
     return {
         "by_time": sorted(rows, key=lambda r: -r["total_s"])[:top],
         "by_count": sorted(rows, key=lambda r: -r["count"])[:top],
         "distinct": len(rows),
-        "measures": time_labels(mode)["tracing"] + ", compile and sync time excluded"
+        "measures": time_labels(prof.modes)["tracing"] + ", compile and sync time excluded"
         + ("; a torch.compile region: its whole call, program included" if compiled else ""),
     }
 
@@ -568,7 +570,7 @@ def build_report(prof, top: int = 10) -> Report:
     fallbacks = fallback_groups(prof)
     return Report(
         summary=summary,
-        time_labels=time_labels(summary.mode or ""),
+        time_labels=time_labels(prof.modes),
         findings=tuple(findings(prof, groups, syncs, fallbacks)),
         ops=op_table(prof, top),
         compiles=compile_rows(prof),

@@ -37,7 +37,7 @@ class Profile:
     error: str | None = None
     xprof_dir: str | None = None
     platform: str = ""
-    mode: str = ""  # the eager mode the block ran in ("strict->fused" when it switched)
+    modes: tuple[str, ...] = ()  # the eager mode the block started in, and the one it ended in if it switched
     xprof_error: str | None = None  # why an --xprof trace was not recorded or written
     flush_exception: BaseException | None = field(default=None, repr=False)  # the end-of-block sync failed
     _start_ids: set = field(default_factory=set, repr=False)
@@ -60,6 +60,11 @@ class Profile:
         self.limit_bytes = stats.get("bytes_limit")
         self.live_at_end = memory.largest(self.device_index, 20)
         self.xprof_dir = xprof_dir
+
+    @property
+    def mode(self) -> str:
+        """The eager mode the block ran in, as shown: ``fused``, or ``strict->fused`` when it switched."""
+        return "->".join(self.modes)
 
     # ---- views of the events ---------------------------------------------------------------------------------
 
