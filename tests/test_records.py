@@ -172,7 +172,12 @@ def test_count_fields_are_named_after_the_counters_they_count():
     assert (after.cpu_fallbacks, after.syncs) == (before.cpu_fallbacks + 1, before.syncs + 1)
     from torchtpu_lab import metrics
 
-    assert metrics.summary()["executables"]["cache_hits"] == after.cache_hits
+    collected = metrics.collect()
+    assert isinstance(collected, records.Metrics) and collected.cache_hits == after.cache_hits
+    assert (collected.compiles, collected.disk_loads) == (after.compiles, after.disk_loads)
+    assert metrics.summary() == collected.as_dict() and collected.counters[Counter.SYNCS] == after.syncs
+    assert metrics.summary()["executables"] == {"compiles": after.compiles, "disk_loads": after.disk_loads,
+                                                "cache_hits": after.cache_hits}
 
 
 def test_the_status_is_a_frozen_record_and_the_comm_payload_has_every_key_the_extension_reads():

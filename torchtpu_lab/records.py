@@ -179,3 +179,57 @@ class Status:
     def cache_hit_rate(self) -> float | None:
         total = self.cache_hits + self.compiles + self.disk_loads
         return self.cache_hits / total if total else None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A distribution of durations (seconds): how many, their total, mean and percentiles."""
+
+    count: int
+    total_s: float
+    mean_s: float
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    max_s: float
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The session's counters and timing distributions since it started (or the last reset), as the metrics
+    report shows them. ``counters`` holds every telemetry counter by name (the :class:`~.telemetry.Counter`
+    ones and any other); ``compiles``/``disk_loads``/``cache_hits`` count executables as :class:`Status` does.
+    A timing is ``None`` when nothing was timed."""
+
+    eager_mode: str
+    counters: dict
+    compile_time: Timing | None
+    execute_time: Timing | None
+    collective_time: Timing | None
+    compiles: int
+    disk_loads: int
+    cache_hits: int
+    recent_compiles: tuple[dict, ...]  # name, cause (a Cause), seconds, disk, source
+    recent_graph_breaks: tuple[dict, ...]  # reason, source
+    op_cache_entries: int
+    graph_cache_entries: int
+    caches: dict
+    persistent_cache_dir: str | None
+    persistent_cache_entries: int
+
+    def as_dict(self) -> dict:
+        """Plain data (``metrics.summary()``): timings as dicts (``{}`` when none), the executables together."""
+        def timing(t: Timing | None) -> dict:
+            return {} if t is None else {f.name: getattr(t, f.name) for f in fields(t)}
+
+        return {
+            "eager_mode": self.eager_mode, "counters": dict(self.counters),
+            "compile_time": timing(self.compile_time), "execute_time": timing(self.execute_time),
+            "collective_time": timing(self.collective_time),
+            "executables": {Counter.COMPILES.value: self.compiles, Counter.DISK_LOADS.value: self.disk_loads,
+                            "cache_hits": self.cache_hits},
+            "recent_compiles": list(self.recent_compiles), "recent_graph_breaks": list(self.recent_graph_breaks),
+            "op_cache_entries": self.op_cache_entries, "graph_cache_entries": self.graph_cache_entries,
+            "caches": self.caches, "persistent_cache_dir": self.persistent_cache_dir,
+            "persistent_cache_entries": self.persistent_cache_entries,
+        }

@@ -4,7 +4,7 @@ fields."""
 
 from __future__ import annotations
 
-from ..records import Finding, Report, Status, Summary
+from ..records import Finding, Metrics, Report, Status, Summary, Timing
 from ..units import fmt_bytes, fmt_s  # noqa: F401  (re-exported: renderers and magics import them from here)
 
 
@@ -12,45 +12,42 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def _dist(name: str, d: dict) -> list[str]:
-    if not d:
+def _dist(name: str, d: Timing | None) -> list[str]:
+    if d is None:
         return [f"Metric: {name}", "  (none)"]
     return [
         f"Metric: {name}",
-        f"  TotalSamples: {d['count']}",
-        f"  Accumulator: {_ms(d['total_s'])}",
-        f"  Percentiles: 50%={_ms(d['p50_s'])}; 90%={_ms(d['p90_s'])}; 99%={_ms(d['p99_s'])}; "
-        f"max={_ms(d['max_s'])}",
+        f"  TotalSamples: {d.count}",
+        f"  Accumulator: {_ms(d.total_s)}",
+        f"  Percentiles: 50%={_ms(d.p50_s)}; 90%={_ms(d.p90_s)}; 99%={_ms(d.p99_s)}; max={_ms(d.max_s)}",
     ]
 
 
-def metrics_text(s: dict) -> str:
-    lines = [f"torchtpu_lab metrics (eager mode: {s['eager_mode']})"]
-    lines += _dist("CompileTime", s["compile_time"])
-    lines += _dist("ExecuteTime (graph dispatch)", s["execute_time"])
-    if s.get("collective_time"):
-        lines += _dist("CollectiveTime (torch.distributed, incl. wait)", s["collective_time"])
+def metrics_text(s: Metrics) -> str:
+    lines = [f"torchtpu_lab metrics (eager mode: {s.eager_mode})"]
+    lines += _dist("CompileTime", s.compile_time)
+    lines += _dist("ExecuteTime (graph dispatch)", s.execute_time)
+    if s.collective_time is not None:
+        lines += _dist("CollectiveTime (torch.distributed, incl. wait)", s.collective_time)
     lines.append("Counters:")
-    for k, v in s["counters"].items():
+    for k, v in s.counters.items():
         lines.append(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
-    ex = s.get("executables")
-    if ex:
-        lines.append(f"Executables: {ex['compiles']} compiled by XLA, {ex['disk_loads']} loaded from the disk cache, "
-                     f"{ex['cache_hits']} memory hits")
-    lines.append(f"Caches: {s['op_cache_entries']} op executables, {s['graph_cache_entries']} fused graphs in memory; "
-                 f"{s['persistent_cache_entries']} on disk ({s['persistent_cache_dir'] or 'persistent cache off'})")
-    for name, c in s.get("caches", {}).items():
+    lines.append(f"Executables: {s.compiles} compiled by XLA, {s.disk_loads} loaded from the disk cache, "
+                 f"{s.cache_hits} memory hits")
+    lines.append(f"Caches: {s.op_cache_entries} op executables, {s.graph_cache_entries} fused graphs in memory; "
+                 f"{s.persistent_cache_entries} on disk ({s.persistent_cache_dir or 'persistent cache off'})")
+    for name, c in s.caches.items():
         lines.append(f"  cache {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, {c['misses']} misses, "
                      f"{c['evictions']} evictions")
-    if s["recent_compiles"]:
+    if s.recent_compiles:
         lines.append("Recent compiles:")
-        for c in s["recent_compiles"]:
+        for c in s.recent_compiles:
             where = f" at {c['source']}" if c["source"] else ""
             load = " [loaded from disk]" if c.get("disk") else ""
             lines.append(f"  {c['name']} ({_ms(c['seconds'])}){load}: {c['cause']}{where}")
-    if s.get("recent_graph_breaks"):
+    if s.recent_graph_breaks:
         lines.append("Recent torch.compile graph breaks:")
-        for b in s["recent_graph_breaks"]:
+        for b in s.recent_graph_breaks:
             lines.append(f"  graph break at {b['source'] or 'n/a'}: {b['reason']}")
     return "\n".join(lines)
 
