@@ -287,8 +287,8 @@ def test_a_compiled_region_is_one_node_with_its_aten_ops_in_the_flame_graph_and_
     assert "aten::addmm" in tree.hover[i] and "aten::relu" in tree.hover[i], tree.hover[i]
     parent = tree.labels[tree.ids.index(tree.parents[i])]
     assert parent.endswith(f":{line}"), (parent, line)  # under the user's line, not at the cell's root
-    rows = processors.op_table(prof, 10)["by_time"]
-    assert any(r["op"].startswith("compiled") and r["line"].endswith(f":{line}") for r in rows), rows
+    rows = processors.op_table(prof, 10).by_time
+    assert any(r.op.startswith("compiled") and r.line.endswith(f":{line}") for r in rows), rows
 
 
 def test_batch_size_change_reports_the_recompile_reason():

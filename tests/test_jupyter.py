@@ -86,9 +86,9 @@ for _ in range(10):
 """)
     prof = ip.user_ns["_tpu_profile"]
     report = prof.report()
-    group = next(g for g in report.syncs if "item()" in g["reason"])
-    assert group["count"] == 10 and re.fullmatch(r"cell \[\d+\], line 5", group["line"]), group
-    assert "read it once at the end" in group["hint"]
+    group = next(g for g in report.syncs if "item()" in g.reason)
+    assert group.count == 10 and re.fullmatch(r"cell \[\d+\], line 5", group.line), group
+    assert "read it once at the end" in group.hint
 
 
 def test_big_tensor_peak_and_creating_line(ip):
@@ -99,7 +99,7 @@ del a, b
 """)
     prof = ip.user_ns["_tpu_profile"]
     assert prof.summary()["peak_bytes"] >= 64 * 2**20
-    timeline = prof.report().memory["timeline"]
+    timeline = prof.report().memory.timeline
     assert max(b for _, b in timeline) >= 64 * 2**20
 
 

@@ -99,7 +99,7 @@ def test_fused_training_step_peak_and_never_below_live_parameters(ip):
     largest_activation = 128 * 256 * 4
     # parameters + gradients + Adam's two moments + the largest layer's activations
     assert prof.peak_bytes >= 4 * params + largest_activation, (prof.peak_bytes, params)
-    timeline = prof.report().memory["timeline"]
+    timeline = prof.report().memory.timeline
     assert min(b for _, b in timeline) >= params, (min(b for _, b in timeline), params)
     assert any(e.kind == "memory" and e.detail.get("temp", 0) + e.detail.get("output", 0) > 0 for e in prof.events)
 

@@ -156,6 +156,12 @@ def test_profile_summary_is_the_summary_record_as_a_dict_with_the_public_keys():
     report = prof.report()
     assert isinstance(report, records.Report) and report.summary == record
     assert all(isinstance(g, records.CompileGroup) for g in report.compile_groups)
+    assert isinstance(report.ops, records.OpTable) and all(isinstance(o, records.OpRow) for o in report.ops.by_time)
+    (sync,) = report.syncs
+    assert isinstance(sync, records.SyncGroup) and sync.kind is telemetry.SyncReason.ITEM and sync.count == 1
+    assert isinstance(report.memory, records.MemoryReport) and report.memory.peak == summary["peak_bytes"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.summary = None
 
 
 def test_count_fields_are_named_after_the_counters_they_count():

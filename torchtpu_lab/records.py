@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .causes import Cause
-from .telemetry import Counter
+from .telemetry import Counter, SyncReason
 
 #: the count fields of :class:`Summary` and :class:`Status` that are telemetry counters of the same name
 COUNTED = (Counter.COMPILES, Counter.DISK_LOADS, Counter.SYNCS, Counter.CPU_FALLBACKS)
@@ -124,23 +124,106 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class OpRow:
+    """One torch op's (or torch.compile region's) host time and calls, with the line that issued most."""
+
+    op: str
+    count: int
+    total_s: float
+    mean_s: float
+    line: str
+    code: str
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """The top ops by host time and by count; ``distinct`` ops in all; ``measures`` says what the time is."""
+
+    by_time: tuple[OpRow, ...]
+    by_count: tuple[OpRow, ...]
+    distinct: int
+    measures: str
+
+
+@dataclass(frozen=True)
+class SyncGroup:
+    """Syncs with one reason at one line. ``reason`` is the text shown, ``kind`` the
+    :class:`~.telemetry.SyncReason`; ``loop``: several value reads at the line (a sync inside a loop)."""
+
+    reason: str
+    kind: SyncReason | None
+    line: str
+    code: str
+    count: int
+    wait_s: float
+    loop: bool
+    hint: str
+
+
+@dataclass(frozen=True)
+class FallbackGroup:
+    """CPU fallbacks of one op at one line."""
+
+    op: str
+    line: str
+    code: str
+    count: int
+
+
+@dataclass(frozen=True)
+class CollectiveGroup:
+    """torch.distributed collectives of one kind at one line: how many, how many bytes, how long."""
+
+    kind: str
+    line: str
+    count: int
+    bytes: int
+    total_s: float
+    participants: int | None
+
+
+@dataclass(frozen=True)
+class GraphBreakRow:
+    """Where torch.compile cut a graph: Dynamo's first line of reason, all of it, and the user line."""
+
+    reason: str
+    detail: str
+    line: str
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Device memory over the block (bytes): ``timeline`` is ``(seconds, allocated)`` points, ``largest`` the
+    biggest buffers alive at the end (dicts: nbytes, shape, dtype, source)."""
+
+    start: int
+    end: int
+    peak: int
+    limit: int | None
+    allocated: int
+    freed: int
+    timeline: list
+    largest: list
+
+
+@dataclass(frozen=True)
 class Report:
-    """Everything a renderer shows, computed once. Tables of plain rows (``ops``, ``syncs``, ``fallbacks``,
-    ``collectives``, ``memory``) are dicts of numbers and strings, as the renderers print them."""
+    """Everything a renderer shows, computed once. ``time_labels`` says what each time column measures (keys
+    ``python``, ``tracing``, ``compiling``, ``waiting``); ``*_hidden``: groups left out past ``top``."""
 
     summary: Summary
     time_labels: dict
     findings: tuple[Finding, ...]
-    ops: dict
+    ops: OpTable
     compiles: tuple[CompileRow, ...]
     compile_groups: tuple[CompileGroup, ...]
     compile_groups_hidden: int
-    syncs: tuple[dict, ...]
+    syncs: tuple[SyncGroup, ...]
     syncs_hidden: int
-    fallbacks: tuple[dict, ...]
-    graph_breaks: tuple[dict, ...]
-    collectives: tuple[dict, ...]
-    memory: dict
+    fallbacks: tuple[FallbackGroup, ...]
+    graph_breaks: tuple[GraphBreakRow, ...]
+    collectives: tuple[CollectiveGroup, ...]
+    memory: MemoryReport
     flame: Any  # a processors.FlameTree
     xprof_dir: str | None
     xprof_error: str | None

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from ..causes import CauseKind
 from ..runtime import lazy
 from ..telemetry import EventKind, SyncReason, code_text, describe
-from ..records import CompileGroup, CompileRow, Finding, Report, Summary
+from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
+                       OpRow, OpTable, Report, Summary, SyncGroup)
 
 
 #: labels of the source lines seen while building one report (a 10,000-op profile names the same few lines
@@ -147,7 +148,7 @@ def _exclusive(events, nested) -> dict[int, float]:
     return out
 
 
-def op_table(prof, top: int) -> dict:
+def op_table(prof, top: int) -> OpTable:
     """Top ``top`` torch ops by host time (compiles and syncs inside them excluded) and by count, each with the
     user line that issued most of them and its text."""
     total, count, lines = defaultdict(float), Counter(), defaultdict(Counter)
@@ -173,15 +174,15 @@ def op_table(prof, top: int) -> dict:
     rows = []
     for name in count:
         line = lines[name].most_common(1)[0][0]
-        rows.append({"op": name, "count": count[name], "total_s": total[name], "mean_s": total[name] / count[name],
-                     "line": line, "code": code_text(sources.get((name, line)))})
-    return {
-        "by_time": sorted(rows, key=lambda r: -r["total_s"])[:top],
-        "by_count": sorted(rows, key=lambda r: -r["count"])[:top],
-        "distinct": len(rows),
-        "measures": time_labels(prof.modes)["tracing"] + ", compile and sync time excluded"
+        rows.append(OpRow(name, count[name], total[name], total[name] / count[name], line,
+                          code_text(sources.get((name, line)))))
+    return OpTable(
+        by_time=tuple(sorted(rows, key=lambda r: -r.total_s)[:top]),
+        by_count=tuple(sorted(rows, key=lambda r: -r.count)[:top]),
+        distinct=len(rows),
+        measures=time_labels(prof.modes)["tracing"] + ", compile and sync time excluded"
         + ("; a torch.compile region: its whole call, program included" if compiled else ""),
-    }
+    )
 
 
 def compile_rows(prof) -> tuple[CompileRow, ...]:
@@ -311,35 +312,32 @@ def compile_groups(prof) -> list[CompileGroup]:
     return sorted(out, key=lambda g: -g.seconds)
 
 
-def sync_groups(prof) -> list[dict]:
+def sync_groups(prof) -> list[SyncGroup]:
     """Syncs grouped by reason and line; several at one line in one block means a sync inside a loop."""
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple, list] = {}
     own = _exclusive(prof.syncs, prof.compiles)  # waiting, not compiling
     for e in prof.syncs:
-        key = (e.name, _where(e.source))
-        reason = e.detail.get("reason")
-        g = groups.setdefault(key, {"reason": e.name, "line": key[1], "code": code_text(e.source), "count": 0,
-                                    "wait_s": 0.0, "reads_value": reason is None or reason.reads_value,
-                                    "limit": reason is SyncReason.GRAPH_LIMIT})
-        g["count"] += 1
-        g["wait_s"] += own[id(e)]
-    out = sorted(groups.values(), key=lambda g: -g["count"])
-    for g in out:
+        groups.setdefault((e.name, _where(e.source)), []).append(e)
+    out = []
+    for (name, line), events in groups.items():
+        kind = events[0].detail.get("reason")
+        count = len(events)
         # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
-        reads_value = g.pop("reads_value")
-        g["loop"] = g["count"] > 1 and reads_value
-        if g.pop("limit"):
-            g["hint"] = LIMIT_HINT.format(count=g["count"], limit=lazy.max_graph_ops)
-            continue
-        g["hint"] = (
-            f"{g['count']} value reads at {g['line']}: a line that runs repeatedly and stops the device each "
-            "time; keep the value on the device (accumulate in a tensor) and read it once at the end"
-            if g["loop"] else ""
-        )
-    return out
+        loop = count > 1 and (kind is None or kind.reads_value)
+        if kind is SyncReason.GRAPH_LIMIT:
+            hint = LIMIT_HINT.format(count=count, limit=lazy.max_graph_ops)
+        elif loop:
+            hint = (f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; "
+                    "keep the value on the device (accumulate in a tensor) and read it once at the end")
+        else:
+            hint = ""
+        out.append(SyncGroup(name, kind, line, code_text(events[0].source), count,
+                             sum(own[id(e)] for e in events), loop, hint))
+    return sorted(out, key=lambda g: -g.count)
 
 
-def findings(prof, groups: list[CompileGroup], syncs: list[dict], fallbacks: list[dict]) -> list[Finding]:
+def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup],
+             fallbacks: list[FallbackGroup]) -> list[Finding]:
     """Up to three plain-language findings, costliest first: what cost the most time and how to fix it.
     Recompilations and unrolled loops are said even when cheap here: their cost grows with the run."""
     wall = prof.wall_s or 1e-9
@@ -362,50 +360,44 @@ def findings(prof, groups: list[CompileGroup], syncs: list[dict], fallbacks: lis
         add(f"compiling {n} new executable{'s' if n != 1 else ''}", first_s, "the first run of this code",
             "a re-run (in this kernel, or a restarted one through the disk cache) does not compile")
     for g in syncs:
-        if g["loop"]:
-            add(f"{g['count']} host syncs from {g['reason']}", g["wait_s"],
-                f"at {g['line']}" + (f": {g['code']}" if g["code"] else ""),
+        if g.loop:
+            add(f"{g.count} host syncs from {g.reason}", g.wait_s, f"at {g.line}" + (f": {g.code}" if g.code else ""),
                 "keep the value on the device (accumulate in a tensor) and read it once at the end")
     if fallbacks:
-        n = sum(f["count"] for f in fallbacks)
+        n = sum(f.count for f in fallbacks)
         add(f"{n} CPU fallback{'s' if n != 1 else ''}", sum(e.dur for e in prof.fallbacks),
-            ", ".join(f"{f['op']} at {f['line']}" for f in fallbacks[:3]),
+            ", ".join(f"{f.op} at {f.line}" for f in fallbacks[:3]),
             "these ops have no tpu lowering and copy their data to the CPU and back")
     kept = [f for f, grows in found if f.share >= 0.02 or grows]
     return sorted(kept, key=lambda f: -f.cost_s)[:3]
 
 
-def graph_break_rows(prof) -> list[dict]:
-    return [{"reason": e.name, "detail": e.detail.get("reason", ""), "line": _where(e.source)}
-            for e in prof.graph_breaks]
+def graph_break_rows(prof) -> list[GraphBreakRow]:
+    return [GraphBreakRow(e.name, e.detail.get("reason", ""), _where(e.source)) for e in prof.graph_breaks]
 
 
-def collective_groups(prof) -> list[dict]:
+def collective_groups(prof) -> list[CollectiveGroup]:
     """torch.distributed collectives grouped by kind and line: how many, how many bytes, how long."""
-    groups: dict[tuple, dict] = {}
-    for e in prof.of_kind("collective"):
-        key = (e.name, _where(e.source))
-        g = groups.setdefault(key, {"kind": e.name, "line": key[1], "count": 0, "bytes": 0, "total_s": 0.0,
-                                    "participants": e.detail.get("participants")})
-        g["count"] += 1
-        g["bytes"] += e.nbytes
-        g["total_s"] += e.dur
-    return sorted(groups.values(), key=lambda g: -g["total_s"])
+    groups: dict[tuple, list] = {}
+    for e in prof.of_kind(EventKind.COLLECTIVE):
+        groups.setdefault((e.name, _where(e.source)), []).append(e)
+    out = [CollectiveGroup(kind, line, len(events), sum(e.nbytes for e in events), sum(e.dur for e in events),
+                           events[0].detail.get("participants")) for (kind, line), events in groups.items()]
+    return sorted(out, key=lambda g: -g.total_s)
 
 
-def fallback_groups(prof) -> list[dict]:
+def fallback_groups(prof) -> list[FallbackGroup]:
     c = Counter((e.name, _where(e.source)) for e in prof.fallbacks)
     code = {(e.name, _where(e.source)): code_text(e.source) for e in prof.fallbacks}
-    return [{"op": op, "line": line, "code": code[(op, line)], "count": n} for (op, line), n in c.most_common()]
+    return [FallbackGroup(op, line, code[(op, line)], n) for (op, line), n in c.most_common()]
 
 
-def memory_report(prof) -> dict:
+def memory_report(prof) -> MemoryReport:
     freed = sum(m.nbytes for m in prof.memory if m.kind == "free")
     allocated = sum(m.nbytes for m in prof.memory if m.kind == "alloc")
     timeline = [(0.0, prof.start_bytes)] + [(m.t, m.allocated) for m in prof.memory] + [(prof.wall_s, prof.end_bytes)]
-    return {"start": prof.start_bytes, "end": prof.end_bytes, "peak": prof.peak_bytes, "limit": prof.limit_bytes,
-            "allocated": allocated, "freed": freed, "timeline": _thin(timeline, 500),
-            "largest": prof.live_at_end}
+    return MemoryReport(prof.start_bytes, prof.end_bytes, prof.peak_bytes, prof.limit_bytes, allocated, freed,
+                        _thin(timeline, 500), prof.live_at_end)
 
 
 def _thin(points: list, n: int) -> list:

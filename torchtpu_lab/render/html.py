@@ -89,15 +89,15 @@ def profile_html(r: Report) -> str:
                      ("device execution, from the XProf trace", "")))
     parts.append(_table_html(("time", "share", "what it measures"), rows))
     ops = r.ops
-    if ops["by_time"]:
-        parts.append(f"<h4>Top ops by time ({ops['distinct']} distinct)</h4>"
-                     f'<div class="ttl-muted">{escape(ops["measures"])}</div>')
+    if ops.by_time:
+        parts.append(f"<h4>Top ops by time ({ops.distinct} distinct)</h4>"
+                     f'<div class="ttl-muted">{escape(ops.measures)}</div>')
         parts.append(_table_html(("op", "calls", "total", "mean", "line", "code"),
-                                 [((escape(o["op"]), ""), (str(o["count"]), "num"), (escape(fmt_s(o["total_s"])), "num"),
-                                   (escape(fmt_s(o["mean_s"])), "num"), (escape(o["line"]), ""),
-                                   (_code_cell(o["code"]), "")) for o in ops["by_time"]]))
+                                 [((escape(o.op), ""), (str(o.count), "num"), (escape(fmt_s(o.total_s)), "num"),
+                                   (escape(fmt_s(o.mean_s)), "num"), (escape(o.line), ""),
+                                   (_code_cell(o.code), "")) for o in ops.by_time]))
         parts.append("<h4>Top ops by count</h4>")
-        parts.append(_table(("op", "calls", "line"), [(o["op"], o["count"], o["line"]) for o in ops["by_count"]]))
+        parts.append(_table(("op", "calls", "line"), [(o.op, o.count, o.line) for o in ops.by_count]))
     if r.compile_groups:
         parts.append(f"<h4>Compilations</h4><div class=\"ttl-muted\">{escape(cache_text(s))}; grouped by cause, "
                      "costliest first</div>")
@@ -112,39 +112,39 @@ def profile_html(r: Report) -> str:
             parts.append(f'<div class="ttl-muted">{r.compile_groups_hidden} more groups (--top N shows more)</div>')
     if r.graph_breaks:
         parts.append("<h4>torch.compile graph breaks</h4>")
-        parts.append(_table_html(("reason", "line"), [((escape(b["reason"]), ""), (escape(b["line"]), ""))
+        parts.append(_table_html(("reason", "line"), [((escape(b.reason), ""), (escape(b.line), ""))
                                                      for b in r.graph_breaks]))
     if r.syncs:
         parts.append("<h4>Host syncs</h4>")
         parts.append(_table_html(("reason", "count", "waited", "line", "code"),
-                                 [((escape(g["reason"]), ""), (str(g["count"]), "num"),
-                                   (escape(fmt_s(g["wait_s"])), "num"), (escape(g["line"]), ""),
-                                   (_code_cell(g["code"]), "")) for g in r.syncs]))
+                                 [((escape(g.reason), ""), (str(g.count), "num"),
+                                   (escape(fmt_s(g.wait_s)), "num"), (escape(g.line), ""),
+                                   (_code_cell(g.code), "")) for g in r.syncs]))
         for g in r.syncs:
-            if g["hint"]:
-                parts.append(f'<div class="ttl-hint">&#9888; {escape(g["hint"])}</div>')
+            if g.hint:
+                parts.append(f'<div class="ttl-hint">&#9888; {escape(g.hint)}</div>')
     if r.collectives:
         parts.append("<h4>Collectives</h4>")
         parts.append(_table_html(("collective", "count", "ranks", "bytes", "time", "line"),
-                                 [((escape(g["kind"]), ""), (str(g["count"]), "num"),
-                                   (escape(str(g["participants"])), "num"), (escape(fmt_bytes(g["bytes"])), "num"),
-                                   (escape(fmt_s(g["total_s"])), "num"), (escape(g["line"]), ""))
+                                 [((escape(g.kind), ""), (str(g.count), "num"),
+                                   (escape(str(g.participants)), "num"), (escape(fmt_bytes(g.bytes)), "num"),
+                                   (escape(fmt_s(g.total_s)), "num"), (escape(g.line), ""))
                                   for g in r.collectives]))
     if r.fallbacks:
         parts.append("<h4>CPU fallbacks</h4>")
         parts.append(_table_html(("op", "count", "line", "code"),
-                                 [((escape(f["op"]), ""), (str(f["count"]), "num"), (escape(f["line"]), ""),
-                                   (_code_cell(f["code"]), "")) for f in r.fallbacks]))
+                                 [((escape(f.op), ""), (str(f.count), "num"), (escape(f.line), ""),
+                                   (_code_cell(f.code), "")) for f in r.fallbacks]))
     m = r.memory
     parts.append("<h4>Device memory</h4>")
-    parts.append(f"<div>start {escape(fmt_bytes(m['start']))} &middot; end {escape(fmt_bytes(m['end']))} &middot; "
-                 f'peak <b class="ttl-peak">{escape(fmt_bytes(m["peak"]))}</b> &middot; limit '
-                 f"{escape(fmt_bytes(m['limit']))} &middot; allocated {escape(fmt_bytes(m['allocated']))} &middot; "
-                 f"freed {escape(fmt_bytes(m['freed']))}</div>")
-    if m["largest"]:
+    parts.append(f"<div>start {escape(fmt_bytes(m.start))} &middot; end {escape(fmt_bytes(m.end))} &middot; "
+                 f'peak <b class="ttl-peak">{escape(fmt_bytes(m.peak))}</b> &middot; limit '
+                 f"{escape(fmt_bytes(m.limit))} &middot; allocated {escape(fmt_bytes(m.allocated))} &middot; "
+                 f"freed {escape(fmt_bytes(m.freed))}</div>")
+    if m.largest:
         parts.append(_table(("size", "dtype", "shape", "created at"),
                             [(fmt_bytes(t["nbytes"]), t["dtype"], str(t["shape"]), t["source"] or "n/a")
-                             for t in m["largest"][:10]]))
+                             for t in m.largest[:10]]))
     if r.xprof_error:
         parts.append(f'<div class="ttl-error">{escape(r.xprof_error)}</div>')
     if r.xprof_dir:

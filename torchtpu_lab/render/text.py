@@ -123,10 +123,10 @@ def profile_text(r: Report) -> str:
         out.append(f"  {fmt_s(getattr(s, field)):>9}  {r.time_labels[key]}")
     if s.device_s is not None and r.xprof_dir:
         out.append(f"  {fmt_s(s.device_s):>9}  device execution (from the XProf trace)")
-    if r.ops["by_time"]:
-        out.append(f"top ops by time ({r.ops['measures']}):")
-        for o in r.ops["by_time"]:
-            out.append(f"  {o['op']:<40} x{o['count']:<5} {fmt_s(o['total_s']):>9}  {o['line']}{_code(o['code'])}")
+    if r.ops.by_time:
+        out.append(f"top ops by time ({r.ops.measures}):")
+        for o in r.ops.by_time:
+            out.append(f"  {o.op:<40} x{o.count:<5} {fmt_s(o.total_s):>9}  {o.line}{_code(o.code)}")
     if r.compile_groups:
         out.append("compilations (grouped by cause, costliest first):")
         for g in r.compile_groups:
@@ -140,28 +140,28 @@ def profile_text(r: Report) -> str:
     if r.graph_breaks:
         out.append("torch.compile graph breaks:")
         for b in r.graph_breaks:
-            out.append(f"  graph break at {b['line']}: {b['reason']}")
+            out.append(f"  graph break at {b.line}: {b.reason}")
     if r.syncs:
         out.append("syncs:")
         for g in r.syncs:
-            out.append(f"  {g['count']} x {g['reason']} at {g['line']} (waited {fmt_s(g['wait_s'])}){_code(g['code'])}")
-            if g["hint"]:
-                out.append(f"    hint: {g['hint']}")
+            out.append(f"  {g.count} x {g.reason} at {g.line} (waited {fmt_s(g.wait_s)}){_code(g.code)}")
+            if g.hint:
+                out.append(f"    hint: {g.hint}")
         if r.syncs_hidden:
             out.append(f"  ... {r.syncs_hidden} more")
     if r.collectives:
         out.append("collectives:")
         for g in r.collectives:
-            out.append(f"  {g['count']} x {g['kind']} over {g['participants']} ranks, {fmt_bytes(g['bytes'])} "
-                       f"in {fmt_s(g['total_s'])} at {g['line']}")
+            out.append(f"  {g.count} x {g.kind} over {g.participants} ranks, {fmt_bytes(g.bytes)} "
+                       f"in {fmt_s(g.total_s)} at {g.line}")
     if r.fallbacks:
         out.append("CPU fallbacks:")
         for f in r.fallbacks:
-            out.append(f"  {f['count']} x {f['op']} at {f['line']}{_code(f['code'])}")
+            out.append(f"  {f.count} x {f.op} at {f.line}{_code(f.code)}")
     m = r.memory
-    out.append(f"device memory: start {fmt_bytes(m['start'])}, end {fmt_bytes(m['end'])}, peak {fmt_bytes(m['peak'])}, "
-               f"limit {fmt_bytes(m['limit'])}; allocated {fmt_bytes(m['allocated'])}, freed {fmt_bytes(m['freed'])}")
-    for t in m["largest"][:5]:
+    out.append(f"device memory: start {fmt_bytes(m.start)}, end {fmt_bytes(m.end)}, peak {fmt_bytes(m.peak)}, "
+               f"limit {fmt_bytes(m.limit)}; allocated {fmt_bytes(m.allocated)}, freed {fmt_bytes(m.freed)}")
+    for t in m.largest[:5]:
         out.append(f"  {fmt_bytes(t['nbytes']):>10} {t['dtype']}{t['shape']} created at {t['source'] or 'n/a'}")
     if r.xprof_error:
         out.append(r.xprof_error)
