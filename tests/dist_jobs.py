@@ -175,7 +175,7 @@ def compiled_collectives() -> dict:
         first = [o.cpu() for o in step(x.to("tpu"), w.to("tpu"), dist.group.WORLD)]
         second = [o.cpu() for o in step((x * 2).to("tpu"), w.to("tpu"), dist.group.WORLD)]
         first.append(uneven(v.to("tpu"), dist.group.WORLD).cpu())
-    events = [(e.detail["kind"], e.detail["cause"], e.detail.get("collectives"), e.detail.get("group"))
+    events = [(e.detail["kind"], str(e.detail["cause"]), e.detail.get("collectives"), e.detail.get("group"))
               for e in prof.compiles]
     # Gloo's results are AsyncCollectiveTensors: wait for each (reading one before its work is done reads garbage)
     cpu = [[fc.wait_tensor(o) for o in collective_step(a, w, gloo)] for a in (x, x * 2)]

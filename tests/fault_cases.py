@@ -205,7 +205,7 @@ def check_escaped(ip: "InteractiveShell", hostile: str) -> None:
                               f".sum().item()\nraise ValueError({hostile!r})\n")
     assert isinstance(result.error_in_exec, ValueError) and str(result.error_in_exec) == hostile
     assert hostile not in html and escape(hostile) in html, html[-2000:]
-    fig = plot.flame_figure(ip.user_ns["_tpu_profile"].report()["flame"])
+    fig = plot.flame_figure(ip.user_ns["_tpu_profile"].report().flame)
     icicle = fig.data[0]
     strings = [*icicle.labels, *icicle.ids, *icicle.parents, *(h for _, h in icicle.customdata)]
     assert not any("<" in s for s in strings), [s for s in strings if "<" in s]

@@ -71,7 +71,7 @@ def test_new_batch_size_recompiles_naming_the_dimension_and_line():
         _mlp_step(model, opt, _batch(7)).item()
     new = [e for e in events if e.kind == "compile"]
     assert len(new) == 1
-    cause = new[0].detail["cause"]
+    cause = str(new[0].detail["cause"])
     assert "[16, 32] -> [7, 32]" in cause, cause
     assert f"test_eager_modes.py:{_line_of('MODEL_LINE')}" in cause, cause
 

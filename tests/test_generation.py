@@ -90,7 +90,7 @@ def test_generate_matches_cpu_and_a_growing_cache_says_why_it_recompiles():
     with torchtpu_lab.profile() as prof:
         out = model.generate(prompt.to("tpu"), max_new_tokens=8, do_sample=False)  # default: a dynamic cache
     assert torch.equal(out.cpu(), expected)
-    causes = [r["cause"] for r in prof.report()["compiles"] if r["recompile"]]
+    causes = [str(r.cause) for r in prof.report().compiles if r.recompile]
     assert any("grows by one every step" in c and 'cache_implementation="static"' in c for c in causes), causes
 
 

@@ -89,9 +89,9 @@ def test_profile_reports_limit_flushes_with_what_to_do(limit):
     with torchtpu_lab.profile() as prof:
         for _ in range(3):
             step()
-    groups = [g for g in prof.report()["syncs"] if g["reason"] == telemetry.SyncReason.GRAPH_LIMIT.text]
-    assert groups and sum(g["count"] for g in groups) >= 6
-    hint = groups[0]["hint"]
+    groups = [g for g in prof.report().syncs if g.reason == telemetry.SyncReason.GRAPH_LIMIT.text]
+    assert groups and sum(g.count for g in groups) >= 6
+    hint = groups[0].hint
     assert "max_graph_ops" in hint and str(lazy.max_graph_ops) in hint and "raise the limit" in hint
     assert "graph size limit" in prof.text()
 

@@ -23,7 +23,7 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parent.parent / "torchtpu_lab"
 
 LAYERS = [
-    {"platform", "telemetry", "caches", "dtypes", "units", "interrupts"},
+    {"platform", "telemetry", "causes", "records", "caches", "dtypes", "units", "interrupts"},
     {"device"},
     {"ops"},
     {"runtime"},

@@ -99,7 +99,7 @@ def test_fused_training_step_peak_and_never_below_live_parameters(ip):
     largest_activation = 128 * 256 * 4
     # parameters + gradients + Adam's two moments + the largest layer's activations
     assert prof.peak_bytes >= 4 * params + largest_activation, (prof.peak_bytes, params)
-    timeline = prof.report()["memory"]["timeline"]
+    timeline = prof.report().memory.timeline
     assert min(b for _, b in timeline) >= params, (min(b for _, b in timeline), params)
     assert any(e.kind == "memory" and e.detail.get("temp", 0) + e.detail.get("output", 0) > 0 for e in prof.events)
 
@@ -115,7 +115,7 @@ def test_time_split_adds_up_to_wall_and_keeps_compiling_out_of_waiting(ip):
     compile_total = sum(c.dur for c in ip.user_ns["_tpu_profile"].compiles)
     assert s["compile_s"] == pytest.approx(compile_total, rel=0.05)
     assert s["wait_s"] < sum(e.dur for e in ip.user_ns["_tpu_profile"].syncs) - 0.5 * compile_total
-    labels = ip.user_ns["_tpu_profile"].report()["time_labels"]
+    labels = ip.user_ns["_tpu_profile"].report().time_labels
     assert "recording" in labels["tracing"]
     run(ip, "%tpu mode strict")
     try:
@@ -138,12 +138,12 @@ def test_recompiles_grouped_with_pattern_fix_finding_and_code(ip):
         """))
     assert result.success
     report = ip.user_ns["_tpu_profile"].report(3)
-    group = next(g for g in report["compile_groups"] if g["recompile"])
-    assert group["count"] == 5 and "dim 0" in group["pattern"] and "took 6 values 5\u202644" in group["pattern"]
-    assert "pad or bucket dim 0" in group["hint"] and "GROUPED" in group["code"]
-    assert re.search(r"cell \[\d+\], line 3", group["line"])
-    finding = report["findings"][0]
-    assert "recompilation" in finding["title"] and 0 < finding["share"] <= 1
+    group = next(g for g in report.compile_groups if g.recompile)
+    assert group.count == 5 and "dim 0" in group.pattern and "took 6 values 5\u202644" in group.pattern
+    assert "pad or bucket dim 0" in group.hint and "GROUPED" in group.code
+    assert re.search(r"cell \[\d+\], line 3", group.line)
+    finding = report.findings[0]
+    assert "recompilation" in finding.title and 0 < finding.share <= 1
     assert text.index("findings:") < text.index("compilations")  # what matters comes first
     assert "Findings" in html and "GROUPED" in html
     rows = [x for x in text.splitlines() if "RECOMPILE" in x and "took 6 values" in x]
@@ -160,9 +160,9 @@ def test_growing_graph_gets_the_sync_hint_and_the_table_is_capped(ip):
         s = acc.sum().item()
         """))
     report = ip.user_ns["_tpu_profile"].report(2)
-    group = next(g for g in report["compile_groups"] if "torchtpu_lab.sync()" in g["hint"])
-    assert "unrolled" in group["pattern"] and "5 steps" in group["pattern"] and "acc * 1.01" in group["code"]
-    assert "unrolled" in report["findings"][0]["title"]
+    group = next(g for g in report.compile_groups if "torchtpu_lab.sync()" in g.hint)
+    assert "unrolled" in group.pattern and "5 steps" in group.pattern and "acc * 1.01" in group.code
+    assert "unrolled" in report.findings[0].title
     run(ip, "%tpu mode strict")
     try:
         run(ip, "%%tpu_profile --no-flame --top 2\nz = torch.arange(7.0, device='tpu').exp().sin().cos().tanh()"
@@ -170,7 +170,7 @@ def test_growing_graph_gets_the_sync_hint_and_the_table_is_capped(ip):
     finally:
         run(ip, "%tpu mode fused")
     report = ip.user_ns["_tpu_profile"].report(2)
-    assert len(report["compile_groups"]) <= 2
+    assert len(report.compile_groups) <= 2
 
 
 # ---- 4: disk loads are not compiles ------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_flame_graph_has_user_function_frames_and_sync_children_add_up(ip):
     run(ip, "fl_m = torch.nn.Linear(32, 32).to('tpu')\ndef fl_step():\n    return fl_m(torch.ones(4, 32).to('tpu')).sum()")
     run(ip, "%%tpu_profile --no-flame\nfor _ in range(2):\n    fl_step().item()\n")
     prof = ip.user_ns["_tpu_profile"]
-    tree = prof.report()["flame"]
+    tree = prof.report().flame
     labels = dict(zip(tree.ids, tree.labels))
     parent = dict(zip(tree.ids, tree.parents))
     func = [i for i, label in labels.items() if label.startswith("fl_step()")]

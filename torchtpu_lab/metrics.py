@@ -1,6 +1,9 @@
 """A PyTorch/XLA-style metrics summary of the session, computed from the telemetry counters and logs.
 
-:func:`summary` returns plain data (counts, totals, percentiles); :func:`metrics_report` renders it as text.
+:func:`collect` returns a :class:`~torchtpu_lab.records.Metrics` record (executables counted under the names of
+:class:`~torchtpu_lab.telemetry.Counter`, as in a profile's summary and ``%tpu``), :func:`summary` the same as
+plain data, and :func:`metrics_report` renders it as text. A recent compile's ``cause`` is its
+:class:`~torchtpu_lab.causes.Cause` record.
 """
 
 from __future__ import annotations
@@ -8,22 +11,23 @@ from __future__ import annotations
 import statistics
 
 from . import telemetry
+from .records import Metrics, Timing
+from .telemetry import Counter
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def _timing(values: list[float]) -> Timing | None:
     if not values:
-        return {}
+        return None
     ordered = sorted(values)
 
     def pct(p: float) -> float:
         return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
-    return {"count": len(ordered), "total_s": sum(ordered), "mean_s": statistics.fmean(ordered),
-            "p50_s": pct(50), "p90_s": pct(90), "p99_s": pct(99), "max_s": ordered[-1]}
+    return Timing(len(ordered), sum(ordered), statistics.fmean(ordered), pct(50), pct(90), pct(99), ordered[-1])
 
 
-def summary() -> dict:
-    """Counters and timing distributions since the start of the session (or the last reset)."""
+def collect() -> Metrics:
+    """Counters and timing distributions since the start of the session (or the last reset), as a record."""
     from . import caches
     from .runtime import compile_cache, executor, lazy, modes
 
@@ -31,33 +35,37 @@ def summary() -> dict:
 
     c = telemetry.counters
     compiles = list(telemetry.compile_log)
-    return {
-        "eager_mode": modes.current(),
-        "counters": {k: (int(v) if float(v).is_integer() else v) for k, v in sorted(c.items())},
-        "compile_time": _percentiles([e.dur for e in compiles]),
-        "execute_time": _percentiles([e.dur for e in telemetry.execute_log]),
-        "collective_time": _percentiles([entry[3] for entry in process_group.collective_log]),
-        "executables": {"compiled": int(c.get("compiles", 0)), "disk_loads": int(c.get("disk_loads", 0)),
-                        "memory_hits": int(c.get("graph_cache_hits", 0) + c.get("op_cache_hits", 0))},
-        "recent_compiles": [
+    return Metrics(
+        eager_mode=modes.current(),
+        counters={str(k): (int(v) if float(v).is_integer() else v) for k, v in sorted(c.items())},
+        compile_time=_timing([e.dur for e in compiles]),
+        execute_time=_timing([e.dur for e in telemetry.execute_log]),
+        collective_time=_timing([entry[3] for entry in process_group.collective_log]),
+        compiles=int(c.get(Counter.COMPILES, 0)),
+        disk_loads=int(c.get(Counter.DISK_LOADS, 0)),
+        cache_hits=telemetry.memory_hits(),
+        recent_compiles=tuple(
             {"name": e.name, "cause": e.detail.get("cause"), "seconds": e.dur, "disk": bool(e.detail.get("disk")),
              "source": str(e.source) if e.source else None}
-            for e in compiles[-10:]
-        ],
-        "recent_graph_breaks": [
+            for e in compiles[-10:]),
+        recent_graph_breaks=tuple(
             {"reason": e.name, "source": str(e.source) if e.source else None}
-            for e in list(telemetry.graph_break_log)[-10:]
-        ],
-        "op_cache_entries": executor.cache_size(),
-        "graph_cache_entries": lazy.graph_cache_size(),
-        "caches": caches.stats(),
-        "persistent_cache_dir": compile_cache.directory(),
-        "persistent_cache_entries": compile_cache.entries(),
-    }
+            for e in list(telemetry.graph_break_log)[-10:]),
+        op_cache_entries=executor.cache_size(),
+        graph_cache_entries=lazy.graph_cache_size(),
+        caches=caches.stats(),
+        persistent_cache_dir=compile_cache.directory(),
+        persistent_cache_entries=compile_cache.entries(),
+    )
+
+
+def summary() -> dict:
+    """:func:`collect` as plain data (counts, totals, percentiles)."""
+    return collect().as_dict()
 
 
 def metrics_report() -> str:
     """The summary as text, like ``torch_xla.debug.metrics.metrics_report()``."""
     from .render.text import metrics_text
 
-    return metrics_text(summary())
+    return metrics_text(collect())

@@ -6,7 +6,9 @@ Two tiers, so the hot path stays cheap:
 * **events** (only while someone records, e.g. inside ``torchtpu_lab.profile()``): :class:`Event` records
   appended to the open recorders' lists, with the user's source line looked up per event.
 
-Nothing here formats or renders; :mod:`torchtpu_lab.metrics` and the profile renderers do.
+Counter names are :class:`Counter` members (strings, so ``counters["syncs"]`` reads the same entry); event
+kinds are :class:`EventKind` members. Nothing here formats or renders; :mod:`torchtpu_lab.metrics` and the
+profile renderers do.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .causes import Cause
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PREFIXES: tuple[str, ...] = ()
@@ -147,9 +153,48 @@ END_OF_CELL = Source("<end of cell>", 0, "")
 BACKWARD = Source("<autograd backward>", 0, "backward")
 
 
+class EventKind(enum.StrEnum):
+    """What an :class:`Event` records (a string, so ``event.kind == "op"`` holds). Each is emitted:"""
+
+    OP = "op"  #: a torch op ran (strict/debug) or was recorded into the fused graph (``cache_hit``)
+    GRAPH = "graph"  #: a compiled program ran: a fused graph at a sync, a torch.compile graph (``n_ops``)
+    COMPILE = "compile"  #: an executable was compiled or loaded from disk (``cause``: a :class:`~.causes.Cause`)
+    SYNC = "sync"  #: the host waited for the device (``reason``: a :class:`SyncReason`)
+    FALLBACK = "fallback"  #: an op without a tpu lowering ran on the CPU
+    MEMORY = "memory"  #: a fused graph's outputs and temporaries were counted while it ran
+    COLLECTIVE = "collective"  #: a torch.distributed collective (``participants``, ``nbytes``)
+    GRAPH_BREAK = "graph_break"  #: torch.compile cut a graph (Dynamo's ``reason``)
+
+
+class Counter(enum.StrEnum):
+    """Names of the always-on :data:`counters` that more than one reader shares (status, profile summary,
+    metrics). A counter of another name (``collective:all_reduce``, JAX's ``xla_compiles``) is still counted;
+    these are the ones read back by name."""
+
+    COMPILES = "compiles"  #: executables XLA compiled (a disk load is not one)
+    COMPILE_SECONDS = "compile_seconds"
+    DISK_LOADS = "disk_loads"  #: executables loaded from the persistent cache
+    DISK_LOAD_SECONDS = "disk_load_seconds"
+    GRAPH_CACHE_HITS = "graph_cache_hits"  #: fused graphs served by an executable in memory
+    OP_CACHE_HITS = "op_cache_hits"  #: ops (strict/debug) served by an executable in memory
+    EXECUTIONS = "executions"
+    SYNCS = "syncs"
+    CPU_FALLBACKS = "cpu_fallbacks"
+    DYNAMO_GRAPHS = "dynamo_graphs"  #: graphs Dynamo handed to torch.compile(backend="tpu")
+    DYNAMO_RECOMPILES = "dynamo_recompiles"
+    GRAPH_BREAKS = "graph_breaks"
+    COMPILED_GRAPHS_EAGER = "compiled_graphs_eager"  #: torch.compile graphs that run op by op
+
+
+def memory_hits() -> int:
+    """Executions served by an executable already in this process: fused graphs at syncs and ops run one at a
+    time (strict/debug)."""
+    return int(counters.get(Counter.GRAPH_CACHE_HITS, 0) + counters.get(Counter.OP_CACHE_HITS, 0))
+
+
 @dataclass(slots=True)
 class Event:
-    """One thing that happened. ``kind`` is one of: op, graph, compile, sync, transfer, fallback, alloc, free."""
+    """One thing that happened; ``kind`` is an :class:`EventKind`."""
 
     kind: str
     name: str
@@ -195,12 +240,13 @@ def count(key: str, amount: float = 1) -> None:
 
 def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes: int = 0,
          source: Source | None = None, with_source: bool = True, **detail) -> Event | None:
-    """Record an event for every open recorder (and nothing else); returns it, or ``None`` if nobody records."""
+    """Record an event for every open recorder (and nothing else); returns it, or ``None`` if nobody records.
+    ``kind`` must be an :class:`EventKind` (a ``ValueError`` otherwise: readers find events by kind)."""
     if not _recorders:
         return None
     if source is None and with_source:
         source = user_source(3)
-    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail,
+    event = Event(EventKind(kind), name, time.perf_counter() if t is None else t, dur, nbytes, source, detail,
                   user_stack(3) if with_source else None)
     for sink in _recorders:
         sink.append(event)
@@ -216,15 +262,16 @@ def _log(log: deque, event: Event) -> Event:
     return event
 
 
-def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int, reason: str = "",
+def record_compile(kind: str, name: str, cause: Cause, seconds: float, n_ops: int, reason: str = "",
                    disk: bool = False) -> Event:
-    """A compilation happened (always logged): what, why, how long, and the user line that triggered it.
-    ``recompile`` marks a signature that replaced an earlier one (anything but a first sighting); ``disk``
-    marks an executable loaded from the persistent cache rather than compiled by XLA (a load, not a compile)."""
+    """A compilation happened (always logged): what, why (a :class:`~.causes.Cause`), how long, and the user
+    line that triggered it. ``recompile`` marks a signature that replaced an earlier one (any cause but a first
+    sighting); ``disk`` marks an executable loaded from the persistent cache rather than compiled by XLA (a
+    load, not a compile)."""
     now = time.perf_counter()
-    event = _log(compile_log, Event("compile", name, now - seconds, seconds, 0, user_source(3),
+    event = _log(compile_log, Event(EventKind.COMPILE, name, now - seconds, seconds, 0, user_source(3),
                                     {"kind": kind, "cause": cause, "n_ops": n_ops, "reason": reason,
-                                     "recompile": not cause.startswith("first time"), "disk": bool(disk)}))
+                                     "recompile": not cause.first, "disk": bool(disk)}))
     if live_hooks:
         _live()
     return event
@@ -232,9 +279,9 @@ def record_compile(kind: str, name: str, cause: str, seconds: float, n_ops: int,
 
 def record_graph_break(reason: str, source: Source | None, **detail) -> Event:
     """``torch.compile`` cut a graph here (always logged): Dynamo's reason and the user line that caused it."""
-    counters["graph_breaks"] += 1
+    counters[Counter.GRAPH_BREAKS] += 1
     first = reason.strip().splitlines()[0] if reason.strip() else "graph break"
-    return _log(graph_break_log, Event("graph_break", first, time.perf_counter(), 0.0, 0, source,
+    return _log(graph_break_log, Event(EventKind.GRAPH_BREAK, first, time.perf_counter(), 0.0, 0, source,
                                        {"reason": reason.strip(), **detail}))
 
 
@@ -274,10 +321,10 @@ sync_reason: contextvars.ContextVar[SyncReason | None] = contextvars.ContextVar(
 def record_sync(reason: SyncReason, n_ops: int = 0, source: Source | None = None, detail: str | None = None) -> Event:
     """The host waited for the device (always logged), with the reason and the user line. The event's name is
     the reason's text; ``detail["reason"]`` is the :class:`SyncReason` itself."""
-    counters["syncs"] += 1
+    counters[Counter.SYNCS] += 1
     if live_hooks:
         _live()
-    return _log(sync_log, Event("sync", reason.label(detail), time.perf_counter(), 0.0, 0,
+    return _log(sync_log, Event(EventKind.SYNC, reason.label(detail), time.perf_counter(), 0.0, 0,
                                 source or user_source(3), {"pending_ops": n_ops, "reason": reason}))
 
 
@@ -295,11 +342,11 @@ def sync_event(reason: SyncReason, n_ops: int = 0, source: Source | None = None,
 def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list | None = None) -> Event:
     """A compiled program ran (a fused graph, a torch.compile graph). ``ops``: the ATen op names inside it, when
     the program stands for ops the profile saw no event of (a torch.compile graph); kept by reference."""
-    counters["executions"] += 1
+    counters[Counter.EXECUTIONS] += 1
     detail = {"n_ops": n_ops, "cache_hit": cache_hit}
     if ops is not None:
         detail["ops"] = ops
-    return _log(execute_log, Event("graph", name, t0, time.perf_counter() - t0, 0, None, detail))
+    return _log(execute_log, Event(EventKind.GRAPH, name, t0, time.perf_counter() - t0, 0, None, detail))
 
 
 class Recorder:

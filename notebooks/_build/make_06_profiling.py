@@ -102,21 +102,21 @@ fig.update_layout(height=360, title="Three warm training steps of TinyLM")
 fig"""),
     md("""## The op table
 
-`_tpu_profile.report(top)` returns the report as data. `report["ops"]` has the torch ops sorted **by time**
+`_tpu_profile.report(top)` returns the report as data. `report.ops` has the torch ops sorted **by time**
 (where host time went) and **by count** (what the model does most), each with the line that issued most of
 them; `backward (autograd)` marks ops run by autograd's backward pass."""),
     code("""report = _tpu_profile.report(top=8)
-ops = report["ops"]
-print(f"{ops['distinct']} distinct ops; top 8 by time:")
-for row in ops["by_time"]:
-    print(f"  {row['op']:<34} x{row['count']:<4} {row['total_s'] * 1e3:7.2f} ms  {row['line']}")
+ops = report.ops
+print(f"{ops.distinct} distinct ops; top 8 by time:")
+for row in ops.by_time:
+    print(f"  {row.op:<34} x{row.count:<4} {row.total_s * 1e3:7.2f} ms  {row.line}")
 print("top 8 by count:")
-for row in ops["by_count"]:
-    print(f"  {row['op']:<34} x{row['count']:<4} {row['line']}")"""),
+for row in ops.by_count:
+    print(f"  {row.op:<34} x{row.count:<4} {row.line}")"""),
     code("""import plotly.graph_objects as go
 
-rows = ops["by_count"][::-1]
-fig = go.Figure(go.Bar(x=[r["count"] / 3 for r in rows], y=[r["op"] for r in rows], orientation="h",
+rows = ops.by_count[::-1]
+fig = go.Figure(go.Bar(x=[r.count / 3 for r in rows], y=[r.op for r in rows], orientation="h",
                        marker_color="#72B7B2"))
 fig.update_layout(height=320, xaxis_title="calls per training step", margin={"t": 20, "b": 30, "l": 10})
 fig"""),

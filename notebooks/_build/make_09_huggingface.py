@@ -118,7 +118,7 @@ token, and the profile's compile causes say so and what to do about it:"""),
     code("""%%tpu_profile --top 3 --no-flame
 generated = model.generate(prompt.to("tpu"), max_new_tokens=8, do_sample=False)"""),
     code("""print("same tokens as the static-cache loop:", generated[0].cpu().tolist() == out[:14].tolist())
-print(next(c.detail["cause"] for c in _tpu_profile.compiles if "grows by one" in c.detail["cause"]))"""),
+print(next(c.detail["cause"] for c in _tpu_profile.compiles if "grows by one" in str(c.detail["cause"])))"""),
     md("""With `cache_implementation="static"` the cache is preallocated, and on a `tpu` device `transformers`
 compiles the model's forward with `torch.compile(backend="tpu")` (its default for this device). A fixed
 `max_cache_len` keeps the cache the same size whatever `max_new_tokens` asks for, so after the first call

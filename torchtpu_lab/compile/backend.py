@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .. import caches, dtypes, platform, telemetry
+from ..causes import Cause, CauseKind
 from ..backend import dispatch
 from ..device import rng, tensor
 from ..ops import precision
@@ -114,14 +115,14 @@ class CompiledGraph:
         self.built_precision = prec
         return built
 
-    def _cause(self, prec: str, device_index: int) -> str:
+    def _cause(self, prec: str, device_index: int) -> Cause:
         """Why this graph needs another executable (the compile event's cause)."""
+        what = f"{self.kind} of {self.label}"
         if not self.executables:
-            return f"first time this graph was compiled ({self.kind} of {self.label})"
+            return Cause(CauseKind.FIRST_COMPILED, detail=what)
         if prec != self.built_precision:
-            return (f"float32 matmul precision changed {self.built_precision!r} -> {prec!r} "
-                    f"(torch.set_float32_matmul_precision; {self.kind} of {self.label})")
-        return f"the graph ran on tpu:{device_index} ({self.kind} of {self.label})"
+            return Cause(CauseKind.PRECISION, old=self.built_precision, new=prec, detail=what)
+        return Cause(CauseKind.DEVICE, new=device_index, detail=what)
 
 
 def _call(built: tuple, inputs: list):

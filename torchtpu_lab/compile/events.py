@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from .. import telemetry
+from ..causes import Cause, CauseKind
+from ..telemetry import Counter
 
 #: kinds of the compile events emitted here (``detail["kind"]``)
 DYNAMO = "dynamo"
@@ -45,10 +47,11 @@ def dynamo_graph(gm: torch.fx.GraphModule) -> telemetry.Event:
     if reason is not None and getattr(reason, "graph_break", False):
         source = _user_source(getattr(reason, "user_stack", None))
         telemetry.record_graph_break(str(reason.reason), source, kind=DYNAMO, frame=code)
-    cause = f"Dynamo recompiled: {recompile}" if recompile else "first time this function was compiled"
-    telemetry.count("dynamo_graphs")
+    cause = (Cause(CauseKind.DYNAMO_RECOMPILE, detail=str(recompile)) if recompile
+             else Cause(CauseKind.FIRST_FUNCTION))
+    telemetry.count(Counter.DYNAMO_GRAPHS)
     if recompile:
-        telemetry.count("dynamo_recompiles")
+        telemetry.count(Counter.DYNAMO_RECOMPILES)
     return telemetry.record_compile(DYNAMO, f"dynamo graph {code} [{n_ops} ops]", cause, 0.0, n_ops,
                                     reason="recompile" if recompile else "")
 
@@ -56,7 +59,7 @@ def dynamo_graph(gm: torch.fx.GraphModule) -> telemetry.Event:
 def traced(event, seconds: float) -> None:
     """The Dynamo graph's AOTAutograd trace took ``seconds`` (its XLA compiles are separate events)."""
     event.dur = seconds
-    telemetry.count("compile_seconds", seconds)
+    telemetry.count(Counter.COMPILE_SECONDS, seconds)
 
 
 def _frame_name(gm) -> str:
@@ -77,12 +80,11 @@ def _frame_name(gm) -> str:
     return "<graph>"
 
 
-def graph_compiled(graph, seconds: float, cause: str, disk: bool = False) -> None:
+def graph_compiled(graph, seconds: float, cause: Cause, disk: bool = False) -> None:
     """An executable of a lowered graph was built, with the ATen ops inside: compiled by XLA, or (``disk``)
     loaded from the persistent cache, counted as a load, not a compile (as the runtime counts its own)."""
-    counter = "disk_load" if disk else "compile"  # the runtime's counter names: disk_loads, compiles
-    telemetry.count(counter + "s")
-    telemetry.count(counter + "_seconds", seconds)
+    telemetry.count(Counter.DISK_LOADS if disk else Counter.COMPILES)
+    telemetry.count(Counter.DISK_LOAD_SECONDS if disk else Counter.COMPILE_SECONDS, seconds)
     event = telemetry.record_compile("compiled", graph.name, cause, seconds, graph.plan.n_ops, disk=disk)
     event.detail["ops"] = list(graph.plan.ops)
     if graph.plan.group is not None:  # lowered into the program, which runs over the group's mesh
@@ -91,7 +93,6 @@ def graph_compiled(graph, seconds: float, cause: str, disk: bool = False) -> Non
 
 
 def graph_runs_eagerly(gm, kind: str, why: str) -> None:
-    telemetry.count("compiled_graphs_eager")
-    telemetry.record_compile("eager-graph", f"{kind} graph runs eagerly",
-                             f"first time this graph was seen; it runs op by op: {why}", 0.0,
+    telemetry.count(Counter.COMPILED_GRAPHS_EAGER)
+    telemetry.record_compile("eager-graph", f"{kind} graph runs eagerly", Cause(CauseKind.FIRST_EAGER, detail=why), 0.0,
                              sum(1 for n in gm.graph.nodes if n.op == "call_function"))

@@ -27,7 +27,9 @@ import time
 from collections.abc import Callable
 
 from .. import telemetry
+from ..records import Status
 from ..runtime.modes import MODES
+from ..telemetry import Counter
 
 TARGET = "torchtpu_lab"
 VERSION = 1
@@ -51,8 +53,9 @@ def _compile_rows() -> list[dict]:
         code = ""
         if src is not None and src.lineno > 0:
             code = linecache.getline(src.filename, src.lineno).strip()[:200]
+        cause = e.detail.get("cause")
         rows.append({"name": str(e.name)[:200], "kind": str(e.detail.get("kind", "")), "n_ops": e.detail.get("n_ops"),
-                     "seconds": float(e.dur), "cause": str(e.detail.get("cause", ""))[:500],
+                     "seconds": float(e.dur), "cause": "" if cause is None else str(cause)[:500],
                      "recompile": bool(e.detail.get("recompile")), "disk": bool(e.detail.get("disk")),
                      "where": telemetry.describe(src), "code": code})
     return rows
@@ -86,26 +89,29 @@ def snapshot(shell=None) -> dict:
     s = status()
     with _lock:
         history = _state["history"]
-        history.append((round(time.time(), 3), int(s["memory allocated"])))
+        history.append((round(time.time(), 3), int(s.memory_allocated)))
         del history[:-HISTORY]
         history = [list(p) for p in history]
+    return {**payload(s), "compilations": _compile_rows(), "memory_history": history,
+            "profile": _profile_info(shell if shell is not None else _state["shell"])}
+
+
+def payload(s: Status) -> dict:
+    """A :class:`~..records.Status` in the names the JupyterLab extension reads (``extension/src/model.ts``)."""
     return {
-        "platform": s["platform"],
-        "devices": s["devices"],
-        "mode": s["eager mode"],
-        "memory": {"allocated": s["memory allocated"], "peak": s["memory peak"], "limit": s["memory limit"]},
-        "compiles": s["compiles"],
-        "disk_loads": s["disk loads"],
-        "cache_hits": s["cache hits"],
-        "cache_hit_rate": s["cache hit rate"],
-        "syncs": s["syncs"],
-        "cpu_fallbacks": s["CPU fallbacks"],
-        "pending_ops": s["pending fused ops"],
-        "cache_dir": s["cache dir"],
-        "cache_entries": s["cache entries on disk"],
-        "compilations": _compile_rows(),
-        "memory_history": history,
-        "profile": _profile_info(shell if shell is not None else _state["shell"]),
+        "platform": s.platform,
+        "devices": s.devices,
+        "mode": s.eager_mode,
+        "memory": {"allocated": s.memory_allocated, "peak": s.memory_peak, "limit": s.memory_limit},
+        Counter.COMPILES.value: s.compiles,
+        Counter.DISK_LOADS.value: s.disk_loads,
+        "cache_hits": s.cache_hits,
+        "cache_hit_rate": s.cache_hit_rate,
+        Counter.SYNCS.value: s.syncs,
+        Counter.CPU_FALLBACKS.value: s.cpu_fallbacks,
+        "pending_ops": s.pending_ops,
+        "cache_dir": s.cache_dir,
+        "cache_entries": s.cache_entries,
     }
 
 

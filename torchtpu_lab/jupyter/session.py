@@ -9,6 +9,7 @@ op runs when it is called, as in plain PyTorch (the device itself stays register
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from IPython.display import display
@@ -17,6 +18,7 @@ from .. import telemetry
 from ..device import memory
 from ..runtime import compile_cache, lazy, modes
 from . import comm
+from ..records import Status
 from .status import banner_lines, status
 
 _state: dict = {"loaded": False}
@@ -25,7 +27,7 @@ _state: dict = {"loaded": False}
 class Banner:
     """The load banner: HTML in a notebook, text in a terminal."""
 
-    def __init__(self, data: dict):
+    def __init__(self, data: Status):
         self.data = data
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -85,7 +87,7 @@ def load_ipython_extension(ip, global_changes: Callable[[], dict] | None = None)
         telemetry.count("extension_loads")
     data = status()
     if global_changes is not None:
-        data["global changes"] = global_changes()
+        data = dataclasses.replace(data, global_changes=global_changes())
     display(Banner(data))
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import threading
 
+from ..records import Status
+
 _state: dict = {"thread": None, "stop": None, "widget": None}
 
 
-def _text(s: dict) -> str:
+def _text(s: Status) -> str:
     from .status import status_lines
 
     return "\n".join(status_lines(s))

@@ -93,7 +93,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     lazy.sync(telemetry.SyncReason.PROFILE_START, record=False)
     prof = Profile(device_index=device_index)
     prof.start(memory.allocated(device_index), memory.live_buffers(device_index))
-    prof.mode = modes.current()
+    prof.modes = (modes.current(),)
     watch = _MemoryWatch(prof.t0, device_index)
     trace = _Trace(xprof_dir) if xprof_dir else None
     recorder = telemetry.Recorder()
@@ -139,8 +139,8 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
             interrupted = trace.stop()
     from ..runtime import modes
 
-    if modes.current() != prof.mode:
-        prof.mode = f"{prof.mode}->{modes.current()}"
+    if modes.current() != prof.modes[-1]:
+        prof.modes += (modes.current(),)
     prof.finish(recorder.events, watch.samples, watch.peak, memory.allocated(device_index),
                 memory.live_buffers(device_index), xprof_dir if trace is not None and trace.error is None else None)
     if trace is not None:

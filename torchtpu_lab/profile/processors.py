@@ -9,13 +9,14 @@ import glob
 import gzip
 import json
 import os
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from ..causes import CauseKind
 from ..runtime import lazy
-from ..telemetry import SyncReason, code_text
-from ..telemetry import describe
+from ..telemetry import EventKind, SyncReason, code_text, describe
+from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
+                       OpRow, OpTable, Report, Summary, SyncGroup)
 
 
 #: labels of the source lines seen while building one report (a 10,000-op profile names the same few lines
@@ -113,14 +114,17 @@ def split_wall_time(prof) -> dict:
     return out
 
 
-def time_labels(mode: str) -> dict:
-    """What each time column measures in this eager mode (shown next to the figures)."""
-    fused = mode.startswith("fused") or mode.endswith("fused")
+def time_labels(modes: tuple[str, ...]) -> dict:
+    """What each time column measures in the eager modes a block ran in (shown next to the figures)."""
+    if len(modes) > 1:
+        tracing = "recording / dispatching ops"
+    elif "fused" in modes:
+        tracing = "recording ops into fused graphs (they run later, at syncs)"
+    else:
+        tracing = "dispatching ops one at a time (asynchronous: the device runs them meanwhile)"
     return {
         "python": "Python: your code between torch ops",
-        "tracing": "recording ops into fused graphs (they run later, at syncs)" if fused and "->" not in mode
-        else "dispatching ops one at a time (asynchronous: the device runs them meanwhile)"
-        if "->" not in mode else "recording / dispatching ops",
+        "tracing": tracing,
         "compiling": "compiling XLA executables (or loading them from the disk cache)",
         "waiting": "waiting for the device at syncs (running graphs, copying values back)",
     }
@@ -144,7 +148,7 @@ def _exclusive(events, nested) -> dict[int, float]:
     return out
 
 
-def op_table(prof, top: int) -> dict:
+def op_table(prof, top: int) -> OpTable:
     """Top ``top`` torch ops by host time (compiles and syncs inside them excluded) and by count, each with the
     user line that issued most of them and its text."""
     total, count, lines = defaultdict(float), Counter(), defaultdict(Counter)
@@ -170,63 +174,54 @@ def op_table(prof, top: int) -> dict:
     rows = []
     for name in count:
         line = lines[name].most_common(1)[0][0]
-        rows.append({"op": name, "count": count[name], "total_s": total[name], "mean_s": total[name] / count[name],
-                     "line": line, "code": code_text(sources.get((name, line)))})
-    mode = getattr(prof, "mode", "") or ""
-    return {
-        "by_time": sorted(rows, key=lambda r: -r["total_s"])[:top],
-        "by_count": sorted(rows, key=lambda r: -r["count"])[:top],
-        "distinct": len(rows),
-        "measures": time_labels(mode)["tracing"] + ", compile and sync time excluded"
+        rows.append(OpRow(name, count[name], total[name], total[name] / count[name], line,
+                          code_text(sources.get((name, line)))))
+    return OpTable(
+        by_time=tuple(sorted(rows, key=lambda r: -r.total_s)[:top]),
+        by_count=tuple(sorted(rows, key=lambda r: -r.count)[:top]),
+        distinct=len(rows),
+        measures=time_labels(prof.modes)["tracing"] + ", compile and sync time excluded"
         + ("; a torch.compile region: its whole call, program included" if compiled else ""),
-    }
+    )
 
 
-def compile_rows(prof) -> list[dict]:
-    return [{"name": e.name, "kind": e.detail.get("kind"), "n_ops": e.detail.get("n_ops"), "seconds": e.dur,
-             "cause": e.detail.get("cause", ""), "line": _where(e.source), "code": code_text(e.source),
-             "site_code": code_text(e.detail.get("site") or e.detail.get("unrolled_site")),
-             "unrolled": e.detail.get("unrolled", 0), "unrolled_line": _where(e.detail.get("unrolled_site"))
-             if e.detail.get("unrolled") else "",
-             "recompile": e.detail.get("recompile"), "disk": bool(e.detail.get("disk"))}
-            for e in prof.compiles]
+def compile_rows(prof) -> tuple[CompileRow, ...]:
+    rows = []
+    for e in prof.compiles:
+        d = e.detail
+        rows.append(CompileRow(
+            name=e.name, kind=d.get("kind"), n_ops=d.get("n_ops"), seconds=e.dur, cause=d.get("cause"),
+            line=_where(e.source), code=code_text(e.source),
+            site_code=code_text(d.get("site") or d.get("unrolled_site")), unrolled=d.get("unrolled", 0),
+            unrolled_line=_where(d.get("unrolled_site")) if d.get("unrolled") else "",
+            recompile=bool(d.get("recompile")), disk=bool(d.get("disk"))))
+    return tuple(rows)
 
 
-_SHAPE = re.compile(r"input (?P<arg>\S+) of (?P<op>\S+) changed shape \[(?P<old>[^\]]*)\] -> \[(?P<new>[^\]]*)\]")
-_SCALAR = re.compile(r"baked in as a constant \((?P<op>\S+) (?P<arg>input \S+): (?P<old>.+?) -> (?P<new>.+?)\)")
-_STATIC = re.compile(r"static size/dim argument (?P<arg>input \S+) of (?P<op>\S+) changed (?P<old>\S+) -> (?P<new>\S+)")
-_GROW = re.compile(r"graph has (?P<new>\d+) ops where the nearest cached graph has (?P<old>\d+)")
-_SEQ = re.compile(r"op sequence differs at op \d+: (?P<old>\S+) vs (?P<new>\S+)")
-_AT = re.compile(r" \(recorded at (?P<line>[^)]*)\)$")
+#: cause kinds grouped by the values an argument took, and the group kind each becomes
+_VALUE_KINDS = {CauseKind.SCALAR: "scalar", CauseKind.STATIC_SIZE: "static"}
 
 
-def _pattern(c: dict) -> tuple[tuple, dict]:
-    """A compile's cause as a group key and the values it varies over."""
-    cause = c["cause"]
-    m = _AT.search(cause)
-    line = m.group("line") if m else c["line"]
-    if c.get("unrolled"):
-        return ("unrolled", c["unrolled_line"]), {"line": c["unrolled_line"], "times": c["unrolled"],
-                                                  "n_ops": c["n_ops"]}
-    m = _SHAPE.search(cause)
-    if m:
-        old = [int(x) for x in m["old"].split(",") if x.strip()]
-        new = [int(x) for x in m["new"].split(",") if x.strip()]
+def _pattern(c: CompileRow) -> tuple[tuple, dict]:
+    """A compile's cause as a group key and the values it varies over, read from the cause's fields."""
+    cause = c.cause
+    line = _where(cause.site) if cause is not None and cause.site is not None else c.line
+    if c.unrolled:
+        return ("unrolled", c.unrolled_line), {"line": c.unrolled_line, "times": c.unrolled, "n_ops": c.n_ops}
+    if cause is None or cause.first:
+        return ("first", c.kind, c.disk), {"line": line}
+    if cause.kind is CauseKind.SHAPE:
+        old, new = list(cause.old), list(cause.new)
         dims = tuple(i for i, (a, b) in enumerate(zip(old, new)) if a != b) if len(old) == len(new) else ("rank",)
-        return ("shape", m["op"], m["arg"], dims, line), {"old": old, "new": new, "line": line}
-    for kind, rx in (("scalar", _SCALAR), ("static", _STATIC)):
-        m = rx.search(cause)
-        if m:
-            return (kind, m["op"], m["arg"], line), {"old": m["old"], "new": m["new"], "line": line}
-    m = _GROW.search(cause)
-    if m:
-        return ("grow", c["kind"]), {"old": int(m["old"]), "new": int(m["new"]), "line": line}
-    m = _SEQ.search(cause)
-    if m:
-        return ("sequence", m["old"], m["new"], line), {"line": line}
-    if cause.startswith("first time"):
-        return ("first", c["kind"], c["disk"]), {"line": line}
-    return ("other", re.sub(r"\d+", "N", cause), line), {"line": line}
+        return ("shape", cause.op, cause.input, dims, line), {"old": old, "new": new, "line": line}
+    if cause.kind in _VALUE_KINDS:
+        return ((_VALUE_KINDS[cause.kind], cause.op, cause.input, line),
+                {"old": cause.old, "new": cause.new, "line": line})
+    if cause.kind is CauseKind.GROW:
+        return ("grow", c.kind), {"old": cause.old, "new": cause.new, "line": line}
+    if cause.kind is CauseKind.SEQUENCE:
+        return ("sequence", cause.old, cause.new, line), {"line": line}
+    return ("other", cause.kind, cause.op, cause.input, line), {"line": line}
 
 
 def _span(values: list) -> str:
@@ -236,7 +231,7 @@ def _span(values: list) -> str:
     return f"{nums[0]}\u2026{nums[-1]}"
 
 
-def compile_groups(prof) -> list[dict]:
+def compile_groups(prof) -> list[CompileGroup]:
     """Compilations grouped by cause pattern, costliest first, each with the fix where one is known:
     "dim 1 of aten::addmm input 1 took 14 values 17…93 at cell [8], line 2" + pad/bucket that dim."""
     groups: dict[tuple, dict] = {}
@@ -254,17 +249,17 @@ def compile_groups(prof) -> list[dict]:
         n = len(rows)
         line = infos[0]["line"]
         first = rows[0]
-        code = next((r["site_code"] for r in rows if r["site_code"]), "") or next(
-            (r["code"] for r in rows if r["line"] == line and r["code"]), "")
+        code = next((r.site_code for r in rows if r.site_code), "") or next(
+            (r.code for r in rows if r.line == line and r.code), "")
         hint = ""
         if kind == "shape":
             op, arg, dims = key[1], key[2], key[3]
             if dims == ("rank",):
-                what = f"the rank of {op} input {arg} changed ({n}x)"
+                what = f"the rank of {op} {arg} changed ({n}x)"
             else:
                 d = dims[0]
                 values = [infos[0]["old"][d]] + [i["new"][d] for i in infos]
-                what = f"dim {d} of {op} input {arg} took {len(set(values))} values {_span(values)}"
+                what = f"dim {d} of {op} {arg} took {len(set(values))} values {_span(values)}"
                 steps = [b - a for a, b in zip(values, values[1:])]
                 if len(values) > 2 and all(s == 1 for s in steps):
                     hint = ("the size grows by one each step (a growing KV cache or sequence, as in generate()): "
@@ -299,121 +294,110 @@ def compile_groups(prof) -> list[dict]:
             hint = ("Python control flow took another path (a data-dependent if, a varying loop count); keep the "
                     "step the same each time, or sync before the branch")
         elif kind == "first":
-            names = Counter(r["name"] for r in rows)
+            names = Counter(r.name for r in rows)
             shown = ", ".join(list(names)[:4]) + ("\u2026" if len(names) > 4 else "")
             noun = "graph" if key[1] == "graph" else "op"
             what = (f"{n} {noun}{'s' if n != 1 else ''} loaded from the disk cache ({shown})" if key[2] else
                     f"first compile of {n} {noun}{'s' if n != 1 else ''} ({shown})")
-            line = rows[0]["line"] if n == 1 else ""
-            code = rows[0]["code"] if n == 1 else ""
+            line = rows[0].line if n == 1 else ""
+            code = rows[0].code if n == 1 else ""
         else:
-            what = first["cause"]
-        disk = sum(1 for r in rows if r["disk"])
+            what = str(first.cause)
+        disk = sum(1 for r in rows if r.disk)
         if disk and kind != "first":
             what += f" ({disk} of them loaded from the disk cache)"
-        out.append({"pattern": what, "count": n, "seconds": sum(r["seconds"] for r in rows), "line": line,
-                    "code": code, "hint": hint, "recompile": any(r["recompile"] for r in rows),
-                    "disk": sum(1 for r in rows if r["disk"]), "kind": kind, "names": sorted({r["name"] for r in rows})})
-    return sorted(out, key=lambda g: -g["seconds"])
+        out.append(CompileGroup(pattern=what, count=n, seconds=sum(r.seconds for r in rows), line=line, code=code,
+                                hint=hint, recompile=any(r.recompile for r in rows), disk=disk, kind=kind,
+                                names=tuple(sorted({r.name for r in rows}))))
+    return sorted(out, key=lambda g: -g.seconds)
 
 
-def sync_groups(prof) -> list[dict]:
+def sync_groups(prof) -> list[SyncGroup]:
     """Syncs grouped by reason and line; several at one line in one block means a sync inside a loop."""
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple, list] = {}
     own = _exclusive(prof.syncs, prof.compiles)  # waiting, not compiling
     for e in prof.syncs:
-        key = (e.name, _where(e.source))
-        reason = e.detail.get("reason")
-        g = groups.setdefault(key, {"reason": e.name, "line": key[1], "code": code_text(e.source), "count": 0,
-                                    "wait_s": 0.0, "reads_value": reason is None or reason.reads_value,
-                                    "limit": reason is SyncReason.GRAPH_LIMIT})
-        g["count"] += 1
-        g["wait_s"] += own[id(e)]
-    out = sorted(groups.values(), key=lambda g: -g["count"])
-    for g in out:
-        # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
-        reads_value = g.pop("reads_value")
-        g["loop"] = g["count"] > 1 and reads_value
-        if g.pop("limit"):
-            g["hint"] = LIMIT_HINT.format(count=g["count"], limit=lazy.max_graph_ops)
-            continue
-        g["hint"] = (
-            f"{g['count']} value reads at {g['line']}: a line that runs repeatedly and stops the device each "
-            "time; keep the value on the device (accumulate in a tensor) and read it once at the end"
-            if g["loop"] else ""
-        )
-    return out
-
-
-def findings(prof, groups: list[dict], syncs: list[dict], fallbacks: list[dict]) -> list[dict]:
-    """Up to three plain-language findings, costliest first: what cost the most time and how to fix it."""
-    wall = prof.wall_s or 1e-9
+        groups.setdefault((e.name, _where(e.source)), []).append(e)
     out = []
+    for (name, line), events in groups.items():
+        kind = events[0].detail.get("reason")
+        count = len(events)
+        # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
+        loop = count > 1 and (kind is None or kind.reads_value)
+        if kind is SyncReason.GRAPH_LIMIT:
+            hint = LIMIT_HINT.format(count=count, limit=lazy.max_graph_ops)
+        elif loop:
+            hint = (f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; "
+                    "keep the value on the device (accumulate in a tensor) and read it once at the end")
+        else:
+            hint = ""
+        out.append(SyncGroup(name, kind, line, code_text(events[0].source), count,
+                             sum(own[id(e)] for e in events), loop, hint))
+    return sorted(out, key=lambda g: -g.count)
+
+
+def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup],
+             fallbacks: list[FallbackGroup]) -> list[Finding]:
+    """Up to three plain-language findings, costliest first: what cost the most time and how to fix it.
+    Recompilations and unrolled loops are said even when cheap here: their cost grows with the run."""
+    wall = prof.wall_s or 1e-9
+    found: list[tuple[Finding, bool]] = []  # (finding, said however cheap)
+
+    def add(title: str, cost_s: float, detail: str, fix: str, grows: bool = False) -> None:
+        found.append((Finding(title, cost_s, detail, fix, cost_s / wall), grows))
+
     for g in groups:
-        if g["kind"] == "unrolled":
-            out.append({"title": f"{g['count']} compile{'s' if g['count'] != 1 else ''} of an unrolled loop",
-                        "cost_s": g["seconds"], "detail": g["pattern"], "fix": g["hint"]})
-        elif g["recompile"] and g["kind"] != "first":
-            out.append({"title": f"{g['count']} recompilation{'s' if g['count'] != 1 else ''}", "cost_s": g["seconds"],
-                        "detail": g["pattern"] + (f" at {g['line']}" if g["line"] else ""), "fix": g["hint"]})
-    first = [g for g in groups if g["kind"] == "first" and not g["disk"]]
-    first_s = sum(g["seconds"] for g in first)
+        if g.kind == "unrolled":
+            add(f"{g.count} compile{'s' if g.count != 1 else ''} of an unrolled loop", g.seconds, g.pattern, g.hint,
+                grows=True)
+        elif g.is_recompile:
+            add(f"{g.count} recompilation{'s' if g.count != 1 else ''}", g.seconds,
+                g.pattern + (f" at {g.line}" if g.line else ""), g.hint, grows=True)
+    first = [g for g in groups if g.kind == "first" and not g.disk]
+    first_s = sum(g.seconds for g in first)
     if first and first_s / wall >= 0.25:
-        n = sum(g["count"] for g in first)
-        out.append({"title": f"compiling {n} new executable{'s' if n != 1 else ''}", "cost_s": first_s,
-                    "detail": "the first run of this code",
-                    "fix": "a re-run (in this kernel, or a restarted one through the disk cache) does not compile"})
+        n = sum(g.count for g in first)
+        add(f"compiling {n} new executable{'s' if n != 1 else ''}", first_s, "the first run of this code",
+            "a re-run (in this kernel, or a restarted one through the disk cache) does not compile")
     for g in syncs:
-        if g["loop"]:
-            out.append({"title": f"{g['count']} host syncs from {g['reason']}", "cost_s": g["wait_s"],
-                        "detail": f"at {g['line']}" + (f": {g['code']}" if g["code"] else ""),
-                        "fix": "keep the value on the device (accumulate in a tensor) and read it once at the end"})
-    fb = {e.name: 0.0 for e in prof.fallbacks}
-    for e in prof.fallbacks:
-        fb[e.name] += e.dur
+        if g.loop:
+            add(f"{g.count} host syncs from {g.reason}", g.wait_s, f"at {g.line}" + (f": {g.code}" if g.code else ""),
+                "keep the value on the device (accumulate in a tensor) and read it once at the end")
     if fallbacks:
-        n = sum(f["count"] for f in fallbacks)
-        out.append({"title": f"{n} CPU fallback{'s' if n != 1 else ''}", "cost_s": sum(fb.values()),
-                    "detail": ", ".join(f"{f['op']} at {f['line']}" for f in fallbacks[:3]),
-                    "fix": "these ops have no tpu lowering and copy their data to the CPU and back"})
-    for f in out:
-        f["share"] = f["cost_s"] / wall
-    # recompilations and unrolled loops are worth saying even when cheap here: they grow with the run
-    out = [f for f in out if f["share"] >= 0.02 or "recompilation" in f["title"] or "unrolled" in f["title"]]
-    return sorted(out, key=lambda f: -f["cost_s"])[:3]
+        n = sum(f.count for f in fallbacks)
+        add(f"{n} CPU fallback{'s' if n != 1 else ''}", sum(e.dur for e in prof.fallbacks),
+            ", ".join(f"{f.op} at {f.line}" for f in fallbacks[:3]),
+            "these ops have no tpu lowering and copy their data to the CPU and back")
+    kept = [f for f, grows in found if f.share >= 0.02 or grows]
+    return sorted(kept, key=lambda f: -f.cost_s)[:3]
 
 
-def graph_break_rows(prof) -> list[dict]:
-    return [{"reason": e.name, "detail": e.detail.get("reason", ""), "line": _where(e.source)}
-            for e in prof.graph_breaks]
+def graph_break_rows(prof) -> list[GraphBreakRow]:
+    return [GraphBreakRow(e.name, e.detail.get("reason", ""), _where(e.source)) for e in prof.graph_breaks]
 
 
-def collective_groups(prof) -> list[dict]:
+def collective_groups(prof) -> list[CollectiveGroup]:
     """torch.distributed collectives grouped by kind and line: how many, how many bytes, how long."""
-    groups: dict[tuple, dict] = {}
-    for e in prof.of_kind("collective"):
-        key = (e.name, _where(e.source))
-        g = groups.setdefault(key, {"kind": e.name, "line": key[1], "count": 0, "bytes": 0, "total_s": 0.0,
-                                    "participants": e.detail.get("participants")})
-        g["count"] += 1
-        g["bytes"] += e.nbytes
-        g["total_s"] += e.dur
-    return sorted(groups.values(), key=lambda g: -g["total_s"])
+    groups: dict[tuple, list] = {}
+    for e in prof.of_kind(EventKind.COLLECTIVE):
+        groups.setdefault((e.name, _where(e.source)), []).append(e)
+    out = [CollectiveGroup(kind, line, len(events), sum(e.nbytes for e in events), sum(e.dur for e in events),
+                           events[0].detail.get("participants")) for (kind, line), events in groups.items()]
+    return sorted(out, key=lambda g: -g.total_s)
 
 
-def fallback_groups(prof) -> list[dict]:
+def fallback_groups(prof) -> list[FallbackGroup]:
     c = Counter((e.name, _where(e.source)) for e in prof.fallbacks)
     code = {(e.name, _where(e.source)): code_text(e.source) for e in prof.fallbacks}
-    return [{"op": op, "line": line, "code": code[(op, line)], "count": n} for (op, line), n in c.most_common()]
+    return [FallbackGroup(op, line, code[(op, line)], n) for (op, line), n in c.most_common()]
 
 
-def memory_report(prof) -> dict:
+def memory_report(prof) -> MemoryReport:
     freed = sum(m.nbytes for m in prof.memory if m.kind == "free")
     allocated = sum(m.nbytes for m in prof.memory if m.kind == "alloc")
     timeline = [(0.0, prof.start_bytes)] + [(m.t, m.allocated) for m in prof.memory] + [(prof.wall_s, prof.end_bytes)]
-    return {"start": prof.start_bytes, "end": prof.end_bytes, "peak": prof.peak_bytes, "limit": prof.limit_bytes,
-            "allocated": allocated, "freed": freed, "timeline": _thin(timeline, 500),
-            "largest": prof.live_at_end}
+    return MemoryReport(prof.start_bytes, prof.end_bytes, prof.peak_bytes, prof.limit_bytes, allocated, freed,
+                        _thin(timeline, 500), prof.live_at_end)
 
 
 def _thin(points: list, n: int) -> list:
@@ -550,32 +534,51 @@ def flame_tree(prof) -> FlameTree:
     return tree
 
 
-def build_report(prof, top: int = 10) -> dict:
+def summarize(prof) -> Summary:
+    """A profile's headline figures (``Profile.summary()`` is this as a dict)."""
+    compiles = [c for c in prof.compiles if not c.detail.get("disk")]
+    loads = len(prof.compiles) - len(compiles)
+    graph_runs = prof.graphs
+    # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
+    hits = sum(1 for e in graph_runs + prof.ops if e.detail.get("cache_hit"))
+    split = time_split(prof)
+    return Summary(
+        wall_s=prof.wall_s, device_s=device_seconds(prof), python_s=split["python"], tracing_s=split["tracing"],
+        compile_s=split["compiling"], wait_s=split["waiting"], mode=prof.mode, ops=len(prof.ops),
+        graphs_executed=len(graph_runs), compiles=len(compiles),
+        recompiles=sum(1 for c in compiles if c.detail.get("recompile")), disk_loads=loads, cache_hits=hits,
+        cache_misses=len(compiles) + loads, syncs=len(prof.syncs), cpu_fallbacks=len(prof.fallbacks),
+        collectives=len(prof.of_kind(EventKind.COLLECTIVE)), peak_bytes=prof.peak_bytes,
+        start_bytes=prof.start_bytes, end_bytes=prof.end_bytes, limit_bytes=prof.limit_bytes,
+        platform=prof.platform, error=prof.error, xprof_error=prof.xprof_error)
+
+
+def build_report(prof, top: int = 10) -> Report:
     """Everything the renderers show, computed once."""
     _labels.clear()
-    summary = prof.summary()
+    summary = summarize(prof)
     groups = compile_groups(prof)
     syncs = sync_groups(prof)
     fallbacks = fallback_groups(prof)
-    return {
-        "summary": summary,
-        "time_labels": time_labels(summary["mode"] or ""),
-        "findings": findings(prof, groups, syncs, fallbacks),
-        "ops": op_table(prof, top),
-        "compiles": compile_rows(prof),
-        "compile_groups": groups[:top],
-        "compile_groups_hidden": max(0, len(groups) - top),
-        "syncs": syncs[:top],
-        "syncs_hidden": max(0, len(syncs) - top),
-        "fallbacks": fallbacks[:top],
-        "graph_breaks": graph_break_rows(prof),
-        "collectives": collective_groups(prof),
-        "memory": memory_report(prof),
-        "flame": flame_tree(prof),
-        "xprof_dir": prof.xprof_dir,
-        "xprof_error": prof.xprof_error,
-        "xprof_command": xprof_command(prof.xprof_dir) if prof.xprof_dir else None,
-    }
+    return Report(
+        summary=summary,
+        time_labels=time_labels(prof.modes),
+        findings=tuple(findings(prof, groups, syncs, fallbacks)),
+        ops=op_table(prof, top),
+        compiles=compile_rows(prof),
+        compile_groups=tuple(groups[:top]),
+        compile_groups_hidden=max(0, len(groups) - top),
+        syncs=tuple(syncs[:top]),
+        syncs_hidden=max(0, len(syncs) - top),
+        fallbacks=tuple(fallbacks[:top]),
+        graph_breaks=tuple(graph_break_rows(prof)),
+        collectives=tuple(collective_groups(prof)),
+        memory=memory_report(prof),
+        flame=flame_tree(prof),
+        xprof_dir=prof.xprof_dir,
+        xprof_error=prof.xprof_error,
+        xprof_command=xprof_command(prof.xprof_dir) if prof.xprof_dir else None,
+    )
 
 
 def xprof_command(directory: str, port: int = 8791) -> str:

@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 
 from .. import platform
-from ..telemetry import Event, describe
+from ..causes import Cause
+from ..telemetry import Event, EventKind, describe
+from ..records import Report
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Profile:
     error: str | None = None
     xprof_dir: str | None = None
     platform: str = ""
-    mode: str = ""  # the eager mode the block ran in ("strict->fused" when it switched)
+    modes: tuple[str, ...] = ()  # the eager mode the block started in, and the one it ended in if it switched
     xprof_error: str | None = None  # why an --xprof trace was not recorded or written
     flush_exception: BaseException | None = field(default=None, repr=False)  # the end-of-block sync failed
     _start_ids: set = field(default_factory=set, repr=False)
@@ -59,6 +61,11 @@ class Profile:
         self.live_at_end = memory.largest(self.device_index, 20)
         self.xprof_dir = xprof_dir
 
+    @property
+    def mode(self) -> str:
+        """The eager mode the block ran in, as shown: ``fused``, or ``strict->fused`` when it switched."""
+        return "->".join(self.modes)
+
     # ---- views of the events ---------------------------------------------------------------------------------
 
     def of_kind(self, kind: str) -> list[Event]:
@@ -66,28 +73,28 @@ class Profile:
 
     @property
     def ops(self) -> list[Event]:
-        return self.of_kind("op")
+        return self.of_kind(EventKind.OP)
 
     @property
     def compiles(self) -> list[Event]:
-        return self.of_kind("compile")
+        return self.of_kind(EventKind.COMPILE)
 
     @property
     def graph_breaks(self) -> list[Event]:
         """Where ``torch.compile`` cut a graph (Dynamo's reason, the user's line)."""
-        return self.of_kind("graph_break")
+        return self.of_kind(EventKind.GRAPH_BREAK)
 
     @property
     def syncs(self) -> list[Event]:
-        return self.of_kind("sync")
+        return self.of_kind(EventKind.SYNC)
 
     @property
     def graphs(self) -> list[Event]:
-        return self.of_kind("graph")
+        return self.of_kind(EventKind.GRAPH)
 
     @property
     def fallbacks(self) -> list[Event]:
-        return self.of_kind("fallback")
+        return self.of_kind(EventKind.FALLBACK)
 
     def device_seconds(self) -> float:
         """Device time: device execution from the XProf trace when one was recorded, else the host's wait for
@@ -97,51 +104,11 @@ class Profile:
         return device_seconds(self)
 
     def summary(self) -> dict:
-        """Plain-data headline figures: the public keys users, tests and the JupyterLab panel rely on.
+        """Plain-data headline figures: the public keys users, tests and the JupyterLab panel rely on (the
+        :class:`~.report.Summary` record as a dict; its docstring says what each number counts)."""
+        from .processors import summarize
 
-        Executables are counted three ways: ``memory_hits`` (served by an executable already in this process),
-        ``disk_loads`` (loaded from the persistent cache: no XLA compile) and ``compiles`` (XLA compiled).
-        Wall time is split into ``python_s`` (host code between torch ops), ``tracing_s`` (recording ops into
-        fused graphs, or dispatching them one at a time in strict/debug mode), ``compile_s`` and ``wait_s``
-        (the host waiting for the device at sync points); they add up to ``wall_s``."""
-        from .processors import time_split
-
-        compiles = [c for c in self.compiles if not c.detail.get("disk")]
-        loads = [c for c in self.compiles if c.detail.get("disk")]
-        graph_runs = self.graphs
-        # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
-        hits = sum(1 for g in graph_runs if g.detail.get("cache_hit")) + sum(
-            1 for o in self.ops if o.detail.get("cache_hit"))
-        misses = len(compiles) + len(loads)
-        split = time_split(self)
-        return {
-            "wall_s": self.wall_s,
-            "device_s": self.device_seconds(),
-            "python_s": split["python"],
-            "tracing_s": split["tracing"],
-            "compile_s": split["compiling"],
-            "wait_s": split["waiting"],
-            "mode": self.mode,
-            "ops": len(self.ops),
-            "graphs_executed": len(graph_runs),
-            "compiles": len(compiles),
-            "recompiles": sum(1 for c in compiles if c.detail.get("recompile")),
-            "disk_loads": len(loads),
-            "memory_hits": hits,
-            "cache_hits": hits,
-            "cache_misses": misses,
-            "cache_hit_rate": hits / (hits + misses) if hits + misses else None,
-            "syncs": len(self.syncs),
-            "cpu_fallbacks": len(self.fallbacks),
-            "collectives": len(self.of_kind("collective")),
-            "peak_bytes": self.peak_bytes,
-            "start_bytes": self.start_bytes,
-            "end_bytes": self.end_bytes,
-            "limit_bytes": self.limit_bytes,
-            "platform": self.platform,
-            "error": self.error,
-            "xprof_error": self.xprof_error,
-        }
+        return summarize(self).as_dict()
 
     def to_dict(self) -> dict:
         def ev(e: Event) -> dict:
@@ -149,7 +116,7 @@ class Profile:
                     "source": None if e.source is None else {"file": e.source.filename, "line": e.source.lineno,
                                                               "function": e.source.function,
                                                               "where": describe(e.source)},
-                    "detail": {k: v for k, v in e.detail.items() if isinstance(v, (str, int, float, bool, type(None)))}}
+                    "detail": _plain_detail(e.detail)}
 
         return {
             "summary": self.summary(),
@@ -177,7 +144,7 @@ class Profile:
 
         return profile_text(self.report(top))
 
-    def report(self, top: int = 10) -> dict:
+    def report(self, top: int = 10) -> Report:
         """Everything a renderer shows, computed once (renderers never compute)."""
         from .processors import build_report
 
@@ -189,6 +156,20 @@ class Profile:
         return profile_html(self.report())
 
     def __repr__(self) -> str:
-        s = self.summary()
-        return (f"<Profile {s['wall_s'] * 1e3:.1f} ms wall, {s['ops']} ops, {s['compiles']} compiles, "
-                f"{s['syncs']} syncs, peak {s['peak_bytes']} B>")
+        from .processors import summarize
+
+        s = summarize(self)
+        return (f"<Profile {s.wall_s * 1e3:.1f} ms wall, {s.ops} ops, {s.compiles} compiles, "
+                f"{s.syncs} syncs, peak {s.peak_bytes} B>")
+
+
+def _plain_detail(detail: dict) -> dict:
+    """An event's detail as JSON-able data: plain values as they are, a compile's :class:`~..causes.Cause` as
+    its fields and text; other objects (sources, op lists) are left out."""
+    out = {}
+    for k, v in detail.items():
+        if isinstance(v, (str, int, float, bool, type(None))):
+            out[k] = v
+        elif isinstance(v, Cause):
+            out[k] = v.to_dict()
+    return out

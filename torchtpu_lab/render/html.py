@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
-from .text import fmt_bytes, fmt_s
+from ..records import Report, Status
+from .text import TIME_ROWS, fmt_bytes, fmt_s
 
 _STYLE = """
 <style>
@@ -57,105 +58,104 @@ def _table_html(headers, rows, classes=None) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def profile_html(r: dict) -> str:
+def profile_html(r: Report) -> str:
     from .text import cache_text, finding_text, fmt_pct
 
-    s = r["summary"]
-    labels = r["time_labels"]
-    mode = f" &middot; {escape(s['mode'])} mode" if s.get("mode") else ""
+    s = r.summary
+    mode = f" &middot; {escape(s.mode)} mode" if s.mode else ""
     parts = [_STYLE, '<div class="ttl-report">',
-             f'<div class="ttl-muted">torchtpu_lab profile &middot; {escape(s["platform"])}{mode}</div>',
+             f'<div class="ttl-muted">torchtpu_lab profile &middot; {escape(s.platform)}{mode}</div>',
              '<div class="ttl-head">',
-             _chip("wall", fmt_s(s["wall_s"])), _chip("Python", fmt_s(s["python_s"])),
-             _chip("tracing", fmt_s(s["tracing_s"])), _chip("compiling", fmt_s(s["compile_s"])),
-             _chip("waiting", fmt_s(s["wait_s"])),
-             _chip("ops", str(s["ops"])), _chip("graphs", str(s["graphs_executed"])),
-             _chip("compiles", f"{s['compiles']} ({s['recompiles']} re)"), _chip("disk loads", str(s["disk_loads"])),
-             _chip("memory hits", str(s["memory_hits"])),
-             _chip("syncs", str(s["syncs"])), _chip("CPU fallbacks", str(s["cpu_fallbacks"])),
-             _chip("peak memory", fmt_bytes(s["peak_bytes"])), "</div>"]
-    if s["error"]:
-        parts.append(f'<div class="ttl-error">The cell raised {escape(s["error"])} &mdash; partial report.</div>')
-    if r["findings"]:
+             _chip("wall", fmt_s(s.wall_s)), _chip("Python", fmt_s(s.python_s)),
+             _chip("tracing", fmt_s(s.tracing_s)), _chip("compiling", fmt_s(s.compile_s)),
+             _chip("waiting", fmt_s(s.wait_s)),
+             _chip("ops", str(s.ops)), _chip("graphs", str(s.graphs_executed)),
+             _chip("compiles", f"{s.compiles} ({s.recompiles} re)"), _chip("disk loads", str(s.disk_loads)),
+             _chip("memory hits", str(s.cache_hits)),
+             _chip("syncs", str(s.syncs)), _chip("CPU fallbacks", str(s.cpu_fallbacks)),
+             _chip("peak memory", fmt_bytes(s.peak_bytes)), "</div>"]
+    if s.error:
+        parts.append(f'<div class="ttl-error">The cell raised {escape(s.error)} &mdash; partial report.</div>')
+    if r.findings:
         parts.append('<h4>Findings</h4><ol class="ttl-findings">')
-        parts += [f"<li>{escape(finding_text(f))}</li>" for f in r["findings"]]
+        parts += [f"<li>{escape(finding_text(f))}</li>" for f in r.findings]
         parts.append("</ol>")
     parts.append("<h4>Where the wall time went</h4>")
-    rows = [((escape(fmt_s(s[k])), "num"), (escape(fmt_pct(s[k] / s["wall_s"] if s["wall_s"] else None)), "num"),
-             (escape(labels[lk]), "")) for lk, k in (("python", "python_s"), ("tracing", "tracing_s"),
-                                                       ("compiling", "compile_s"), ("waiting", "wait_s"))]
-    if r["xprof_dir"] and s["device_s"] is not None:
-        rows.append(((escape(fmt_s(s["device_s"])), "num"), ("", ""),
+    rows = [((escape(fmt_s(getattr(s, k))), "num"),
+             (escape(fmt_pct(getattr(s, k) / s.wall_s if s.wall_s else None)), "num"),
+             (escape(r.time_labels[lk]), "")) for lk, k in TIME_ROWS]
+    if r.xprof_dir and s.device_s is not None:
+        rows.append(((escape(fmt_s(s.device_s)), "num"), ("", ""),
                      ("device execution, from the XProf trace", "")))
     parts.append(_table_html(("time", "share", "what it measures"), rows))
-    ops = r["ops"]
-    if ops["by_time"]:
-        parts.append(f"<h4>Top ops by time ({ops['distinct']} distinct)</h4>"
-                     f'<div class="ttl-muted">{escape(ops["measures"])}</div>')
+    ops = r.ops
+    if ops.by_time:
+        parts.append(f"<h4>Top ops by time ({ops.distinct} distinct)</h4>"
+                     f'<div class="ttl-muted">{escape(ops.measures)}</div>')
         parts.append(_table_html(("op", "calls", "total", "mean", "line", "code"),
-                                 [((escape(o["op"]), ""), (str(o["count"]), "num"), (escape(fmt_s(o["total_s"])), "num"),
-                                   (escape(fmt_s(o["mean_s"])), "num"), (escape(o["line"]), ""),
-                                   (_code_cell(o["code"]), "")) for o in ops["by_time"]]))
+                                 [((escape(o.op), ""), (str(o.count), "num"), (escape(fmt_s(o.total_s)), "num"),
+                                   (escape(fmt_s(o.mean_s)), "num"), (escape(o.line), ""),
+                                   (_code_cell(o.code), "")) for o in ops.by_time]))
         parts.append("<h4>Top ops by count</h4>")
-        parts.append(_table(("op", "calls", "line"), [(o["op"], o["count"], o["line"]) for o in ops["by_count"]]))
-    if r["compile_groups"]:
+        parts.append(_table(("op", "calls", "line"), [(o.op, o.count, o.line) for o in ops.by_count]))
+    if r.compile_groups:
         parts.append(f"<h4>Compilations</h4><div class=\"ttl-muted\">{escape(cache_text(s))}; grouped by cause, "
                      "costliest first</div>")
         rows, classes = [], []
-        for g in r["compile_groups"]:
-            fix = f'<div class="ttl-hint">fix: {escape(g["hint"])}</div>' if g["hint"] else ""
-            rows.append(((str(g["count"]), "num"), (escape(fmt_s(g["seconds"])), "num"),
-                         (escape(g["pattern"]) + fix, ""), (escape(g["line"]), ""), (_code_cell(g["code"]), "")))
-            classes.append("ttl-recompile" if g["recompile"] and g["kind"] != "first" else "")
+        for g in r.compile_groups:
+            fix = f'<div class="ttl-hint">fix: {escape(g.hint)}</div>' if g.hint else ""
+            rows.append(((str(g.count), "num"), (escape(fmt_s(g.seconds)), "num"),
+                         (escape(g.pattern) + fix, ""), (escape(g.line), ""), (_code_cell(g.code), "")))
+            classes.append("ttl-recompile" if g.is_recompile else "")
         parts.append(_table_html(("count", "time", "cause", "line", "code"), rows, classes))
-        if r["compile_groups_hidden"]:
-            parts.append(f'<div class="ttl-muted">{r["compile_groups_hidden"]} more groups (--top N shows more)</div>')
-    if r.get("graph_breaks"):
+        if r.compile_groups_hidden:
+            parts.append(f'<div class="ttl-muted">{r.compile_groups_hidden} more groups (--top N shows more)</div>')
+    if r.graph_breaks:
         parts.append("<h4>torch.compile graph breaks</h4>")
-        parts.append(_table_html(("reason", "line"), [((escape(b["reason"]), ""), (escape(b["line"]), ""))
-                                                     for b in r["graph_breaks"]]))
-    if r["syncs"]:
+        parts.append(_table_html(("reason", "line"), [((escape(b.reason), ""), (escape(b.line), ""))
+                                                     for b in r.graph_breaks]))
+    if r.syncs:
         parts.append("<h4>Host syncs</h4>")
         parts.append(_table_html(("reason", "count", "waited", "line", "code"),
-                                 [((escape(g["reason"]), ""), (str(g["count"]), "num"),
-                                   (escape(fmt_s(g["wait_s"])), "num"), (escape(g["line"]), ""),
-                                   (_code_cell(g["code"]), "")) for g in r["syncs"]]))
-        for g in r["syncs"]:
-            if g["hint"]:
-                parts.append(f'<div class="ttl-hint">&#9888; {escape(g["hint"])}</div>')
-    if r.get("collectives"):
+                                 [((escape(g.reason), ""), (str(g.count), "num"),
+                                   (escape(fmt_s(g.wait_s)), "num"), (escape(g.line), ""),
+                                   (_code_cell(g.code), "")) for g in r.syncs]))
+        for g in r.syncs:
+            if g.hint:
+                parts.append(f'<div class="ttl-hint">&#9888; {escape(g.hint)}</div>')
+    if r.collectives:
         parts.append("<h4>Collectives</h4>")
         parts.append(_table_html(("collective", "count", "ranks", "bytes", "time", "line"),
-                                 [((escape(g["kind"]), ""), (str(g["count"]), "num"),
-                                   (escape(str(g["participants"])), "num"), (escape(fmt_bytes(g["bytes"])), "num"),
-                                   (escape(fmt_s(g["total_s"])), "num"), (escape(g["line"]), ""))
-                                  for g in r["collectives"]]))
-    if r["fallbacks"]:
+                                 [((escape(g.kind), ""), (str(g.count), "num"),
+                                   (escape(str(g.participants)), "num"), (escape(fmt_bytes(g.bytes)), "num"),
+                                   (escape(fmt_s(g.total_s)), "num"), (escape(g.line), ""))
+                                  for g in r.collectives]))
+    if r.fallbacks:
         parts.append("<h4>CPU fallbacks</h4>")
         parts.append(_table_html(("op", "count", "line", "code"),
-                                 [((escape(f["op"]), ""), (str(f["count"]), "num"), (escape(f["line"]), ""),
-                                   (_code_cell(f["code"]), "")) for f in r["fallbacks"]]))
-    m = r["memory"]
+                                 [((escape(f.op), ""), (str(f.count), "num"), (escape(f.line), ""),
+                                   (_code_cell(f.code), "")) for f in r.fallbacks]))
+    m = r.memory
     parts.append("<h4>Device memory</h4>")
-    parts.append(f"<div>start {escape(fmt_bytes(m['start']))} &middot; end {escape(fmt_bytes(m['end']))} &middot; "
-                 f'peak <b class="ttl-peak">{escape(fmt_bytes(m["peak"]))}</b> &middot; limit '
-                 f"{escape(fmt_bytes(m['limit']))} &middot; allocated {escape(fmt_bytes(m['allocated']))} &middot; "
-                 f"freed {escape(fmt_bytes(m['freed']))}</div>")
-    if m["largest"]:
+    parts.append(f"<div>start {escape(fmt_bytes(m.start))} &middot; end {escape(fmt_bytes(m.end))} &middot; "
+                 f'peak <b class="ttl-peak">{escape(fmt_bytes(m.peak))}</b> &middot; limit '
+                 f"{escape(fmt_bytes(m.limit))} &middot; allocated {escape(fmt_bytes(m.allocated))} &middot; "
+                 f"freed {escape(fmt_bytes(m.freed))}</div>")
+    if m.largest:
         parts.append(_table(("size", "dtype", "shape", "created at"),
                             [(fmt_bytes(t["nbytes"]), t["dtype"], str(t["shape"]), t["source"] or "n/a")
-                             for t in m["largest"][:10]]))
-    if r["xprof_error"]:
-        parts.append(f'<div class="ttl-error">{escape(r["xprof_error"])}</div>')
-    if r["xprof_dir"]:
+                             for t in m.largest[:10]]))
+    if r.xprof_error:
+        parts.append(f'<div class="ttl-error">{escape(r.xprof_error)}</div>')
+    if r.xprof_dir:
         parts.append("<h4>XProf trace</h4>")
-        parts.append(f"<div>Written to <code>{escape(r['xprof_dir'])}</code>. Open it in a terminal with:</div>"
-                     f"<pre>{escape(r['xprof_command'])}</pre><div>then browse http://localhost:8791</div>")
+        parts.append(f"<div>Written to <code>{escape(r.xprof_dir)}</code>. Open it in a terminal with:</div>"
+                     f"<pre>{escape(r.xprof_command)}</pre><div>then browse http://localhost:8791</div>")
     parts.append("</div>")
     return "".join(parts)
 
 
-def status_html(status: dict) -> str:
+def status_html(status: Status) -> str:
     from .text import status_rows
 
     return _STYLE + '<div class="ttl-report"><h4>torchtpu_lab</h4>' + _table(("", ""), status_rows(status)) + "</div>"

@@ -1,7 +1,10 @@
-"""Plain-text renderings for terminals and ``text/plain`` outputs."""
+"""Plain-text renderings for terminals and ``text/plain`` outputs. They take records (a profile's
+:class:`~torchtpu_lab.records.Report`, the session's :class:`~torchtpu_lab.records.Status`) and read their
+fields."""
 
 from __future__ import annotations
 
+from ..records import Finding, Metrics, Report, Status, Summary, Timing
 from ..units import fmt_bytes, fmt_s  # noqa: F401  (re-exported: renderers and magics import them from here)
 
 
@@ -9,68 +12,65 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def _dist(name: str, d: dict) -> list[str]:
-    if not d:
+def _dist(name: str, d: Timing | None) -> list[str]:
+    if d is None:
         return [f"Metric: {name}", "  (none)"]
     return [
         f"Metric: {name}",
-        f"  TotalSamples: {d['count']}",
-        f"  Accumulator: {_ms(d['total_s'])}",
-        f"  Percentiles: 50%={_ms(d['p50_s'])}; 90%={_ms(d['p90_s'])}; 99%={_ms(d['p99_s'])}; "
-        f"max={_ms(d['max_s'])}",
+        f"  TotalSamples: {d.count}",
+        f"  Accumulator: {_ms(d.total_s)}",
+        f"  Percentiles: 50%={_ms(d.p50_s)}; 90%={_ms(d.p90_s)}; 99%={_ms(d.p99_s)}; max={_ms(d.max_s)}",
     ]
 
 
-def metrics_text(s: dict) -> str:
-    lines = [f"torchtpu_lab metrics (eager mode: {s['eager_mode']})"]
-    lines += _dist("CompileTime", s["compile_time"])
-    lines += _dist("ExecuteTime (graph dispatch)", s["execute_time"])
-    if s.get("collective_time"):
-        lines += _dist("CollectiveTime (torch.distributed, incl. wait)", s["collective_time"])
+def metrics_text(s: Metrics) -> str:
+    lines = [f"torchtpu_lab metrics (eager mode: {s.eager_mode})"]
+    lines += _dist("CompileTime", s.compile_time)
+    lines += _dist("ExecuteTime (graph dispatch)", s.execute_time)
+    if s.collective_time is not None:
+        lines += _dist("CollectiveTime (torch.distributed, incl. wait)", s.collective_time)
     lines.append("Counters:")
-    for k, v in s["counters"].items():
+    for k, v in s.counters.items():
         lines.append(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
-    ex = s.get("executables")
-    if ex:
-        lines.append(f"Executables: {ex['compiled']} compiled by XLA, {ex['disk_loads']} loaded from the disk cache, "
-                     f"{ex['memory_hits']} memory hits")
-    lines.append(f"Caches: {s['op_cache_entries']} op executables, {s['graph_cache_entries']} fused graphs in memory; "
-                 f"{s['persistent_cache_entries']} on disk ({s['persistent_cache_dir'] or 'persistent cache off'})")
-    for name, c in s.get("caches", {}).items():
+    lines.append(f"Executables: {s.compiles} compiled by XLA, {s.disk_loads} loaded from the disk cache, "
+                 f"{s.cache_hits} memory hits")
+    lines.append(f"Caches: {s.op_cache_entries} op executables, {s.graph_cache_entries} fused graphs in memory; "
+                 f"{s.persistent_cache_entries} on disk ({s.persistent_cache_dir or 'persistent cache off'})")
+    for name, c in s.caches.items():
         lines.append(f"  cache {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, {c['misses']} misses, "
                      f"{c['evictions']} evictions")
-    if s["recent_compiles"]:
+    if s.recent_compiles:
         lines.append("Recent compiles:")
-        for c in s["recent_compiles"]:
+        for c in s.recent_compiles:
             where = f" at {c['source']}" if c["source"] else ""
             load = " [loaded from disk]" if c.get("disk") else ""
             lines.append(f"  {c['name']} ({_ms(c['seconds'])}){load}: {c['cause']}{where}")
-    if s.get("recent_graph_breaks"):
+    if s.recent_graph_breaks:
         lines.append("Recent torch.compile graph breaks:")
-        for b in s["recent_graph_breaks"]:
+        for b in s.recent_graph_breaks:
             lines.append(f"  graph break at {b['source'] or 'n/a'}: {b['reason']}")
     return "\n".join(lines)
 
 
-def status_rows(s: dict) -> list[tuple[str, str]]:
+def status_rows(s: Status) -> list[tuple[str, str]]:
     """The session status as (label, formatted value) rows: bytes, percents and counts, never raw values."""
-    rate = fmt_pct(s["cache hit rate"])
+    rate = fmt_pct(s.cache_hit_rate)
     return [
-        ("platform", f"{s['platform']}"),
-        ("devices", str(s["devices"])),
-        ("eager mode", s["eager mode"]),
-        ("memory", f"{fmt_bytes(s['memory allocated'])} allocated, peak {fmt_bytes(s['memory peak'])}"
-                   + (f", limit {fmt_bytes(s['memory limit'])}" if s["memory limit"] else " (no limit reported)")),
-        ("executables", f"{s['compiles']} compiled, {s['disk loads']} loaded from disk, {s['cache hits']} memory hits"
+        ("platform", f"{s.platform}"),
+        ("devices", str(s.devices)),
+        ("eager mode", s.eager_mode),
+        ("memory", f"{fmt_bytes(s.memory_allocated)} allocated, peak {fmt_bytes(s.memory_peak)}"
+                   + (f", limit {fmt_bytes(s.memory_limit)}" if s.memory_limit else " (no limit reported)")),
+        ("executables", f"{s.compiles} compiled, {s.disk_loads} loaded from disk, {s.cache_hits} memory hits"
                         f" (hit rate {rate})"),
-        ("syncs", str(s["syncs"])),
-        ("CPU fallbacks", str(s["CPU fallbacks"])),
-        ("pending fused ops", str(s["pending fused ops"])),
-        ("in-memory caches", f"{s['op executables']} op executables, {s['fused graphs']} fused graphs"),
-        ("compile cache", f"{s['cache dir']} ({s['cache entries on disk']} entries)"),
-    ] + ([("torch.distributed", s["distributed"])] if s.get("distributed") else []) + (
-        [("torch.compile", f"{s['torch.compile graphs']} graphs ({s['torch.compile recompiles']} recompiles), "
-                           f"{s['graph breaks']} graph breaks")] if s.get("torch.compile graphs") else [])
+        ("syncs", str(s.syncs)),
+        ("CPU fallbacks", str(s.cpu_fallbacks)),
+        ("pending fused ops", str(s.pending_ops)),
+        ("in-memory caches", f"{s.op_executables} op executables, {s.fused_graphs} fused graphs"),
+        ("compile cache", f"{s.cache_dir} ({s.cache_entries} entries)"),
+    ] + ([("torch.distributed", s.distributed)] if s.distributed else []) + (
+        [("torch.compile", f"{s.dynamo_graphs} graphs ({s.dynamo_recompiles} recompiles), "
+                           f"{s.graph_breaks} graph breaks")] if s.dynamo_graphs else [])
 
 
 def fmt_pct(fraction) -> str:
@@ -79,92 +79,94 @@ def fmt_pct(fraction) -> str:
     return f"{100 * fraction:.0f}%"
 
 
-def cache_text(s: dict) -> str:
+def cache_text(s: Summary) -> str:
     """Compiles, disk loads and memory hits, said separately (a disk load is not a compile)."""
-    return (f"compiles {s['compiles']} ({s['recompiles']} re) \u00b7 disk loads {s['disk_loads']} \u00b7 "
-            f"memory hits {s['memory_hits']}")
+    return (f"compiles {s.compiles} ({s.recompiles} re) \u00b7 disk loads {s.disk_loads} \u00b7 "
+            f"memory hits {s.cache_hits}")
 
 
-def time_text(s: dict) -> str:
-    return (f"wall {fmt_s(s['wall_s'])} = Python {fmt_s(s['python_s'])} + tracing {fmt_s(s['tracing_s'])} + "
-            f"compiling {fmt_s(s['compile_s'])} + waiting {fmt_s(s['wait_s'])}")
+def time_text(s: Summary) -> str:
+    return (f"wall {fmt_s(s.wall_s)} = Python {fmt_s(s.python_s)} + tracing {fmt_s(s.tracing_s)} + "
+            f"compiling {fmt_s(s.compile_s)} + waiting {fmt_s(s.wait_s)}")
 
 
-def summary_line(s: dict) -> str:
-    return (f"{time_text(s)} | {s['ops']} ops | {s['graphs_executed']} graphs | {cache_text(s)} | "
-            f"{s['syncs']} syncs | {s['cpu_fallbacks']} CPU fallbacks | peak {fmt_bytes(s['peak_bytes'])}")
+def summary_line(s: Summary) -> str:
+    return (f"{time_text(s)} | {s.ops} ops | {s.graphs_executed} graphs | {cache_text(s)} | "
+            f"{s.syncs} syncs | {s.cpu_fallbacks} CPU fallbacks | peak {fmt_bytes(s.peak_bytes)}")
 
 
-def finding_text(f: dict) -> str:
-    text = f"{f['title']} cost {fmt_s(f['cost_s'])} ({fmt_pct(f['share'])} of the cell): {f['detail']}"
-    return text + (f". Fix: {f['fix']}" if f["fix"] else "")
+def finding_text(f: Finding) -> str:
+    text = f"{f.title} cost {fmt_s(f.cost_s)} ({fmt_pct(f.share)} of the cell): {f.detail}"
+    return text + (f". Fix: {f.fix}" if f.fix else "")
+
+
+#: the time split's rows: (time label key, Summary field)
+TIME_ROWS = (("python", "python_s"), ("tracing", "tracing_s"), ("compiling", "compile_s"), ("waiting", "wait_s"))
 
 
 def _code(code: str) -> str:
     return f"  `{code}`" if code else ""
 
 
-def profile_text(r: dict) -> str:
-    s = r["summary"]
-    mode = f" \u00b7 {s['mode']} mode" if s.get("mode") else ""
-    out = [f"torchtpu_lab profile ({s['platform']}){mode}", summary_line(s)]
-    if s["error"]:
-        out.append(f"the block raised {s['error']} (partial report)")
-    if r["findings"]:
+def profile_text(r: Report) -> str:
+    s = r.summary
+    mode = f" \u00b7 {s.mode} mode" if s.mode else ""
+    out = [f"torchtpu_lab profile ({s.platform}){mode}", summary_line(s)]
+    if s.error:
+        out.append(f"the block raised {s.error} (partial report)")
+    if r.findings:
         out.append("findings:")
-        for i, f in enumerate(r["findings"], 1):
+        for i, f in enumerate(r.findings, 1):
             out.append(f"  {i}. {finding_text(f)}")
-    labels = r["time_labels"]
     out.append("time:")
-    for key, skey in (("python", "python_s"), ("tracing", "tracing_s"), ("compiling", "compile_s"),
-                      ("waiting", "wait_s")):
-        out.append(f"  {fmt_s(s[skey]):>9}  {labels[key]}")
-    if s["device_s"] is not None and r["xprof_dir"]:
-        out.append(f"  {fmt_s(s['device_s']):>9}  device execution (from the XProf trace)")
-    if r["ops"]["by_time"]:
-        out.append(f"top ops by time ({r['ops']['measures']}):")
-        for o in r["ops"]["by_time"]:
-            out.append(f"  {o['op']:<40} x{o['count']:<5} {fmt_s(o['total_s']):>9}  {o['line']}{_code(o['code'])}")
-    if r["compile_groups"]:
+    for key, field in TIME_ROWS:
+        out.append(f"  {fmt_s(getattr(s, field)):>9}  {r.time_labels[key]}")
+    if s.device_s is not None and r.xprof_dir:
+        out.append(f"  {fmt_s(s.device_s):>9}  device execution (from the XProf trace)")
+    if r.ops.by_time:
+        out.append(f"top ops by time ({r.ops.measures}):")
+        for o in r.ops.by_time:
+            out.append(f"  {o.op:<40} x{o.count:<5} {fmt_s(o.total_s):>9}  {o.line}{_code(o.code)}")
+    if r.compile_groups:
         out.append("compilations (grouped by cause, costliest first):")
-        for g in r["compile_groups"]:
-            mark = "RECOMPILE " if g["recompile"] and g["kind"] != "first" else ""
-            where = f" at {g['line']}" if g["line"] else ""
-            out.append(f"  {mark}{g['count']} x {fmt_s(g['seconds'])}: {g['pattern']}{where}{_code(g['code'])}")
-            if g["hint"]:
-                out.append(f"    fix: {g['hint']}")
-        if r["compile_groups_hidden"]:
-            out.append(f"  ... {r['compile_groups_hidden']} more groups (--top N shows more)")
-    if r.get("graph_breaks"):
+        for g in r.compile_groups:
+            mark = "RECOMPILE " if g.is_recompile else ""
+            where = f" at {g.line}" if g.line else ""
+            out.append(f"  {mark}{g.count} x {fmt_s(g.seconds)}: {g.pattern}{where}{_code(g.code)}")
+            if g.hint:
+                out.append(f"    fix: {g.hint}")
+        if r.compile_groups_hidden:
+            out.append(f"  ... {r.compile_groups_hidden} more groups (--top N shows more)")
+    if r.graph_breaks:
         out.append("torch.compile graph breaks:")
-        for b in r["graph_breaks"]:
-            out.append(f"  graph break at {b['line']}: {b['reason']}")
-    if r["syncs"]:
+        for b in r.graph_breaks:
+            out.append(f"  graph break at {b.line}: {b.reason}")
+    if r.syncs:
         out.append("syncs:")
-        for g in r["syncs"]:
-            out.append(f"  {g['count']} x {g['reason']} at {g['line']} (waited {fmt_s(g['wait_s'])}){_code(g['code'])}")
-            if g["hint"]:
-                out.append(f"    hint: {g['hint']}")
-        if r["syncs_hidden"]:
-            out.append(f"  ... {r['syncs_hidden']} more")
-    if r.get("collectives"):
+        for g in r.syncs:
+            out.append(f"  {g.count} x {g.reason} at {g.line} (waited {fmt_s(g.wait_s)}){_code(g.code)}")
+            if g.hint:
+                out.append(f"    hint: {g.hint}")
+        if r.syncs_hidden:
+            out.append(f"  ... {r.syncs_hidden} more")
+    if r.collectives:
         out.append("collectives:")
-        for g in r["collectives"]:
-            out.append(f"  {g['count']} x {g['kind']} over {g['participants']} ranks, {fmt_bytes(g['bytes'])} "
-                       f"in {fmt_s(g['total_s'])} at {g['line']}")
-    if r["fallbacks"]:
+        for g in r.collectives:
+            out.append(f"  {g.count} x {g.kind} over {g.participants} ranks, {fmt_bytes(g.bytes)} "
+                       f"in {fmt_s(g.total_s)} at {g.line}")
+    if r.fallbacks:
         out.append("CPU fallbacks:")
-        for f in r["fallbacks"]:
-            out.append(f"  {f['count']} x {f['op']} at {f['line']}{_code(f['code'])}")
-    m = r["memory"]
-    out.append(f"device memory: start {fmt_bytes(m['start'])}, end {fmt_bytes(m['end'])}, peak {fmt_bytes(m['peak'])}, "
-               f"limit {fmt_bytes(m['limit'])}; allocated {fmt_bytes(m['allocated'])}, freed {fmt_bytes(m['freed'])}")
-    for t in m["largest"][:5]:
+        for f in r.fallbacks:
+            out.append(f"  {f.count} x {f.op} at {f.line}{_code(f.code)}")
+    m = r.memory
+    out.append(f"device memory: start {fmt_bytes(m.start)}, end {fmt_bytes(m.end)}, peak {fmt_bytes(m.peak)}, "
+               f"limit {fmt_bytes(m.limit)}; allocated {fmt_bytes(m.allocated)}, freed {fmt_bytes(m.freed)}")
+    for t in m.largest[:5]:
         out.append(f"  {fmt_bytes(t['nbytes']):>10} {t['dtype']}{t['shape']} created at {t['source'] or 'n/a'}")
-    if r["xprof_error"]:
-        out.append(r["xprof_error"])
-    if r["xprof_dir"]:
-        out.append(f"XProf trace: {r['xprof_dir']}")
-        out.append(f"  open it with (in a terminal):  {r['xprof_command']}")
+    if r.xprof_error:
+        out.append(r.xprof_error)
+    if r.xprof_dir:
+        out.append(f"XProf trace: {r.xprof_dir}")
+        out.append(f"  open it with (in a terminal):  {r.xprof_command}")
         out.append("  then browse http://localhost:8791 (the trace viewer, op profile and memory tabs)")
     return "\n".join(out)

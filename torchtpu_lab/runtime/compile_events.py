@@ -2,10 +2,12 @@
 signature with the nearest one compiled before.
 
 Op signatures (:class:`~.signatures.OpSignature`) and graph signatures (:class:`~.signatures.GraphSignature`,
-op signatures plus their wiring) are the executors' cache keys, read here by field name. The cause is a sentence a user
-can act on: "first time this graph was seen", "input 0 of aten.mm changed shape [8, 128] -> [7, 128]",
-"op sequence differs at op 57: aten.mul vs aten.add", "a Python scalar that changes every step was baked in as
-a constant (aten.leaky_relu argument 1: 0.1 -> 0.2)".
+op signatures plus their wiring) are the executors' cache keys, read here by field name. The cause is a
+:class:`~torchtpu_lab.causes.Cause` record (what changed, in which op and input, from what to what, at which
+user line) that renders as a sentence a user can act on: "first time this graph was seen", "op 3: input 0 of
+aten.mm changed shape [8, 128] -> [7, 128] (recorded at cell [4], line 2)", "op sequence differs at op 57:
+aten.mul vs aten.add", "a Python scalar that changes every step was baked in as a constant (aten.leaky_relu
+input 1: 0.1 -> 0.2)".
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections import deque
 
 from .. import caches, telemetry
+from ..causes import Cause, CauseKind, fmt_shape
+from ..telemetry import Counter, Source
 from ..ops.registry import op_name
 from .signatures import GraphSignature, OpSignature, Slot, Static
 
@@ -37,91 +41,71 @@ def _flatten(template, path=()):
         yield from _flatten(item, path + (i,))
 
 
-def _fmt_shape(shape) -> str:
-    return "[" + ", ".join(str(int(n)) for n in shape) + "]"
+def _input_label(path: tuple) -> str:
+    """``input 0``, ``input 1[2]`` (an item of a list argument), ``input alpha`` (a keyword)."""
+    return f"input {path[0]}" + ("".join(f"[{i}]" for i in path[1:]) if len(path) > 1 else "")
 
 
-def _describe_arg_change(op_name: str, path: tuple, old, new) -> str:
-    where = f"input {path[0]}" + ("".join(f"[{i}]" for i in path[1:]) if len(path) > 1 else "")
+def _describe_arg_change(name: str, path: tuple, old, new) -> Cause:
+    where = _input_label(path)
     if isinstance(old, Slot) and isinstance(new, Slot):
         if old.shape != new.shape:
-            return (f"{where} of {op_name} changed shape {_fmt_shape(old.shape)} -> {_fmt_shape(new.shape)}"
-                    + _growth_hint(old.shape, new.shape))
+            return Cause(CauseKind.SHAPE, name, where, tuple(map(int, old.shape)), tuple(map(int, new.shape)))
         if old.dtype != new.dtype:
-            return f"{where} of {op_name} changed dtype {old.dtype} -> {new.dtype}"
+            return Cause(CauseKind.DTYPE, name, where, str(old.dtype), str(new.dtype))
         if old.base_shape != new.base_shape:
-            return (f"{where} of {op_name} views a storage that changed shape {_fmt_shape(old.base_shape)} -> "
-                    f"{_fmt_shape(new.base_shape)}" + _growth_hint(old.base_shape, new.base_shape))
+            return Cause(CauseKind.BASE_SHAPE, name, where, tuple(map(int, old.base_shape)),
+                         tuple(map(int, new.base_shape)))
         if old.view != new.view:
-            return f"{where} of {op_name} is a different view of its storage (sizes/strides changed)"
-        return f"{where} of {op_name} changed kind"
+            return Cause(CauseKind.VIEW, name, where)
+        return Cause(CauseKind.INPUT_KIND, name, where)
     if isinstance(old, Static) and isinstance(new, Static) and old.type is new.type is float:
-        return (
-            f"a Python scalar that changes every step was baked in as a constant "
-            f"({op_name} {where}: {old.value!r} -> {new.value!r})"
-        )
+        return Cause(CauseKind.SCALAR, name, where, old.value, new.value)
     if isinstance(old, Static) and isinstance(new, Static) and old.type is new.type is int:
-        return f"static size/dim argument {where} of {op_name} changed {old.value} -> {new.value}"
-    return f"static argument {where} of {op_name} changed: {_short(old)} -> {_short(new)}"
-
-
-#: what to do about a tensor that grows every step (appended to the cause; the profile shows causes verbatim)
-GROWTH_HINT = (
-    "; a tensor that grows by one every step (a dynamic KV cache or a token list extended with torch.cat in a "
-    "decode loop) makes every step a new graph: preallocate it — transformers: generate(..., "
-    "cache_implementation=\"static\") or a StaticCache — and write each step at a moving offset "
-    "(buf[:, pos] = token), which compiles once for any number of steps"
-)
-
-
-def _growth_hint(old: tuple, new: tuple) -> str:
-    """:data:`GROWTH_HINT` when exactly one dimension grew by one (the signature of a decode loop)."""
-    if len(old) != len(new):
-        return ""
-    changed = [(a, b) for a, b in zip(old, new) if a != b]
-    return GROWTH_HINT if len(changed) == 1 and changed[0][1] == changed[0][0] + 1 else ""
+        return Cause(CauseKind.STATIC_SIZE, name, where, old.value, new.value)
+    return Cause(CauseKind.STATIC, name, where, _short(old), _short(new))
 
 
 def _short(v) -> str:
     if isinstance(v, Static):
         return repr(v.value)
     if isinstance(v, Slot):
-        return f"tensor {_fmt_shape(v.shape)} {v.dtype}"
+        return f"tensor {fmt_shape(v.shape)} {v.dtype}"
     text = repr(v)
     return text if len(text) < 60 else text[:57] + "..."
 
 
-def _diff_signatures(old: OpSignature, new: OpSignature) -> str | None:
-    """Describe the first difference between two op signatures."""
+def _diff_signatures(old: OpSignature, new: OpSignature) -> Cause | None:
+    """The first difference between two op signatures."""
     name = op_name(new.op)
     if old.op != new.op:
-        return f"{op_name(old.op)} vs {name}"
+        return Cause(CauseKind.SEQUENCE, name, old=op_name(old.op), new=name)
     if old.precision != new.precision:
-        return (f"float32 matmul precision changed {old.precision!r} -> {new.precision!r} "
-                "(torch.set_float32_matmul_precision)")
+        return Cause(CauseKind.PRECISION, name, old=old.precision, new=new.precision)
     old_items = list(_flatten(old.args)) + [(("kw", k),) + (v,) for k, v in old.kwargs]
     new_items = list(_flatten(new.args)) + [(("kw", k),) + (v,) for k, v in new.kwargs]
     for (p_old, v_old), (p_new, v_new) in zip(old_items, new_items):
         if p_old != p_new:
-            return f"the arguments of {name} changed structure"
+            return Cause(CauseKind.STRUCTURE, name)
         if v_old != v_new:
             path = p_new if p_new and p_new[0] != "kw" else (p_new[0][1],)
             return _describe_arg_change(name, path, v_old, v_new)
     if len(old_items) != len(new_items):
-        return f"{name} was called with {len(new_items)} arguments, previously {len(old_items)}"
+        return Cause(CauseKind.ARG_COUNT, name, old=len(old_items), new=len(new_items))
     return None
 
 
-def op_cause(key: OpSignature) -> str:
+def op_cause(key: OpSignature) -> Cause:
+    """Why this op signature compiles: its difference from the most alike signature of the same op."""
     history = _op_history.peek(key.op)
     if not history:
-        return "first time this op signature was seen"
+        return Cause(CauseKind.FIRST_OP, op_name(key.op))
     best, best_score = None, -1
     for old in history:
         score = sum(1 for a, b in zip(_flatten(old.args), _flatten(key.args)) if a == b)
         if score > best_score:
             best, best_score = old, score
-    return _diff_signatures(best, key) or "signature differs from every cached one"
+    return _diff_signatures(best, key) or Cause(CauseKind.UNKNOWN, op_name(key.op))
 
 
 def _similarity(old: GraphSignature, key: GraphSignature) -> tuple:
@@ -138,16 +122,13 @@ def _similarity(old: GraphSignature, key: GraphSignature) -> tuple:
     return (old_ops == new_ops, lcp, exact)
 
 
-#: the user line of the op a graph cause names (attached to the next compile event as ``detail["site"]``)
-_site: list = [None]
-
-
-def graph_cause(key: GraphSignature, nodes) -> str:
-    _site[0] = None
+def graph_cause(key: GraphSignature, nodes) -> tuple[Cause, Source | None]:
+    """Why this graph compiles, and the user line of the op the cause names (``None`` when it names none): the
+    first difference from the most alike graph compiled before (the most recent wins ties)."""
     if not _graph_history:
-        return "first time this graph was seen"
+        return Cause(CauseKind.FIRST_GRAPH), None
     best, best_score = None, None
-    for old in reversed(_graph_history):  # the most recent wins ties
+    for old in reversed(_graph_history):
         score = _similarity(old, key)
         if best_score is None or score > best_score:
             best, best_score = old, score
@@ -155,24 +136,21 @@ def graph_cause(key: GraphSignature, nodes) -> str:
     i = next((k for k, (a, b) in enumerate(zip(old_nodes, new_nodes)) if a != b), min(len(old_nodes), len(new_nodes)))
     if i < len(old_nodes) and i < len(new_nodes):
         old_sig, new_sig = old_nodes[i].op, new_nodes[i].op
-        line = f" (recorded at {telemetry.describe(nodes[i].source)})" if nodes[i].source else ""
-        _site[0] = nodes[i].source
+        site = nodes[i].source
         if old_sig.op != new_sig.op:
-            return f"op sequence differs at op {i}: {op_name(old_sig.op)} vs {op_name(new_sig.op)}{line}"
-        if old_sig == new_sig:
-            return f"same ops, different data flow into op {i} ({op_name(new_sig.op)}){line}"
-        detail = _diff_signatures(old_sig, new_sig)
-        return f"op {i}: {detail or op_name(new_sig.op) + ' signature changed'}{line}"
+            cause = Cause(CauseKind.SEQUENCE, op_name(new_sig.op), old=op_name(old_sig.op), new=op_name(new_sig.op))
+        elif old_sig == new_sig:
+            cause = Cause(CauseKind.DATA_FLOW, op_name(new_sig.op))
+        else:
+            cause = _diff_signatures(old_sig, new_sig) or Cause(CauseKind.SIGNATURE, op_name(new_sig.op))
+        return cause.at(i, site), site
     if len(new_nodes) != len(old_nodes):
-        return (
-            f"graph has {len(new_nodes)} ops where the nearest cached graph has {len(old_nodes)} "
-            f"(identical for the first {i})"
-        )
+        return Cause(CauseKind.GROW, old=len(old_nodes), new=len(new_nodes), index=i), None
     if best.targets != key.targets:
-        return "same ops, but different tensors are still alive at the sync point"
+        return Cause(CauseKind.TARGETS), None
     if best.leaves == key.leaves and best.donate != key.donate:
-        return "same graph, but a different set of inputs is still referenced elsewhere (donation differs)"
-    return "graph inputs changed shape or dtype"
+        return Cause(CauseKind.DONATION), None
+    return Cause(CauseKind.GRAPH_INPUTS), None
 
 
 def _unrolled(node_sigs) -> tuple[int, int]:
@@ -194,9 +172,11 @@ def _unrolled(node_sigs) -> tuple[int, int]:
     return 0, 0
 
 
-def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str = "", disk: bool = False) -> None:
+def note_compile(kind: str, key, nodes, cause: Cause, seconds: float, reason: str = "", disk: bool = False,
+                 site: Source | None = None) -> None:
     """Remember a compiled signature and emit the compile event (``disk``: loaded from the persistent cache,
-    counted as a load, not a compile)."""
+    counted as a load, not a compile; ``site``: the user line of the op a graph's cause names, from
+    :func:`graph_cause`)."""
     if kind == "graph":
         _graph_history.append(key)
         name = f"graph[{len(key.nodes)} ops]"
@@ -210,15 +190,14 @@ def note_compile(kind: str, key, nodes, cause: str, seconds: float, reason: str 
         name = op_name(key.op)
         n_ops = 1
     if disk:
-        telemetry.count("disk_loads")
-        telemetry.count("disk_load_seconds", seconds)
+        telemetry.count(Counter.DISK_LOADS)
+        telemetry.count(Counter.DISK_LOAD_SECONDS, seconds)
     else:
-        telemetry.count("compiles")
-        telemetry.count("compile_seconds", seconds)
+        telemetry.count(Counter.COMPILES)
+        telemetry.count(Counter.COMPILE_SECONDS, seconds)
     event = telemetry.record_compile(kind, name, cause, seconds, n_ops, reason, disk=disk)
-    if kind == "graph" and _site[0] is not None:
-        event.detail["site"] = _site[0]
-        _site[0] = None
+    if site is not None:
+        event.detail["site"] = site
     if kind == "graph" and nodes:
         times, period = _unrolled(key.nodes)
         if times >= 3:

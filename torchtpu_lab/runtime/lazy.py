@@ -399,7 +399,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         from . import compile_cache, compile_events
 
         fast, key = key, _signature(nodes, key, leaves)
-        cause = compile_events.graph_cause(key, nodes)
+        cause, site = compile_events.graph_cause(key, nodes)
         try:
             executable, from_disk = compile_cache.executable(_graph_fn(nodes, key), leaves, "graph", key,
                                                              _leaf_device(leaves), key.donate)
@@ -409,7 +409,8 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
                 _fail(nodes, targets, storages, index, e, extra)
         compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable))
         _GRAPHS.put(fast, compiled)
-        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk)
+        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk,
+                                    site=site)
         t0 = time.perf_counter()
     else:
         telemetry.count("graph_cache_hits")
