@@ -23,10 +23,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .causes import Cause
+from typing import Any
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PREFIXES: tuple[str, ...] = ()
@@ -262,7 +259,7 @@ def _log(log: deque, event: Event) -> Event:
     return event
 
 
-def record_compile(kind: str, name: str, cause: Cause, seconds: float, n_ops: int, reason: str = "",
+def record_compile(kind: str, name: str, cause: Any, seconds: float, n_ops: int, reason: str = "",
                    disk: bool = False) -> Event:
     """A compilation happened (always logged): what, why (a :class:`~.causes.Cause`), how long, and the user
     line that triggered it. ``recompile`` marks a signature that replaced an earlier one (any cause but a first
