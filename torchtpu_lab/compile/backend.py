@@ -40,7 +40,7 @@ from .. import caches, dtypes, platform, telemetry
 from ..backend import dispatch
 from ..device import rng, tensor
 from ..ops import precision
-from ..runtime import compile_cache, executor, lazy
+from ..runtime import compile_cache, lazy, values
 from ..telemetry import SyncReason
 from . import events, lowering, specialize, spmd
 
@@ -153,7 +153,7 @@ def _input_arrays(args: list) -> tuple[list, int]:
             if device_index is None:
                 device_index = storage.device_index
             # nothing this graph reads is pending: a base tensor's array is its value, a view is gathered
-            arrays.append(storage.array if t._tpu_view is None else executor.value(t))
+            arrays.append(storage.array if t._tpu_view is None else values.value(t))
         elif isinstance(a, torch.Tensor):  # a CPU tensor input (an optimizer's step count)
             arrays.append(jnp.asarray(dtypes.host_array(a.detach())))
         else:
@@ -182,7 +182,7 @@ def _write_back(dst: torch.Tensor, array) -> None:
     if t._tpu_view is None and tuple(storage.shape) == tuple(array.shape):
         storage.array = array
     else:
-        executor.assign(t, array)
+        values.assign(t, array)
 
 
 def _eager(gm: torch.fx.GraphModule, kind: str, reason: str):

@@ -29,7 +29,9 @@ from jax import lax
 from .. import caches, dtypes
 from ..device import tensor, views
 from ..ops import LOWERINGS
-from .executor import OpExecutable, _dynamic_input, _leaf_dtype, _store, execute, launch
+from .encode import dynamic_input, leaf_dtype
+from .executor import OpExecutable, execute, launch
+from .values import store
 from .signatures import OpSignature
 
 aten = torch.ops.aten
@@ -104,7 +106,7 @@ def _append(x: tensor.TpuTensor, piece: tensor.TpuTensor, d: int):
         if math.prod(shape) * x.dtype.itemsize > MAX_PADDED_BYTES:
             return execute(LOWERINGS[aten.cat.default], ([x, piece], d), {})
         dyn = [storage.array]
-        x_key = _dynamic_input(storage.shape, x._tpu_view, dyn)
+        x_key = dynamic_input(storage.shape, x._tpu_view, dyn)
         grow = True
     else:
         dyn = [storage.array]
@@ -113,16 +115,16 @@ def _append(x: tensor.TpuTensor, piece: tensor.TpuTensor, d: int):
     shape = tuple(shape)
     p_storage = piece._tpu_storage
     dyn.append(p_storage.array)
-    p_key = _dynamic_input(p_storage.shape, piece._tpu_view, dyn)
+    p_key = dynamic_input(p_storage.shape, piece._tpu_view, dyn)
     dyn.append(n)
     sig = (tuple(storage.shape), x_key, grow, shape, x.dtype, d, tuple(p_storage.shape), p_key)
     program = _program(*sig)
-    out = launch(program, OpSignature("append", sig + (_leaf_dtype(p_storage.array),), ()), dyn,
+    out = launch(program, OpSignature("append", sig + (leaf_dtype(p_storage.array),), ()), dyn,
                  storage.device_index, True)
     result = tensor.make(_new_storage(shape, x.dtype, storage.device_index),
                          views.View(tuple(x.shape[:d]) + (n + k,) + tuple(x.shape[d + 1:]),
                                     views.contiguous_strides(shape), 0))
-    _store(result._tpu_storage, out)
+    store(result._tpu_storage, out)
     _GROWING[result._tpu_storage] = d
     return result
 

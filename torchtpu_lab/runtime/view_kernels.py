@@ -22,7 +22,7 @@ import torch
 
 from .. import caches
 from ..device import tensor, views
-from . import executor
+from . import values
 
 aten = torch.ops.aten
 
@@ -129,7 +129,7 @@ def make_view_kernel(op):
         storage = self._tpu_storage
         geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
-            return kernel(executor.materialize(self), *args, **kwargs)
+            return kernel(values.materialize(self), *args, **kwargs)
         if torch.is_inference_mode_enabled() and not self.is_inference():
             # a view of a normal tensor is a normal tensor, even inside inference_mode (as on CPU)
             with torch.inference_mode(False):
