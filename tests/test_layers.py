@@ -1,7 +1,7 @@
 """The package's stairs go one way: a lower layer never imports a higher one (not even inside a function).
 
 Layers, bottom to top (a module may import its own layer and any lower one):
-platform/telemetry/caches → device (the data model) → ops (lowerings) → runtime → backend (wiring with
+platform/telemetry/caches/config → device (the data model) → ops (lowerings) → runtime → backend (wiring with
 PyTorch) → compile/kernels/distributed (new layers on the runtime's seams) → render → profile/metrics → jupyter
 → the package's entry points.
 """
@@ -16,7 +16,7 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parent.parent / "torchtpu_lab"
 
 LAYERS = [
-    {"platform", "telemetry", "caches", "dtypes", "units", "interrupts"},
+    {"platform", "telemetry", "caches", "dtypes", "units", "interrupts", "config"},
     {"device"},
     {"ops"},
     {"runtime"},

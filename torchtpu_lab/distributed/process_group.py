@@ -133,7 +133,7 @@ class TpuProcessGroup(dist.ProcessGroup):
             if array.dtype != dtypes.to_jax(t.dtype):
                 array = array.astype(dtypes.to_jax(t.dtype))
             # as a tpu tensor, the result replaces a whole destination's buffer without a copy
-            values.assign(t, tensor.from_array(array, t.dtype, t._tpu_storage.device_index))
+            values.assign(t, tensor.from_array(array, t.dtype, t.tpu_storage.device_index))
         else:
             with torch.no_grad():
                 t.detach().copy_(dtypes.host_tensor(np.asarray(array), t.dtype))

@@ -32,7 +32,7 @@ def _where(source) -> str:
 
 #: what a profile suggests when the graph size limit cut the work (see runtime/graph_cuts.py)
 LIMIT_HINT = (
-    "{count} flushes at the graph size limit (torchtpu_lab.runtime.lazy.max_graph_ops = {limit} ops): the step "
+    "{count} flushes at the graph size limit (torchtpu_lab.config.max_graph_ops = {limit} ops): the step "
     "records more ops than one graph may hold, so it runs as several graphs, cut at the same ops every step "
     "(steady steps compile nothing). To run it as one graph, raise the limit (longer compiles, more memory); "
     "a torchtpu_lab.sync() at the end of each step makes the step boundary explicit"
@@ -335,7 +335,7 @@ def sync_groups(prof) -> list[dict]:
         reads_value = g.pop("reads_value")
         g["loop"] = g["count"] > 1 and reads_value
         if g.pop("limit"):
-            g["hint"] = LIMIT_HINT.format(count=g["count"], limit=lazy.max_graph_ops)
+            g["hint"] = LIMIT_HINT.format(count=g["count"], limit=lazy.MAX_GRAPH_OPS.value)
             continue
         g["hint"] = (
             f"{g['count']} value reads at {g['line']}: a line that runs repeatedly and stops the device each "

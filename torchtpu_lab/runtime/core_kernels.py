@@ -66,8 +66,8 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     if tensor.on_tpu(self):
         self = tensor.adopt(self)
         if target.type == "tpu":
-            index = _tpu_index(target) if target.index is not None else self._tpu_storage.device_index
-            if index != self._tpu_storage.device_index:
+            index = _tpu_index(target) if target.index is not None else self.tpu_storage.device_index
+            if index != self.tpu_storage.device_index:
                 moved = jax.device_put(values.value(self), platform.jax_device(index))
                 return to_copy(tensor.from_array(moved, self.dtype, index), dtype=dtype)
             return executor.execute(_CAST, (self,), {"dtype": dtype or self.dtype})
@@ -80,10 +80,10 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
 def copy_(self, src, non_blocking=False):
     if tensor.on_tpu(self):
         self = tensor.adopt(self)
-        index = self._tpu_storage.device_index
+        index = self.tpu_storage.device_index
         if not tensor.on_tpu(src):
             src = from_host(src.to(self.dtype), index)
-        elif tensor.adopt(src)._tpu_storage.device_index != index:
+        elif tensor.adopt(src).tpu_storage.device_index != index:
             src = to_copy(src, device=torch.device("tpu", index))
         if tuple(self.shape) != tuple(torch.broadcast_shapes(self.shape, src.shape)):
             raise RuntimeError(
@@ -114,7 +114,7 @@ def resize_(self, size, memory_format=None):
         return self
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    old = self._tpu_storage
+    old = self.tpu_storage
     new = Storage(size, self.dtype, old.device_index)
     keep = min(math.prod(size), self.numel())
     if keep:

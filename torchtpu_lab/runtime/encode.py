@@ -58,7 +58,7 @@ class Encoder:
         if not isinstance(v, tensor.TpuTensor) and isinstance(v, torch.Tensor) and v.device.type == "tpu":
             v = tensor.adopt(v)
         if isinstance(v, tensor.TpuTensor):
-            storage = v._tpu_storage
+            storage = v.tpu_storage
             if self.device_index is None:
                 self.device_index = storage.device_index
             elif storage.device_index != self.device_index:
@@ -67,7 +67,7 @@ class Encoder:
                     f"tpu:{self.device_index} and tpu:{storage.device_index}!"
                 )
             self.dyn.append(storage.array)
-            index, view = len(self.dyn) - 1, v._tpu_view
+            index, view = len(self.dyn) - 1, v.tpu_view
             if view is not None:  # the offset is an input right after the array (device/views.py)
                 view, offset = views.dynamic(storage.shape, view)
                 if offset is not None:

@@ -19,16 +19,18 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import caches, dtypes, platform, telemetry
+from .. import caches, config, dtypes, platform, telemetry
 from ..telemetry import SyncReason
 from ..device import rng, sizes, tensor
 from ..ops import checks as op_checks
 from ..ops.registry import Lowering, op_name
-from . import checks, compile_cache, compile_events, lazy, modes
+from . import checks, compile_cache, compile_events, lazy
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
 _precision = torch.get_float32_matmul_precision  # part of every op signature: lowerings read it when traced
+_MODE = config.eager_mode  # read per op: a module global and a slot, no call
+_TRACK_SOURCES = config.track_sources
 
 
 def _wrap(out, meta, device_index: int):
@@ -41,7 +43,7 @@ def _wrap(out, meta, device_index: int):
     dtype = meta.dtype if isinstance(meta, torch.Tensor) else dtypes.to_torch(out.dtype)
     t = tensor.from_array(out, dtype, device_index)
     if isinstance(out, lazy.LazyValue):
-        lazy.track(t._tpu_storage)
+        lazy.track(t.tpu_storage)
     return t
 
 
@@ -87,7 +89,7 @@ def _concrete(dyn: list, op_label: str) -> list:
 
 def _records(compiled: OpExecutable, has_tensor_inputs: bool) -> bool:
     """Whether :func:`launch` records this call into the lazy graph rather than running it."""
-    return modes.current() == "fused" and compiled.jitted is not None and has_tensor_inputs
+    return _MODE.value == "fused" and compiled.jitted is not None and has_tensor_inputs
 
 
 def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool,
@@ -109,7 +111,7 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
                 out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
-        source = telemetry.user_source(3) if lazy.track_sources or compiled.checks is not None else None
+        source = telemetry.user_source(3) if _TRACK_SOURCES.value or compiled.checks is not None else None
         out = lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
                           compiled.uid)
         if compiled.checks is not None:
@@ -117,7 +119,7 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
             lazy.also_compute(jax.tree_util.tree_leaves(flags), checks.callback(compiled.checks, compiled.name, source))
         return out
     out = run_now(compiled, key, _concrete(dyn, compiled.name), device_index, has_tensor_inputs)
-    mode = modes.current()
+    mode = _MODE.value
     if compiled.checks is not None:
         out, flags = out
         checks.note(jax.tree_util.tree_leaves(flags), compiled.checks, compiled.name, telemetry.user_source(3))
@@ -192,7 +194,7 @@ def _debug_check(name: str, out) -> None:
         jax.block_until_ready(out)
     except Exception as e:  # noqa: BLE001
         raise RuntimeError(f"{name} failed at {telemetry.describe(telemetry.user_source(3))}: {e}") from e
-    if modes.checking_finite():
+    if config.check_finite.value:
         for leaf in jax.tree_util.tree_leaves(out):
             if jnp.issubdtype(leaf.dtype, jnp.inexact) and not bool(jnp.isfinite(leaf).all()):
                 raise FloatingPointError(
@@ -202,7 +204,7 @@ def _debug_check(name: str, out) -> None:
 
 
 #: Compiled op signatures (strict/debug executables and fused-mode node functions), bounded.
-_OPS = caches.cache("ops", 4096)
+OPS = caches.cache("ops", 4096)
 #: Every lowered op compiled in this process (the CI conformance subset checks it covers the whole op table);
 #: filled on cache misses only, so the hot path never touches it.
 OPS_SEEN: set = set()
@@ -224,14 +226,14 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     precision = _precision()
     # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one is a
     # Python call); the OpSignature is built once, on a miss
-    compiled = _OPS.get((id(op), targs, tkwargs, precision))
+    compiled = OPS.get((id(op), targs, tkwargs, precision))
     fresh = compiled is None
     if fresh:
         t0 = time.perf_counter()
         OPS_SEEN.add(op)
         compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
         compiled.signature = OpSignature(op, targs, tkwargs, precision)
-        _OPS.put((id(op), targs, tkwargs, precision), compiled)
+        OPS.put((id(op), targs, tkwargs, precision), compiled)
     key = compiled.signature
     has_tensors = enc.device_index is not None
     t_launch = time.perf_counter()
@@ -275,4 +277,4 @@ def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
 
 
 def cache_size() -> int:
-    return len(_OPS)
+    return len(OPS)

@@ -44,11 +44,11 @@ def assign(dst: tensor.TpuTensor, src) -> None:
 
     ``src`` broadcasts to ``dst``'s shape and is cast to ``dst``'s dtype, as ``Tensor.copy_`` does.
     """
-    storage = dst._tpu_storage
-    dst_view = dst._tpu_view
+    storage = dst.tpu_storage
+    dst_view = dst.tpu_view
     if tensor.on_tpu(src):
         src = tensor.adopt(src)
-        src_storage, src_view = src._tpu_storage, src._tpu_view
+        src_storage, src_view = src.tpu_storage, src.tpu_view
         src_array, src_base_shape = src_storage.array, src_storage.shape
         if (
             dst_view is None
@@ -79,15 +79,15 @@ def store(storage, array) -> None:
 def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
     """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
-    storage = t._tpu_storage
-    if isinstance(storage._array, lazy.LazyValue):
+    storage = t.tpu_storage
+    if isinstance(storage.held, lazy.LazyValue):
         lazy.track(storage)  # normally tracked already; a no-op then
         lazy.sync(reason, record=record)
     checks.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
-    if t._tpu_view is None:
+    if t.tpu_view is None:
         return storage.array
     dyn = [storage.array]
-    key = dynamic_input(storage.shape, t._tpu_view, dyn)
+    key = dynamic_input(storage.shape, t.tpu_view, dyn)
     program = _read_program(storage.shape, key, storage.dtype)
     return run_now(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn, storage.device_index,
                 True)
@@ -105,13 +105,13 @@ def _read_program(base_shape, view, dtype):
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
     t = tensor.adopt(t)
-    storage = t._tpu_storage
+    storage = t.tpu_storage
     dyn = [storage.array]
-    key = dynamic_input(storage.shape, t._tpu_view, dyn)
+    key = dynamic_input(storage.shape, t.tpu_view, dyn)
     program = _read_program(storage.shape, key, storage.dtype)
     out = launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
     if isinstance(out, lazy.LazyValue):
-        lazy.track(result._tpu_storage)
+        lazy.track(result.tpu_storage)
     return result

@@ -73,10 +73,10 @@ def _hashable(v):
 
 
 def _geometry(t: tensor.TpuTensor) -> views.View:
-    view = t._tpu_view
+    view = t.tpu_view
     if view is not None:
         return view
-    shape = t._tpu_storage.shape
+    shape = t.tpu_storage.shape
     return views.View(tuple(shape), views.contiguous_strides(shape), 0)
 
 
@@ -126,7 +126,7 @@ def make_view_kernel(op):
 
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
-        storage = self._tpu_storage
+        storage = self.tpu_storage
         geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
             return kernel(values.materialize(self), *args, **kwargs)
@@ -147,7 +147,7 @@ def make_inplace_view_kernel(op):
 
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
-        storage = self._tpu_storage
+        storage = self.tpu_storage
         geoms = _plan(functional, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
             raise NotImplementedError(
