@@ -114,6 +114,12 @@ def adopt(t: torch.Tensor) -> TpuTensor:
     return t
 
 
+def has_data(t: torch.Tensor) -> bool:
+    """Whether :func:`adopt` can recover ``t``'s device data (false for fake, functional, functorch and meta
+    tensors, whose storage never held any)."""
+    return isinstance(t, TpuTensor) or t.untyped_storage().__dict__.get("_tpu_ref") is not None
+
+
 def on_tpu(v) -> bool:
     """Whether ``v`` is a tensor on the tpu device (of our class or not yet adopted)."""
     return isinstance(v, TpuTensor) or (isinstance(v, torch.Tensor) and v.device.type == "tpu")

@@ -96,7 +96,10 @@ class Encoder:
         return v
 
 
-def decode(t, dyn, meta: bool = False):
+def decode(t, dyn: list | tuple, meta: bool = False):
+    """The argument a template entry ``t`` stands for, given the dynamic inputs ``dyn`` (inside the traced
+    function: tracers; views read through their geometry). ``meta=True``: meta tensors in place of tensor slots,
+    for asking PyTorch's meta kernels about the call."""
     if isinstance(t, Slot):
         if t.kind == "S":
             return dyn[t.index]
@@ -119,7 +122,7 @@ def _offset(view, dyn, index: int):
     return dyn[index + 1] if view is not None and view.moves else None
 
 
-def meta_outputs(op, targs, tkwargs, dyn):
+def meta_outputs(op: torch._ops.OpOverload, targs: tuple, tkwargs: tuple, dyn: list):
     """PyTorch's own output metadata for this call, or ``None`` where no meta kernel can say."""
     try:
         return op(*[decode(a, dyn, True) for a in targs], **{k: decode(v, dyn, True) for k, v in tkwargs})
@@ -128,6 +131,9 @@ def meta_outputs(op, targs, tkwargs, dyn):
 
 
 def cast(op, out, meta):
+    """``out`` (a lowering's result) in PyTorch's output dtypes and container types from ``meta`` (its meta
+    kernel's outputs), so lowerings may compute in any dtype JAX promotes to; a shape or arity that differs is our
+    bug, and says so."""
     if meta is None:
         return out
     if isinstance(meta, torch.Tensor):
@@ -158,6 +164,7 @@ def dynamic_input(base_shape: tuple, view, dyn: list):
 
 
 def leaf_dtype(v) -> str:
+    """A value's dtype as a key part (a placeholder's or an array's; weak types differ in compiled programs)."""
     return str(v.dtype)
 
 
@@ -168,7 +175,9 @@ HOST_INDEX_OPS = frozenset({
 })
 
 
-def device_from_args(args, kwargs) -> int:
+def device_from_args(args: tuple, kwargs: dict) -> int:
+    """The tpu device index a call without tensor inputs (a factory) targets: its ``device`` argument, else the
+    current device."""
     dev = kwargs.get("device")
     if dev is None:
         dev = next((a for a in args if isinstance(a, torch.device)), None)
@@ -180,7 +189,7 @@ def device_from_args(args, kwargs) -> int:
 _PLANS = caches.cache("op_plans", 8192)
 
 
-def op_plan(op) -> tuple:
+def op_plan(op: torch._ops.OpOverload) -> tuple:
     """``(scalar positions, scalar names, accepts host index tensors)`` of ``op``, looked up by the op's
     identity (an int hashes in no time; an OpOverload's hash is a Python call)."""
     plan = _PLANS.get(id(op))

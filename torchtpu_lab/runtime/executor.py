@@ -131,7 +131,8 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
 
 
 def run_now(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
-    """Run one compiled signature now on concrete inputs."""
+    """Run one compiled signature now on concrete inputs, in any mode (a read of a view's values cannot wait for
+    a fused graph); its first run compiles it or loads it from the persistent cache."""
     exe = compiled.executable
     if exe is not None and compiled.exec_device == device_index:
         try:

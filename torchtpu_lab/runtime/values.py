@@ -13,6 +13,7 @@ import torch
 from .. import caches, dtypes
 from ..telemetry import SyncReason
 from ..device import tensor, views
+from ..device.storage import Storage
 from . import checks, lazy
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, launch, run_now
@@ -69,7 +70,7 @@ def assign(dst: tensor.TpuTensor, src) -> None:
     store(storage, launch(program, OpSignature("assign", sig + (leaf_dtype(src_array),), ()), dyn, storage.device_index, True))
 
 
-def store(storage, array) -> None:
+def store(storage: Storage, array) -> None:
     """Give ``storage`` a new array (or placeholder, which the next sync must then materialize)."""
     if isinstance(array, lazy.LazyValue):
         lazy.track(storage)  # tracked first: an interrupt between the two lines leaves nothing untracked

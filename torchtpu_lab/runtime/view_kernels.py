@@ -98,7 +98,7 @@ def _compute_plan(op, base_shape: tuple, geom: views.View, a: list, k: dict):
     numel = math.prod(base_shape)
     if op is aten.as_strided.default:
         if not (geom.size == base_shape and geom.offset == 0 and views.canonical(base_shape, *geom) is None):
-            if not views._is_contiguous(geom.size, geom.stride):
+            if not views.is_contiguous(geom.size, geom.stride):
                 return _COPY
         numel = max(numel, 1)
         shadow = torch.empty(numel, device="meta").as_strided(
