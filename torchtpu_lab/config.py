@@ -4,7 +4,8 @@ A :class:`State` has the shape of JAX's ``jax.config`` states: a name, a default
 variable (read once, at import), a validator, ``.value`` to read it, ``.set(v)`` to change it, and
 ``with state(v):`` to change it for a block (the previous value comes back on exit, even on error).
 :func:`patch` does the same for several states at once (``with config.patch(eager_mode="strict",
-cpu_fallback=False):``), and :func:`snapshot` / :func:`restore` save and bring back all of them.
+cpu_fallback=False):``), and :func:`snapshot` / :func:`restore` save and bring back all of them. Values are
+process-wide, as these settings always were (not per thread: every thread records into one fused graph).
 
 **Why here, at the bottom.** The lowest layers read some of these on their hot paths (the device layer's
 allocation source tracking in every ``Storage``, the ops layer's data-dependent checks), and a lower layer never
