@@ -5,11 +5,13 @@ mutable torchtpu_lab state is reached, saved, restored and cleared.
 :mod:`torchtpu_lab.config` because the device and ops layers read them (a lower layer never imports a higher
 one). Everything else is owned by the layer that uses it on its hot path and referenced here: the pending fused
 graph and its lock (:data:`.lazy.PENDING`, :data:`.lazy.LOCK`), the bounded executable and plan caches
-(:data:`.executor.OPS`, :data:`.lazy.GRAPHS` and the rest of the registry of :mod:`torchtpu_lab.caches`), the compile history behind the cause analysis (:mod:`.compile_events`),
-the profile recorders (:data:`torchtpu_lab.telemetry.recorders`), the memory listeners
+(:data:`.executor.OPS`, :data:`.lazy.GRAPHS` and the rest of the registry of :mod:`torchtpu_lab.caches`), the
+compile history behind the cause analysis (:mod:`.compile_events`, cleared with the caches), the profile
+recorders (:data:`torchtpu_lab.telemetry.recorders`), the memory listeners
 (:data:`torchtpu_lab.device.memory.listeners`) and the persistent cache's directory. So per-op code keeps one
-module-global read per value (measured: a property or dict lookup per op shows up in ``bench/eager_overhead.py``),
-while users and tests have one place to look and one call to put everything back:
+module-global and one slot read per value (the old ``modes.current()``, a call and a dict lookup, measured about
+3x the cost of ``config.eager_mode.value``), while users and tests have one place to look and one call to put
+everything back:
 
 * ``with torchtpu_lab.session.patch(eager_mode="strict", cpu_fallback=False): ...`` (any
   :data:`torchtpu_lab.config.STATES` name; the previous values return on exit, even on error);
