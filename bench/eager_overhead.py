@@ -76,8 +76,8 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
 
     a = torch.randn(64, 64).to("tpu")
     rows = []
-    lazy.max_graph_ops = 10**9  # measure recording only; the graph is dropped unexecuted by the sync below
-    with torchtpu_lab.eager_mode("fused"):
+    # measure recording only; the graph is dropped unexecuted by the sync below
+    with torchtpu_lab.config.patch(max_graph_ops=10**9, eager_mode="fused"):
         for name, (tfn, _) in OPS.items():
             state = {"x": a}
 
@@ -92,7 +92,6 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
 
             t = median_time(record, finish, iters, reps)
             rows.append((name, f"{t * 1e6:.1f}"))
-    lazy.max_graph_ops = 2000
     return rows
 
 

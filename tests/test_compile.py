@@ -183,12 +183,12 @@ def test_compiled_optimizer_step_updates_parameters_in_place():
     # the parameter objects are the ones the optimizer holds, updated in place
     weight = tpu[0].weight
     before = weight.detach().cpu().clone()
-    storage = weight._tpu_storage
+    storage = weight.tpu_storage
     torch._dynamo.reset()
     opt = torch.optim.SGD(tpu.parameters(), lr=0.5)
     F.mse_loss(tpu(x.to("tpu")), y.to("tpu")).backward()
     torch.compile(opt.step, backend="tpu", dynamic=False)()
-    assert weight._tpu_storage is storage
+    assert weight.tpu_storage is storage
     torch.testing.assert_close(weight.detach().cpu(), before - 0.5 * weight.grad.cpu(), rtol=1e-6, atol=1e-6)
 
 

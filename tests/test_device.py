@@ -224,13 +224,13 @@ import torch, torchtpu_lab
 assert torch.tpu.device_count() == 2
 a = torch.arange(3.0).to("tpu:1")
 assert a.device == torch.device("tpu:1")
-assert {d.id for d in a._tpu_storage.array.devices()} == {1}
+assert {d.id for d in a.tpu_storage.array.devices()} == {1}
 b = a * 2
 assert b.device == torch.device("tpu:1") and b.cpu().tolist() == [0.0, 2.0, 4.0]
-assert {d.id for d in b._tpu_storage.array.devices()} == {1}
+assert {d.id for d in b.tpu_storage.array.devices()} == {1}
 c = b.to("tpu:0")
 torchtpu_lab.sync()
-assert c.device == torch.device("tpu:0") and {d.id for d in c._tpu_storage.array.devices()} == {0}
+assert c.device == torch.device("tpu:0") and {d.id for d in c.tpu_storage.array.devices()} == {0}
 try:
     b + c
     raise SystemExit("mixing devices must fail")

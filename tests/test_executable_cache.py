@@ -17,13 +17,12 @@ from torchtpu_lab.runtime.signatures import OpSignature, Slot, Static, digest
 @pytest.fixture
 def disk_cache(tmp_path):
     """A fresh cache directory for the test; the session's cache setting is restored afterwards."""
-    previous, writable = compile_cache.directory(), compile_cache._state["writable"]
+    previous = compile_cache.settings()
     d = compile_cache.enable(str(tmp_path / "cache"))
     assert d is not None
     state.clear()  # executables compiled by earlier tests would otherwise never reach this directory
     yield d
-    with compile_cache._lock:
-        compile_cache._state["dir"], compile_cache._state["writable"] = previous, writable
+    compile_cache.use_settings(previous)
 
 
 def _step():

@@ -6,18 +6,18 @@ import torch
 import torch.nn as nn
 
 import torchtpu_lab
-from torchtpu_lab import telemetry
+from torchtpu_lab import config, telemetry
 from torchtpu_lab.runtime import lazy
 
 
 @pytest.fixture
 def limit():
     """Restore the size limit and forget cut points after the test."""
-    saved = lazy.max_graph_ops
+    saved = config.max_graph_ops.value
     lazy.CUTS.clear()
     yield
     torchtpu_lab.sync()
-    lazy.max_graph_ops = saved
+    config.max_graph_ops.set(saved)
     lazy.CUTS.clear()
 
 
@@ -39,7 +39,7 @@ def _trainer(width: int):
 
 
 def _ops_per_step(step) -> int:
-    lazy.max_graph_ops = 10**9
+    config.max_graph_ops.set(10**9)
     torchtpu_lab.sync()
     step()
     n = lazy.pending_ops()
@@ -65,7 +65,7 @@ def _compiles_per_step(step, steps: int, read_loss: bool) -> list[int]:
 def test_step_past_the_limit_compiles_nothing_in_steady_state(limit, factor, width, read_loss):
     step = _trainer(width)
     n = _ops_per_step(step)
-    lazy.max_graph_ops = int(n / factor)
+    config.max_graph_ops.set(int(n / factor))
     compiles = _compiles_per_step(step, 8, read_loss)
     assert sum(compiles[:4]) > 0  # the first steps compile the pieces
     assert compiles[4:] == [0, 0, 0, 0], compiles  # then every step reuses them
@@ -74,7 +74,7 @@ def test_step_past_the_limit_compiles_nothing_in_steady_state(limit, factor, wid
 
 def test_every_user_visible_sync_flushes_all_pending_work(limit):
     step = _trainer(12)
-    lazy.max_graph_ops = 10**9
+    config.max_graph_ops.set(10**9)
     step()
     assert lazy.pending_ops() > 0
     loss = step()
@@ -85,21 +85,21 @@ def test_every_user_visible_sync_flushes_all_pending_work(limit):
 def test_profile_reports_limit_flushes_with_what_to_do(limit):
     step = _trainer(14)
     n = _ops_per_step(step)
-    lazy.max_graph_ops = int(n / 2.5)
+    config.max_graph_ops.set(int(n / 2.5))
     with torchtpu_lab.profile() as prof:
         for _ in range(3):
             step()
     groups = [g for g in prof.report().syncs if g.reason == telemetry.SyncReason.GRAPH_LIMIT.text]
     assert groups and sum(g.count for g in groups) >= 6
     hint = groups[0].hint
-    assert "max_graph_ops" in hint and str(lazy.max_graph_ops) in hint and "raise the limit" in hint
+    assert "max_graph_ops" in hint and str(config.max_graph_ops.value) in hint and "raise the limit" in hint
     assert "graph size limit" in prof.text()
 
 
 def test_repetitive_ops_past_the_limit_are_not_cut_into_tiny_graphs(limit):
     """A chain of identical ops makes every position look like the cut point the limit chose: the graph must
     still be cut into a few large graphs, not synced op by op."""
-    lazy.max_graph_ops = 400
+    config.max_graph_ops.set(400)
     a = torch.randn(8, 8).to("tpu")
     torchtpu_lab.sync()
     with telemetry.Recorder() as events:

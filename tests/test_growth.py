@@ -41,7 +41,7 @@ def test_appends_equal_cpu_and_compile_a_bounded_number_of_programs(mode):
 def tensor_storage(t):
     from torchtpu_lab.device import tensor
 
-    return tensor.adopt(t)._tpu_storage
+    return tensor.adopt(t).tpu_storage
 
 
 def test_a_result_is_independent_of_its_input_and_of_later_appends():

@@ -19,7 +19,7 @@ from fault_cases import child_env
 from thread_work import D, Ops, chain
 from torchtpu_lab.backend import dispatch
 from torchtpu_lab.ops import LOWERINGS
-from torchtpu_lab.runtime import cpu_fallback, executor, lazy
+from torchtpu_lab.runtime import cpu_fallback, executor, lazy, values
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -68,10 +68,10 @@ def _entry_points() -> dict:
     neg = LOWERINGS[torch.ops.aten.neg.default]
     return {
         "execute": lambda: executor.execute(neg, (x,), {}),
-        "assign": lambda: executor.assign(x, jnp.ones(6, jnp.float32)),
-        "store": lambda: executor.store(x, jnp.ones(6, jnp.float32)),
-        "value": lambda: executor.value(x),
-        "materialize": lambda: executor.materialize(x[1:3]),
+        "assign": lambda: values.assign(x, jnp.ones(6, jnp.float32)),
+        "store": lambda: values.store(x, jnp.ones(6, jnp.float32)),
+        "value": lambda: values.value(x),
+        "materialize": lambda: values.materialize(x[1:3]),
         "sync": lambda: lazy.sync(),
         "cpu_fallback": lambda: cpu_fallback.run(torch.ops.aten.neg.default, (x,), {}),
     }
@@ -114,7 +114,7 @@ def test_jax_op_and_compiled_graphs_run_under_the_lock(monkeypatch):
     assert seen and all(seen)
 
     owned: list = []
-    real = executor.store
+    real = values.store
 
     def write_back(dst, array):
         owned.append(lazy.LOCK._is_owned())
@@ -124,7 +124,7 @@ def test_jax_op_and_compiled_graphs_run_under_the_lock(monkeypatch):
         t.add_(1)
         return t * 2
 
-    monkeypatch.setattr(executor, "store", write_back)
+    monkeypatch.setattr(values, "store", write_back)
     y = torch.zeros(3, device=D)
     assert torch.equal(torch.compile(bump, backend="tpu")(y).cpu(), torch.full((3,), 2.0))
     assert torch.equal(y.cpu(), torch.ones(3))

@@ -2,7 +2,7 @@
 no two modules import each other, however indirectly (again counting imports inside functions).
 
 Layers, bottom to top (a module may import its own layer and any lower one):
-platform/telemetry/caches → device (the data model) → ops (lowerings) → runtime → backend (wiring with
+platform/telemetry/caches/config → device (the data model) → ops (lowerings) → runtime → backend (wiring with
 PyTorch) → compile/kernels/distributed (new layers on the runtime's seams) → render → profile/metrics → jupyter
 → the package's entry points.
 
@@ -23,7 +23,7 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parent.parent / "torchtpu_lab"
 
 LAYERS = [
-    {"platform", "telemetry", "causes", "records", "caches", "dtypes", "units", "interrupts"},
+    {"platform", "telemetry", "causes", "records", "caches", "dtypes", "units", "interrupts", "config"},
     {"device"},
     {"ops"},
     {"runtime"},

@@ -48,12 +48,12 @@ def test_grads_equal_cpu_and_weight_grad_is_a_base(eager_mode, seeded, shape, bi
     tpu(xt).sin().sum().backward()
     grad = tpu.weight.grad
     assert grad.shape == tpu.weight.shape
-    assert grad._tpu_view is None, f"weight.grad is a view {grad._tpu_view} (a transposed gradient)"
+    assert grad.tpu_view is None, f"weight.grad is a view {grad.tpu_view} (a transposed gradient)"
     assert grad.is_contiguous()
     torch.testing.assert_close(grad.cpu(), cpu.weight.grad, atol=ATOL, rtol=1e-5)
     torch.testing.assert_close(xt.grad.cpu(), x.grad, atol=ATOL, rtol=1e-5)
     if bias:
-        assert tpu.bias.grad._tpu_view is None
+        assert tpu.bias.grad.tpu_view is None
         torch.testing.assert_close(tpu.bias.grad.cpu(), cpu.bias.grad, atol=ATOL, rtol=1e-5)
 
 
@@ -127,7 +127,7 @@ def _fused_sgd_step_hlo(sizes: tuple[int, ...], batch: int) -> str:
     model = nn.Sequential(*layers[:-1]).to("tpu")
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(batch, sizes[0], device="tpu"), torch.randn(batch, sizes[-1], device="tpu")
-    graphs = state.STATE.graph_executables
+    graphs = state.SESSION.graph_executables
     with torchtpu_lab.eager_mode("fused"):
         torchtpu_lab.sync()
         for _ in range(2):  # the second step is the steady state: the first has no old .grad to drop

@@ -26,10 +26,10 @@ def test_nested_recorders_with_equal_lists_each_remove_their_own():
     with outer as outer_events:
         with inner:
             pass  # both lists are empty, hence equal: removal by equality would drop the outer one here
-        assert any(r is outer_events for r in telemetry._recorders)
+        assert any(r is outer_events for r in telemetry.recorders)
         telemetry.emit("op", "probe", with_source=False)
     assert [e.name for e in outer_events] == ["probe"]
-    assert not any(r is outer_events for r in telemetry._recorders)
+    assert not any(r is outer_events for r in telemetry.recorders)
 
 
 @pytest.mark.parametrize("seed", [2**63, 2**63 + 12345, 2**64 - 1])
@@ -68,7 +68,7 @@ def test_strict_mode_counts_op_cache_hits():
 
 
 def test_caches_are_bounded_and_evictions_are_reported():
-    ops = state.STATE.op_executables
+    ops = state.SESSION.op_executables
     old = ops.maxsize
     try:
         caches.resize("ops", 3)

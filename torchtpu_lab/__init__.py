@@ -24,6 +24,7 @@ from .backend.registration import register as _register
 
 _register()
 
+from . import config  # noqa: E402
 from . import debug  # noqa: E402
 from . import distributed  # noqa: E402
 from .backend import autocast as _autocast  # noqa: E402,F401  (torch.autocast("tpu") policy)
@@ -37,6 +38,7 @@ from .runtime import compile_cache  # noqa: E402
 from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
 from .runtime.modes import current as eager_mode_name  # noqa: E402
 from .runtime.modes import eager_mode, set_eager_mode  # noqa: E402
+from .runtime.state import SESSION as session  # noqa: E402
 from .compile import install as _install_compile  # noqa: E402
 from .kernels import call_jax, jax_op  # noqa: E402
 
@@ -46,7 +48,7 @@ __version__ = "0.1.0"
 __all__ = [
     "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
     "debug", "set_cpu_fallback", "profile", "Profile", "configure", "global_changes", "__version__",
-    "jax_op", "call_jax",
+    "jax_op", "call_jax", "config", "session",
 ]
 
 

@@ -55,6 +55,12 @@ def _skip_prefixes() -> tuple[str, ...]:
     return _SKIP_PREFIXES
 
 
+def is_internal_file(filename: str) -> bool:
+    """Whether code in ``filename`` is torch's, JAX's, the standard library's, IPython's or ours, not the user's
+    (the rule :func:`user_source` walks frames by; for stacks recorded by others, such as Dynamo's)."""
+    return filename.startswith(_skip_prefixes())
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     """A line of user code: the first frame outside torch, jax, the stdlib and torchtpu_lab."""
@@ -205,7 +211,8 @@ class Event:
 
 
 counters: dict[str, float] = defaultdict(float)
-_recorders: list[list[Event]] = []
+#: The event lists of the open :class:`Recorder` s (profiles), innermost last.
+recorders: list[list[Event]] = []
 #: The most recent compiles, syncs and graph executions, kept whether or not anyone records (for ``%tpu``
 #: and the metrics report); bounded so a long session does not grow without limit.
 compile_log: deque[Event] = deque(maxlen=2000)
@@ -215,7 +222,7 @@ graph_break_log: deque[Event] = deque(maxlen=2000)
 
 
 def recording() -> bool:
-    return bool(_recorders)
+    return bool(recorders)
 
 
 #: Callables ``fn()`` told after every compile and sync (rare events, never per op): the JupyterLab panel's live
@@ -239,22 +246,22 @@ def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes:
          source: Source | None = None, with_source: bool = True, **detail) -> Event | None:
     """Record an event for every open recorder (and nothing else); returns it, or ``None`` if nobody records.
     ``kind`` must be an :class:`EventKind` (a ``ValueError`` otherwise: readers find events by kind)."""
-    if not _recorders:
+    if not recorders:
         return None
     if source is None and with_source:
         source = user_source(3)
     event = Event(EventKind(kind), name, time.perf_counter() if t is None else t, dur, nbytes, source, detail,
                   user_stack(3) if with_source else None)
-    for sink in _recorders:
+    for sink in recorders:
         sink.append(event)
     return event
 
 
 def _log(log: deque, event: Event) -> Event:
     log.append(event)
-    if _recorders and event.stack is None:
+    if recorders and event.stack is None:
         event.stack = user_stack(3)
-    for sink in _recorders:
+    for sink in recorders:
         sink.append(event)
     return event
 
@@ -353,14 +360,14 @@ class Recorder:
         self.events: list[Event] = []
 
     def __enter__(self) -> list[Event]:
-        _recorders.append(self.events)
+        recorders.append(self.events)
         return self.events
 
     def __exit__(self, *exc) -> None:
         # by identity: two recorders with equal (say, both empty) lists must not remove each other's
-        for i in range(len(_recorders) - 1, -1, -1):
-            if _recorders[i] is self.events:
-                del _recorders[i]
+        for i in range(len(recorders) - 1, -1, -1):
+            if recorders[i] is self.events:
+                del recorders[i]
                 return
 
 

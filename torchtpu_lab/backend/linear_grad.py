@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device.tensor import TpuTensor
+from ..device.tensor import TpuTensor, has_data
 
 aten = torch.ops.aten
 _linear = aten.linear.default
@@ -46,8 +46,7 @@ def _is_real(t: torch.Tensor | None) -> bool:
     """A tpu tensor with device data (not a fake, functional or functorch wrapper, nor a meta tensor)."""
     if t is None or type(t) is TpuTensor:
         return True
-    return (type(t) in _PLAIN and t.device.type == "tpu"
-            and t.untyped_storage().__dict__.get("_tpu_ref") is not None)
+    return type(t) in _PLAIN and t.device.type == "tpu" and has_data(t)
 
 
 def _as_2d(t: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,7 @@ from ..causes import Cause, CauseKind
 from ..backend import dispatch
 from ..device import rng, tensor
 from ..ops import precision
-from ..runtime import compile_cache, executor, lazy
+from ..runtime import compile_cache, lazy, values
 from ..telemetry import SyncReason
 from . import events, lowering, specialize, spmd
 
@@ -143,18 +143,18 @@ def _input_arrays(args: list) -> tuple[list, int]:
     """JAX values for the graph inputs, and the device they are on. An input still pending in fused mode makes
     this a sync point (recorded as one); pending work the graph does not read stays pending."""
     tensors = [tensor.adopt(a) if isinstance(a, torch.Tensor) and a.device.type == "tpu" else None for a in args]
-    if lazy.has_pending() and any(t is not None and isinstance(t._tpu_storage._array, lazy.LazyValue)
+    if lazy.has_pending() and any(t is not None and isinstance(t.tpu_storage.held, lazy.LazyValue)
                                   for t in tensors):
         with telemetry.sync_event(SyncReason.CONCRETE_INPUTS, lazy.pending_ops(), detail="compiled graph"):
             lazy.sync(SyncReason.CONCRETE_INPUTS, record=False)
     arrays, device_index = [], None
     for a, t in zip(args, tensors):
         if t is not None:
-            storage = t._tpu_storage
+            storage = t.tpu_storage
             if device_index is None:
                 device_index = storage.device_index
             # nothing this graph reads is pending: a base tensor's array is its value, a view is gathered
-            arrays.append(storage.array if t._tpu_view is None else executor.value(t))
+            arrays.append(storage.array if t.tpu_view is None else values.value(t))
         elif isinstance(a, torch.Tensor):  # a CPU tensor input (an optimizer's step count)
             arrays.append(jnp.asarray(dtypes.host_array(a.detach())))
         else:
@@ -178,7 +178,7 @@ def _write_back(dst: torch.Tensor, array) -> None:
         with torch.no_grad():
             dst.copy_(dtypes.host_tensor(_host(array), dst.dtype))
         return
-    executor.store(dst, array)
+    values.store(dst, array)
 
 
 def _eager(gm: torch.fx.GraphModule, kind: str, reason: str):

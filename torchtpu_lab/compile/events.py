@@ -20,9 +20,8 @@ DYNAMO = "dynamo"
 
 def _user_source(frames) -> telemetry.Source | None:
     """The innermost frame of Dynamo's user stack that is the user's code (not torch, jax or us)."""
-    prefixes = telemetry._skip_prefixes()
     for frame in reversed(list(frames or [])):
-        if not frame.filename.startswith(prefixes):
+        if not telemetry.is_internal_file(frame.filename):
             return telemetry.Source(frame.filename, frame.lineno or 0, frame.name)
     return None
 

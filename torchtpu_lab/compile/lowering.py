@@ -5,7 +5,7 @@ Each ``call_function`` node is one of:
 
 * an op of the op table (:data:`torchtpu_lab.ops.LOWERINGS`) — its lowering is called on the traced JAX values
   and the result cast to the dtype PyTorch's meta kernel recorded on the node (``node.meta["val"]``), exactly as
-  the eager executor casts (:func:`torchtpu_lab.runtime.executor._cast`); random ops get a key derived from a
+  the eager executor casts (:func:`torchtpu_lab.runtime.encode.cast`); random ops get a key derived from a
   ``(seed, counter)`` pair that is an *input* of the function, drawn from the device generator per call;
 * a view op (``view``, ``permute``, ``expand``, ``slice``...): inside the function every value is a
   contiguous array, so the view's geometry comes from running the op on a meta tensor of that shape — PyTorch
@@ -33,7 +33,7 @@ from .. import dtypes
 from ..device import views
 from ..ops import LOWERINGS
 from ..ops.registry import op_name
-from ..runtime import executor, view_kernels
+from ..runtime import encode, view_kernels
 from . import spmd
 from .errors import NotLowerable
 
@@ -141,14 +141,14 @@ class _Tracer:
             return args[0][args[1]]
         meta = _val(node)
         if op in spmd.OPS:
-            return executor._cast(op, spmd.lower(op, args, self.plan.group), meta)
+            return encode.cast(op, spmd.lower(op, args, self.plan.group), meta)
         low = LOWERINGS.get(op)
         if low is not None:
             if not low.jit_for(*torch.fx.node.map_arg((node.args, node.kwargs), _val)):
                 raise NotLowerable(f"{op_name(op)} has a data-dependent output shape here")
             if low.rng:
                 kwargs = dict(kwargs, key=key)
-            return executor._cast(op, low.fn(*args, **kwargs), meta)
+            return encode.cast(op, low.fn(*args, **kwargs), meta)
         if op in _VIEW_OPS:
             return _view(op, args[0], args[1:], kwargs)
         if op in self.foreach:
@@ -156,7 +156,7 @@ class _Tracer:
             low = LOWERINGS[per_tensor]
             n = len(meta)
             calls = [_bind(per_tensor, _element(args, i, n), _element(kwargs, i, n)) for i in range(n)]
-            return [executor._cast(per_tensor, low.fn(*a, **k), meta[i]) for i, (a, k) in enumerate(calls)]
+            return [encode.cast(per_tensor, low.fn(*a, **k), meta[i]) for i, (a, k) in enumerate(calls)]
         if op is aten._to_copy.default:
             return _to_copy(args[0], meta, kwargs)
         if op is _CONVERT:  # Dynamo's rewrite of a captured .item() into tensor ops casts with this prim

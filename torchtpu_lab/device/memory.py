@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from .. import interrupts, platform, telemetry
+from .. import config, interrupts, platform, telemetry
 
 # id(array) -> [array, references from storages, device index, bytes, (shape, dtype, source) of its storage]
 _live: dict[int, list] = {}
@@ -40,10 +40,9 @@ _lock = threading.RLock()
 #: Callables ``fn(kind, nbytes, device_index)`` told of every ``"alloc"`` and ``"free"``.
 listeners: list[Callable[[str, int, int], None]] = []
 
-
 #: When true, storages remember the user line that created them (``%tpu memory``, profiles); off by default
-#: because it costs a stack walk per allocation.
-track_sources = False
+#: because it costs a stack walk per allocation (``torchtpu_lab.config.track_allocation_sources``).
+TRACK_SOURCES = config.track_allocation_sources
 
 
 @interrupts.guard  # an interrupt between two of these updates would leave the count wrong for good

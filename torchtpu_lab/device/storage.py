@@ -46,7 +46,7 @@ class Storage:
         self.dtype = dtype
         self.device_index = device_index
         self.nbytes = math.prod(self.shape) * dtype.itemsize
-        self.source = telemetry.user_source(2) if memory.track_sources else None
+        self.source = telemetry.user_source(2) if memory.TRACK_SOURCES.value else None
         if array is not None:
             self.array = array
 
@@ -75,6 +75,12 @@ class Storage:
         self._array = new
         if isinstance(old, jax.Array):
             memory.release(old)
+
+    @property
+    def held(self):
+        """What the storage holds now, as it is: a JAX array, a runtime placeholder, a :class:`FailedValue`, or
+        ``None`` before the first write (unlike :attr:`array`, reading it never allocates and never raises)."""
+        return self._array
 
     @property
     def allocated(self) -> bool:

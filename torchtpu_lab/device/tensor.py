@@ -1,8 +1,12 @@
 """The Python side of a ``tpu`` tensor: a real PrivateUse1 ``torch.Tensor`` that points at a storage and view.
 
-Tensors are made by :func:`make` from a PrivateUse1 TensorImpl without data (see :mod:`.impl_factory`), given the class :class:`TpuTensor` and two attributes: ``_tpu_storage`` (:class:`Storage`) and
-``_tpu_view`` (:class:`~torchtpu_lab.device.views.View` or ``None`` for the base). PyTorch keeps the Python
-object alive for as long as C++ holds the tensor, so the attributes travel through autograd and the dispatcher.
+Tensors are made by :func:`make` from a PrivateUse1 TensorImpl without data (see :mod:`.impl_factory`), given
+the class :class:`TpuTensor` and two public attributes, the data model every layer above reads:
+``t.tpu_storage`` (:class:`Storage`) and ``t.tpu_view`` (:class:`~torchtpu_lab.device.views.View` or ``None`` for
+the base). They are plain attributes, not properties, because the executor reads both for every tensor argument
+of every op. Only this module sets them (:func:`make`, :func:`adopt`, :func:`set_geometry`). PyTorch keeps the
+Python object alive for as long as C++ holds the tensor, so the attributes travel through autograd and the
+dispatcher.
 
 :class:`TpuTensor` only adds what the pure-Python backend cannot get from PyTorch itself: printing, pickling
 and deep copies, which for tensors without host-visible data go through a CPU copy, as PyTorch/XLA does.
@@ -67,11 +71,14 @@ class TpuTensor(torch.Tensor):
         new.requires_grad_(self.requires_grad)
         memo[id(self)] = new
         for key, value in self.__dict__.items():
-            if not key.startswith("_tpu_"):
+            if key not in _DATA_ATTRS:
                 setattr(new, key, copy.deepcopy(value, memo))
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         return new
+
+
+_DATA_ATTRS = ("tpu_storage", "tpu_view")  # a deep copy gets its own (the clone's), never the original's
 
 
 def make(storage: Storage, view: views.View | None) -> TpuTensor:
@@ -89,8 +96,8 @@ def _attach(t: torch.Tensor, storage: Storage, view) -> None:
     # op's *output* as a shallow copy — a new TensorImpl, hence a new Python object without our attributes —
     # that shares the torch storage, and PyTorch keeps a storage's Python object (and its attributes) alive for
     # as long as the storage lives. :func:`adopt` recovers the data from there.
-    t._tpu_storage = storage
-    t._tpu_view = view
+    t.tpu_storage = storage
+    t.tpu_view = view
     t.untyped_storage()._tpu_ref = (storage, view)
 
 
@@ -103,8 +110,14 @@ def adopt(t: torch.Tensor) -> TpuTensor:
     if ref is None:
         raise RuntimeError("torchtpu_lab bug: a tpu tensor without device data reached a kernel")
     t.__class__ = TpuTensor
-    t._tpu_storage, t._tpu_view = ref
+    t.tpu_storage, t.tpu_view = ref
     return t
+
+
+def has_data(t: torch.Tensor) -> bool:
+    """Whether :func:`adopt` can recover ``t``'s device data (false for fake, functional, functorch and meta
+    tensors, whose storage never held any)."""
+    return isinstance(t, TpuTensor) or t.untyped_storage().__dict__.get("_tpu_ref") is not None
 
 
 def on_tpu(v) -> bool:
@@ -137,11 +150,3 @@ def empty(shape, dtype: torch.dtype, device_index: int = 0) -> TpuTensor:
 
 def is_tpu(t) -> bool:
     return isinstance(t, TpuTensor)
-
-
-def storage_of(t: TpuTensor) -> Storage:
-    return t._tpu_storage
-
-
-def view_of(t: TpuTensor) -> views.View | None:
-    return t._tpu_view

@@ -52,12 +52,13 @@ def contiguous_strides(shape) -> tuple:
 def canonical(base_shape: tuple, size: tuple, stride: tuple, offset: int) -> View | None:
     """``None`` when the geometry is the whole base, else the :class:`View`."""
     size, stride = tuple(size), tuple(stride)
-    if size == tuple(base_shape) and offset == 0 and _is_contiguous(size, stride):
+    if size == tuple(base_shape) and offset == 0 and is_contiguous(size, stride):
         return None
     return View(size, stride, int(offset))
 
 
-def _is_contiguous(size, stride) -> bool:
+def is_contiguous(size: tuple, stride: tuple) -> bool:
+    """Whether ``stride`` is the row-major layout of ``size`` (dims of size 1 may have any stride)."""
     expected = 1
     for n, s in zip(reversed(size), reversed(stride)):
         if n != 1 and s != expected:
@@ -79,7 +80,7 @@ class _Plan(NamedTuple):
 @caches.memoize("view_read_plans", 8192)
 def _plan(base_shape: tuple, view: View) -> _Plan:
     size, stride, offset = view
-    if _is_contiguous(size, stride):
+    if is_contiguous(size, stride):
         return _Plan("contig")
     base_strides = contiguous_strides(base_shape)
     starts = [(offset // bs) % max(n, 1) for n, bs in zip(base_shape, base_strides)]

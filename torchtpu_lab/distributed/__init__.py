@@ -88,7 +88,7 @@ def _fsdp_storage_hooks() -> None:
 
     def free_storage(t: torch.Tensor) -> None:
         if tpu_tensor.on_tpu(t):
-            tpu_tensor.adopt(t)._tpu_storage.array = None
+            tpu_tensor.adopt(t).tpu_storage.array = None
         else:
             original_free(t)
 

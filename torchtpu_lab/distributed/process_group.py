@@ -32,7 +32,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import dtypes, telemetry
 from ..device import tensor
-from ..runtime import executor
+from ..runtime import values
 from ..telemetry import SyncReason
 from . import collectives, watchdog, world
 
@@ -122,7 +122,7 @@ class TpuProcessGroup(dist.ProcessGroup):
     # --- moving data ----------------------------------------------------------------------------------
     def _array(self, t: torch.Tensor) -> jax.Array:
         if tensor.on_tpu(t):
-            return executor.value(t, SyncReason.COLLECTIVE, record=True)
+            return values.value(t, SyncReason.COLLECTIVE, record=True)
         return jax.device_put(np.ascontiguousarray(dtypes.host_array(t.detach())), self._device)
 
     def _write(self, t: torch.Tensor, array) -> None:
@@ -133,7 +133,7 @@ class TpuProcessGroup(dist.ProcessGroup):
             if array.dtype != dtypes.to_jax(t.dtype):
                 array = array.astype(dtypes.to_jax(t.dtype))
             # as a tpu tensor, the result replaces a whole destination's buffer without a copy
-            executor.assign(t, tensor.from_array(array, t.dtype, t._tpu_storage.device_index))
+            values.assign(t, tensor.from_array(array, t.dtype, t.tpu_storage.device_index))
         else:
             with torch.no_grad():
                 t.detach().copy_(dtypes.host_tensor(np.asarray(array), t.dtype))

@@ -73,11 +73,11 @@ def load_ipython_extension(ip, global_changes: Callable[[], dict] | None = None)
     from .magics import TpuMagics
 
     if not _state["loaded"]:
-        _state["previous_track"] = memory.track_sources
+        _state["previous_track"] = memory.TRACK_SOURCES.value
         modes.set_eager_mode("fused")
         if compile_cache.directory() is None:
             compile_cache.enable()
-        memory.track_sources = True
+        memory.TRACK_SOURCES.set(True)
         ip.events.register("post_run_cell", _end_of_cell)
         _state["labeler"] = _cell_labeler(ip)
         telemetry.labelers.append(_state["labeler"])
@@ -106,7 +106,7 @@ def unload_ipython_extension(ip) -> None:
     for kind, names in (("line", ("tpu",)), ("cell", ("tpu_profile",))):
         for name in names:
             ip.magics_manager.magics[kind].pop(name, None)
-    memory.track_sources = _state["previous_track"]
+    memory.TRACK_SOURCES.set(_state["previous_track"])
     modes.set_eager_mode("strict")  # plain PyTorch behaviour: every op runs when it is called
     _state["loaded"] = False
 

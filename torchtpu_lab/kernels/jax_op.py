@@ -282,14 +282,14 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
         functional_op = jax_op(qualified + "_functional", _functional_form(fn, sig, n_results))
 
         def tpu_kernel(*args, **kwargs):
-            from ..runtime import executor
+            from ..runtime import values
 
             bound = sig.bind(*args, **kwargs)
             res = functional_op(*bound.args, **bound.kwargs)
             res = list(res) if isinstance(res, (tuple, list)) else [res]
             out = res[: len(res) - n_mut]
             for arg_name, value in zip(mutates_args, res[len(res) - n_mut:]):
-                executor.assign(bound.arguments[arg_name], value)
+                values.assign(bound.arguments[arg_name], value)
             if not out:
                 return None
             return out[0] if len(out) == 1 and typing.get_origin(sig.return_annotation) is not tuple else tuple(out)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from .. import config
 
 
 class Check(NamedTuple):
@@ -56,13 +57,10 @@ def reports(fn: Callable) -> Callable:
     return fn
 
 
-#: ``TORCHTPU_LAB_CHECKS=0`` compiles ops without their error flags (silent wrong answers, as before; for
-#: measuring what the checks cost — see README).
-ENABLED = os.environ.get("TORCHTPU_LAB_CHECKS", "1") != "0"
-
-
 def reporting(fn: Callable) -> bool:
-    return ENABLED and getattr(fn, "_tpu_reports", False)
+    """Whether ``fn`` is compiled with its error flags (``config.data_checks``: ``TORCHTPU_LAB_CHECKS=0`` turns
+    them off, giving silent wrong answers, as before; for measuring what the checks cost — see README)."""
+    return config.data_checks.value and getattr(fn, "_tpu_reports", False)
 
 
 @contextlib.contextmanager

@@ -97,12 +97,12 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     watch = _MemoryWatch(prof.t0, device_index)
     trace = _Trace(xprof_dir) if xprof_dir else None
     recorder = telemetry.Recorder()
-    tracked = memory.track_sources
+    tracked = memory.TRACK_SOURCES.value
     memory.listeners.append(watch)
     block_raised = False
     try:
         recorder.__enter__()
-        memory.track_sources = True
+        memory.TRACK_SOURCES.set(True)
         if trace is not None:
             trace.start()
         try:
@@ -132,7 +132,7 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
     try:
         recorder.__exit__(None, None, None)
     finally:
-        memory.track_sources = tracked
+        memory.TRACK_SOURCES.set(tracked)
         with contextlib.suppress(ValueError):
             memory.listeners.remove(watch)
         if trace is not None:

@@ -33,7 +33,7 @@ def _where(source) -> str:
 
 #: what a profile suggests when the graph size limit cut the work (see runtime/graph_cuts.py)
 LIMIT_HINT = (
-    "{count} flushes at the graph size limit (torchtpu_lab.runtime.lazy.max_graph_ops = {limit} ops): the step "
+    "{count} flushes at the graph size limit (torchtpu_lab.config.max_graph_ops = {limit} ops): the step "
     "records more ops than one graph may hold, so it runs as several graphs, cut at the same ops every step "
     "(steady steps compile nothing). To run it as one graph, raise the limit (longer compiles, more memory); "
     "a torchtpu_lab.sync() at the end of each step makes the step boundary explicit"

@@ -130,6 +130,17 @@ def directory() -> str | None:
     return _state["dir"]
 
 
+def settings() -> tuple[str | None, bool]:
+    """``(directory, writable)``: where the cache is and whether it is written (for :func:`use_settings`)."""
+    return _state["dir"], _state["writable"]
+
+
+def use_settings(saved: tuple[str | None, bool]) -> None:
+    """Put back what :func:`settings` returned (no probing: the directory was checked when it was enabled)."""
+    with _lock:
+        _state["dir"], _state["writable"] = saved
+
+
 def read_only() -> bool:
     """Whether the cache is on but may only be read."""
     return _state["dir"] is not None and not _state["writable"]

@@ -18,7 +18,7 @@ from ..telemetry import SyncReason
 from ..device import context, tensor
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor, lazy
+from . import executor, lazy, values
 
 aten = torch.ops.aten
 
@@ -34,7 +34,7 @@ def to_host(t: tensor.TpuTensor, reason: SyncReason = SyncReason.TO_HOST) -> tor
     """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
     reason = telemetry.sync_reason.get() or reason
     with telemetry.sync_event(reason, lazy.pending_ops()):
-        host = dtypes.host_tensor(np.asarray(executor.value(t, reason, record=False)), t.dtype)
+        host = dtypes.host_tensor(np.asarray(values.value(t, reason, record=False)), t.dtype)
     telemetry.count("transfer_to_host_bytes", host.numel() * host.element_size())
     return host
 
@@ -66,9 +66,9 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     if tensor.on_tpu(self):
         self = tensor.adopt(self)
         if target.type == "tpu":
-            index = _tpu_index(target) if target.index is not None else self._tpu_storage.device_index
-            if index != self._tpu_storage.device_index:
-                moved = jax.device_put(executor.value(self), platform.jax_device(index))
+            index = _tpu_index(target) if target.index is not None else self.tpu_storage.device_index
+            if index != self.tpu_storage.device_index:
+                moved = jax.device_put(values.value(self), platform.jax_device(index))
                 return to_copy(tensor.from_array(moved, self.dtype, index), dtype=dtype)
             return executor.execute(_CAST, (self,), {"dtype": dtype or self.dtype})
         host = to_host(self)
@@ -80,17 +80,17 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
 def copy_(self, src, non_blocking=False):
     if tensor.on_tpu(self):
         self = tensor.adopt(self)
-        index = self._tpu_storage.device_index
+        index = self.tpu_storage.device_index
         if not tensor.on_tpu(src):
             src = from_host(src.to(self.dtype), index)
-        elif tensor.adopt(src)._tpu_storage.device_index != index:
+        elif tensor.adopt(src).tpu_storage.device_index != index:
             src = to_copy(src, device=torch.device("tpu", index))
         if tuple(self.shape) != tuple(torch.broadcast_shapes(self.shape, src.shape)):
             raise RuntimeError(
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                 f"{list(torch.broadcast_shapes(self.shape, src.shape))}"
             )
-        executor.assign(self, src)
+        values.assign(self, src)
         return self
     # a CPU (or other device) destination, a tpu source
     self.copy_(to_host(src))
@@ -100,7 +100,7 @@ def copy_(self, src, non_blocking=False):
 def local_scalar_dense(self):
     reason = telemetry.sync_reason.get() or SyncReason.ITEM
     with telemetry.sync_event(reason, lazy.pending_ops()):
-        return np.asarray(executor.value(self, reason, record=False)).item()
+        return np.asarray(values.value(self, reason, record=False)).item()
 
 
 
@@ -114,11 +114,11 @@ def resize_(self, size, memory_format=None):
         return self
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    old = self._tpu_storage
+    old = self.tpu_storage
     new = Storage(size, self.dtype, old.device_index)
     keep = min(math.prod(size), self.numel())
     if keep:
-        flat = executor.value(self).reshape(-1)[:keep]
+        flat = values.value(self).reshape(-1)[:keep]
         if keep == math.prod(size):
             new.array = flat.reshape(size)
         else:

@@ -15,12 +15,11 @@ import warnings
 import torch
 from torch.utils._pytree import tree_map
 
-from .. import telemetry
+from .. import config, telemetry
 from ..device import tensor
 from ..ops.registry import op_name
 from . import lazy
 
-_state = {"enabled": True}
 _warned: set = set()
 #: op name -> {"count": n, "sources": {source string: n}}
 stats: dict[str, dict] = {}
@@ -28,11 +27,11 @@ stats: dict[str, dict] = {}
 
 def set_cpu_fallback(enabled: bool) -> None:
     """Turn the CPU fallback on (default) or off (unsupported ops then raise ``NotImplementedError``)."""
-    _state["enabled"] = bool(enabled)
+    config.cpu_fallback.set(enabled)
 
 
 def enabled() -> bool:
-    return _state["enabled"]
+    return config.cpu_fallback.value
 
 
 def _device_of(args, kwargs) -> torch.device:
@@ -54,7 +53,7 @@ def _device_of(args, kwargs) -> torch.device:
 def run(op, args: tuple, kwargs: dict, error: BaseException | None = None):
     """Run ``op`` on CPU copies of its arguments and return tpu results; raise if the fallback is off."""
     name = op_name(op)
-    if not _state["enabled"]:
+    if not config.cpu_fallback.value:
         if error is not None:
             raise error
         raise NotImplementedError(f"torchtpu_lab: {name} has no lowering for the tpu device (CPU fallback is off)")

@@ -1,7 +1,7 @@
 """Where a fused graph that grows past the size limit is cut, so that a repeating training step cuts the same way
 every time and steady-state steps compile nothing.
 
-The naive rule — flush once ``lazy.max_graph_ops`` ops are pending — cuts at a position that depends on how many
+The naive rule — flush once ``config.max_graph_ops`` ops are pending — cuts at a position that depends on how many
 ops were pending when the step began. A step of 2,300 ops under a limit of 2,000 with no sync in between leaves
 300 ops pending for the next step, which then cuts 300 ops earlier, and so on: the cut drifts through the step
 and every step compiles new graphs (23 distinct graphs before the pattern repeats).

@@ -29,7 +29,9 @@ from jax import lax
 from .. import caches, dtypes
 from ..device import tensor, views
 from ..ops import LOWERINGS
-from .executor import OpExecutable, _dynamic_input, _leaf_dtype, _store, execute, launch
+from .encode import dynamic_input, leaf_dtype
+from .executor import OpExecutable, execute, launch
+from .values import set_array
 from .signatures import OpSignature
 
 aten = torch.ops.aten
@@ -61,7 +63,7 @@ def _mark(tensors, out, dim: int) -> None:
         return
     d = dim % x.ndim
     if 0 < piece.shape[d] < x.shape[d] and out.numel() * out.dtype.itemsize <= MAX_PADDED_BYTES:
-        _GROWING[tensor.adopt(out)._tpu_storage] = d
+        _GROWING[tensor.adopt(out).tpu_storage] = d
 
 
 def _appendable(tensors, dim: int):
@@ -78,10 +80,10 @@ def _appendable(tensors, dim: int):
     if any(a != b for i, (a, b) in enumerate(zip(x.shape, piece.shape)) if i != d) or piece.shape[d] == 0:
         return None
     x = tensor.adopt(x)
-    storage = x._tpu_storage
+    storage = x.tpu_storage
     if _GROWING.get(storage) != d:
         return None
-    view = x._tpu_view
+    view = x.tpu_view
     if view is not None:  # a view of the first n positions of the padded storage, and nothing else
         base = storage.shape
         if view.offset != 0 or view.stride != views.contiguous_strides(base):
@@ -96,7 +98,7 @@ def _capacity(n: int) -> int:
 
 
 def _append(x: tensor.TpuTensor, piece: tensor.TpuTensor, d: int):
-    storage = x._tpu_storage
+    storage = x.tpu_storage
     n, k = x.shape[d], piece.shape[d]
     shape = list(storage.shape)
     if n + k > shape[d]:  # out of room (or not padded yet): a bigger buffer, once per doubling
@@ -104,26 +106,26 @@ def _append(x: tensor.TpuTensor, piece: tensor.TpuTensor, d: int):
         if math.prod(shape) * x.dtype.itemsize > MAX_PADDED_BYTES:
             return execute(LOWERINGS[aten.cat.default], ([x, piece], d), {})
         dyn = [storage.array]
-        x_key = _dynamic_input(storage.shape, x._tpu_view, dyn)
+        x_key = dynamic_input(storage.shape, x.tpu_view, dyn)
         grow = True
     else:
         dyn = [storage.array]
         x_key = None
         grow = False
     shape = tuple(shape)
-    p_storage = piece._tpu_storage
+    p_storage = piece.tpu_storage
     dyn.append(p_storage.array)
-    p_key = _dynamic_input(p_storage.shape, piece._tpu_view, dyn)
+    p_key = dynamic_input(p_storage.shape, piece.tpu_view, dyn)
     dyn.append(n)
     sig = (tuple(storage.shape), x_key, grow, shape, x.dtype, d, tuple(p_storage.shape), p_key)
     program = _program(*sig)
-    out = launch(program, OpSignature("append", sig + (_leaf_dtype(p_storage.array),), ()), dyn,
+    out = launch(program, OpSignature("append", sig + (leaf_dtype(p_storage.array),), ()), dyn,
                  storage.device_index, True)
     result = tensor.make(_new_storage(shape, x.dtype, storage.device_index),
                          views.View(tuple(x.shape[:d]) + (n + k,) + tuple(x.shape[d + 1:]),
                                     views.contiguous_strides(shape), 0))
-    _store(result._tpu_storage, out)
-    _GROWING[result._tpu_storage] = d
+    set_array(result.tpu_storage, out)
+    _GROWING[result.tpu_storage] = d
     return result
 
 

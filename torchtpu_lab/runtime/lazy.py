@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .. import caches, interrupts, telemetry
+from .. import caches, config, interrupts, telemetry
 from ..device.storage import FailedValue
 from ..telemetry import SyncReason
 from ..device import memory
@@ -115,15 +115,13 @@ LOCK = threading.RLock()
 #: the whole call (a Ctrl-C inside it waits for its end).
 entry_point = interrupts.owning(LOCK)
 #: Compiled fused graphs by structure, bounded (a long-lived kernel sees many shapes).
-_GRAPHS = caches.cache("graphs", 256)
+GRAPHS = caches.cache("graphs", 256)
 
-#: a graph is flushed once it has this many recorded ops (or earlier, at a cut point a flush made before: see
-#: :mod:`.graph_cuts`)
-max_graph_ops = 2000
+#: a graph is flushed once it has ``MAX_GRAPH_OPS.value`` recorded ops (``torchtpu_lab.config.max_graph_ops``), or
+#: earlier, at a cut point a flush made before: see :mod:`.graph_cuts`
+MAX_GRAPH_OPS = config.max_graph_ops
 #: where graphs past the size limit are cut
 CUTS = CutPoints()
-#: record the user's source line with every op (shown in compile causes and failures); costs a frame walk
-track_sources = True
 
 
 def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None, uid=None):
@@ -151,7 +149,7 @@ def track(storage) -> None:
     if ref is not None and ref() is storage:  # tracked already since the last sync: its prior array is noted
         return
     pending.storages[key] = weakref.ref(storage)
-    old = storage._array
+    old = storage.held
     if old is not None and type(old) is not LazyValue and isinstance(old, jax.Array):
         pending.prior[key] = id(old)
     else:
@@ -178,9 +176,10 @@ def over_limit() -> bool:
     recorded = PENDING.recorded
     if not recorded:
         return False
-    if CUTS.last_ids and CUTS.at_anchor(PENDING.seq, max_graph_ops):  # no anchors until the limit first cut
+    limit = MAX_GRAPH_OPS.value
+    if CUTS.last_ids and CUTS.at_anchor(PENDING.seq, limit):  # no anchors until the limit first cut
         return True
-    if recorded >= max_graph_ops:
+    if recorded >= limit:
         CUTS.force(PENDING.seq)
         return True
     return False
@@ -277,7 +276,7 @@ def _alias_order(targets: list[LazyValue], leaves: list, donate: tuple, storages
     update: dict[int, int] = {}  # donated leaf position -> position of the target that replaces it
     for s in storages:
         leaf = donated.get(prior.get(id(s)))
-        j = position.get(id(s._array))
+        j = position.get(id(s.held))
         if leaf is None or j is None or leaf in update:
             continue
         old, new = leaves[leaf], targets[j]
@@ -360,7 +359,7 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
 
 def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     pending = PENDING
-    storages = [s for s in (r() for r in pending.storages.values()) if s is not None and isinstance(s._array, LazyValue)]
+    storages = [s for s in (r() for r in pending.storages.values()) if s is not None and isinstance(s.held, LazyValue)]
     extra = list(pending.extra)
     n_recorded = pending.recorded
     if not storages and not extra:
@@ -369,7 +368,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     sync_event = telemetry.record_sync(reason, n_recorded, source, detail) if record else None
     targets: list[LazyValue] = []
     index: dict[int, int] = {}
-    wanted = {id(s._array): s._array for s in storages}
+    wanted = {id(s.held): s.held for s in storages}
     wanted.update((id(v), v) for values, _ in extra for v in values)
     for v in sorted(wanted.values(), key=lambda v: (v.node.seq, v.index)):
         index[id(v)] = len(targets)
@@ -384,7 +383,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
             key, leaves = _build_key(nodes, targets)
         except Exception as e:  # noqa: BLE001 — an input was poisoned by an earlier failure
             for s in storages:
-                s._array = Poisoned(e, s.shape, None)
+                s.array = Poisoned(e, s.shape, None)
             _clear(pending)
             raise
     order = _alias_order(targets, leaves, key.donate, storages, pending.prior)
@@ -392,7 +391,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         targets = [targets[j] for j in order]
         key = key._replace(targets=tuple(key.targets[j] for j in order))
         index = {id(v): j for j, v in enumerate(targets)}
-    compiled = _GRAPHS.get(key)
+    compiled = GRAPHS.get(key)
     hit = compiled is not None
     t0 = time.perf_counter()
     if compiled is None:
@@ -408,7 +407,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
                 _clear(pending)
                 _fail(nodes, targets, storages, index, e, extra)
         compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable))
-        _GRAPHS.put(fast, compiled)
+        GRAPHS.put(fast, compiled)
         compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk,
                                     site=site)
         t0 = time.perf_counter()
@@ -425,7 +424,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         for v, r in zip(targets, results):
             v.value = r
         for s in storages:
-            s.array = s._array.value
+            s.array = s.held.value
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     telemetry.count("graph_ops_executed", len(nodes))
@@ -473,13 +472,13 @@ def _fail(nodes, targets, storages, index, error, extra=()):
     what = culprit.name if culprit is not None else "the fused graph"
     failure = RuntimeError(f"{what} failed{where}: {type(culprit_error).__name__}: {culprit_error}")
     for s in storages:
-        v = s._array
+        v = s.held
         done = values.get(id(v.node))
         if done is not None:
             v.value = done[v.index]
             s.array = v.value
         else:
-            s._array = Poisoned(failure, s.shape, s.dtype)
+            s.array = Poisoned(failure, s.shape, s.dtype)
     for wanted, _ in extra:
         for v in wanted:
             done = values.get(id(v.node))
@@ -494,4 +493,4 @@ class _Skipped(Exception):
 
 
 def graph_cache_size() -> int:
-    return len(_GRAPHS)
+    return len(GRAPHS)

@@ -12,48 +12,46 @@ Switching is always safe: leaving ``fused`` flushes the pending graph first.
 from __future__ import annotations
 
 import contextlib
-import os
 
-MODES = ("debug", "strict", "fused")
-_ENV = "TORCHTPU_LAB_EAGER_MODE"
+from .. import config
 
-_state = {"mode": os.environ.get(_ENV, "fused"), "check_finite": False}
-if _state["mode"] not in MODES:
-    raise ValueError(f"{_ENV}={_state['mode']!r}: expected one of {', '.join(MODES)}")
+MODES = config.EAGER_MODES
+#: the state behind the mode (``torchtpu_lab.config.eager_mode``; ``$TORCHTPU_LAB_EAGER_MODE`` sets its default)
+MODE = config.eager_mode
 
 
-def current() -> str:
-    return _state["mode"]
-
-
-def set_eager_mode(name: str) -> None:
-    """Switch eager mode (``"debug"``, ``"strict"`` or ``"fused"``); pending fused work is flushed first."""
-    if name not in MODES:
-        raise ValueError(f"unknown eager mode {name!r}; choose one of {', '.join(MODES)}")
-    if name != _state["mode"]:
+def _flush_before_switch(old: str, new: str) -> None:
+    if new != old:
         from . import lazy
 
         from ..telemetry import SyncReason
 
         lazy.sync(SyncReason.MODE_SWITCH)
-    _state["mode"] = name
+
+
+MODE.before_change(_flush_before_switch)  # so `with config.patch(eager_mode=...)` flushes too
+
+
+def current() -> str:
+    return MODE.value
+
+
+def set_eager_mode(name: str) -> None:
+    """Switch eager mode (``"debug"``, ``"strict"`` or ``"fused"``); pending fused work is flushed first."""
+    MODE.set(name)
 
 
 @contextlib.contextmanager
 def eager_mode(name: str):
     """Run a block in another eager mode: ``with torchtpu_lab.eager_mode("debug"): ...``."""
-    previous = current()
-    set_eager_mode(name)
-    try:
+    with MODE(name):
         yield
-    finally:
-        set_eager_mode(previous)
 
 
 def check_finite(enabled: bool = True) -> None:
     """In debug mode, raise at the first op whose output has a NaN or Inf."""
-    _state["check_finite"] = bool(enabled)
+    config.check_finite.set(enabled)
 
 
 def checking_finite() -> bool:
-    return _state["check_finite"]
+    return config.check_finite.value

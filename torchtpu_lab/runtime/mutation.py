@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..device import tensor
-from . import executor
+from . import values
 
 _SCALAR_NAMES = {
     torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
@@ -66,7 +66,7 @@ def write_result(dst, result, inplace: bool) -> None:
     dst = tensor.adopt(dst)
     if tuple(result.shape) != tuple(dst.shape):
         dst.resize_(result.shape)
-    executor.assign(dst, result)
+    values.assign(dst, result)
 
 
 def _with_defaults(schema, args: tuple, kwargs: dict) -> tuple[list, dict]:

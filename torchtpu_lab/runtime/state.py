@@ -1,32 +1,104 @@
-"""The runtime's memory of the session, in one place: every executable and plan cache (bounded LRUs from
-:mod:`torchtpu_lab.caches`), the compile history behind the cause analysis, and the pending fused work.
+"""The session: one object, :data:`SESSION` (``torchtpu_lab.session``), through which all of the process's
+mutable torchtpu_lab state is reached, saved, restored and cleared.
 
-``%tpu cache clear`` and :func:`clear` empty all of it (pending work is run first, so nothing is lost); cache
-sizes are set per cache with :func:`torchtpu_lab.caches.resize` or ``TORCHTPU_LAB_CACHE_<NAME>``, and
-``metrics_report()`` shows each cache's entries, hits, misses and evictions.
+**Shape.** Configuration values are :class:`torchtpu_lab.config.State` s, which live in the bottom-layer
+:mod:`torchtpu_lab.config` because the device and ops layers read them (a lower layer never imports a higher
+one). Everything else is owned by the layer that uses it on its hot path and referenced here: the pending fused
+graph and its lock (:data:`.lazy.PENDING`, :data:`.lazy.LOCK`), the bounded executable and plan caches
+(:data:`.executor.OPS`, :data:`.lazy.GRAPHS` and the rest of the registry of :mod:`torchtpu_lab.caches`), the
+compile history behind the cause analysis (:mod:`.compile_events`, cleared with the caches), the profile
+recorders (:data:`torchtpu_lab.telemetry.recorders`), the memory listeners
+(:data:`torchtpu_lab.device.memory.listeners`) and the persistent cache's directory. So per-op code keeps one
+module-global and one slot read per value (the old ``modes.current()``, a call and a dict lookup, measured about
+3x the cost of ``config.eager_mode.value``), while users and tests have one place to look and one call to put
+everything back:
+
+* ``with torchtpu_lab.session.patch(eager_mode="strict", cpu_fallback=False): ...`` (any
+  :data:`torchtpu_lab.config.STATES` name; the previous values return on exit, even on error);
+* ``saved = session.snapshot(); ...; session.restore(saved)`` (configuration, recorders, listeners and the
+  persistent cache directory: what ``tests/conftest.py`` puts back after every test);
+* ``session.clear()`` and ``%tpu cache clear`` (:func:`clear_everything`): run pending work, then forget every
+  compiled executable, plan and the compile history. Cache sizes are set per cache with
+  :func:`torchtpu_lab.caches.resize` or ``TORCHTPU_LAB_CACHE_<NAME>``, and ``metrics_report()`` shows each
+  cache's entries, hits, misses and evictions.
 """
 
 from __future__ import annotations
 
-from .. import caches
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from .. import caches, config, telemetry
+from ..device import memory
 from ..telemetry import SyncReason
-from . import compile_events, executor, lazy
+from . import compile_cache, compile_events, executor, lazy
 
 
-class RuntimeState:
-    """A view over the runtime's state objects (they live in the modules that use them on the hot path)."""
+@dataclass(frozen=True)
+class Snapshot:
+    """What :meth:`Session.restore` puts back (taken by :meth:`Session.snapshot`)."""
+
+    config: dict[str, Any]
+    recorders: tuple
+    memory_listeners: tuple
+    persistent_cache: tuple[str | None, bool]
+
+
+class Session:
+    """The process's torchtpu_lab state (see the module docstring for what lives where, and why)."""
+
+    #: the configuration states, by name (``session.config.eager_mode.value``)
+    config = config
+
+    @property
+    def pending(self) -> lazy.PendingWork:
+        """Fused work recorded and not yet run."""
+        return lazy.PENDING
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Owns the pending graph and every storage (see :mod:`.lazy`, "Threads")."""
+        return lazy.LOCK
 
     @property
     def op_executables(self) -> caches.LRUCache:
-        return executor._OPS
+        return executor.OPS
 
     @property
     def graph_executables(self) -> caches.LRUCache:
-        return lazy._GRAPHS
+        return lazy.GRAPHS
 
     def caches(self) -> dict[str, dict]:
         """Entries, bound, hits, misses and evictions of every cache."""
         return caches.stats()
+
+    @property
+    def recorders(self) -> list:
+        """The event lists of the open profiles (:class:`torchtpu_lab.telemetry.Recorder`)."""
+        return telemetry.recorders
+
+    @property
+    def memory_listeners(self) -> list:
+        return memory.listeners
+
+    def patch(self, **values) -> contextlib.AbstractContextManager:
+        """Set configuration states for a block (see :func:`torchtpu_lab.config.patch`)."""
+        return config.patch(**values)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(config.snapshot(), tuple(telemetry.recorders), tuple(memory.listeners),
+                        compile_cache.settings())
+
+    def restore(self, saved: Snapshot) -> None:
+        """Put back everything :meth:`snapshot` saved. Every part is restored even when leaving fused mode has to
+        run pending work that fails; that failure is raised afterwards."""
+        # the persistent cache first: a test that turned it on must not make the flush below load from disk
+        compile_cache.use_settings(saved.persistent_cache)
+        telemetry.recorders[:] = saved.recorders
+        memory.listeners[:] = saved.memory_listeners
+        config.restore(saved.config)
 
     def clear(self) -> int:
         """Run pending work, then forget every compiled executable, plan and compile history; returns the number
@@ -37,21 +109,23 @@ class RuntimeState:
         lazy.CUTS.clear()  # cut points name op executables by identity: they go with the executables
         return dropped
 
+    def clear_everything(self) -> str:
+        """``%tpu cache clear`` and the panel's button: every in-memory cache and the persistent cache's entries;
+        returns what was done, as a sentence."""
+        dropped = self.clear()
+        removed = compile_cache.clear()
+        return (f"removed {removed} entries from {compile_cache.directory() or '(no persistent cache)'} and "
+                f"cleared {dropped} in-memory cache entries (executables, plans, compile history)")
 
-STATE = RuntimeState()
+
+SESSION = Session()
 
 
 def clear() -> int:
-    """See :meth:`RuntimeState.clear`."""
-    return STATE.clear()
+    """See :meth:`Session.clear`."""
+    return SESSION.clear()
 
 
 def clear_everything() -> str:
-    """``%tpu cache clear`` and the panel's button: every in-memory cache and the persistent cache's entries;
-    returns what was done, as a sentence."""
-    from . import compile_cache
-
-    dropped = STATE.clear()
-    removed = compile_cache.clear()
-    return (f"removed {removed} entries from {compile_cache.directory() or '(no persistent cache)'} and cleared "
-            f"{dropped} in-memory cache entries (executables, plans, compile history)")
+    """See :meth:`Session.clear_everything`."""
+    return SESSION.clear_everything()

@@ -22,7 +22,7 @@ import torch
 
 from .. import caches
 from ..device import tensor, views
-from . import executor
+from . import values
 
 aten = torch.ops.aten
 
@@ -73,10 +73,10 @@ def _hashable(v):
 
 
 def _geometry(t: tensor.TpuTensor) -> views.View:
-    view = t._tpu_view
+    view = t.tpu_view
     if view is not None:
         return view
-    shape = t._tpu_storage.shape
+    shape = t.tpu_storage.shape
     return views.View(tuple(shape), views.contiguous_strides(shape), 0)
 
 
@@ -98,7 +98,7 @@ def _compute_plan(op, base_shape: tuple, geom: views.View, a: list, k: dict):
     numel = math.prod(base_shape)
     if op is aten.as_strided.default:
         if not (geom.size == base_shape and geom.offset == 0 and views.canonical(base_shape, *geom) is None):
-            if not views._is_contiguous(geom.size, geom.stride):
+            if not views.is_contiguous(geom.size, geom.stride):
                 return _COPY
         numel = max(numel, 1)
         shadow = torch.empty(numel, device="meta").as_strided(
@@ -126,10 +126,10 @@ def make_view_kernel(op):
 
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
-        storage = self._tpu_storage
+        storage = self.tpu_storage
         geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
-            return kernel(executor.materialize(self), *args, **kwargs)
+            return kernel(values.materialize(self), *args, **kwargs)
         if torch.is_inference_mode_enabled() and not self.is_inference():
             # a view of a normal tensor is a normal tensor, even inside inference_mode (as on CPU)
             with torch.inference_mode(False):
@@ -147,7 +147,7 @@ def make_inplace_view_kernel(op):
 
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
-        storage = self._tpu_storage
+        storage = self.tpu_storage
         geoms = _plan(functional, storage.shape, _geometry(self), args, kwargs)
         if geoms == _COPY:
             raise NotImplementedError(

@@ -1,0 +1,57 @@
+"""The public names other layers read instead of reaching into privates (issue 24 item 5)."""
+
+import os
+
+import torch
+
+import torchtpu_lab
+from torchtpu_lab import telemetry
+from torchtpu_lab.device import storage as storage_mod
+from torchtpu_lab.device import tensor
+from torchtpu_lab.runtime import lazy
+
+
+def test_a_tensor_exposes_its_storage_and_view():
+    x = torch.arange(6.0).to("tpu")
+    row = x.view(2, 3)[1]
+    assert isinstance(x.tpu_storage, storage_mod.Storage) and x.tpu_view is None
+    assert row.tpu_storage is x.tpu_storage and row.tpu_view is not None
+
+
+def test_a_deep_copy_gets_its_own_storage():
+    import copy
+
+    x = torch.ones(3, device="tpu")
+    y = copy.deepcopy(x)
+    assert y.tpu_storage is not x.tpu_storage
+    y.add_(1)
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0] and y.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_held_reads_a_storage_without_allocating_or_raising():
+    s = storage_mod.Storage((4,), torch.float32, 0)
+    assert s.held is None and not s.allocated  # `array` would have allocated zeros here
+    s.array  # noqa: B018 — allocates
+    assert s.held is not None and s.allocated
+    with torchtpu_lab.eager_mode("fused"):
+        y = torch.ones(2, device="tpu") + 1
+        assert isinstance(y.tpu_storage.held, lazy.LazyValue)
+        torchtpu_lab.sync()
+    assert not isinstance(y.tpu_storage.held, lazy.LazyValue)
+
+
+def test_has_data_tells_device_tensors_from_fake_ones():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.ones(2, device="tpu")
+    assert tensor.has_data(x)
+    with FakeTensorMode():
+        fake = torch.empty(2, device="tpu")
+    assert not tensor.has_data(fake)
+
+
+def test_internal_files_are_torch_jax_stdlib_and_ours_not_the_users():
+    assert telemetry.is_internal_file(torch.__file__)
+    assert telemetry.is_internal_file(os.__file__)
+    assert telemetry.is_internal_file(lazy.__file__)
+    assert not telemetry.is_internal_file(__file__)

@@ -1,0 +1,136 @@
+"""Moving values in and out of tpu tensors: :func:`assign` (the one way a tpu tensor's values change),
+:func:`store` (a compiled graph's new value of a tensor), :func:`set_array` (a storage takes a new array or
+placeholder), :func:`value` (the concrete array behind a tensor,
+a sync point when it is pending) and :func:`materialize` (a view's values as a new base tensor).
+
+Each is a small cached program run through :func:`.executor.launch`, so in fused mode it is recorded like any op.
+The tensor-level functions are runtime entry points (:data:`.lazy.entry_point`): they take the lock and pass the
+interrupt safe point themselves, whoever calls them.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import torch
+
+from .. import caches, dtypes
+from ..telemetry import SyncReason
+from ..device import tensor, views
+from ..device.storage import Storage
+from . import checks, lazy
+from .encode import dynamic_input, leaf_dtype
+from .executor import OpExecutable, launch, run_now
+from .signatures import OpSignature
+
+
+@caches.memoize("programs", 2048)
+def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, overwrite_all: bool):
+    jdt = dtypes.to_jax(dst_dtype)
+    dst_size = dst_base_shape if dst_view is None else dst_view.size
+
+    # inputs: [dst base, dst offset if it moves,] src base[, src offset if it moves] (see _assign_inputs)
+    def whole(src_base, *src_offset):
+        v = views.read(src_base, src_base_shape, src_view, *src_offset).astype(jdt)
+        return jnp.broadcast_to(v, dst_size)
+
+    def partial(dst_base, *rest):
+        dst_offset, rest = (rest[:1], rest[1:]) if dst_view is not None and dst_view.moves else ((), rest)
+        v = views.read(rest[0], src_base_shape, src_view, *rest[1:]).astype(jdt)
+        return views.write(dst_base, dst_base_shape, dst_view, v, *dst_offset)
+
+    # its output's metadata, so fused mode records it without tracing (checked when the graph is traced)
+    meta = torch.empty(dst_size if overwrite_all else dst_base_shape, dtype=dst_dtype, device="meta")
+    return OpExecutable(whole if overwrite_all else partial, True, meta, "aten::copy_")
+
+
+@lazy.entry_point
+def assign(dst: tensor.TpuTensor, src) -> None:
+    """Overwrite ``dst``'s values (through its view, if any) with ``src`` (a tpu tensor or JAX array).
+
+    ``src`` broadcasts to ``dst``'s shape and is cast to ``dst``'s dtype, as ``Tensor.copy_`` does.
+    """
+    storage = dst.tpu_storage
+    dst_view = dst.tpu_view
+    if tensor.on_tpu(src):
+        src = tensor.adopt(src)
+        src_storage, src_view = src.tpu_storage, src.tpu_view
+        src_array, src_base_shape = src_storage.array, src_storage.shape
+        if (
+            dst_view is None
+            and src_view is None
+            and src_storage.shape == storage.shape
+            and src_storage.dtype == storage.dtype
+        ):
+            set_array(storage, src_array)  # arrays are immutable: sharing one is safe
+            return
+    else:
+        src_array, src_base_shape, src_view = src, tuple(src.shape), None
+    dyn = [] if dst_view is None else [storage.array]
+    dst_key = dynamic_input(storage.shape, dst_view, dyn)
+    dyn.append(src_array)
+    src_key = dynamic_input(tuple(src_base_shape), src_view, dyn)
+    sig = (storage.shape, dst_key, storage.dtype, tuple(src_base_shape), src_key, dst_view is None)
+    program = _assign_program(*sig)
+    set_array(storage, launch(program, OpSignature("assign", sig + (leaf_dtype(src_array),), ()), dyn,
+                              storage.device_index, True))
+
+
+@lazy.entry_point
+def store(dst: tensor.TpuTensor, array) -> None:
+    """Replace ``dst``'s values with the JAX array ``array`` of its shape and dtype (a compiled graph's new
+    value of an input it mutated): a base tensor takes the array itself, a view is written through."""
+    dst = tensor.adopt(dst)
+    if dst.tpu_view is None and tuple(dst.tpu_storage.shape) == tuple(array.shape):
+        set_array(dst.tpu_storage, array)
+    else:
+        assign(dst, array)
+
+
+def set_array(storage: Storage, array) -> None:
+    """Give ``storage`` a new array (or placeholder, which the next sync must then materialize)."""
+    if isinstance(array, lazy.LazyValue):
+        lazy.track(storage)  # tracked first: an interrupt between the two lines leaves nothing untracked
+    storage.array = array
+
+
+@lazy.entry_point
+def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
+    """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
+    t = tensor.adopt(t)
+    storage = t.tpu_storage
+    if isinstance(storage.held, lazy.LazyValue):
+        lazy.track(storage)  # normally tracked already; a no-op then
+        lazy.sync(reason, record=record)
+    checks.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
+    if t.tpu_view is None:
+        return storage.array
+    dyn = [storage.array]
+    key = dynamic_input(storage.shape, t.tpu_view, dyn)
+    program = _read_program(storage.shape, key, storage.dtype)
+    return run_now(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn, storage.device_index,
+                True)
+
+
+@caches.memoize("view_reads", 2048)
+def _read_program(base_shape, view, dtype):
+    """Gather a view (offset-free key ``view``; its offset, if it moves, is the second input). Its output's
+    metadata lets fused mode record it without tracing."""
+    meta = torch.empty(base_shape if view is None else view.size, dtype=dtype, device="meta")
+    return OpExecutable(lambda base, *offset: views.read(base, base_shape, view, *offset), True, meta,
+                        "materialize view")
+
+
+@lazy.entry_point
+def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
+    """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
+    t = tensor.adopt(t)
+    storage = t.tpu_storage
+    dyn = [storage.array]
+    key = dynamic_input(storage.shape, t.tpu_view, dyn)
+    program = _read_program(storage.shape, key, storage.dtype)
+    out = launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
+                 storage.device_index, True)
+    result = tensor.from_array(out, t.dtype, storage.device_index)
+    if isinstance(out, lazy.LazyValue):
+        lazy.track(result.tpu_storage)
+    return result
