@@ -98,12 +98,15 @@ def global_changes() -> dict:
       proxy tracing (see :mod:`torchtpu_lab.backend.fake`).
     * When ``torch._dynamo`` is imported: the ``"tpu"`` backend registered, and Dynamo told to call, never
       trace, torchtpu_lab and JAX code.
+    * ``native core``: whether the device's C++ core (guard, hooks, generators, pinned memory) is loaded, or why
+      the device runs in pure-Python mode and what that mode lacks (see :mod:`torchtpu_lab.native`).
     * ``torch.accelerator`` wrappers: synchronize and memory functions route to ``torch.tpu`` while ``tpu`` is the
       current accelerator (PyTorch's own versions need C++ hooks a Python backend cannot provide).
     """
     import jax
     import torch
 
+    from . import native as _native
     from .backend import accelerator as _accelerator
     from .platform import x64_enabled
 
@@ -114,6 +117,7 @@ def global_changes() -> dict:
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
         "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),
         "torch.accelerator (wrapped)": _accelerator.wrapped(),
+        "native core": _native.status().describe(),
     }
 
 

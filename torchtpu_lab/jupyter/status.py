@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import distributed, platform, telemetry
+from .. import distributed, native, platform, telemetry
 from ..device import memory
 from ..runtime import compile_cache, executor, lazy, modes
 
@@ -17,6 +17,7 @@ def status() -> dict:
     return {
         "platform": info.description,
         "devices": len(info.devices),
+        "device core": native.status().describe(),
         "eager mode": modes.current(),
         "memory allocated": memory.allocated(0),
         "memory peak": memory.peak(0),
@@ -54,9 +55,10 @@ def banner_lines(s: dict) -> list[str]:
 
     limit = f" of {fmt_bytes(s['memory limit'])}" if s["memory limit"] else ""
     changes = s.get("global changes") or {}
-    on = [k.rsplit(".", 1)[-1] for k, v in changes.items() if v and k != "torch.privateuse1_backend"]
+    on = [k.rsplit(".", 1)[-1] for k, v in changes.items() if v and k not in ("torch.privateuse1_backend", "native core")]
     return [
         f"torchtpu_lab: tpu device on {s['platform']} ({s['devices']} device{'s' if s['devices'] != 1 else ''})",
+        f"  device core: {s.get('device core', 'n/a')}",
         f"  eager mode {s['eager mode']} | memory {fmt_bytes(s['memory allocated'])} allocated{limit}",
         f"  compile cache: {s['cache dir']} ({s['cache entries on disk']} entries)",
         f"  changed globally: {', '.join(on) or 'nothing'} (torchtpu_lab.global_changes() says why)",

@@ -58,6 +58,7 @@ def status_rows(s: dict) -> list[tuple[str, str]]:
     return [
         ("platform", f"{s['platform']}"),
         ("devices", str(s["devices"])),
+        ("device core", s.get("device core", "n/a")),
         ("eager mode", s["eager mode"]),
         ("memory", f"{fmt_bytes(s['memory allocated'])} allocated, peak {fmt_bytes(s['memory peak'])}"
                    + (f", limit {fmt_bytes(s['memory limit'])}" if s["memory limit"] else " (no limit reported)")),

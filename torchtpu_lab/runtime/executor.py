@@ -243,6 +243,7 @@ def launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor
             sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if lazy.track_sources or compiled.checks is not None else None
+        lazy.on_device(device_index)
         out = lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
                           compiled.uid)
         if compiled.checks is not None:
@@ -346,6 +347,14 @@ HOST_INDEX_OPS = frozenset({
 OPS_SEEN: set = set()
 
 
+def _generator(args, kwargs) -> torch.Generator | None:
+    """The ``generator=`` a random op was given (keyword or positional), or ``None``."""
+    g = kwargs.get("generator") if kwargs else None
+    if g is None:
+        g = next((a for a in args if isinstance(a, torch.Generator)), None)
+    return g
+
+
 def _device_from_args(args, kwargs) -> int:
     dev = kwargs.get("device")
     if dev is None:
@@ -380,7 +389,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     if device_index is None:
         device_index = _device_from_args(args, kwargs)
     if low.rng:
-        enc.dyn.extend(rng.next_seed_and_counter(device_index))
+        enc.dyn.extend(rng.next_seed_and_counter(device_index, _generator(args, kwargs)))
     precision = _precision()
     # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one is a
     # Python call); the OpSignature is built once, on a miss
