@@ -100,6 +100,8 @@ def global_changes() -> dict:
       trace, torchtpu_lab and JAX code.
     * ``native core``: whether the device's C++ core (guard, hooks, generators, pinned memory) is loaded, or why
       the device runs in pure-Python mode and what that mode lacks (see :mod:`torchtpu_lab.native`).
+    * ``accelerate``'s ``PartialState.default_device``, wrapped when accelerate is imported: it is the current
+      tpu device while ``tpu`` is the current accelerator, so ``transformers.Trainer`` trains on tpu unasked.
     * ``torch.accelerator`` wrappers: synchronize and memory functions route to ``torch.tpu`` while ``tpu`` is the
       current accelerator (PyTorch's own versions need C++ hooks a Python backend cannot provide).
     """
@@ -108,6 +110,7 @@ def global_changes() -> dict:
 
     from . import native as _native
     from .backend import accelerator as _accelerator
+    from .backend import hf_accelerate as _hf_accelerate
     from .platform import x64_enabled
 
     return {
@@ -118,6 +121,7 @@ def global_changes() -> dict:
         "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),
         "torch.accelerator (wrapped)": _accelerator.wrapped(),
         "native core": _native.status().describe(),
+        "accelerate (wrapped)": _hf_accelerate.wrapped(),
     }
 
 

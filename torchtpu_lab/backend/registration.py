@@ -15,7 +15,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import interrupts, native, platform
-from . import accelerator, dispatch, fake, linear_grad, tpu_module
+from . import accelerator, dispatch, fake, hf_accelerate, linear_grad, tpu_module
 
 _BACKEND = "tpu"
 
@@ -87,3 +87,4 @@ def register() -> None:
     linear_grad.install()  # after the PrivateUse1 kernels: its forward runs through them
     fake.install()
     accelerator.install()
+    hf_accelerate.install()

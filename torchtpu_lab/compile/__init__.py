@@ -10,9 +10,7 @@ backends up by entry point.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
+from ..backend.after_import import when_imported
 
 BACKEND_NAME = "tpu"
 
@@ -38,30 +36,7 @@ def _register_with_dynamo() -> None:
         register_backend(tpu_backend, name=BACKEND_NAME)
 
 
-class _AfterDynamoImport(importlib.abc.MetaPathFinder):
-    """Registers the backend right after ``torch._dynamo`` finishes importing (then removes itself)."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "torch._dynamo":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original = loader.exec_module
-
-        def exec_module(module):
-            original(module)
-            _register_with_dynamo()
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def install() -> None:
     """Make ``backend="tpu"`` available (idempotent)."""
-    if "torch._dynamo" in sys.modules and hasattr(sys.modules["torch._dynamo"], "register_backend"):
-        _register_with_dynamo()
-    elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterDynamoImport())
+    when_imported("torch._dynamo", lambda _: _register_with_dynamo(),
+                  ready=lambda m: hasattr(m, "register_backend"))

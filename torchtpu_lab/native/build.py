@@ -2,7 +2,7 @@
 
 Decision: build on first import (and in ``make install``, which runs ``python -m torchtpu_lab.native`` so a
 fresh clone's ``make test`` pays the build before the tests start), cached per torch version, Python version and
-digest of the C++ sources under ``$TORCHTPU_LAB_CACHE_DIR/native`` (default ``~/.cache/torchtpu_lab/native``).
+digest of the C++ sources under ``$TORCHTPU_LAB_NATIVE_DIR`` (default ``~/.cache/torchtpu_lab/native``).
 Building against the user's own torch at run time sidesteps pip's build isolation (which would compile against
 a different torch) and wheels per torch version. We drive the compiler ourselves with the paths
 ``torch.utils.cpp_extension`` reports (no ``ninja`` dependency): one process per translation unit, two at a
@@ -31,9 +31,10 @@ _LIBS = ("c10", "torch", "torch_cpu", "torch_python")
 
 
 def cache_root() -> pathlib.Path:
-    base = os.environ.get("TORCHTPU_LAB_CACHE_DIR")
-    root = pathlib.Path(base) if base else pathlib.Path.home() / ".cache" / "torchtpu_lab"
-    return root / "native"
+    """``$TORCHTPU_LAB_NATIVE_DIR``, else ``~/.cache/torchtpu_lab/native``: one place per user, not per compile
+    cache (tests give every fresh process its own ``TORCHTPU_LAB_CACHE_DIR``; the core must not rebuild there)."""
+    base = os.environ.get("TORCHTPU_LAB_NATIVE_DIR")
+    return pathlib.Path(base) if base else pathlib.Path.home() / ".cache" / "torchtpu_lab" / "native"
 
 
 def compiler() -> str | None:
