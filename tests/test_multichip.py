@@ -11,7 +11,7 @@ import pytest
 from torchtpu_lab import native
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.skipif(native.module() is None,
+needs_core = pytest.mark.skipif(native.module() is None,
                                 reason=f"training on tpu:k needs the native core: {native.status().describe()}")
 
 _PRELUDE = """
@@ -50,6 +50,7 @@ def _run(body: str, mode: str = "fused") -> str:
     return out.stdout
 
 
+@needs_core
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_training_on_tpu1_tpu3_and_split_over_two_chips_matches_cpu_step_for_step(mode):
     out = _run("""
@@ -72,7 +73,8 @@ def test_copies_between_chips_device_context_and_cross_device_errors():
         with torch.tpu.device(3):
             c = torch.ones(2, device="tpu")
             assert c.device == torch.device("tpu:3") and torch.tpu.current_device() == 3
-            assert torch.accelerator.current_device_index() == 3
+            if torchtpu_lab.native.module() is not None:  # PyTorch's guard is the core's: one current device
+                assert torch.accelerator.current_device_index() == 3
         assert torch.tpu.current_device() == 0
         try:
             a + b
