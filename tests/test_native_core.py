@@ -186,3 +186,29 @@ def test_the_build_is_cached_per_torch_and_sources_and_concurrent_builds_share_o
     built = [p for p in tmp_path.rglob("_C*.so")]
     assert len(built) == 1 and build.build_key() in str(built[0])
     assert sum("building the native core" in e for _, e in outs) == 1
+
+
+@needs_core
+def test_a_compiled_function_taking_a_generator_draws_the_eager_stream():
+    def f(x, g):
+        return x + torch.randn(x.shape, device=x.device, generator=g)
+
+    compiled = torch.compile(f, backend="tpu")
+    x = torch.zeros(4, device="tpu")
+    g, eager = torch.Generator("tpu").manual_seed(1), torch.Generator("tpu").manual_seed(1)
+    got = [compiled(x, g).cpu() for _ in range(2)]
+    want = [f(x, eager).cpu() for _ in range(2)]
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and not torch.equal(got[0], got[1])
+    assert g.get_offset() == eager.get_offset() == 2
+
+
+def test_accelerator_memory_stats_have_cudas_keys_and_agree_with_torch_tpu():
+    x = torch.ones(1000, device="tpu")
+    torchtpu_lab.sync()
+    stats = torch.accelerator.memory_stats()
+    for key in ("allocated_bytes.all.current", "active_bytes.all.current", "reserved_bytes.all.current",
+                "allocated_bytes.all.peak", "active_bytes.all.peak", "reserved_bytes.all.peak"):
+        assert key in stats, key
+    assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated() == stats["allocated_bytes.all.current"]
+    assert torch.accelerator.memory_reserved() == stats["reserved_bytes.all.current"] >= x.numel() * 4
+    assert torch.accelerator.max_memory_allocated() == torch.tpu.max_memory_allocated()

@@ -73,7 +73,7 @@ class TpuProcessGroup(dist.ProcessGroup):
 
     def __init__(self, rank: int, size: int, ranks: tuple[int, ...], timeout: timedelta, name: str = "tpu"):
         super().__init__(rank, size)
-        self._name = name  # the backend name it was created under ("tpu" or TorchTPU's "tpu_dist")
+        self._backend_name = name  # the backend name it was created under ("tpu" or TorchTPU's "tpu_dist")
         self._rank = rank
         self._size = size
         self._ranks = ranks
@@ -94,7 +94,7 @@ class TpuProcessGroup(dist.ProcessGroup):
         return self._timeout_s
 
     def getBackendName(self) -> str:
-        return self._name
+        return self._backend_name
 
     def rank(self) -> int:
         return self._rank
