@@ -212,3 +212,16 @@ def test_accelerator_memory_stats_have_cudas_keys_and_agree_with_torch_tpu():
     assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated() == stats["allocated_bytes.all.current"]
     assert torch.accelerator.memory_reserved() == stats["reserved_bytes.all.current"] >= x.numel() * 4
     assert torch.accelerator.max_memory_allocated() == torch.tpu.max_memory_allocated()
+
+
+@needs_core
+def test_rrelu_with_noise_draws_from_a_tpu_generator():
+    x = torch.randn(6, 7, device="tpu")
+    runs = []
+    for _ in range(2):
+        noise = torch.empty_like(x)
+        torch.ops.aten.rrelu_with_noise(x, noise, 0.1, 0.3, True, torch.Generator("tpu").manual_seed(3))
+        runs.append(noise.cpu())
+    assert torch.equal(runs[0], runs[1])
+    n, neg = runs[0], (x <= 0).cpu()
+    assert torch.all(torch.where(neg, (n >= 0.1) & (n <= 0.3), n == 1)) and neg.any()

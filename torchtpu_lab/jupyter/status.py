@@ -55,7 +55,8 @@ def banner_lines(s: dict) -> list[str]:
 
     limit = f" of {fmt_bytes(s['memory limit'])}" if s["memory limit"] else ""
     changes = s.get("global changes") or {}
-    on = [k.rsplit(".", 1)[-1] for k, v in changes.items() if v and k not in ("torch.privateuse1_backend", "native core")]
+    facts = ("torch.privateuse1_backend", "native core")  # what is, not what changed
+    on = [k.rsplit(".", 1)[-1] for k, v in changes.items() if v and k not in facts]
     return [
         f"torchtpu_lab: tpu device on {s['platform']} ({s['devices']} device{'s' if s['devices'] != 1 else ''})",
         f"  device core: {s.get('device core', 'n/a')}",

@@ -56,9 +56,10 @@ def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generat
     Otherwise a leaky ReLU with slope ``(lower + upper) / 2``; ``noise`` is left alone.
 
     Without ``generator``, or with a tpu ``torch.Generator`` (native core), the samples come from that tpu random
-    stream (the device's default: ``torch.manual_seed``). A CPU generator draws the samples on the host (float64, as PyTorch's CPU kernel draws them) and copied over; the k-th nonpositive element gets the
-    k-th sample, as on CPU, without reading ``x`` back. Identically seeded generators thus give identical noise, and
-    a fresh generator gives CPU's values; the generator advances by ``x.numel()`` draws (CPU's: one per ``x <= 0``).
+    stream (the device's default: ``torch.manual_seed``). A CPU generator draws the samples on the host (float64,
+    as PyTorch's CPU kernel draws them), which are copied over; the k-th nonpositive element gets the k-th sample,
+    as on CPU, without reading ``x`` back. Identically seeded generators thus give identical noise, and a fresh
+    generator gives CPU's values; the generator advances by ``x.numel()`` draws (CPU's: one per ``x <= 0``).
     """
     if not training:
         return torch.where(x > 0, x, x * ((lower + upper) / 2))
