@@ -16,7 +16,7 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parent.parent / "torchtpu_lab"
 
 LAYERS = [
-    {"platform", "telemetry", "caches", "dtypes", "units", "interrupts", "native", "csrc"},
+    {"platform", "telemetry", "caches", "dtypes", "units", "interrupts", "native"},
     {"device"},
     {"ops"},
     {"runtime"},
