@@ -225,3 +225,24 @@ def test_rrelu_with_noise_draws_from_a_tpu_generator():
     assert torch.equal(runs[0], runs[1])
     n, neg = runs[0], (x <= 0).cpu()
     assert torch.all(torch.where(neg, (n >= 0.1) & (n <= 0.3), n == 1)) and neg.any()
+
+
+@needs_core
+@pytest.mark.parametrize("wait", ["accelerator", "stream", "event"])
+def test_pytorchs_own_synchronize_calls_run_pending_fused_work(wait):
+    from torchtpu_lab.runtime import lazy
+
+    with torchtpu_lab.eager_mode("fused"):
+        x = torch.ones(128, device="tpu") * 3
+        assert lazy.pending_ops() > 0
+        if wait == "accelerator":
+            torch.accelerator.synchronize()
+        elif wait == "stream":
+            torch.Stream("tpu").synchronize()
+        else:
+            event = torch.Event("tpu")
+            event.record()
+            event.synchronize()
+        assert lazy.pending_ops() == 0
+    assert "torch.accelerator.synchronize" not in torchtpu_lab.global_changes()["torch.accelerator (wrapped)"]
+    assert x.sum().item() == 384

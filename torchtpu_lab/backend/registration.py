@@ -54,6 +54,7 @@ def _register_native(core) -> None:
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module(_BACKEND, tpu_module)
     core.register()
+    core.set_synchronize(tpu_module.synchronize)  # torch.accelerator/Stream/Event synchronize wait for real
     if platform.info.cache_info().currsize:  # the platform is already known: tell the guard its device count
         native.set_device_count(len(platform.info().devices))
 

@@ -17,4 +17,8 @@ void set_current_device(c10::DeviceIndex index);
 // Raises (a RuntimeError in Python, as CUDA's) unless 0 <= index < device_count().
 void check_device(c10::DeviceIndex index);
 
+// What waits for a device's pending work (torch.tpu.synchronize, through the bindings); may throw.
+using SyncHook = void (*)(c10::DeviceIndex);
+void set_sync_hook(SyncHook hook);
+
 }  // namespace torchtpu

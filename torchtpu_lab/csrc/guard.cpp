@@ -4,8 +4,11 @@
 // XLA runs one device's programs in issue order and tracks buffer readiness itself, so each device has one
 // stream (id 0) and ordering between streams already holds: `block` has nothing to do. An event records the
 // host time at which it was recorded; `elapsedTime` is the time between two records. Waiting for the device
-// (torch.tpu.synchronize) is Python's job and never runs from here: these callbacks can fire where a Python
-// exception (a Ctrl-C) would abort the process, so they do not enter Python at all.
+// (synchronizeDevice/Stream/Event: torch.accelerator.synchronize, torch.Stream/torch.Event.synchronize) runs
+// the synchronize hook, torch.tpu.synchronize, set from the bindings. Those three are the only callbacks that
+// enter Python: PyTorch calls them from Python bindings that pass a Python exception (a Ctrl-C) on; every
+// noexcept callback stays in C++.
+#include <atomic>
 #include <chrono>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -22,7 +25,14 @@ c10::Stream default_stream(c10::Device d) { return c10::Stream(c10::Stream::DEFA
 
 struct Event {
   std::chrono::steady_clock::time_point when;
+  c10::DeviceIndex device;
 };
+
+std::atomic<SyncHook> sync_hook{nullptr};
+
+void wait_for(c10::DeviceIndex index) {
+  if (auto hook = sync_hook.load()) hook(index < 0 ? current_device() : index);
+}
 
 struct TpuGuard final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kType; }
@@ -61,7 +71,9 @@ struct TpuGuard final : c10::impl::DeviceGuardImplInterface {
                 static_cast<int>(device_index), " does not match recording stream's device index ",
                 static_cast<int>(stream.device_index()), ".");
     if (*event == nullptr) *event = new Event{};
-    static_cast<Event*>(*event)->when = std::chrono::steady_clock::now();
+    auto* e = static_cast<Event*>(*event);
+    e->when = std::chrono::steady_clock::now();
+    e->device = stream.device_index();
   }
   void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
   bool queryEvent(void* /*event*/) const override { return true; }
@@ -69,9 +81,11 @@ struct TpuGuard final : c10::impl::DeviceGuardImplInterface {
     delete static_cast<Event*>(event);
   }
   bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
-  void synchronizeEvent(void* /*event*/) const override {}
-  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+  void synchronizeStream(const c10::Stream& stream) const override { wait_for(stream.device_index()); }
+  void synchronizeEvent(void* event) const override {
+    if (event != nullptr) wait_for(static_cast<Event*>(event)->device);
+  }
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override { wait_for(device_index); }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
     TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
     auto dt = static_cast<Event*>(end)->when - static_cast<Event*>(start)->when;
@@ -80,6 +94,8 @@ struct TpuGuard final : c10::impl::DeviceGuardImplInterface {
 };
 
 }  // namespace
+
+void set_sync_hook(SyncHook hook) { sync_hook.store(hook); }
 
 void register_guard() {
   static TpuGuard guard;
