@@ -14,6 +14,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml constraints-dev.txt torchtpu_lab/labextension/package.json
 	$(PIP) install -q -c constraints-dev.txt torch==2.13.0
 	$(PIP) install -q -c constraints-dev.txt -e ".[lab,dev,hf]"
+	$(PY) -m torchtpu_lab.native  # build the native core once, before any test imports the package
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -222,7 +222,7 @@ def training(ckpt_dir: str) -> dict:
     r, w = dist.get_rank(), dist.get_world_size()
     x, y = _batch()
     xs, ys = _shard(x, r, w).to("tpu"), _shard(y, r, w).to("tpu")
-    out: dict = {}
+    out: dict = {"backend_name": dist.group.WORLD._get_backend_name()}
 
     ddp = DDP(_mlp().to("tpu"))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)

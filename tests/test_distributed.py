@@ -107,6 +107,7 @@ def test_ddp_fsdp2_dtensor_and_dcp(tmp_path):
     model_bytes = sum(p.numel() * p.element_size() for p in sgd)
     for r in results:
         v = r.value
+        assert v["backend_name"] == "tpu_dist"  # the name the group was created under
         for got, want in zip(v["ddp"], sgd, strict=True):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
         for got, want in zip(v["fsdp"], adamw, strict=True):

@@ -103,12 +103,19 @@ def test_amp_helpers():
     assert scaler.get_scale() == 4.0
 
 
-def test_generator_on_tpu_is_refused_with_pytorchs_own_error():
-    """torch.Generator(device="tpu") needs PrivateUse1HooksInterface::getNewGenerator, a C++ hook that PyTorch
-    2.13's Python backend hooks do not expose; the device's RNG is torch.tpu.manual_seed/get_rng_state. If a
-    later PyTorch lets Python provide it, this test fails and the README's ecosystem table must change."""
-    with pytest.raises(NotImplementedError, match="getNewGenerator"):
-        torch.Generator(device="tpu")
+def test_generator_on_tpu_is_made_by_the_native_core_and_refused_without_it():
+    """``torch.Generator(device="tpu")`` asks PrivateUse1HooksInterface::getNewGenerator, a C++ hook: the native
+    core provides it (tests/test_native_core.py covers the streams); PyTorch's Python backend hooks cannot, so in
+    pure-Python mode PyTorch's own error stands."""
+    from torchtpu_lab import native
+
+    if native.module() is None:
+        with pytest.raises(NotImplementedError, match="getNewGenerator"):
+            torch.Generator(device="tpu")
+    else:
+        g = torch.Generator(device="tpu")
+        assert g.device == torch.device("tpu", torch.tpu.current_device())
+        assert torch.Generator(device="tpu:0").manual_seed(5).initial_seed() == 5
 
 
 def test_import_torch_alone_makes_the_tpu_device_usable(tmp_path):

@@ -23,7 +23,7 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parent.parent / "torchtpu_lab"
 
 LAYERS = [
-    {"platform", "telemetry", "causes", "records", "caches", "dtypes", "units", "interrupts", "config"},
+    {"platform", "telemetry", "causes", "records", "caches", "dtypes", "units", "interrupts", "config", "native"},
     {"device"},
     {"ops"},
     {"runtime"},

@@ -101,9 +101,13 @@ def global_changes() -> dict:
     * ``FakeTensor.__new__`` wrapped, so fake tensors of device ``tpu`` stay in meta kernels (``torch.compile``,
       ``torch.export``, ``FakeTensorMode``); ``TpuTensor`` added to the ``HANDLED_TYPES`` of ``torch.fx``'s proxy
       tracing and AOTAutograd's runtime wrappers (see :mod:`torchtpu_lab.backend.fake`).
-    * ``sys.meta_path``: a finder that waits for ``torch._dynamo``'s import, wraps that one loader's
-      ``exec_module`` to register the ``"tpu"`` backend right after it (Dynamo told to call, never trace,
-      torchtpu_lab and JAX code), and removes itself.
+    * ``sys.meta_path``: finders that wait for the import of ``torch._dynamo`` (to register the ``"tpu"`` backend
+      right after it, Dynamo told to call, never trace, torchtpu_lab and JAX code) and of ``accelerate.state``;
+      each wraps that one loader's ``exec_module`` and removes itself (see :mod:`torchtpu_lab.backend.after_import`).
+    * ``native core``: whether the device's C++ core (guard, hooks, generators, pinned memory) is loaded, or why
+      the device runs in pure-Python mode and what that mode lacks (see :mod:`torchtpu_lab.native`).
+    * ``accelerate``'s ``PartialState.default_device``, wrapped when accelerate is imported: it is the current
+      tpu device while ``tpu`` is the current accelerator, so ``transformers.Trainer`` trains on tpu unasked.
     * ``torch.accelerator`` wrappers: synchronize and memory functions route to ``torch.tpu`` while ``tpu`` is the
       current accelerator (PyTorch's own versions need C++ hooks a Python backend cannot provide).
     * The SIGINT handler: ours, in front of Python's default one or a handler of the user's, which it calls at a
@@ -120,8 +124,10 @@ def global_changes() -> dict:
 
     from . import compile as _compile
     from . import interrupts
+    from . import native as _native
     from .backend import accelerator as _accelerator
-    from .backend import fake, serialization
+    from .backend import after_import, fake, serialization
+    from .backend import hf_accelerate as _hf_accelerate
     from .platform import x64_enabled
 
     return {
@@ -133,9 +139,12 @@ def global_changes() -> dict:
         "HANDLED_TYPES (TpuTensor is a plain tensor to proxy tracing and AOTAutograd)": fake.handled_types_patched(),
         "torch.accelerator (wrapped)": _accelerator.wrapped(),
         **interrupts.changes(),
+        **after_import.changes(),
         **_compile.changes(),
         **serialization.changes(),
         **distributed.changes(),
+        "native core": _native.status().describe(),
+        "accelerate (wrapped)": _hf_accelerate.wrapped(),
     }
 
 

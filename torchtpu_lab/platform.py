@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import jax
 
+from . import native
+
 _PREFERENCE = ("tpu", "gpu", "cpu")
 _ENV_PLATFORM = "TORCHTPU_LAB_PLATFORM"
 
@@ -60,7 +62,15 @@ def _available(platform: str) -> tuple:
 
 @functools.lru_cache(maxsize=1)
 def info() -> PlatformInfo:
-    """The platform for this process: the environment override, else the best of TPU, GPU, CPU."""
+    """The platform for this process: the environment override, else the best of TPU, GPU, CPU. Decided on
+    first use, never at import (``jax.distributed.initialize`` must run before JAX's backends start); the
+    native core's device guard learns the device count here."""
+    found = _discover()
+    native.set_device_count(len(found.devices))
+    return found
+
+
+def _discover() -> PlatformInfo:
     wanted = os.environ.get(_ENV_PLATFORM, "").strip().lower()
     if wanted:
         if wanted not in _PREFERENCE:

@@ -238,6 +238,7 @@ class Status:
 
     platform: str
     devices: int
+    device_core: str  #: the native core loaded, or the pure-Python mode and what it lacks
     eager_mode: str
     memory_allocated: int
     memory_peak: int

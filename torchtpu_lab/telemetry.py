@@ -304,6 +304,7 @@ class SyncReason(enum.Enum):
     MEMORY_QUERY = ("memory query", False)
     COLLECTIVE = ("collective (torch.distributed)", False)
     MODE_SWITCH = ("eager mode switch", False)
+    DEVICE_SWITCH = ("work recorded for another tpu device", False)  # a fused graph runs on one device
     PROFILE_START = ("profile start", False)
     PROFILE_END = ("end of profiled block", False)
     END_OF_CELL = ("end of cell", False)

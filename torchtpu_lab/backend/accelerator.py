@@ -1,11 +1,12 @@
 """``torch.accelerator`` for the ``tpu`` device: what PyTorch's device-generic API asks of the current accelerator.
 
 ``torch.accelerator.current_accelerator()``, ``device_count()``, ``current_device_index()`` work through the
-PrivateUse1 registration alone. Synchronizing and memory statistics go to C++ device-guard and allocator hooks
-that a Python backend cannot implement in PyTorch 2.13 (its Python hook classes expose only ``is_available`` and
-friends), so ``torch.accelerator.synchronize()`` and ``torch.accelerator.memory_*`` would raise "Backend doesn't
-support synchronizing" / "Allocator for tpu is not a DeviceAllocator". :func:`install` wraps exactly those
-functions: when the current accelerator is ``tpu`` they call ``torch.tpu``; otherwise the original runs. The
+PrivateUse1 registration alone. Synchronizing and memory statistics go to C++ device-guard and allocator hooks.
+With the native core, the guard's synchronize calls ``torch.tpu.synchronize``; without it (a Python backend's
+hook classes expose only ``is_available`` and friends) ``torch.accelerator.synchronize()`` would raise "Backend
+doesn't support synchronizing". ``torch.accelerator.memory_*`` would raise "Allocator for tpu is not a
+DeviceAllocator" in both modes (tpu tensors allocate no memory through PyTorch). :func:`install` wraps exactly
+those functions: when the current accelerator is ``tpu`` they call ``torch.tpu``; otherwise the original runs. The
 wrapping is listed in :func:`torchtpu_lab.global_changes`.
 """
 
@@ -15,6 +16,7 @@ import functools
 
 import torch
 
+from .. import native
 from . import tpu_module
 
 _WRAPPED: dict[str, object] = {}
@@ -60,7 +62,8 @@ def _memory_info(device_index=None, /) -> tuple[int, int]:
 def install() -> None:
     """Route ``torch.accelerator``'s synchronize and memory functions to ``torch.tpu`` (idempotent)."""
     acc = torch.accelerator
-    _wrap(acc, "synchronize", lambda device=None, /: tpu_module.synchronize(device))
+    if native.module() is None:  # with the core, PyTorch's own synchronize reaches torch.tpu through the guard
+        _wrap(acc, "synchronize", lambda device=None, /: tpu_module.synchronize(device))
     memory = getattr(acc, "memory", None)
     for module in (acc, memory):
         if module is None:

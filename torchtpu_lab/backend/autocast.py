@@ -221,6 +221,8 @@ def install() -> None:
         fallback = Library("_", "IMPL")
         fallback.fallback(fallthrough_kernel, _KEY_NAME)
         _libraries.append(fallback)
+    # TPUs (and TorchTPU) compute in bfloat16 under autocast; PyTorch's default for a new device is float16
+    torch.set_autocast_dtype(_DEVICE, torch.bfloat16)
     lib = Library("aten", "IMPL")
     for op, policy in policies().items():
         lib.impl(op, _kernel(op, policy), _KEY_NAME)

@@ -1,4 +1,10 @@
-"""Make ``tpu`` a real PyTorch device: PrivateUse1 renamed, ``torch.tpu`` registered, kernels installed."""
+"""Make ``tpu`` a real PyTorch device: PrivateUse1 renamed, ``torch.tpu`` registered, kernels installed.
+
+The device guard and hooks come from the native core (:mod:`torchtpu_lab.native`) when it builds and loads;
+otherwise from the Python classes below, through PyTorch's Python backend API (one device for autograd, no
+generators, no pinned memory). PyTorch takes PrivateUse1 hooks once per process, so exactly one of the two is
+registered, here, and the ``torch.backends`` autoload path comes through here too.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,8 @@ import sys
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from .. import interrupts, platform
-from . import accelerator, dispatch, fake, linear_grad, serialization, tpu_module
+from .. import interrupts, native, platform
+from . import accelerator, dispatch, fake, hf_accelerate, linear_grad, serialization, tpu_module
 
 _BACKEND = "tpu"
 
@@ -42,6 +48,17 @@ def _guard_gc_callbacks() -> None:
     interrupts.install_unraisable_hook()
 
 
+def _register_native(core) -> None:
+    """What ``_setup_privateuseone_for_python_backend`` does, with the core's C++ guard and hooks."""
+    torch.utils.rename_privateuse1_backend(_BACKEND)
+    torch.utils.generate_methods_for_privateuse1_backend()
+    torch._register_device_module(_BACKEND, tpu_module)
+    core.register()
+    core.set_synchronize(tpu_module.synchronize)  # torch.accelerator/Stream/Event synchronize wait for real
+    if platform.info.cache_info().currsize:  # the platform is already known: tell the guard its device count
+        native.set_device_count(len(platform.info().devices))
+
+
 def register() -> None:
     """Register the ``tpu`` device (idempotent: a second call, or a second import, does nothing)."""
 
@@ -58,8 +75,12 @@ def register() -> None:
     # Parameter per module and silently untie them. Swapping the converted tensors into the existing Parameter
     # objects (PyTorch's announced future default) keeps every reference, and so every tie, intact.
     torch.__future__.set_swap_module_params_on_conversion(True)
-    _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module, hook=_Hooks(),
-                                            device_guard=_DeviceGuard())
+    core = native.load()
+    if core is None:
+        _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module, hook=_Hooks(),
+                                                device_guard=_DeviceGuard())
+    else:
+        _register_native(core)
     _guard_gc_callbacks()
     interrupts.ensure_installed()
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
@@ -68,3 +89,4 @@ def register() -> None:
     fake.install()
     accelerator.install()
     serialization.install()  # torch.load(map_location="tpu"); storage calls that cannot work raise, never crash
+    hf_accelerate.install()

@@ -17,7 +17,7 @@ import dataclasses
 
 import torch
 
-from .. import platform, telemetry
+from .. import native, platform, telemetry
 from ..units import fmt_bytes
 from ..device import context, memory, rng
 from ..runtime import lazy
@@ -240,6 +240,16 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
         f"  device limit  : {fmt_bytes(info[1]) if info else 'n/a (no fixed limit on this platform)'}",
     ]
     return "\n".join(lines)
+
+
+def __getattr__(name: str):
+    """``torch.tpu.default_generators``: one ``torch.Generator`` per device, as ``torch.cuda``'s (made when first
+    asked: the device count is known once the platform is)."""
+    if name == "default_generators":
+        if native.module() is None:
+            raise AttributeError(f"torch.tpu.default_generators needs the native core ({native.status().describe()})")
+        return tuple(rng.default_generator(i) for i in range(device_count()))
+    raise AttributeError(f"module 'torch.tpu' has no attribute {name!r}")
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:

@@ -10,12 +10,11 @@ backends up by entry point.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
 
+from ..backend.after_import import when_imported
+
 BACKEND_NAME = "tpu"
-_wrapped_loaders: list = []  # the loader of torch._dynamo whose exec_module the finder wrapped (at most one)
 
 
 def tpu_backend(gm, example_inputs, **options):
@@ -39,40 +38,15 @@ def _register_with_dynamo() -> None:
         register_backend(tpu_backend, name=BACKEND_NAME)
 
 
-class _AfterDynamoImport(importlib.abc.MetaPathFinder):
-    """Registers the backend right after ``torch._dynamo`` finishes importing (then removes itself)."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "torch._dynamo":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original = loader.exec_module
-
-        def exec_module(module):
-            original(module)
-            _register_with_dynamo()
-
-        loader.exec_module = exec_module
-        _wrapped_loaders.append(loader)
-        return spec
-
-
 def changes() -> dict:
-    """The process-wide changes made here (for ``torchtpu_lab.global_changes``)."""
+    """The process-wide changes made here (for ``torchtpu_lab.global_changes``; the import hook that makes them
+    is said by :func:`torchtpu_lab.backend.after_import.changes`)."""
     registered = False
     if "torch._dynamo" in sys.modules:
         from torch._dynamo.backends.registry import _COMPILER_FNS
 
         registered = _COMPILER_FNS.get(BACKEND_NAME) is tpu_backend
     return {
-        "sys.meta_path finder (waits for torch._dynamo's import, then removes itself)":
-            any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path),
-        "torch._dynamo's loader.exec_module wrapped (that one import: registers the backend after it)":
-            bool(_wrapped_loaders),
         "torch._dynamo: backend 'tpu' registered; torchtpu_lab, jax, jaxlib in its trace_rules (called, never traced)":
             registered,
     }
@@ -80,7 +54,5 @@ def changes() -> dict:
 
 def install() -> None:
     """Make ``backend="tpu"`` available (idempotent)."""
-    if "torch._dynamo" in sys.modules and hasattr(sys.modules["torch._dynamo"], "register_backend"):
-        _register_with_dynamo()
-    elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterDynamoImport())
+    when_imported("torch._dynamo", lambda _: _register_with_dynamo(),
+                  ready=lambda m: hasattr(m, "register_backend"))

@@ -194,10 +194,17 @@ def live_buffers(device_index: int | None = None) -> list:
 
 
 def stats(device_index: int = 0) -> dict:
-    """A ``torch.cuda.memory_stats``-like dict: our own counts, plus XLA's where the platform reports them."""
+    """A ``torch.cuda.memory_stats``-like dict: our own counts, plus XLA's where the platform reports them.
+    CUDA's ``active_bytes``/``reserved_bytes`` keys (what ``torch.accelerator.memory_reserved`` & co. read) are
+    the allocated figures: XLA keeps no cache of freed blocks that we could report apart."""
+    now, top = allocated(device_index), peak(device_index)
     out = {
-        "allocated_bytes.all.current": allocated(device_index),
-        "allocated_bytes.all.peak": peak(device_index),
+        "allocated_bytes.all.current": now,
+        "allocated_bytes.all.peak": top,
+        "active_bytes.all.current": now,
+        "active_bytes.all.peak": top,
+        "reserved_bytes.all.current": now,
+        "reserved_bytes.all.peak": top,
         "allocation.all.allocated": _counts["alloc"],
         "allocation.all.freed": _counts["free"],
         "active.all.current": sum(1 for e in _live.values() if e[2] == device_index),

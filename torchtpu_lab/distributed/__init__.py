@@ -16,6 +16,7 @@ with :func:`launch`.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
 import torch
@@ -29,8 +30,9 @@ NAMES = ("tpu", "tpu_dist")
 __all__ = ["launch", "LaunchError", "RankResult", "register", "describe", "NAMES"]
 
 
-def _create(opts, backend_options):
-    """``Backend.register_backend`` creator (extended API: we need the group's global ranks)."""
+def _create(name: str, opts, backend_options):
+    """``Backend.register_backend`` creator for backend ``name`` (extended API: we need the group's global
+    ranks)."""
     ranks = tuple(opts.global_ranks_in_group) or tuple(range(opts.group_size))
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(seconds=float(opts.timeout))
     _meta_shape_propagation()
@@ -39,7 +41,7 @@ def _create(opts, backend_options):
         world.start(opts.group_rank, opts.group_size, opts.store, timeout.total_seconds())
     from .process_group import TpuProcessGroup
 
-    return TpuProcessGroup(opts.group_rank, opts.group_size, ranks, timeout)
+    return TpuProcessGroup(opts.group_rank, opts.group_size, ranks, timeout, name)
 
 
 def register() -> None:
@@ -47,7 +49,8 @@ def register() -> None:
     CPU tensors (PyTorch sends CPU tensors for object collectives and DDP's checks)."""
     for name in NAMES:
         if name.upper() not in dist.Backend._plugins:
-            dist.Backend.register_backend(name, _create, extended_api=True, devices=["tpu", "cpu"])
+            dist.Backend.register_backend(name, functools.partial(_create, name), extended_api=True,
+                                          devices=["tpu", "cpu"])
     # "tpu" device -> "tpu" backend, so init_process_group() without a backend picks it for tpu.
     dist.Backend.default_device_backend_map["tpu"] = "tpu"
 

@@ -71,8 +71,9 @@ def _done(result) -> dist.Work:
 class TpuProcessGroup(dist.ProcessGroup):
     """One group of ranks; position ``i`` in the group runs on ``world.devices[ranks[i]]``."""
 
-    def __init__(self, rank: int, size: int, ranks: tuple[int, ...], timeout: timedelta):
+    def __init__(self, rank: int, size: int, ranks: tuple[int, ...], timeout: timedelta, name: str = "tpu"):
         super().__init__(rank, size)
+        self._backend_name = name  # the backend name it was created under ("tpu" or TorchTPU's "tpu_dist")
         self._rank = rank
         self._size = size
         self._ranks = ranks
@@ -93,7 +94,7 @@ class TpuProcessGroup(dist.ProcessGroup):
         return self._timeout_s
 
     def getBackendName(self) -> str:
-        return "tpu"
+        return self._backend_name
 
     def rank(self) -> int:
         return self._rank

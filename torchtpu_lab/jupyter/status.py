@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import distributed, platform, telemetry
+from .. import distributed, native, platform, telemetry
 from ..telemetry import Counter
 from ..device import memory
 from ..records import Status
@@ -17,6 +17,7 @@ def status() -> Status:
     return Status(
         platform=info.description,
         devices=len(info.devices),
+        device_core=native.status().describe(),
         eager_mode=modes.current(),
         memory_allocated=memory.allocated(0),
         memory_peak=memory.peak(0),
@@ -53,9 +54,11 @@ def banner_lines(s: Status) -> list[str]:
 
     limit = f" of {fmt_bytes(s.memory_limit)}" if s.memory_limit else ""
     changes = s.global_changes or {}
-    on = [k.rsplit(".", 1)[-1] for k, v in changes.items() if v and k != "torch.privateuse1_backend"]
+    facts = ("torch.privateuse1_backend", "native core")  # what is, not what changed
+    on = [k.rsplit(".", 1)[-1] for k, v in changes.items() if v and k not in facts]
     return [
         f"torchtpu_lab: tpu device on {s.platform} ({s.devices} device{'s' if s.devices != 1 else ''})",
+        f"  device core: {s.device_core}",
         f"  eager mode {s.eager_mode} | memory {fmt_bytes(s.memory_allocated)} allocated{limit}",
         f"  compile cache: {s.cache_dir} ({s.cache_entries} entries)",
         f"  changed globally: {', '.join(on) or 'nothing'} (torchtpu_lab.global_changes() says why)",

@@ -58,6 +58,7 @@ def status_rows(s: Status) -> list[tuple[str, str]]:
     return [
         ("platform", f"{s.platform}"),
         ("devices", str(s.devices)),
+        ("device core", s.device_core),
         ("eager mode", s.eager_mode),
         ("memory", f"{fmt_bytes(s.memory_allocated)} allocated, peak {fmt_bytes(s.memory_peak)}"
                    + (f", limit {fmt_bytes(s.memory_limit)}" if s.memory_limit else " (no limit reported)")),

@@ -117,6 +117,7 @@ def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tenso
             sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if _TRACK_SOURCES.value or compiled.checks is not None else None
+        lazy.on_device(device_index)
         out = lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
                           compiled.uid)
         if compiled.checks is not None:
@@ -219,6 +220,14 @@ OPS = caches.cache("ops", 4096)
 OPS_SEEN: set = set()
 
 
+def _generator(args, kwargs) -> torch.Generator | None:
+    """The ``generator=`` a random op was given (keyword or positional), or ``None``."""
+    g = kwargs.get("generator") if kwargs else None
+    if g is None:
+        g = next((a for a in args if isinstance(a, torch.Generator)), None)
+    return g
+
+
 @lazy.entry_point
 def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
@@ -232,7 +241,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     if device_index is None:
         device_index = device_from_args(args, kwargs)
     if low.rng:
-        enc.dyn.extend(rng.next_seed_and_counter(device_index))
+        enc.dyn.extend(rng.next_seed_and_counter(device_index, _generator(args, kwargs)))
     precision = _precision()
     # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one is a
     # Python call); the OpSignature is built once, on a miss

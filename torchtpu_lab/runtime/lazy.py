@@ -97,7 +97,7 @@ class GraphExecutable(NamedTuple):
 class PendingWork:
     """The recorded-but-not-run state of fused mode: storages holding placeholders and how many ops wait."""
 
-    __slots__ = ("storages", "prior", "recorded", "seq", "extra", "segment")
+    __slots__ = ("storages", "prior", "recorded", "seq", "extra", "segment", "device")
 
     def __init__(self) -> None:
         self.storages: dict = {}  # id(storage) -> weakref to a storage whose array is (or was) a LazyValue
@@ -106,6 +106,7 @@ class PendingWork:
         self.seq = 0  # nodes recorded ever (recording order)
         self.extra: list = []  # (placeholders, callback): values no storage holds that a sync must compute
         self.segment = Segment()  # the graph key of what was recorded since the last sync, built as it is
+        self.device = 0  # the tpu index the pending graph runs on (a graph runs on one device)
 
 
 PENDING = PendingWork()
@@ -137,6 +138,16 @@ def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=N
     CUTS.note(id(fn))
     return outs[0] if treedef.num_leaves == 1 and treedef.num_nodes == 1 else jax.tree_util.tree_unflatten(
         treedef, outs)
+
+
+def on_device(device_index: int) -> None:
+    """About to record work for ``tpu:device_index``: a graph runs on one device, so what is pending for another
+    runs first (a sync point)."""
+    pending = PENDING
+    if pending.device != device_index:
+        if pending.recorded or pending.storages or pending.extra:
+            sync(SyncReason.DEVICE_SWITCH)
+        pending.device = device_index
 
 
 def track(storage) -> None:
@@ -391,7 +402,8 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         targets = [targets[j] for j in order]
         key = key._replace(targets=tuple(key.targets[j] for j in order))
         index = {id(v): j for j, v in enumerate(targets)}
-    compiled = GRAPHS.get(key)
+    device = _leaf_device(leaves)  # the same graph on another device is another executable
+    compiled = GRAPHS.get((key, device))
     hit = compiled is not None
     t0 = time.perf_counter()
     if compiled is None:
@@ -401,13 +413,13 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         cause, site = compile_events.graph_cause(key, nodes)
         try:
             executable, from_disk = compile_cache.executable(_graph_fn(nodes, key), leaves, "graph", key,
-                                                             _leaf_device(leaves), key.donate)
+                                                             device, key.donate)
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             with interrupts.deferred():
                 _clear(pending)
                 _fail(nodes, targets, storages, index, e, extra)
         compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable))
-        GRAPHS.put(fast, compiled)
+        GRAPHS.put((fast, device), compiled)
         compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk,
                                     site=site)
         t0 = time.perf_counter()

@@ -55,18 +55,18 @@ def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generat
     """Training: each ``x <= 0`` is scaled by a fresh U(lower, upper) sample, stored in ``noise`` (1 elsewhere).
     Otherwise a leaky ReLU with slope ``(lower + upper) / 2``; ``noise`` is left alone.
 
-    Without ``generator`` the samples come from the tpu device's random stream (``torch.manual_seed``). A tpu
-    ``torch.Generator`` cannot be made yet, so an explicit generator is a CPU one: the samples are drawn from it on
-    the host (float64, as PyTorch's CPU kernel draws them) and copied over; the k-th nonpositive element gets the
-    k-th sample, as on CPU, without reading ``x`` back. Identically seeded generators thus give identical noise, and
-    a fresh generator gives CPU's values; the generator advances by ``x.numel()`` draws (CPU's: one per ``x <= 0``).
+    Without ``generator``, or with a tpu ``torch.Generator`` (native core), the samples come from that tpu random
+    stream (the device's default: ``torch.manual_seed``). A CPU generator draws the samples on the host (float64,
+    as PyTorch's CPU kernel draws them), which are copied over; the k-th nonpositive element gets the k-th sample,
+    as on CPU, without reading ``x`` back. Identically seeded generators thus give identical noise, and a fresh
+    generator gives CPU's values; the generator advances by ``x.numel()`` draws (CPU's: one per ``x <= 0``).
     """
     if not training:
         return torch.where(x > 0, x, x * ((lower + upper) / 2))
     opmath = torch.promote_types(x.dtype, torch.float32)  # PyTorch's CPU kernel computes ``x * r`` in it
     neg = x <= 0
-    if generator is None:
-        r = torch.rand(x.shape, dtype=opmath, device=x.device) * (upper - lower) + lower
+    if generator is None or generator.device.type == "tpu":
+        r = torch.rand(x.shape, dtype=opmath, device=x.device, generator=generator) * (upper - lower) + lower
     else:
         lo, hi = torch.tensor([lower, upper], dtype=opmath).tolist()  # CPU rounds the bounds to opmath first
         # CPU's ``uniform_real_distribution<double>(lo, hi)``: ``u * (hi - lo) + lo`` from a U[0, 1) draw (not

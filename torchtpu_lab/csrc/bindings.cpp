@@ -1,0 +1,53 @@
+// torchtpu_lab._C: the Python face of the native core (the one translation unit that includes pybind).
+#include <pybind11/pybind11.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
+
+#include "device.h"
+#include "generator.h"
+
+namespace torchtpu {
+void register_guard();
+void register_hooks();
+}  // namespace torchtpu
+
+namespace py = pybind11;
+
+namespace {
+
+// The Python callable the guard's synchronize calls run; leaked on purpose (it must outlive interpreter
+// shutdown, when destroying a Python object from a static destructor would crash).
+py::object* synchronize_fn = nullptr;
+
+void call_synchronize(c10::DeviceIndex index) {
+  py::gil_scoped_acquire gil;
+  try {
+    (*synchronize_fn)(static_cast<int>(index));
+  } catch (py::error_already_set& e) {
+    e.restore();  // the Python exception (a Ctrl-C too) reaches the caller unchanged
+    throw python_error();
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchtpu_lab's native core: the PrivateUse1 device guard, hooks, generators and pinned memory";
+  m.def("register", [] {
+    torchtpu::register_guard();
+    torchtpu::register_hooks();
+  }, "Register the tpu guard and hooks with PyTorch (once per process).");
+  m.def("set_device_count", [](int n) { torchtpu::set_device_count(static_cast<c10::DeviceIndex>(n)); });
+  m.def("device_count", [] { return static_cast<int>(torchtpu::device_count()); });
+  m.def("current_device", [] { return static_cast<int>(torchtpu::current_device()); });
+  m.def("set_current_device", [](int i) { torchtpu::set_current_device(static_cast<c10::DeviceIndex>(i)); });
+  m.def("set_synchronize", [](py::object fn) {
+    if (synchronize_fn == nullptr) synchronize_fn = new py::object();
+    *synchronize_fn = std::move(fn);
+    torchtpu::set_sync_hook(&call_synchronize);
+  }, "fn(device_index): what torch.accelerator/Stream/Event synchronize run for a tpu device.");
+  m.def("default_generator", [](int i) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_Wrap(torchtpu::default_generator(static_cast<c10::DeviceIndex>(i))));
+  }, "The default torch.Generator of tpu:i.");
+}

@@ -1,0 +1,89 @@
+"""The native core (``torchtpu_lab/csrc``, C++): loading it, or saying why the device runs without it.
+
+PyTorch accepts several parts of a device only from C++: a device guard that knows how many devices there are
+(autograd's engine sizes its per-device queues from it), generators, a pinned-memory allocator. With the core,
+``tpu:k`` trains on any chip, ``torch.Generator("tpu")`` exists and ``pin_memory()`` works. Without it
+(no compiler, a failed build, or ``TORCHTPU_LAB_NATIVE=0``) the device is registered through PyTorch's Python
+backend API as before: one device for autograd, no tpu generators, no pinned memory. :func:`status` says which
+mode runs and what is missing; the banner, ``%tpu`` and ``torchtpu_lab.global_changes()`` show it.
+
+The bottom layer: it knows nothing of JAX or the device above it; :mod:`torchtpu_lab.backend.registration`
+decides when to load and register.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+_ENV = "TORCHTPU_LAB_NATIVE"
+#: What pure-Python mode lacks, in the words the status lines use.
+MISSING_WITHOUT_CORE = ("training on tpu:k for k > 0", "torch.Generator('tpu')", "pin_memory()")
+
+
+@dataclass(frozen=True)
+class Status:
+    """Which mode the device runs in, and why."""
+
+    native: bool
+    reason: str  # where the module came from, or why there is none
+
+    @property
+    def mode(self) -> str:
+        return "native core" if self.native else "pure Python"
+
+    def describe(self) -> str:
+        if self.native:
+            return f"native core ({self.reason})"
+        return f"pure Python ({self.reason}; missing: {', '.join(MISSING_WITHOUT_CORE)})"
+
+
+_module = None
+_status: Status | None = None
+
+
+def _import(path) -> object:
+    spec = importlib.util.spec_from_file_location("torchtpu_lab._C", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["torchtpu_lab._C"] = module
+    return module
+
+
+def load():
+    """The ``torchtpu_lab._C`` module, built if needed; ``None`` (and :func:`status` says why) without it."""
+    global _module, _status
+    if _status is not None:
+        return _module
+    if os.environ.get(_ENV, "1") == "0":
+        _status = Status(False, f"{_ENV}=0")
+        return None
+    from . import build
+
+    try:
+        path = build.build(verbose=True)
+        _module = _import(path)
+        _status = Status(True, f"built for this torch in {path.parent}")
+    except (RuntimeError, OSError, ImportError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        _status = Status(False, f"the core could not be built or loaded: {first}")
+        print(f"torchtpu_lab: running in pure-Python mode: {e}", file=sys.stderr)
+        _module = None
+    return _module
+
+
+def module():
+    """The loaded core, or ``None`` (never builds: :func:`load` decides that once, at registration)."""
+    return _module
+
+
+def status() -> Status:
+    return _status if _status is not None else Status(False, "not loaded yet")
+
+
+def set_device_count(count: int) -> None:
+    """Tell the core's guard how many devices the platform has (no-op without the core)."""
+    if _module is not None:
+        _module.set_device_count(count)
