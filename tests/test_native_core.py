@@ -152,7 +152,7 @@ def test_status_says_which_mode_runs():
     from torchtpu_lab.jupyter import status as jstatus
 
     s = jstatus.status()
-    assert s["device core"] == described
+    assert s.device_core == described
     assert any(line.strip().startswith("device core:") for line in jstatus.banner_lines(s))
 
 
