@@ -87,8 +87,8 @@ def test_every_change_is_said(observed, phase):
             unsaid.append(name)
             continue
         value = _entry(said, start)
-        if name == "sys.meta_path":  # the finder comes with the import and leaves with Dynamo's
-            value = value if phase == "import" else _entry(said, "torch._dynamo's loader.exec_module")
+        if name == "sys.meta_path":  # the finders come with the import; Dynamo's leaves with Dynamo's import
+            value = value or _entry(said, "loader.exec_module wrapped")
         assert value, (name, start, value)
     assert not unsaid, f"changed by torchtpu_lab but not in global_changes(): {unsaid}"
 
@@ -96,9 +96,11 @@ def test_every_change_is_said(observed, phase):
 def test_what_is_said_is_what_happened(observed):
     """The entries follow the state: the Dynamo finder waits until Dynamo's import, then the backend is there."""
     ours = observed[0]
-    assert _entry(ours["import"]["said"], "sys.meta_path finder") is True
+    assert "torch._dynamo" in _entry(ours["import"]["said"], "sys.meta_path finder")
+    assert "torch._dynamo" not in _entry(ours["import"]["said"], "loader.exec_module wrapped")
     assert _entry(ours["import"]["said"], "torch._dynamo: backend 'tpu' registered") is False
-    assert _entry(ours["dynamo"]["said"], "sys.meta_path finder") is False
+    assert "torch._dynamo" not in _entry(ours["dynamo"]["said"], "sys.meta_path finder")
+    assert "torch._dynamo" in _entry(ours["dynamo"]["said"], "loader.exec_module wrapped")
     assert _entry(ours["dynamo"]["said"], "torch._dynamo: backend 'tpu' registered") is True
     assert "torch.fx.experimental.proxy_tensor" in _entry(ours["import"]["said"], "HANDLED_TYPES")
     assert "torch._functorch._aot_autograd.runtime_wrappers" in _entry(ours["dynamo"]["said"], "HANDLED_TYPES")
