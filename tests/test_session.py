@@ -116,12 +116,12 @@ def test_restore_puts_everything_back_even_when_the_flush_fails():
     def failing(old, new):
         raise RuntimeError("flush failed")
 
-    config.eager_mode.before_change(failing)
+    remove = config.eager_mode.before_change(failing)
     try:
         with pytest.raises(RuntimeError, match="flush failed"):
             torchtpu_lab.session.restore(saved)
     finally:
-        config.eager_mode._hooks.remove(failing)
+        remove()
     assert config.eager_mode.value == "fused" and config.cpu_fallback.value is True
 
 

@@ -69,9 +69,11 @@ class State:
             hook(old, value)
         self._store(value)
 
-    def before_change(self, hook: Callable[[Any, Any], None]) -> None:
-        """Call ``hook(old, new)`` before every change (a higher layer's reaction; see the module docstring)."""
+    def before_change(self, hook: Callable[[Any, Any], None]) -> Callable[[], None]:
+        """Call ``hook(old, new)`` before every change (a higher layer's reaction; see the module docstring);
+        returns the function that removes it again."""
         self._hooks.append(hook)
+        return lambda: self._hooks.remove(hook)
 
     @contextlib.contextmanager
     def __call__(self, value) -> Iterator[None]:
