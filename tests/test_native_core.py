@@ -246,3 +246,22 @@ def test_pytorchs_own_synchronize_calls_run_pending_fused_work(wait):
         assert lazy.pending_ops() == 0
     assert "torch.accelerator.synchronize" not in torchtpu_lab.global_changes()["torch.accelerator (wrapped)"]
     assert x.sum().item() == 384
+
+
+@needs_core
+def test_an_interrupt_inside_the_synchronize_hook_reaches_the_caller_and_the_session_stays_usable():
+    """The one C++ callback that enters Python passes a Python exception on (a Ctrl-C would otherwise abort)."""
+    core = native.module()
+
+    def interrupted(index: int) -> None:
+        raise KeyboardInterrupt
+
+    core.set_synchronize(interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            torch.accelerator.synchronize()
+    finally:
+        core.set_synchronize(torch.tpu.synchronize)
+    x = torch.ones(3, device="tpu") + 1
+    torch.accelerator.synchronize()
+    assert x.sum().item() == 6
