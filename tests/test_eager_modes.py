@@ -40,11 +40,11 @@ def _line_of(marker: str) -> int:
 def test_default_mode_is_fused_and_switching_flushes():
     assert torchtpu_lab.eager_mode_name() == "fused"
     x = torch.ones(3, device="tpu") * 2
-    assert x.tpu_storage._array.__class__.__name__ == "LazyValue"
+    assert x.tpu_storage.held.__class__.__name__ == "LazyValue"
     with torchtpu_lab.eager_mode("strict"):
-        assert x.tpu_storage._array.__class__.__name__ != "LazyValue"  # flushed on the switch
+        assert x.tpu_storage.held.__class__.__name__ != "LazyValue"  # flushed on the switch
         y = x + 1
-        assert y.tpu_storage._array.__class__.__name__ != "LazyValue"
+        assert y.tpu_storage.held.__class__.__name__ != "LazyValue"
     assert torchtpu_lab.eager_mode_name() == "fused"
     with pytest.raises(ValueError, match="debug, strict, fused"):
         torchtpu_lab.set_eager_mode("turbo")
@@ -96,7 +96,7 @@ def test_print_and_explicit_sync_are_sync_points():
         repr(x)
         y = x * 3
         torchtpu_lab.sync()
-    assert y.tpu_storage._array.__class__.__name__ != "LazyValue"
+    assert y.tpu_storage.held.__class__.__name__ != "LazyValue"
     reasons = [e.name for e in events if e.kind == "sync"]
     assert any("print" in r for r in reasons) and "torchtpu_lab.sync()" in reasons
 
