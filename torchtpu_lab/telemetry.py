@@ -154,7 +154,8 @@ BACKWARD = Source("<autograd backward>", 0, "backward")
 
 
 class EventKind(enum.StrEnum):
-    """What an :class:`Event` records (a string, so ``event.kind == "op"`` holds). Each is emitted:"""
+    """What an :class:`Event` records (a string, so ``event.kind == "op"`` holds). Every kind here is emitted
+    and every emitted kind is here (``tests/test_records.py`` checks both); :func:`emit` refuses others."""
 
     OP = "op"  #: a torch op ran (strict/debug) or was recorded into the fused graph (``cache_hit``)
     GRAPH = "graph"  #: a compiled program ran: a fused graph at a sync, a torch.compile graph (``n_ops``)
