@@ -12,6 +12,7 @@ scalar that changes every step was baked in as a constant (aten.leaky_relu input
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +104,7 @@ class Cause:
 
     def at(self, index: int, site: Source | None) -> Cause:
         """This op-level cause, as op ``index`` of a fused graph recorded at ``site``."""
-        return Cause(self.kind, self.op, self.input, self.old, self.new, index, site, self.detail)
+        return dataclasses.replace(self, index=index, site=site)
 
     def __str__(self) -> str:
         text = _TEXT[self.kind](self)
