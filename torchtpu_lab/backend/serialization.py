@@ -106,7 +106,7 @@ def _set_source_storage(self, source, storage_offset: int = 0, size=None, stride
     cpu = cpu.set_(host) if size is None else cpu.set_(host, storage_offset, size, stride)
     moved = tensor.adopt(cpu.to(source.device))
     tpu_self = tensor.adopt(self)
-    tensor.set_geometry(tpu_self, tensor.storage_of(moved), tensor.view_of(moved))
+    tensor.set_geometry(tpu_self, moved.tpu_storage, moved.tpu_view)
     return self
 
 
