@@ -1,11 +1,16 @@
 # The two commands: `make lab` and `make test`. Everything else they need, they install.
+# `make test` is the suite less the long sweeps (pytest -m "not sweep"); `make test-sweeps` runs those, and
+# `make test-all` (what .ci/run does) both. Tests run on $(WORKERS) parallel workers (pytest-xdist); a
+# notebook executed once and read by several tests keeps those tests on one worker (--dist loadgroup).
 PYTHON ?= python3
+WORKERS ?= 2
+PYTEST = $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test install conformance bench clean labextension test-js
+.PHONY: lab test test-sweeps test-all install conformance bench clean labextension test-js
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +25,12 @@ $(STAMP): $(PY) pyproject.toml constraints-dev.txt torchtpu_lab/labextension/pac
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PYTEST) -m "not sweep" tests
+
+test-sweeps: $(STAMP)
+	$(PYTEST) -m sweep tests
+
+test-all: test test-sweeps
 
 lab: $(STAMP)
 ifeq ($(HEADLESS),1)

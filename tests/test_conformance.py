@@ -14,6 +14,8 @@ import conformance  # noqa: E402
 from known_failures import KNOWN_FAILURES  # noqa: E402
 
 SUBSET_FILE = os.path.join(os.path.dirname(__file__), "conformance_subset.txt")
+# a sweep (`make test-sweeps`); its tests read one run of the subset, so one xdist worker takes them all
+pytestmark = [pytest.mark.sweep, pytest.mark.xdist_group("conformance")]
 
 
 def _subset():

@@ -17,7 +17,8 @@ from torchtpu_lab.distributed import LaunchError, launch
 import dist_jobs
 
 WORLD = 2
-pytestmark = pytest.mark.timeout(240)
+# one worker runs this file under xdist (--dist loadgroup), so the module's 2-rank launch runs once
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("distributed")]
 
 
 @pytest.fixture(scope="module")

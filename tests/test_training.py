@@ -9,12 +9,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtpu_lab
+from compare import assert_same, no_cpu_fallback
+from sweeps import EAGER_MODES
 
 STEPS = 20
 RTOL = 1e-4
 
 
-@pytest.fixture(params=["fused", "strict", "debug"], autouse=True)
+@pytest.fixture(params=EAGER_MODES, autouse=True)
 def eager_mode(request):
     """Every training test runs in each eager mode."""
     with torchtpu_lab.eager_mode(request.param):
@@ -88,7 +90,8 @@ def _run(model, make_opt, batches, loss_fn, device, clip=None):
 
 def _compare(model, make_opt, batches, loss_fn, clip=None):
     cpu_losses, cpu_model = _run(model, make_opt, batches, loss_fn, "cpu", clip)
-    tpu_losses, tpu_model = _run(model, make_opt, batches, loss_fn, "tpu", clip)
+    with no_cpu_fallback("training on tpu"):
+        tpu_losses, tpu_model = _run(model, make_opt, batches, loss_fn, "tpu", clip)
     for step, (c, t) in enumerate(zip(cpu_losses, tpu_losses)):
         assert t == pytest.approx(c, rel=RTOL, abs=1e-6), f"step {step}: tpu {t} vs cpu {c}"
     assert sum(cpu_losses[-4:]) < sum(cpu_losses[:4])  # it really trained (batches cycle with period 4)
@@ -120,10 +123,11 @@ def test_cnn_batchnorm_train_mode_running_stats_match():
     batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))) for _ in range(5)]
     make_opt = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
     cpu_losses, cpu_model = _run(model, make_opt, batches, F.cross_entropy, "cpu")
-    tpu_losses, tpu_model = _run(model, make_opt, batches, F.cross_entropy, "tpu")
+    with no_cpu_fallback("training on tpu"):
+        tpu_losses, tpu_model = _run(model, make_opt, batches, F.cross_entropy, "tpu")
     assert tpu_losses == pytest.approx(cpu_losses, rel=RTOL)
-    torch.testing.assert_close(tpu_model.bn1.running_mean.cpu(), cpu_model.bn1.running_mean, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(tpu_model.bn2.running_var.cpu(), cpu_model.bn2.running_var, rtol=1e-4, atol=1e-5)
+    assert_same(tpu_model.bn1.running_mean, cpu_model.bn1.running_mean, rtol=1e-4, atol=1e-5, where="bn1 mean")
+    assert_same(tpu_model.bn2.running_var, cpu_model.bn2.running_var, rtol=1e-4, atol=1e-5, where="bn2 var")
     assert tpu_model.bn1.num_batches_tracked.item() == 5
 
 

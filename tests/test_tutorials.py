@@ -30,6 +30,11 @@ BUDGETS = {"08_multichip.ipynb": 240}
 _executed: dict = {}
 
 
+def _reads_run(name: str):
+    """Tests that read one notebook run stay on one xdist worker (``--dist loadgroup``), so it runs once."""
+    return pytest.mark.xdist_group(name)
+
+
 def _text(cell, mime="text/plain") -> str:
     from torchtpu_lab.run_notebook import cell_text
 
@@ -141,6 +146,7 @@ def test_02_eager_modes_timed_side_by_side_and_nan_caught():
     assert re.search(r":2 in normalize|cell \[\d+\], line 2", caught), caught
 
 
+@_reads_run("03_recompilations.ipynb")
 def test_03_recompilations_found_and_fixed_by_bucketing():
     code = _run("03_recompilations.ipynb")
     naive = _text(_cell(code, "for tokens, labels in batches:\n    loss = train_step(tokens"))
@@ -170,6 +176,7 @@ def test_04_host_syncs_per_step_drop():
     assert _has_plotly(_cell(code, "go.Bar("))
 
 
+@_reads_run("05_memory.ipynb")
 def test_05_memory_accounting():
     code = _run("05_memory.ipynb")
     params = _text(_cell(code, "param_bytes = "))
@@ -334,7 +341,7 @@ REPORTS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(REPORTS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_reads_run(n)) for n in sorted(REPORTS)])
 def test_profile_report_screenshot_in_headless_chromium(name, tmp_path):
     """Each report is rendered by headless Chromium as the notebook shows it, screenshotted (kept under
     $TORCHTPU_LAB_SCREENSHOTS when set) and checked for its key elements: findings first, compiles grouped by
