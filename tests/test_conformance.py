@@ -14,8 +14,8 @@ import conformance  # noqa: E402
 from known_failures import KNOWN_FAILURES  # noqa: E402
 
 SUBSET_FILE = os.path.join(os.path.dirname(__file__), "conformance_subset.txt")
-# a sweep (`make test-sweeps`); its tests read one run of the subset, so one xdist worker takes them all
-pytestmark = [pytest.mark.sweep, pytest.mark.xdist_group("conformance")]
+# a sweep (`make test-sweeps`): one test runs the subset once and checks it three ways
+pytestmark = pytest.mark.sweep
 
 
 def _subset():
@@ -30,8 +30,7 @@ def _subset():
     return entries, exempt
 
 
-@pytest.fixture(scope="module")
-def results():
+def _results():
     from torchtpu_lab import telemetry
     from torchtpu_lab.ops.registry import op_name
 
@@ -55,19 +54,28 @@ def _run_subset(ops, out) -> None:
             out[(name, "backward")] = conformance.run_backward(op, 2)
 
 
-def test_subset_matches_cpu_except_known_failures(results):
+def test_subset_conformance():
+    """One test, so that one run of the subset serves its three checks on any number of xdist workers (a
+    module-scoped fixture would run the subset once per worker that takes one of several tests)."""
+    results = _results()
+    _subset_matches_cpu_except_known_failures(results)
+    _known_failures_still_fail(results)
+    _subset_executes_every_lowering(results)
+
+
+def _subset_matches_cpu_except_known_failures(results):
     res = results[0]
     unexpected = {k: v[1] for k, v in res.items() if not v[0] and k not in KNOWN_FAILURES}
     assert not unexpected, unexpected
 
 
-def test_known_failures_still_fail(results):
+def _known_failures_still_fail(results):
     res = results[0]
     fixed = [k for k in KNOWN_FAILURES if k in res and res[k][0]]
     assert not fixed, f"now passing, remove from bench/known_failures.py: {fixed}"
 
 
-def test_subset_executes_every_lowering(results):
+def _subset_executes_every_lowering(results):
     from torchtpu_lab.ops import LOWERINGS
 
     _, seen, op_name = results
