@@ -79,11 +79,13 @@ def owning(lock) -> Callable[[Callable], Callable]:
     hold_while_owned(lock)
 
     def decorate(fn: Callable) -> Callable:
-        ensure, pending, safe_point = ensure_installed, _pending, checkpoint
+        getsignal, sigint, ensure = _signal.getsignal, _SIGINT, ensure_installed
+        pending, safe_point = _pending, checkpoint
 
         @functools.wraps(fn)
         def entry(*args, **kwargs):
-            ensure()
+            if getsignal(sigint) is not _handler:  # (one C call on the hot path when ours is in place)
+                ensure()
             if pending[0]:
                 safe_point()
             with lock:
