@@ -74,12 +74,13 @@ def retrying(fn):
 workers = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(1, 4)]
 for t in workers:
     t.start()
-threading.Thread(target=storm, daemon=True).start()
 caught = [0]
 a, w = inputs(0)
 at, wt = a.to("tpu"), w.to("tpu")
 i = 0
 deadline = time.monotonic() + 50
+# the storm starts only now: an interrupt before the loop's try would end the script, not test anything
+threading.Thread(target=storm, daemon=True).start()
 while sent[0] < N and not errors and time.monotonic() < deadline:
     try:
         nt = ops.step(at, wt, True)
