@@ -72,7 +72,7 @@ def _graph_compiles(prof):
 
 def test_a_fused_recompile_carries_a_shape_cause_with_the_op_input_and_line():
     w = torch.ones(13, 4, device="tpu")
-    torchtpu_lab.sync()
+    torchtpu_lab.session.clear()  # a cause names the nearest graph compiled before: only this test's count
     with torchtpu_lab.eager_mode("fused"), torchtpu_lab.profile() as prof:
         for n in (29, 31):
             (torch.ones(n, 13, device="tpu") @ w).sum().item()  # RECORD_LINE
