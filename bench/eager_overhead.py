@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import torch
 
 import torchtpu_lab
-from torchtpu_lab.runtime import lazy
+from torchtpu_lab.runtime import fused
 
 OPS = {
     "add": (lambda a, b: a + b, lambda a, b: a + b),
@@ -87,8 +87,8 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
 
             def finish(_):
                 state["x"] = a
-                lazy.PENDING.storages.clear()  # drop the recorded graph unexecuted
-                lazy.PENDING.recorded = 0
+                fused.PENDING.storages.clear()  # drop the recorded graph unexecuted
+                fused.PENDING.recorded = 0
 
             t = median_time(record, finish, iters, reps)
             rows.append((name, f"{t * 1e6:.1f}"))

@@ -26,7 +26,7 @@ import torch
 
 import torchtpu_lab
 from torchtpu_lab import telemetry
-from torchtpu_lab.runtime import lazy
+from torchtpu_lab.runtime import fused
 
 
 def gpt2():
@@ -76,7 +76,7 @@ def measure_tpu(build, steps: int) -> dict:
         t0 = time.perf_counter()
         _step(model, opt, batch)
         t1 = time.perf_counter()
-        ops = lazy.pending_ops()  # recorded since the last sync (limit flushes would reset it: see graphs)
+        ops = fused.pending_ops()  # recorded since the last sync (limit flushes would reset it: see graphs)
         torchtpu_lab.sync()
         t2 = time.perf_counter()
         runs = [e for e in telemetry.execute_log if e.t >= t0 and e is not last]

@@ -268,7 +268,7 @@ def test_graph_break_is_reported_with_its_line():
 
 
 def test_a_compiled_region_is_one_node_with_its_aten_ops_in_the_flame_graph_and_op_table():
-    from torchtpu_lab.profile import processors
+    from torchtpu_lab.profiling import processors
 
     torch._dynamo.reset()
     model = torch.compile(nn.Sequential(nn.Linear(4, 8), nn.ReLU()).to("tpu"), backend="tpu", dynamic=False)

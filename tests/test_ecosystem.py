@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import torchtpu_lab
-from torchtpu_lab.runtime import lazy
+from torchtpu_lab.runtime import fused
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,9 +29,9 @@ def test_torch_accelerator_is_tpu_and_synchronize_runs_pending_work():
     assert torch.accelerator.is_available() and torch.accelerator.device_count() == torch.tpu.device_count()
     with torchtpu_lab.eager_mode("fused"):  # so there is pending work for synchronize to run
         x = torch.ones(256, device="tpu") * 2
-        assert lazy.pending_ops() > 0
+        assert fused.pending_ops() > 0
         torch.accelerator.synchronize()
-        assert lazy.pending_ops() == 0 and not lazy.has_pending()
+        assert fused.pending_ops() == 0 and not fused.has_pending()
     assert torch.accelerator.memory_allocated() >= x.numel() * 4
     assert torch.accelerator.max_memory_allocated() >= torch.accelerator.memory_allocated()
     torch.accelerator.empty_cache()
@@ -85,7 +85,7 @@ def test_streams_and_events_are_ordering_no_ops_that_still_wait():
     with torch.tpu.stream(s):
         y = torch.ones(64, device="tpu").cumsum(0)
     end.record(s)  # recording runs the pending work, so the mark is real
-    assert not lazy.has_pending()
+    assert not fused.has_pending()
     assert end.query() and start.elapsed_time(end) >= 0
     s.wait_event(end)
     s.synchronize()

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import torchtpu_lab
 from fault_cases import (BAD_DEVICE_CALLS, BAD_RNG_STATES, OUT_OF_RANGE, D, absurd_sizes_in_a_child,
                          check_bad_device, check_bad_rng_state, check_out_of_range, child_env)
-from torchtpu_lab.runtime import lazy
+from torchtpu_lab.runtime import fused
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -53,7 +53,7 @@ def test_interrupt_before_commit_leaves_work_pending(monkeypatch):
     try:
         x = torch.arange(6.0, device=D)
         y = x * 3 + 1
-        real = lazy._donate  # the last step of building the key, whichever way it is built
+        real = fused._donate  # the last step of building the key, whichever way it is built
         calls = []
 
         def interrupted(*a, **k):
@@ -62,10 +62,10 @@ def test_interrupt_before_commit_leaves_work_pending(monkeypatch):
                 raise KeyboardInterrupt
             return real(*a, **k)
 
-        monkeypatch.setattr(lazy, "_donate", interrupted)
+        monkeypatch.setattr(fused, "_donate", interrupted)
         with pytest.raises(KeyboardInterrupt):
             torchtpu_lab.sync()
-        assert lazy.has_pending()
+        assert fused.has_pending()
         assert torch.equal(y.cpu(), torch.arange(6.0) * 3 + 1)
     finally:
         torchtpu_lab.set_eager_mode("strict")

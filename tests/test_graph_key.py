@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import torchtpu_lab
-from torchtpu_lab.runtime import graph_key, lazy
+from torchtpu_lab.runtime import graph_key, fused
 
 
 @pytest.fixture
@@ -21,8 +21,8 @@ def checked(monkeypatch):
             return None
         tally["incremental"] += 1
         nodes, node_keys, leaves, leaf_sigs, target_refs = built
-        walked = lazy._topo(targets)
-        full, full_leaves = lazy._build_key(walked, targets)
+        walked = fused._topo(targets)
+        full, full_leaves = fused._build_key(walked, targets)
         assert [id(n) for n in nodes] == [id(n) for n in walked]
         assert (node_keys, leaf_sigs, target_refs) == (full.nodes, full.leaves, full.targets)
         assert [id(v) if isinstance(v, torch.Tensor) else v for v in leaves] == \

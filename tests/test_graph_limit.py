@@ -7,18 +7,18 @@ import torch.nn as nn
 
 import torchtpu_lab
 from torchtpu_lab import config, telemetry
-from torchtpu_lab.runtime import lazy
+from torchtpu_lab.runtime import fused
 
 
 @pytest.fixture
 def limit():
     """Restore the size limit and forget cut points after the test."""
     saved = config.max_graph_ops.value
-    lazy.CUTS.clear()
+    fused.CUTS.clear()
     yield
     torchtpu_lab.sync()
     config.max_graph_ops.set(saved)
-    lazy.CUTS.clear()
+    fused.CUTS.clear()
 
 
 def _trainer(width: int):
@@ -42,7 +42,7 @@ def _ops_per_step(step) -> int:
     config.max_graph_ops.set(10**9)
     torchtpu_lab.sync()
     step()
-    n = lazy.pending_ops()
+    n = fused.pending_ops()
     torchtpu_lab.sync()
     return n
 
@@ -69,17 +69,17 @@ def test_step_past_the_limit_compiles_nothing_in_steady_state(limit, factor, wid
     compiles = _compiles_per_step(step, 8, read_loss)
     assert sum(compiles[:4]) > 0  # the first steps compile the pieces
     assert compiles[4:] == [0, 0, 0, 0], compiles  # then every step reuses them
-    assert lazy.CUTS.forced >= 1  # the limit really cut the step
+    assert fused.CUTS.forced >= 1  # the limit really cut the step
 
 
 def test_every_user_visible_sync_flushes_all_pending_work(limit):
     step = _trainer(12)
     config.max_graph_ops.set(10**9)
     step()
-    assert lazy.pending_ops() > 0
+    assert fused.pending_ops() > 0
     loss = step()
     loss.item()
-    assert lazy.pending_ops() == 0 and not lazy.has_pending()
+    assert fused.pending_ops() == 0 and not fused.has_pending()
 
 
 def test_profile_reports_limit_flushes_with_what_to_do(limit):
@@ -108,5 +108,5 @@ def test_repetitive_ops_past_the_limit_are_not_cut_into_tiny_graphs(limit):
             x = x + a
         torch.testing.assert_close(x.cpu(), a.cpu() * 4001, rtol=1e-4, atol=1e-3)
     syncs = [e for e in events if e.kind == "sync"]
-    assert lazy.CUTS.forced >= 1
+    assert fused.CUTS.forced >= 1
     assert len(syncs) <= 4000 // 400 + 2, len(syncs)  # cut at the limit, as if no anchor existed

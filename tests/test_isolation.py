@@ -18,7 +18,7 @@ def test_work_that_fails_when_the_mode_is_restored_is_reported(tmp_path):
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_leaves_failing_work.py").write_text(textwrap.dedent('''
         import torchtpu_lab
-        from torchtpu_lab.runtime import lazy
+        from torchtpu_lab.runtime import fused
 
         def test_leaves_failing_work():
             torchtpu_lab.set_eager_mode("strict")
@@ -26,7 +26,7 @@ def test_work_that_fails_when_the_mode_is_restored_is_reported(tmp_path):
             def sync(*args, **kwargs):
                 raise RuntimeError("pending work failed")
 
-            lazy.sync = sync  # what the restore runs next fails, as a test's poisoned pending work would
+            fused.sync = sync  # what the restore runs next fails, as a test's poisoned pending work would
     '''))
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                           str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path,

@@ -1,4 +1,4 @@
-"""One lock rule for every kernel (issue 24): the runtime's entry points hold ``lazy.LOCK`` and pass the interrupt
+"""One lock rule for every kernel (issue 24): the runtime's entry points hold ``fused.LOCK`` and pass the interrupt
 checkpoint themselves, and every kind of kernel (built-in ops, ``jax_op``, ``torch.compile`` graphs) is made by
 ``backend.dispatch.tpu_kernel``. Threads mixing all three give what CPU gives, also while the main thread takes
 a SIGINT storm (in a child process, with a hard timeout: an abort must fail the test, not kill pytest)."""
@@ -20,7 +20,7 @@ from fault_cases import child_env
 from thread_work import D, Ops, chain
 from torchtpu_lab.backend import dispatch
 from torchtpu_lab.ops import LOWERINGS
-from torchtpu_lab.runtime import cpu_fallback, executor, lazy, values
+from torchtpu_lab.runtime import cpu_fallback, executor, fused, values
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -79,7 +79,7 @@ def _entry_points() -> dict:
         "store": lambda: values.store(x, jnp.ones(6, jnp.float32)),
         "value": lambda: values.value(x),
         "materialize": lambda: values.materialize(x[1:3]),
-        "sync": lambda: lazy.sync(),
+        "sync": lambda: fused.sync(),
         "cpu_fallback": lambda: _quietly(cpu_fallback.run, torch.ops.aten.neg.default, (x,), {}),
     }
 
@@ -98,10 +98,10 @@ def test_every_runtime_entry_point_waits_for_the_lock(name):
             errors.append(e)
         done.set()
 
-    with lazy.LOCK:
+    with fused.LOCK:
         t = threading.Thread(target=run)
         t.start()
-        assert not done.wait(0.3), f"{name} ran while another thread held lazy.LOCK"
+        assert not done.wait(0.3), f"{name} ran while another thread held fused.LOCK"
     t.join(60)
     assert done.is_set() and not errors, errors
 
@@ -112,7 +112,7 @@ def test_jax_op_and_compiled_graphs_run_under_the_lock(monkeypatch):
 
     @torchtpu_lab.jax_op("kernel_lock::probe")
     def probe(x: torch.Tensor) -> torch.Tensor:
-        seen.append(lazy.LOCK._is_owned())
+        seen.append(fused.LOCK._is_owned())
         return x + 1
 
     x = torch.arange(3.0, device=D)
@@ -123,7 +123,7 @@ def test_jax_op_and_compiled_graphs_run_under_the_lock(monkeypatch):
     real = values.store
 
     def write_back(dst, array):
-        owned.append(lazy.LOCK._is_owned())
+        owned.append(fused.LOCK._is_owned())
         return real(dst, array)
 
     def bump(t):

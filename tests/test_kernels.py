@@ -13,7 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import torchtpu_lab
 from torchtpu_lab import call_jax, jax_op, telemetry
-from torchtpu_lab.runtime import lazy
+from torchtpu_lab.runtime import fused
 
 MODES = ["strict", "fused", "debug"]
 
@@ -95,7 +95,7 @@ def test_fused_mode_records_the_op_without_a_sync():
         x = torch.randn(4, 4, device="tpu") + 1  # pending work feeds the op
         with telemetry.Recorder() as events:
             y = scaled_gelu(x, 0.5)
-            pending = lazy.pending_ops()
+            pending = fused.pending_ops()
         assert pending >= 2, "the op was recorded into the lazy graph with its input"
         assert not [e for e in events if e.kind == "sync"]
         assert tuple(y.shape) == (4, 4)

@@ -30,7 +30,7 @@ LAYERS = [
     {"backend", "debug"},
     {"compile", "kernels", "distributed"},
     {"render"},
-    {"profile", "metrics"},
+    {"profiling", "metrics"},
     {"jupyter"},
     {"__init__", "run_notebook", "labextension", "_rank_main"},
 ]
@@ -40,7 +40,7 @@ _STRING_IMPORTS = {"__import__", "import_module"}
 
 
 def _component(module: str) -> str:
-    """``torchtpu_lab.runtime.lazy`` -> ``runtime``; ``torchtpu_lab`` -> ``__init__``."""
+    """``torchtpu_lab.runtime.fused`` -> ``runtime``; ``torchtpu_lab`` -> ``__init__``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -199,10 +199,10 @@ def test_no_import_cycles():
 def test_the_check_catches_an_upward_import():
     """The walker sees function-level relative imports (the kind that made the old device<->runtime cycle)."""
     probe = PKG / "device" / "_layer_probe.py"
-    found, _ = _imports(probe, "def f():\n    from ..runtime import lazy\n    from . import views\n")
-    assert [t for _, t in found] == ["torchtpu_lab.runtime.lazy", "torchtpu_lab.device.views"]
+    found, _ = _imports(probe, "def f():\n    from ..runtime import fused\n    from . import views\n")
+    assert [t for _, t in found] == ["torchtpu_lab.runtime.fused", "torchtpu_lab.device.views"]
     assert RANK[_component(found[0][1])] > RANK[_component(_module_name(probe))]
-    assert len(_violations(probe, "def f():\n    from ..runtime import lazy\n")) == 1
+    assert len(_violations(probe, "def f():\n    from ..runtime import fused\n")) == 1
 
 
 def test_the_check_fails_the_old_jupyter_session():
@@ -221,10 +221,10 @@ def test_the_check_fails_an_unranked_target_and_importlib():
     probe = PKG / "runtime" / "_layer_probe.py"
     source = ("import importlib\n"
               "from ..nowhere import thing\n"
-              "def f():\n    return importlib.import_module('.lazy', 'torchtpu_lab.runtime')\n")
+              "def f():\n    return importlib.import_module('.fused', 'torchtpu_lab.runtime')\n")
     bad = _violations(probe, source)
     assert len(bad) == 2, bad
-    assert "'.lazy' by a string" in bad[0] and "torchtpu_lab.nowhere, which this test cannot rank" in bad[1]
+    assert "'.fused' by a string" in bad[0] and "torchtpu_lab.nowhere, which this test cannot rank" in bad[1]
 
 
 def test_the_cycle_check_sees_a_cycle_through_a_function_import():

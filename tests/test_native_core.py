@@ -230,11 +230,11 @@ def test_rrelu_with_noise_draws_from_a_tpu_generator():
 @needs_core
 @pytest.mark.parametrize("wait", ["accelerator", "stream", "event"])
 def test_pytorchs_own_synchronize_calls_run_pending_fused_work(wait):
-    from torchtpu_lab.runtime import lazy
+    from torchtpu_lab.runtime import fused
 
     with torchtpu_lab.eager_mode("fused"):
         x = torch.ones(128, device="tpu") * 3
-        assert lazy.pending_ops() > 0
+        assert fused.pending_ops() > 0
         if wait == "accelerator":
             torch.accelerator.synchronize()
         elif wait == "stream":
@@ -243,7 +243,7 @@ def test_pytorchs_own_synchronize_calls_run_pending_fused_work(wait):
             event = torch.Event("tpu")
             event.record()
             event.synchronize()
-        assert lazy.pending_ops() == 0
+        assert fused.pending_ops() == 0
     assert "torch.accelerator.synchronize" not in torchtpu_lab.global_changes()["torch.accelerator (wrapped)"]
     assert x.sum().item() == 384
 

@@ -301,25 +301,25 @@ def test_failed_xprof_shows_the_report_and_the_next_xprof_works(ip, tmp_path):
 
 def test_end_of_cell_flush_failure_is_the_cells_error(ip, monkeypatch):
     from torchtpu_lab import telemetry
-    from torchtpu_lab.runtime import lazy
+    from torchtpu_lab.runtime import fused
 
-    real = lazy.sync
+    real = fused.sync
 
     def failing(reason=telemetry.SyncReason.USER_SYNC, *a, **k):
-        if reason is telemetry.SyncReason.END_OF_CELL and lazy.has_pending():
+        if reason is telemetry.SyncReason.END_OF_CELL and fused.has_pending():
             raise RuntimeError("graph exploded at the flush")
         return real(reason, *a, **k)
 
-    monkeypatch.setattr(lazy, "sync", failing)
+    monkeypatch.setattr(fused, "sync", failing)
     result, text, _ = run(ip, "pending = torch.ones(3, device='tpu') * 5")
-    monkeypatch.setattr(lazy, "sync", real)
+    monkeypatch.setattr(fused, "sync", real)
     assert not result.success and "graph exploded" in str(result.error_in_exec)
     result, text, _ = run(ip, "print(pending.cpu().tolist())")
     assert result.success and "[5.0, 5.0, 5.0]" in text
 
 
 def test_plotly_labels_and_hover_are_escaped():
-    from torchtpu_lab.profile.processors import FlameTree
+    from torchtpu_lab.profiling.processors import FlameTree
     from torchtpu_lab.render import plot
 
     tree = FlameTree(ids=["cell", "cell|<b>x</b>.py:1"], labels=["cell", "<img src=x onerror=alert(1)>:1"],
@@ -372,19 +372,19 @@ def test_flush_failure_at_the_end_of_a_profiled_cell_is_the_cells_error(ip, monk
     failure is the cell's error, shown in the report and then raised, and the pending work is still computed
     by the next read."""
     from torchtpu_lab import telemetry
-    from torchtpu_lab.runtime import lazy
+    from torchtpu_lab.runtime import fused
 
-    real = lazy.sync
+    real = fused.sync
     at_the_end = (telemetry.SyncReason.END_OF_CELL, telemetry.SyncReason.PROFILE_END)
 
     def failing(reason=telemetry.SyncReason.USER_SYNC, *a, **k):
-        if reason in at_the_end and lazy.has_pending():
+        if reason in at_the_end and fused.has_pending():
             raise RuntimeError(f"graph exploded at the {reason.name} flush")
         return real(reason, *a, **k)
 
-    monkeypatch.setattr(lazy, "sync", failing)
+    monkeypatch.setattr(fused, "sync", failing)
     result, text, _ = run(ip, "%%tpu_profile --no-flame\npending_p = torch.ones(3, device='tpu') * 7\n")
-    monkeypatch.setattr(lazy, "sync", real)
+    monkeypatch.setattr(fused, "sync", real)
     assert not result.success and "graph exploded at the" in str(result.error_in_exec)
     assert "torchtpu_lab profile" in text and "partial report" in text, text
     assert "graph exploded" in ip.user_ns["_tpu_profile"].error

@@ -8,7 +8,7 @@ import torchtpu_lab
 from torchtpu_lab import telemetry
 from torchtpu_lab.device import storage as storage_mod
 from torchtpu_lab.device import tensor
-from torchtpu_lab.runtime import lazy
+from torchtpu_lab.runtime import fused
 
 
 def test_a_tensor_exposes_its_storage_and_view():
@@ -35,9 +35,9 @@ def test_held_reads_a_storage_without_allocating_or_raising():
     assert s.held is not None and s.allocated
     with torchtpu_lab.eager_mode("fused"):
         y = torch.ones(2, device="tpu") + 1
-        assert isinstance(y.tpu_storage.held, lazy.LazyValue)
+        assert isinstance(y.tpu_storage.held, fused.LazyValue)
         torchtpu_lab.sync()
-    assert not isinstance(y.tpu_storage.held, lazy.LazyValue)
+    assert not isinstance(y.tpu_storage.held, fused.LazyValue)
 
 
 def test_has_data_tells_device_tensors_from_fake_ones():
@@ -53,5 +53,5 @@ def test_has_data_tells_device_tensors_from_fake_ones():
 def test_internal_files_are_torch_jax_stdlib_and_ours_not_the_users():
     assert telemetry.is_internal_file(torch.__file__)
     assert telemetry.is_internal_file(os.__file__)
-    assert telemetry.is_internal_file(lazy.__file__)
+    assert telemetry.is_internal_file(fused.__file__)
     assert not telemetry.is_internal_file(__file__)

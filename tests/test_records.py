@@ -15,7 +15,7 @@ import torch
 import torchtpu_lab
 from torchtpu_lab import causes, records, telemetry
 from torchtpu_lab.causes import Cause, CauseKind
-from torchtpu_lab.profile import Profile, processors
+from torchtpu_lab.profiling import Profile, processors
 from torchtpu_lab.telemetry import Counter, Event, EventKind, Source
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -229,7 +229,7 @@ def test_an_unknown_event_kind_is_refused_while_recording():
 
 
 def test_no_sentence_of_ours_is_read_back():
-    for path in [ROOT / "torchtpu_lab" / "profile" / "processors.py", ROOT / "torchtpu_lab" / "telemetry.py"]:
+    for path in [ROOT / "torchtpu_lab" / "profiling" / "processors.py", ROOT / "torchtpu_lab" / "telemetry.py"]:
         text = path.read_text()
         assert "import re\n" not in text and 'startswith("first' not in text, path
 

@@ -11,7 +11,7 @@ import torch
 import torchtpu_lab
 from torchtpu_lab import config, telemetry
 from torchtpu_lab.device import memory
-from torchtpu_lab.runtime import cpu_fallback, lazy, modes
+from torchtpu_lab.runtime import cpu_fallback, fused, modes
 
 
 def test_a_state_override_restores_on_exit_even_on_error():
@@ -61,26 +61,26 @@ def test_the_public_setters_and_the_states_are_one_value():
 
 def test_leaving_fused_mode_through_patch_flushes_pending_work():
     x = torch.ones(3, device="tpu") * 2
-    assert lazy.has_pending()
+    assert fused.has_pending()
     with config.patch(eager_mode="strict"):
-        assert not lazy.has_pending()
+        assert not fused.has_pending()
         assert x.cpu().tolist() == [2.0, 2.0, 2.0]
 
 
 def test_the_graph_limit_state_cuts_the_fused_graph():
-    lazy.CUTS.clear()
+    fused.CUTS.clear()
     try:
         with config.patch(max_graph_ops=3):
             x = torch.ones(4, device="tpu")
             counts = []
             for _ in range(6):
                 x = x + 1
-                counts.append(lazy.pending_ops())
+                counts.append(fused.pending_ops())
             assert max(counts) < 3 and 0 in counts  # flushed on reaching 3 recorded ops
         assert x.cpu().tolist() == [7.0] * 4
     finally:
         torchtpu_lab.sync()
-        lazy.CUTS.clear()  # cut points remembered at this limit must not cut later tests' graphs
+        fused.CUTS.clear()  # cut points remembered at this limit must not cut later tests' graphs
 
 
 def test_allocation_source_tracking_is_read_by_the_device_layer():
@@ -127,7 +127,7 @@ def test_restore_puts_everything_back_even_when_the_flush_fails():
 
 def test_the_session_reaches_the_runtime_state_and_clears_it():
     session = torchtpu_lab.session
-    assert session.pending is lazy.PENDING and session.lock is lazy.LOCK
+    assert session.pending is fused.PENDING and session.lock is fused.LOCK
     with config.patch(eager_mode="strict"):
         (torch.ones(3, device="tpu") * 3).cpu()
     assert len(session.op_executables) > 0

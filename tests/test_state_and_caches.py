@@ -17,7 +17,7 @@ import torch
 import torchtpu_lab
 from torchtpu_lab import caches, telemetry
 from torchtpu_lab.ops import LOWERINGS
-from torchtpu_lab.runtime import executor, lazy, state
+from torchtpu_lab.runtime import executor, fused, state
 
 
 def test_nested_recorders_with_equal_lists_each_remove_their_own():

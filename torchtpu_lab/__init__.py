@@ -32,7 +32,7 @@ from .backend import tpu_module as tpu  # noqa: E402
 from .metrics import metrics_report  # noqa: E402
 
 distributed.register()  # the "tpu"/"tpu_dist" torch.distributed backend
-from .profile import Profile, profile  # noqa: E402
+from .profiling import Profile, profile  # noqa: E402
 from .platform import info as platform_info  # noqa: E402
 from .runtime import compile_cache  # noqa: E402
 from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
@@ -55,13 +55,13 @@ __all__ = [
 def sync() -> None:
     """Run all pending fused work now (a sync point; a no-op in strict and debug modes)."""
     from . import telemetry
-    from .runtime import lazy
+    from .runtime import fused
 
-    with telemetry.sync_event(telemetry.SyncReason.USER_SYNC, lazy.pending_ops()):
-        lazy.sync(telemetry.SyncReason.USER_SYNC, record=False)
-    from .runtime import checks
+    with telemetry.sync_event(telemetry.SyncReason.USER_SYNC, fused.pending_ops()):
+        fused.sync(telemetry.SyncReason.USER_SYNC, record=False)
+    from .runtime import pending_errors
 
-    checks.raise_pending(block=False)  # errors reported by work that has finished (the rest: at the next read)
+    pending_errors.raise_pending(block=False)  # errors reported by work that has finished (the rest: at the next read)
 
 
 if os.environ.get("TORCHTPU_LAB_CACHE_DIR"):  # asked for explicitly; otherwise %load_ext or configure() enable it

@@ -29,7 +29,7 @@ def _timing(values: list[float]) -> Timing | None:
 def collect() -> Metrics:
     """Counters and timing distributions since the start of the session (or the last reset), as a record."""
     from . import caches
-    from .runtime import compile_cache, executor, lazy, modes
+    from .runtime import compile_cache, executor, fused, modes
 
     from .distributed import process_group
 
@@ -52,7 +52,7 @@ def collect() -> Metrics:
             {"reason": e.name, "source": str(e.source) if e.source else None}
             for e in list(telemetry.graph_break_log)[-10:]),
         op_cache_entries=executor.cache_size(),
-        graph_cache_entries=lazy.graph_cache_size(),
+        graph_cache_entries=fused.graph_cache_size(),
         caches=caches.stats(),
         persistent_cache_dir=compile_cache.directory(),
         persistent_cache_entries=compile_cache.entries(),

@@ -1,6 +1,6 @@
 """The records the numbers travel in, from where they are computed up to the renderers and the JupyterLab
 comm, which read them by field name: a profile's :class:`Report` (what
-:func:`~torchtpu_lab.profile.processors.build_report` computes once) and the session's :class:`Status`.
+:func:`~torchtpu_lab.profiling.processors.build_report` computes once) and the session's :class:`Status`.
 
 They are plain data at the bottom of the stairs, so every layer that builds or shows them can name them.
 :class:`Summary` is the one schema for a profile's headline numbers; :meth:`Summary.as_dict` is what

@@ -7,8 +7,8 @@ the CPU (:mod:`.cpu_fallback`) or, with the fallback off, raises ``NotImplemente
 overload — an op we cannot run never returns a wrong number.
 
 :func:`tpu_kernel` is the one way a tpu kernel is made — for these ops, ``jax_op``, ``torch.compile``'s graphs
-and whatever comes next — so every kernel holds :data:`torchtpu_lab.runtime.lazy.LOCK` for its whole call and
-starts at the interrupt checkpoint (the thread-safety rule of :mod:`torchtpu_lab.runtime.lazy`).
+and whatever comes next — so every kernel holds :data:`torchtpu_lab.runtime.fused.LOCK` for its whole call and
+starts at the interrupt checkpoint (the thread-safety rule of :mod:`torchtpu_lab.runtime.fused`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch._decomp
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import Lowering, op_name
-from ..runtime import core_kernels, cpu_fallback, executor, growth, lazy, mutation, view_kernels
+from ..runtime import core_kernels, cpu_fallback, executor, growth, fused, mutation, view_kernels
 from . import serialization
 
 aten = torch.ops.aten
@@ -41,9 +41,9 @@ def tpu_kernel(impl: Lowering | Callable) -> Callable:
     runtime's lock with the interrupt checkpoint at its start. Idempotent: a kernel it made is returned as is."""
     if isinstance(impl, Lowering):
         return _lowered(impl)
-    if getattr(impl, "owns", None) is lazy.LOCK:
+    if getattr(impl, "owns", None) is fused.LOCK:
         return impl
-    return lazy.entry_point(impl)
+    return fused.entry_point(impl)
 
 
 def _lowered(low: Lowering) -> Callable:
@@ -57,7 +57,7 @@ def _lowered(low: Lowering) -> Callable:
             return fallback(low.op, args, kwargs, e)
 
     kernel.__name__ = f"lowered_{low.op}"
-    kernel.owns = lazy.LOCK
+    kernel.owns = fused.LOCK
     return kernel
 
 

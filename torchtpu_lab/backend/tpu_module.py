@@ -20,7 +20,7 @@ import torch
 from .. import native, platform, telemetry
 from ..units import fmt_bytes
 from ..device import context, memory, rng
-from ..runtime import lazy
+from ..runtime import fused
 from .device_wait import wait_for_device
 from .streams import Event, Stream, current_stream, default_stream, stream  # noqa: F401
 
@@ -192,7 +192,7 @@ def set_rng_state_all(new_states) -> None:
 
 def _flush() -> None:
     # Memory figures describe buffers that exist: pending fused work is run first (a sync point).
-    lazy.sync(telemetry.SyncReason.MEMORY_QUERY)
+    fused.sync(telemetry.SyncReason.MEMORY_QUERY)
 
 
 def memory_allocated(device=None) -> int:

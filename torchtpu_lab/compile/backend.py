@@ -41,7 +41,7 @@ from ..causes import Cause, CauseKind
 from ..backend import dispatch
 from ..device import rng, tensor
 from ..ops import precision
-from ..runtime import compile_cache, lazy, values
+from ..runtime import compile_cache, fused, values
 from ..telemetry import SyncReason
 from . import events, lowering, specialize, spmd
 
@@ -143,10 +143,10 @@ def _input_arrays(args: list) -> tuple[list, int]:
     """JAX values for the graph inputs, and the device they are on. An input still pending in fused mode makes
     this a sync point (recorded as one); pending work the graph does not read stays pending."""
     tensors = [tensor.adopt(a) if isinstance(a, torch.Tensor) and a.device.type == "tpu" else None for a in args]
-    if lazy.has_pending() and any(t is not None and isinstance(t.tpu_storage.held, lazy.LazyValue)
+    if fused.has_pending() and any(t is not None and isinstance(t.tpu_storage.held, fused.LazyValue)
                                   for t in tensors):
-        with telemetry.sync_event(SyncReason.CONCRETE_INPUTS, lazy.pending_ops(), detail="compiled graph"):
-            lazy.sync(SyncReason.CONCRETE_INPUTS, record=False)
+        with telemetry.sync_event(SyncReason.CONCRETE_INPUTS, fused.pending_ops(), detail="compiled graph"):
+            fused.sync(SyncReason.CONCRETE_INPUTS, record=False)
     arrays, device_index = [], None
     for a, t in zip(args, tensors):
         if t is not None:

@@ -53,7 +53,7 @@ class Storage:
     @property
     def array(self):
         """The JAX array holding the values (allocated, zero-filled, on first read of an empty storage), or in
-        fused mode a :class:`~torchtpu_lab.runtime.lazy.LazyValue` standing for one not computed yet."""
+        fused mode a :class:`~torchtpu_lab.runtime.fused.LazyValue` standing for one not computed yet."""
         a = self._array
         if a is None:
             from .. import platform

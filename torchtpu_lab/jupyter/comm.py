@@ -63,7 +63,7 @@ def _compile_rows() -> list[dict]:
 
 def _profile_info(shell) -> dict | None:
     """The last ``%%tpu_profile``'s summary and text report (the text is computed once per profile)."""
-    from ..profile.session import Profile
+    from ..profiling.session import Profile
 
     prof = getattr(shell, "user_ns", {}).get("_tpu_profile") if shell is not None else None
     if not isinstance(prof, Profile):

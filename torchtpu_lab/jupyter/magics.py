@@ -12,7 +12,7 @@ from IPython.display import display
 
 from .. import caches, metrics
 from ..device import memory
-from ..profile import profile
+from ..profiling import profile
 from ..runtime import compile_cache, cpu_fallback, modes
 from ..runtime import state as runtime_state
 from .status import status, status_lines

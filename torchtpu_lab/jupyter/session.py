@@ -16,7 +16,7 @@ from IPython.display import display
 
 from .. import telemetry
 from ..device import memory
-from ..runtime import compile_cache, lazy, modes
+from ..runtime import compile_cache, fused, modes
 from . import comm
 from ..records import Status
 from .status import banner_lines, status
@@ -44,7 +44,7 @@ def _end_of_cell(result=None) -> None:
     kernel replies "error" and "Run All", nbclient and papermill stop) with its traceback shown; the kernel
     and every tensor computed before stay usable."""
     try:
-        lazy.sync(telemetry.SyncReason.END_OF_CELL, source=telemetry.END_OF_CELL)
+        fused.sync(telemetry.SyncReason.END_OF_CELL, source=telemetry.END_OF_CELL)
     except Exception as e:  # noqa: BLE001
         from IPython import get_ipython
 
@@ -97,7 +97,7 @@ def unload_ipython_extension(ip) -> None:
     from . import watch
 
     watch.stop()
-    lazy.sync(telemetry.SyncReason.UNLOAD)
+    fused.sync(telemetry.SyncReason.UNLOAD)
     try:
         ip.events.unregister("post_run_cell", _end_of_cell)
     except ValueError:

@@ -6,7 +6,7 @@ from .. import distributed, native, platform, telemetry
 from ..telemetry import Counter
 from ..device import memory
 from ..records import Status
-from ..runtime import compile_cache, executor, lazy, modes
+from ..runtime import compile_cache, executor, fused, modes
 
 
 def status() -> Status:
@@ -30,9 +30,9 @@ def status() -> Status:
         dynamo_graphs=int(c.get(Counter.DYNAMO_GRAPHS, 0)),
         dynamo_recompiles=int(c.get(Counter.DYNAMO_RECOMPILES, 0)),
         graph_breaks=int(c.get(Counter.GRAPH_BREAKS, 0)),
-        pending_ops=lazy.pending_ops(),
+        pending_ops=fused.pending_ops(),
         op_executables=executor.cache_size(),
-        fused_graphs=lazy.graph_cache_size(),
+        fused_graphs=fused.graph_cache_size(),
         cache_dir=compile_cache.directory() or "(persistent cache off)",
         cache_entries=compile_cache.entries(),
         distributed=distributed.describe(),

@@ -19,7 +19,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND
 from torch._prims_common import elementwise_dtypes
 
 from .. import dtypes
-from .checks import report, reports
+from .error_flags import report, reports
 from .registry import aten, lower
 
 # ---- promotion helpers -------------------------------------------------------------------------------------

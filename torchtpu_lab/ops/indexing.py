@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .checks import report, reports
+from .error_flags import report, reports
 from .registry import aten, lower
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from .checks import report, reports
+from .error_flags import report, reports
 from .registry import aten, lower
 
 import jax

@@ -46,7 +46,7 @@ import warnings
 import jax
 
 from .. import telemetry
-from ..ops.checks import Check
+from ..ops.error_flags import Check
 from .signatures import digest
 
 _MAGIC = b"TTPXEC01"
@@ -378,7 +378,7 @@ def executable(fn, args: list, kind: str, signature, device, donate: tuple = (),
 
     Returns ``(executable, from_disk)``; the executable is called with ``args``' structure (``executable(*args)``).
     ``device``: where the executable runs (its inputs' device, or the default device for factory ops).
-    ``checks``: for a function instrumented by :func:`.checks.instrument`, the list its trace fills with the
+    ``checks``: for a function instrumented by :func:`.pending_errors.instrument`, the list its trace fills with the
     checks its flag outputs belong to; stored with the executable and filled from disk on a hit, since then
     nothing traces it (without them the flags would go uninspected and bad input would pass silently)."""
     telemetry.count("xla_compile_requests")

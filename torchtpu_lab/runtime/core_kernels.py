@@ -18,7 +18,7 @@ from ..telemetry import SyncReason
 from ..device import context, tensor
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor, lazy, values
+from . import executor, fused, values
 
 aten = torch.ops.aten
 
@@ -33,7 +33,7 @@ def _tpu_index(device) -> int:
 def to_host(t: tensor.TpuTensor, reason: SyncReason = SyncReason.TO_HOST) -> torch.Tensor:
     """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
     reason = telemetry.sync_reason.get() or reason
-    with telemetry.sync_event(reason, lazy.pending_ops()):
+    with telemetry.sync_event(reason, fused.pending_ops()):
         host = dtypes.host_tensor(np.asarray(values.value(t, reason, record=False)), t.dtype)
     telemetry.count("transfer_to_host_bytes", host.numel() * host.element_size())
     return host
@@ -99,7 +99,7 @@ def copy_(self, src, non_blocking=False):
 
 def local_scalar_dense(self):
     reason = telemetry.sync_reason.get() or SyncReason.ITEM
-    with telemetry.sync_event(reason, lazy.pending_ops()):
+    with telemetry.sync_event(reason, fused.pending_ops()):
         return np.asarray(values.value(self, reason, record=False)).item()
 
 

@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_map
 from .. import config, telemetry
 from ..device import tensor
 from ..ops.registry import op_name
-from . import lazy
+from . import fused
 
 _warned: set = set()
 #: op name -> {"count": n, "sources": {source string: n}}
@@ -49,7 +49,7 @@ def _device_of(args, kwargs) -> torch.device:
     return torch.device(dev) if dev is not None else torch.device("tpu")
 
 
-@lazy.entry_point  # a runtime entry point: the op's reads, run and write-backs happen whole
+@fused.entry_point  # a runtime entry point: the op's reads, run and write-backs happen whole
 def run(op, args: tuple, kwargs: dict, error: BaseException | None = None):
     """Run ``op`` on CPU copies of its arguments and return tpu results; raise if the fallback is off."""
     name = op_name(op)

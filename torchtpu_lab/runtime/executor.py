@@ -1,5 +1,5 @@
 """Per-op execution: turn one ATen call on tpu tensors into one cached, traceable JAX function, then run it
-(strict and debug modes) or record it into the lazy graph (fused mode, see :mod:`.lazy`), and record its compiles.
+(strict and debug modes) or record it into the lazy graph (fused mode, see :mod:`.fused`), and record its compiles.
 
 For each call we build a *template* of the arguments and a list of the dynamic inputs (storage arrays and
 scalars) with :mod:`.encode`; the template is the cache key. On a miss we (1) run the op on
@@ -10,8 +10,8 @@ call costs one dict lookup plus one jitted dispatch (strict) or one graph node (
 Every compilation of a new signature is a telemetry event with its cause (:mod:`.compile_events`).
 
 The public functions here (:func:`execute`, :func:`launch`, :func:`assign`, :func:`store`, :func:`value`,
-:func:`materialize`) are the runtime's entry points: each holds :data:`.lazy.LOCK` and passes the interrupt
-checkpoint itself (:data:`.lazy.entry_point`), whoever calls it. Inside, they call each other's unlocked bodies,
+:func:`materialize`) are the runtime's entry points: each holds :data:`.fused.LOCK` and passes the interrupt
+checkpoint itself (:data:`.fused.entry_point`), whoever calls it. Inside, they call each other's unlocked bodies,
 so the common path takes the lock once per op.
 """
 
@@ -27,9 +27,9 @@ import torch
 from .. import caches, config, dtypes, platform, telemetry
 from ..telemetry import SyncReason
 from ..device import rng, sizes, tensor
-from ..ops import checks as op_checks
+from ..ops import error_flags as op_checks
 from ..ops.registry import Lowering, op_name
-from . import checks, compile_cache, compile_events, lazy
+from . import compile_cache, compile_events, fused, pending_errors
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
@@ -47,8 +47,8 @@ def _wrap(out, meta, device_index: int):
         return tuple(wrapped) if isinstance(out, tuple) else wrapped
     dtype = meta.dtype if isinstance(meta, torch.Tensor) else dtypes.to_torch(out.dtype)
     t = tensor.from_array(out, dtype, device_index)
-    if isinstance(out, lazy.LazyValue):
-        lazy.track(t.tpu_storage)
+    if isinstance(out, fused.LazyValue):
+        fused.track(t.tpu_storage)
     return t
 
 
@@ -79,17 +79,17 @@ class OpExecutable:
 
 
 def _aval(v):
-    if isinstance(v, (jax.Array, lazy.LazyValue)):
+    if isinstance(v, (jax.Array, fused.LazyValue)):
         return jax.ShapeDtypeStruct(v.shape, v.dtype)
     return v
 
 
 def _concrete(dyn: list, op_label: str) -> list:
     """``dyn`` with every lazy input materialized (a sync point when fused work is pending)."""
-    if not lazy.has_pending() or not any(isinstance(v, lazy.LazyValue) for v in dyn):
+    if not fused.has_pending() or not any(isinstance(v, fused.LazyValue) for v in dyn):
         return dyn
-    lazy.sync(SyncReason.CONCRETE_INPUTS, detail=op_label)
-    return [v.value if isinstance(v, lazy.LazyValue) else v for v in dyn]
+    fused.sync(SyncReason.CONCRETE_INPUTS, detail=op_label)
+    return [v.value if isinstance(v, fused.LazyValue) else v for v in dyn]
 
 
 def _records(compiled: OpExecutable, has_tensor_inputs: bool) -> bool:
@@ -117,26 +117,27 @@ def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tenso
             sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
         source = telemetry.user_source(3) if _TRACK_SOURCES.value or compiled.checks is not None else None
-        lazy.on_device(device_index)
-        out = lazy.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
+        fused.on_device(device_index)
+        out = fused.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
                           compiled.uid)
         if compiled.checks is not None:
             out, flags = out
-            lazy.also_compute(jax.tree_util.tree_leaves(flags), checks.callback(compiled.checks, compiled.name, source))
+            fused.also_compute(jax.tree_util.tree_leaves(flags),
+                               pending_errors.callback(compiled.checks, compiled.name, source))
         return out
     out = run_now(compiled, key, _concrete(dyn, compiled.name), device_index, has_tensor_inputs)
     mode = _MODE.value
     if compiled.checks is not None:
         out, flags = out
-        checks.note(jax.tree_util.tree_leaves(flags), compiled.checks, compiled.name, telemetry.user_source(3))
+        pending_errors.note(jax.tree_util.tree_leaves(flags), compiled.checks, compiled.name, telemetry.user_source(3))
         if mode == "debug":
-            checks.raise_pending()
+            pending_errors.raise_pending()
     if mode == "debug":
         _debug_check(compiled.name, out)
     return out
 
 
-launch = lazy.entry_point(_launch)
+launch = fused.entry_point(_launch)
 
 
 def run_now(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool):
@@ -228,7 +229,7 @@ def _generator(args, kwargs) -> torch.Generator | None:
     return g
 
 
-@lazy.entry_point
+@fused.entry_point
 def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
@@ -272,8 +273,8 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         t0 = t_launch if not fresh else t0
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=hit)
     result = _wrap(out, compiled.meta, device_index)
-    if lazy.over_limit():
-        lazy.sync(SyncReason.GRAPH_LIMIT)
+    if fused.over_limit():
+        fused.sync(SyncReason.GRAPH_LIMIT)
     return result
 
 
@@ -290,7 +291,7 @@ def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
         return cast(op, low.fn(*a, **k), meta)
 
     if op_checks.reporting(low.fn):
-        run, statics = checks.instrument(run)
+        run, statics = pending_errors.instrument(run)
         return OpExecutable(run, jit, meta, op_name(op), statics)
     return OpExecutable(run, jit, meta, op_name(op))
 

@@ -37,7 +37,7 @@ MIN_GAP_FRACTION = 1 / 8
 
 
 class CutPoints:
-    """The recent op identities and the remembered anchors (one per process, owned by :mod:`.lazy`)."""
+    """The recent op identities and the remembered anchors (one per process, owned by :mod:`.fused`)."""
 
     __slots__ = ("tail", "anchors", "last_ids", "forced", "anchored")
 

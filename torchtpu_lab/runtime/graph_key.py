@@ -21,7 +21,7 @@ from ..device.storage import FailedValue
 
 
 class Segment:
-    """What was recorded since the last sync, as a graph key under construction (owned by ``lazy.PENDING``)."""
+    """What was recorded since the last sync, as a graph key under construction (owned by ``fused.PENDING``)."""
 
     __slots__ = ("token", "refs", "node_keys", "leaves", "leaf_sigs", "leaf_pos", "regular")
 
@@ -31,7 +31,7 @@ class Segment:
     def reset(self) -> None:
         self.token = object()  # nodes of this segment carry it: an input from another segment is seen at once
         self.refs: list = []  # weak references to the nodes, in recording order
-        self.node_keys: list = []  # (op uid, wiring) per node, as lazy._build_key lays them out
+        self.node_keys: list = []  # (op uid, wiring) per node, as fused._build_key lays them out
         self.leaves: list = []
         self.leaf_sigs: list = []
         self.leaf_pos: dict = {}  # id(array) -> leaf position (an array read by several nodes is one input)

@@ -4,7 +4,7 @@
   ``torchtpu_lab.debug.check_finite(True)``, a NaN/Inf) surfaces at the op and the user line that caused it;
 * ``strict`` [DEFER_NEVER]: one op at a time, asynchronous; each op's executable cached by its signature;
 * ``fused``  [DEFER_AND_FUSE] (default): ops are recorded into a lazy graph and run as one XLA computation at
-  the next sync point (see :mod:`.lazy`).
+  the next sync point (see :mod:`.fused`).
 
 Switching is always safe: leaving ``fused`` flushes the pending graph first.
 """
@@ -22,11 +22,11 @@ MODE = config.eager_mode
 
 def _flush_before_switch(old: str, new: str) -> None:
     if new != old:
-        from . import lazy
+        from . import fused
 
         from ..telemetry import SyncReason
 
-        lazy.sync(SyncReason.MODE_SWITCH)
+        fused.sync(SyncReason.MODE_SWITCH)
 
 
 MODE.before_change(_flush_before_switch)  # so `with config.patch(eager_mode=...)` flushes too

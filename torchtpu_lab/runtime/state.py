@@ -4,8 +4,8 @@ mutable torchtpu_lab state is reached, saved, restored and cleared.
 **Shape.** Configuration values are :class:`torchtpu_lab.config.State` s, which live in the bottom-layer
 :mod:`torchtpu_lab.config` because the device and ops layers read them (a lower layer never imports a higher
 one). Everything else is owned by the layer that uses it on its hot path and referenced here: the pending fused
-graph and its lock (:data:`.lazy.PENDING`, :data:`.lazy.LOCK`), the bounded executable and plan caches
-(:data:`.executor.OPS`, :data:`.lazy.GRAPHS` and the rest of the registry of :mod:`torchtpu_lab.caches`), the
+graph and its lock (:data:`.fused.PENDING`, :data:`.fused.LOCK`), the bounded executable and plan caches
+(:data:`.executor.OPS`, :data:`.fused.GRAPHS` and the rest of the registry of :mod:`torchtpu_lab.caches`), the
 compile history behind the cause analysis (:mod:`.compile_events`, cleared with the caches), the profile
 recorders (:data:`torchtpu_lab.telemetry.recorders`), the memory listeners
 (:data:`torchtpu_lab.device.memory.listeners`) and the persistent cache's directory. So per-op code keeps one
@@ -33,7 +33,7 @@ from typing import Any
 from .. import caches, config, telemetry
 from ..device import memory
 from ..telemetry import SyncReason
-from . import compile_cache, compile_events, executor, lazy
+from . import compile_cache, compile_events, executor, fused
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,14 @@ class Session:
     config = config
 
     @property
-    def pending(self) -> lazy.PendingWork:
+    def pending(self) -> fused.PendingWork:
         """Fused work recorded and not yet run."""
-        return lazy.PENDING
+        return fused.PENDING
 
     @property
     def lock(self) -> threading.RLock:
-        """Owns the pending graph and every storage (see :mod:`.lazy`, "Threads")."""
-        return lazy.LOCK
+        """Owns the pending graph and every storage (see :mod:`.fused`, "Threads")."""
+        return fused.LOCK
 
     @property
     def op_executables(self) -> caches.LRUCache:
@@ -68,7 +68,7 @@ class Session:
 
     @property
     def graph_executables(self) -> caches.LRUCache:
-        return lazy.GRAPHS
+        return fused.GRAPHS
 
     def caches(self) -> dict[str, dict]:
         """Entries, bound, hits, misses and evictions of every cache."""
@@ -103,10 +103,10 @@ class Session:
     def clear(self) -> int:
         """Run pending work, then forget every compiled executable, plan and compile history; returns the number
         of cache entries dropped. The next run of each signature compiles (or loads from disk) again."""
-        lazy.sync(SyncReason.USER_SYNC)
+        fused.sync(SyncReason.USER_SYNC)
         dropped = caches.clear_all()
         compile_events.clear()
-        lazy.CUTS.clear()  # cut points name op executables by identity: they go with the executables
+        fused.CUTS.clear()  # cut points name op executables by identity: they go with the executables
         return dropped
 
     def clear_everything(self) -> str:

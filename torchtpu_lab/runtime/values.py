@@ -4,7 +4,7 @@ placeholder), :func:`value` (the concrete array behind a tensor,
 a sync point when it is pending) and :func:`materialize` (a view's values as a new base tensor).
 
 Each is a small cached program run through :func:`.executor.launch`, so in fused mode it is recorded like any op.
-The tensor-level functions are runtime entry points (:data:`.lazy.entry_point`): they take the lock and pass the
+The tensor-level functions are runtime entry points (:data:`.fused.entry_point`): they take the lock and pass the
 interrupt safe point themselves, whoever calls them.
 """
 
@@ -17,7 +17,7 @@ from .. import caches, dtypes
 from ..telemetry import SyncReason
 from ..device import tensor, views
 from ..device.storage import Storage
-from . import checks, lazy
+from . import fused, pending_errors
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, launch, run_now
 from .signatures import OpSignature
@@ -43,7 +43,7 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
     return OpExecutable(whole if overwrite_all else partial, True, meta, "aten::copy_")
 
 
-@lazy.entry_point
+@fused.entry_point
 def assign(dst: tensor.TpuTensor, src) -> None:
     """Overwrite ``dst``'s values (through its view, if any) with ``src`` (a tpu tensor or JAX array).
 
@@ -75,7 +75,7 @@ def assign(dst: tensor.TpuTensor, src) -> None:
                               storage.device_index, True))
 
 
-@lazy.entry_point
+@fused.entry_point
 def store(dst: tensor.TpuTensor, array) -> None:
     """Replace ``dst``'s values with the JAX array ``array`` of its shape and dtype (a compiled graph's new
     value of an input it mutated): a base tensor takes the array itself, a view is written through."""
@@ -88,20 +88,20 @@ def store(dst: tensor.TpuTensor, array) -> None:
 
 def set_array(storage: Storage, array) -> None:
     """Give ``storage`` a new array (or placeholder, which the next sync must then materialize)."""
-    if isinstance(array, lazy.LazyValue):
-        lazy.track(storage)  # tracked first: an interrupt between the two lines leaves nothing untracked
+    if isinstance(array, fused.LazyValue):
+        fused.track(storage)  # tracked first: an interrupt between the two lines leaves nothing untracked
     storage.array = array
 
 
-@lazy.entry_point
+@fused.entry_point
 def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
     """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
     storage = t.tpu_storage
-    if isinstance(storage.held, lazy.LazyValue):
-        lazy.track(storage)  # normally tracked already; a no-op then
-        lazy.sync(reason, record=record)
-    checks.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
+    if isinstance(storage.held, fused.LazyValue):
+        fused.track(storage)  # normally tracked already; a no-op then
+        fused.sync(reason, record=record)
+    pending_errors.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
     if t.tpu_view is None:
         return storage.array
     dyn = [storage.array]
@@ -120,7 +120,7 @@ def _read_program(base_shape, view, dtype):
                         "materialize view")
 
 
-@lazy.entry_point
+@fused.entry_point
 def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     """A new base tensor holding ``t``'s values (recorded, not run, in fused mode)."""
     t = tensor.adopt(t)
@@ -131,6 +131,6 @@ def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     out = launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
-    if isinstance(out, lazy.LazyValue):
-        lazy.track(result.tpu_storage)
+    if isinstance(out, fused.LazyValue):
+        fused.track(result.tpu_storage)
     return result

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..checks import report, reports
+from ..error_flags import report, reports
 from ..registry import aten, lower
 from ._common import _acc
 

@@ -88,9 +88,9 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     The block's pending fused work is flushed at the end (so its compiles and execution are in the profile),
     and the profile is complete even when the block raises (the exception then propagates unchanged).
     """
-    from ..runtime import lazy, modes
+    from ..runtime import fused, modes
 
-    lazy.sync(telemetry.SyncReason.PROFILE_START, record=False)
+    fused.sync(telemetry.SyncReason.PROFILE_START, record=False)
     prof = Profile(device_index=device_index)
     prof.start(memory.allocated(device_index), memory.live_buffers(device_index))
     prof.modes = (modes.current(),)
@@ -113,7 +113,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
             raise
         finally:
             try:
-                lazy.sync(telemetry.SyncReason.PROFILE_END)
+                fused.sync(telemetry.SyncReason.PROFILE_END)
             except Exception as e:  # noqa: BLE001 — a failing fused graph is part of the block's outcome
                 prof.error = prof.error or f"{type(e).__name__}: {e}"
                 prof.flush_exception = e

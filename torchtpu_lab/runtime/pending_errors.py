@@ -1,4 +1,4 @@
-"""Raise the data-dependent errors that compiled ops report (see :mod:`torchtpu_lab.ops.checks`).
+"""Raise the data-dependent errors that compiled ops report (see :mod:`torchtpu_lab.ops.error_flags`).
 
 An op whose lowering reports gets a traced function returning ``(outputs, flags)``: :func:`instrument` builds it.
 The flags of each call — computed by the op itself (strict mode) or by the fused graph that contains it —
@@ -16,7 +16,7 @@ from collections import deque
 import jax
 
 from .. import telemetry
-from ..ops import checks as op_checks
+from ..ops import error_flags as op_checks
 
 #: Flags awaiting inspection: (flag, value, Check, op name, user source).
 _pending: deque = deque()
@@ -52,7 +52,7 @@ def note(flags, statics: list, name: str, source) -> None:
 
 
 def callback(statics: list, name: str, source):
-    """A :func:`torchtpu_lab.runtime.lazy.also_compute` callback noting a fused op's flags once computed."""
+    """A :func:`torchtpu_lab.runtime.fused.also_compute` callback noting a fused op's flags once computed."""
     return lambda values: note(values, statics, name, source)
 
 

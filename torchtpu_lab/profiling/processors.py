@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from ..causes import CauseKind
-from ..runtime import lazy
+from ..runtime import fused
 from ..telemetry import EventKind, SyncReason, code_text, describe
 from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
                        OpRow, OpTable, Report, Summary, SyncGroup)
@@ -325,7 +325,7 @@ def sync_groups(prof) -> list[SyncGroup]:
         # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
         loop = count > 1 and (kind is None or kind.reads_value)
         if kind is SyncReason.GRAPH_LIMIT:
-            hint = LIMIT_HINT.format(count=count, limit=lazy.MAX_GRAPH_OPS.value)
+            hint = LIMIT_HINT.format(count=count, limit=fused.MAX_GRAPH_OPS.value)
         elif loop:
             hint = (f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; "
                     "keep the value on the device (accumulate in a tensor) and read it once at the end")

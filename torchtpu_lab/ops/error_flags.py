@@ -6,7 +6,7 @@ whose inputs can be out of range calls :func:`report` with a boolean array "this
 values and the error PyTorch would raise. While the runtime traces an op it *collects* the reports
 (:func:`collecting`); each becomes two extra scalar outputs of the op's compiled function — "any bad?" and the
 first bad value — and the runtime raises the error, naming the op and the user's line, at the next host read
-or sync (:mod:`torchtpu_lab.runtime.checks`). Outside a collecting trace, concrete values raise at once.
+or sync (:mod:`torchtpu_lab.runtime.pending_errors`). Outside a collecting trace, concrete values raise at once.
 
 Lowerings that report are marked with :func:`reports`, so the runtime knows before tracing that the op's
 compiled function returns ``(outputs, flags)``.
