@@ -52,6 +52,15 @@ class Summary:
     platform: str
     error: str | None
     xprof_error: str | None
+    #: XLA's cost analysis summed over the programs that ran (every run counted), the device's peaks and where
+    #: they come from, and ``mfu``: achieved FLOP/s over the programs' device time, over the peak (0-1; ``None``
+    #: when no program with a known cost ran)
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    peak_flops: float | None = None
+    peak_bandwidth: float | None = None
+    peak_source: str = ""
+    mfu: float | None = None
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -207,6 +216,44 @@ class MemoryReport:
 
 
 @dataclass(frozen=True)
+class ProgramRow:
+    """One XLA program of a profile (an executable, all its runs): XLA's cost of one run (``flops_per_run``,
+    ``bytes_per_run``), the totals over the runs, the device time, and where it sits on the roofline:
+    ``intensity`` (FLOPs per byte), ``bound`` (``"compute"`` or ``"memory"``: which roof is lower at that
+    intensity), ``roof_fraction`` (achieved FLOP/s over that roof). ``source``: the user line that ran it."""
+
+    name: str
+    runs: int
+    n_ops: int
+    flops: float
+    bytes_accessed: float
+    flops_per_run: float
+    bytes_per_run: float
+    device_s: float
+    intensity: float | None
+    bound: str | None
+    flops_per_s: float | None
+    bytes_per_s: float | None
+    roof_fraction: float | None
+    source: str
+    code: str
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """What a roofline plot shows: the device's roofs (``peak_flops`` FLOP/s, ``peak_bandwidth`` bytes/s, their
+    ``source``) and the programs as points."""
+
+    peak_flops: float | None
+    peak_bandwidth: float | None
+    source: str
+    programs: tuple[ProgramRow, ...]
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything a renderer shows, computed once. ``time_labels`` says what each time column measures (keys
     ``python``, ``tracing``, ``compiling``, ``waiting``); ``*_hidden``: groups left out past ``top``."""
@@ -228,6 +275,8 @@ class Report:
     xprof_dir: str | None
     xprof_error: str | None
     xprof_command: str | None
+    roofline: Roofline | None = None  # the programs and the device's roofs
+    memory_at_peak: tuple = ()  # dicts: bytes, kind, shape, dtype, source (see Profile.memory_at_peak)
 
 
 @dataclass(frozen=True)

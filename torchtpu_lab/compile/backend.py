@@ -41,7 +41,7 @@ from ..causes import Cause, CauseKind
 from ..backend import dispatch
 from ..device import rng, tensor
 from ..ops import precision
-from ..runtime import compile_cache, fused, values
+from ..runtime import compile_cache, fused, program_cost, values
 from ..telemetry import SyncReason
 from . import events, lowering, specialize, spmd
 
@@ -79,6 +79,7 @@ class CompiledGraph:
         t0 = time.perf_counter()
         if plan.group is None:
             outs = _call(built, inputs)
+            program_cost.wait_if_profiled(outs)
         else:
             outs = spmd.as_local(spmd.run(plan.group, self.name, _call, [built, inputs]), plan.scalar_outputs)
         for index, position in plan.mutations:
@@ -91,7 +92,7 @@ class CompiledGraph:
             else:
                 result.append(slot[1])
         args.clear()
-        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops)
+        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops, **program_cost.run_detail(built[0]))
         return result
 
     def _build(self, inputs: list, device_index: int):

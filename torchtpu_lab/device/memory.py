@@ -83,7 +83,7 @@ def release(array) -> None:
         except TypeError:  # not weak-referenceable: count it free now
             ref = None
         if ref is not None:
-            _deferred[key] = [ref, entry[2], entry[3]]
+            _deferred[key] = [ref, entry[2], entry[3], entry[4]]
             return
     _free(entry[2], entry[3])
 
@@ -185,6 +185,16 @@ def largest(device_index: int = 0, n: int = 10) -> list[dict]:
         shape, dtype, source = e[4] if e[4] else (tuple(e[0].shape), None, None)
         out.append({"nbytes": e[3], "shape": list(shape), "dtype": str(dtype).replace("torch.", "") if dtype else
                     str(e[0].dtype), "source": telemetry.describe(source) if source else None})
+    return out
+
+
+def owners(device_index: int = 0) -> list[tuple[int, tuple | None, bool]]:
+    """What :func:`allocated` counts, buffer by buffer: ``(bytes, (shape, dtype, source) or None, held)``;
+    ``held`` is false for a buffer no tensor holds any more that is still referenced (a pending graph reads it).
+    The bytes add up to :func:`allocated` (a profile's memory at its peak)."""
+    with _lock:
+        out = [(e[3], e[4], True) for e in _live.values() if e[2] == device_index]
+        out += [(e[2], e[3], False) for e in _deferred.values() if e[1] == device_index]
     return out
 
 

@@ -19,17 +19,24 @@ import time
 
 from .. import interrupts, telemetry
 from ..device import memory
-from .session import MemorySample, Profile
+from .session import MemorySample, PeakSnapshot, Profile
+
+#: a new owner snapshot is taken when the peak grows past the last snapshot's total by more than this fraction:
+#: the snapshot then describes a moment within it of the peak, and a block that allocates step by step takes a
+#: few hundred snapshots rather than one per allocation
+SNAPSHOT_STEP = 0.002
 
 
 class _MemoryWatch:
-    """Samples what the device holds at every allocation, free and graph execution while the block runs."""
+    """Samples what the device holds at every allocation, free and graph execution while the block runs, and
+    keeps who held it at the peak (:class:`PeakSnapshot`)."""
 
     def __init__(self, t0: float, device_index: int = 0):
         self.t0 = t0
         self.device_index = device_index
         self.samples: list[MemorySample] = []
         self.peak = memory.allocated(device_index)
+        self.at_peak = PeakSnapshot(0.0, self.peak, memory.owners(device_index), 0)
 
     def __call__(self, kind: str, nbytes: int, device_index: int) -> None:
         if device_index != self.device_index:
@@ -37,8 +44,12 @@ class _MemoryWatch:
         now = memory.allocated(device_index)
         if kind == "exec":  # a graph's outputs and temporaries exist while it runs, on top of what is held
             now += nbytes
-        self.peak = max(self.peak, now)
-        self.samples.append(MemorySample(time.perf_counter() - self.t0, now, kind, nbytes))
+        t = time.perf_counter() - self.t0
+        if now > self.peak:
+            self.peak = now
+            if now > self.at_peak.total * (1 + SNAPSHOT_STEP):
+                self.at_peak = PeakSnapshot(t, now, memory.owners(device_index), nbytes if kind == "exec" else 0)
+        self.samples.append(MemorySample(t, now, kind, nbytes))
 
 
 class _Trace:
@@ -143,6 +154,7 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
         prof.modes += (modes.current(),)
     prof.finish(recorder.events, watch.samples, watch.peak, memory.allocated(device_index),
                 memory.live_buffers(device_index), xprof_dir if trace is not None and trace.error is None else None)
+    prof.peak_snapshot = watch.at_peak
     if trace is not None:
         prof.xprof_error = trace.error
     return interrupted

@@ -17,6 +17,7 @@ from ..runtime import fused
 from ..telemetry import EventKind, SyncReason, code_text, describe
 from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
                        OpRow, OpTable, Report, Summary, SyncGroup)
+from . import memory_owners, programs
 
 
 #: labels of the source lines seen while building one report (a 10,000-op profile names the same few lines
@@ -542,15 +543,23 @@ def summarize(prof) -> Summary:
     # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
     hits = sum(1 for e in graph_runs + prof.ops if e.detail.get("cache_hit"))
     split = time_split(prof)
+    rows = programs.profile_programs(prof)
+    peaks = programs.device_peaks(prof)
+    cost = programs.totals(rows, peaks)
+    traced = device_seconds(prof) if prof.xprof_dir else None
     return Summary(
-        wall_s=prof.wall_s, device_s=device_seconds(prof), python_s=split["python"], tracing_s=split["tracing"],
+        wall_s=prof.wall_s, device_s=traced if traced is not None else cost["program_s"] if rows else split["waiting"],
+        python_s=split["python"], tracing_s=split["tracing"],
         compile_s=split["compiling"], wait_s=split["waiting"], mode=prof.mode, ops=len(prof.ops),
         graphs_executed=len(graph_runs), compiles=len(compiles),
         recompiles=sum(1 for c in compiles if c.detail.get("recompile")), disk_loads=loads, cache_hits=hits,
         cache_misses=len(compiles) + loads, syncs=len(prof.syncs), cpu_fallbacks=len(prof.fallbacks),
         collectives=len(prof.of_kind(EventKind.COLLECTIVE)), peak_bytes=prof.peak_bytes,
         start_bytes=prof.start_bytes, end_bytes=prof.end_bytes, limit_bytes=prof.limit_bytes,
-        platform=prof.platform, error=prof.error, xprof_error=prof.xprof_error)
+        platform=prof.platform, error=prof.error, xprof_error=prof.xprof_error, flops=cost["flops"],
+        bytes_accessed=cost["bytes_accessed"], peak_flops=peaks.flops if peaks else None,
+        peak_bandwidth=peaks.bandwidth if peaks else None, peak_source=peaks.source if peaks else "unavailable",
+        mfu=cost["mfu"])
 
 
 def build_report(prof, top: int = 10) -> Report:
@@ -560,10 +569,15 @@ def build_report(prof, top: int = 10) -> Report:
     groups = compile_groups(prof)
     syncs = sync_groups(prof)
     fallbacks = fallback_groups(prof)
+    rows = programs.profile_programs(prof)
+    found = findings(prof, groups, syncs, fallbacks)
+    far = programs.roofline_finding(rows, prof.wall_s)
+    if far is not None:  # said whatever its cost: a program far below its roof is what the roofline is for
+        found = sorted([*found, far], key=lambda f: -f.cost_s)[:3]
     return Report(
         summary=summary,
         time_labels=time_labels(prof.modes),
-        findings=tuple(findings(prof, groups, syncs, fallbacks)),
+        findings=tuple(found),
         ops=op_table(prof, top),
         compiles=compile_rows(prof),
         compile_groups=tuple(groups[:top]),
@@ -578,6 +592,8 @@ def build_report(prof, top: int = 10) -> Report:
         xprof_dir=prof.xprof_dir,
         xprof_error=prof.xprof_error,
         xprof_command=xprof_command(prof.xprof_dir) if prof.xprof_dir else None,
+        roofline=programs.roofline(rows, programs.device_peaks(prof)),
+        memory_at_peak=tuple(memory_owners.at_peak(prof)),
     )
 
 

@@ -20,6 +20,18 @@ class MemorySample:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class PeakSnapshot:
+    """Who held device memory at (within ``collector.SNAPSHOT_STEP`` of) the peak: ``owners`` as
+    :func:`~torchtpu_lab.device.memory.owners` lists them, plus ``running`` bytes of a graph's outputs and
+    temporaries when the peak was reached while it ran; ``total`` is what they add up to."""
+
+    t: float
+    total: int
+    owners: list
+    running: int
+
+
 @dataclass
 class Profile:
     """What happened on the tpu device during one profiled block (a cell, under ``%%tpu_profile``)."""
@@ -40,6 +52,7 @@ class Profile:
     modes: tuple[str, ...] = ()  # the eager mode the block started in, and the one it ended in if it switched
     xprof_error: str | None = None  # why an --xprof trace was not recorded or written
     flush_exception: BaseException | None = field(default=None, repr=False)  # the end-of-block sync failed
+    peak_snapshot: PeakSnapshot | None = field(default=None, repr=False)
     _start_ids: set = field(default_factory=set, repr=False)
 
     def start(self, allocated: int, live) -> None:
@@ -109,6 +122,47 @@ class Profile:
         from .processors import summarize
 
         return summarize(self).as_dict()
+
+    def programs(self) -> list[dict]:
+        """One dict per XLA program that ran in the block (all runs of one executable together), most device time
+        first: ``name``, ``runs``, ``flops`` and ``bytes_accessed`` (XLA's cost analysis, summed over the runs),
+        ``device_s``, ``intensity`` (FLOPs per byte), ``bound`` (``"compute"`` or ``"memory"`` against this
+        device's peaks), ``source`` (the user line that ran it), and the per-run cost, achieved rates and
+        ``roof_fraction`` (achieved FLOP/s over the roof at its intensity)."""
+        from .programs import profile_programs
+
+        return [r.as_dict() for r in profile_programs(self)]
+
+    def roofline(self):
+        """A plotly roofline: the device's compute and memory roofs, one point per program (sized by its device
+        time; the hover names its source line and op count)."""
+        from ..render import roofline
+
+        return roofline.roofline_figure(self.report().roofline)
+
+    def memory_at_peak(self) -> list[dict]:
+        """What held device memory at the peak, one dict per owner (largest first): ``bytes``, ``kind``
+        (``tensor``, ``program outputs``, ``program temporaries``, or a released tensor a pending graph still
+        reads), ``shape``, ``dtype``, ``source`` (the line that created it); they add up to ``peak_bytes``."""
+        from .memory_owners import at_peak
+
+        return at_peak(self)
+
+    def to_perfetto(self, path: str) -> str:
+        """Write the block as a Chrome/Perfetto trace (JSON: host ops, syncs, compiles, program runs, memory);
+        open it at https://ui.perfetto.dev or chrome://tracing. Returns ``path``."""
+        from ..render import trace_export
+        from .export import trace_events
+
+        return trace_export.write_json(path, trace_export.chrome_trace(trace_events(self)))
+
+    def to_speedscope(self, path: str) -> str:
+        """Write the flame graph as a speedscope profile (JSON; open it at https://www.speedscope.app).
+        Returns ``path``."""
+        from ..render import trace_export
+        from .processors import flame_tree
+
+        return trace_export.write_json(path, trace_export.speedscope(flame_tree(self), "torchtpu_lab profile"))
 
     def to_dict(self) -> dict:
         def ev(e: Event) -> dict:

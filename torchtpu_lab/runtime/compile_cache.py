@@ -25,6 +25,9 @@ It is off until asked for: ``%load_ext torchtpu_lab``, :func:`torchtpu_lab.confi
 would also cache the user's own ``jax.jit`` code) is configured only with ``enable(..., share_with_jax=True)``.
 The directory is ``$TORCHTPU_LAB_CACHE_DIR`` or ``$XDG_CACHE_HOME/torchtpu_lab/xla`` (``~/.cache/...``).
 
+Each entry also stores XLA's cost analysis of its executable (:mod:`.program_cost`), so a loaded executable
+carries its FLOPs and bytes without being analysed again.
+
 Counters: ``xla_compile_requests`` (executables asked for), ``persistent_cache_hits`` / ``persistent_cache_misses``
 (served from disk / compiled with the cache on), ``persistent_cache_errors`` (damaged entries skipped),
 ``jax_traces`` / ``jax_lowerings`` / ``xla_compiles`` (JAX's own monitoring events: anything traced, lowered or
@@ -47,6 +50,7 @@ import jax
 
 from .. import telemetry
 from ..ops.error_flags import Check
+from . import program_cost
 from .signatures import digest
 
 _MAGIC = b"TTPXEC01"
@@ -322,7 +326,10 @@ def load(key: str | None, device):
         meta, payload = _parse(data, key)
         in_tree, out_tree = _tree_from_skeleton(meta["in"]), _tree_from_skeleton(meta["out"])
         found = [Check.decode(c) for c in meta.get("checks", [])]
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client), found
+        loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client)
+        cost = meta.get("cost")
+        program_cost.remember(loaded, program_cost.ProgramCost.from_dict(cost) if cost else None)
+        return loaded, found
     except Exception as e:  # noqa: BLE001 — anything wrong with an entry means "compile instead"
         return _damaged(path, e)
 
@@ -348,8 +355,10 @@ def store(key: str | None, compiled, found: list = ()) -> bool:
         from jax.experimental import serialize_executable
 
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+        cost = program_cost.of(compiled)
         meta = json.dumps({"key": key, "in": _tree_skeleton(in_tree), "out": _tree_skeleton(out_tree),
-                           "checks": encoded, "python": sys.version.split()[0]}).encode()
+                           "checks": encoded, "python": sys.version.split()[0],
+                           "cost": cost.to_dict() if cost is not None else None}).encode()
     except (TypeError, ValueError, NotImplementedError, AttributeError):
         return False
     body = meta + payload

@@ -45,6 +45,7 @@ from .. import caches, config, interrupts, telemetry
 from ..device.storage import FailedValue
 from ..telemetry import SyncReason
 from ..device import memory
+from . import program_cost
 from .graph_cuts import CutPoints
 from .graph_key import Segment
 from .signatures import GraphSignature, NodeSignature
@@ -431,6 +432,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         _clear(pending)
         try:
             results = compiled.fn(*leaves)
+            program_cost.wait_if_profiled(results)  # the run then lasts its device time (a profile's figure)
         except Exception as e:  # noqa: BLE001
             _fail(nodes, targets, storages, index, e, extra)
         for v, r in zip(targets, results):
@@ -440,7 +442,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     telemetry.count("graph_ops_executed", len(nodes))
-    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit)
+    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit, **program_cost.run_detail(compiled.fn))
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
 

@@ -1,0 +1,92 @@
+"""What one XLA program costs: XLA's own cost analysis (FLOPs, bytes accessed) of an executable, computed once
+when the executable is built and kept with it, so a profile can say how far each program ran from the hardware.
+
+Kept beside the executable rather than in it: a ``jax.stages.Compiled`` has no room for our data, so
+:data:`_COSTS` maps each executable (weakly: an evicted executable takes its cost with it) to its
+:class:`ProgramCost`. An executable loaded from the persistent cache gets the cost stored in its entry
+(:mod:`.compile_cache` writes it next to the payload), so a warm process analyses nothing.
+
+Device time per run: while a profile records, :func:`wait_if_profiled` waits for a program's outputs right after
+it was launched, so the program's run event lasts as long as the device took (on XLA:CPU the device is the host:
+this is its execution time). Without a profile nothing waits and dispatch stays asynchronous.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import jax
+
+from .. import telemetry
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramCost:
+    """XLA's static estimate for one run of a program: floating-point operations, bytes read and written
+    (arguments, outputs and what its fusions touch), and transcendental operations."""
+
+    flops: float
+    bytes_accessed: float
+    transcendentals: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"flops": self.flops, "bytes_accessed": self.bytes_accessed, "transcendentals": self.transcendentals}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ProgramCost:
+        return cls(float(d["flops"]), float(d["bytes_accessed"]), float(d.get("transcendentals", 0.0)))
+
+
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def analyse(compiled) -> ProgramCost | None:
+    """XLA's cost analysis of ``compiled``; ``None`` where the backend gives none (the profile then says the
+    program's cost is unknown rather than zero)."""
+    try:
+        raw = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 — not every backend or executable kind implements it
+        return None
+    if isinstance(raw, (list, tuple)):  # older JAX: one dict per partition
+        raw = raw[0] if raw else None
+    if not raw or "flops" not in raw:
+        return None
+    return ProgramCost(max(0.0, float(raw.get("flops", 0.0))), max(0.0, float(raw.get("bytes accessed", 0.0))),
+                       max(0.0, float(raw.get("transcendentals", 0.0))))
+
+
+def remember(executable, cost: ProgramCost | None) -> None:
+    """Keep ``cost`` with ``executable`` (for as long as the executable lives)."""
+    if cost is None:
+        return
+    try:
+        _COSTS[executable] = cost
+    except TypeError:  # not weak-referenceable: analysed again on demand
+        pass
+
+
+def of(executable) -> ProgramCost | None:
+    """The cost kept with ``executable``, analysing it once if it was built elsewhere (``None``: unknown)."""
+    try:
+        cost = _COSTS.get(executable)
+    except TypeError:
+        return analyse(executable)
+    if cost is None:
+        cost = analyse(executable)
+        remember(executable, cost)
+    return cost
+
+
+def wait_if_profiled(outputs) -> None:
+    """While a profile records, wait until ``outputs`` are computed, so the run's duration is its device time."""
+    if telemetry.recording():
+        jax.block_until_ready(outputs)
+
+
+def run_detail(executable) -> dict:
+    """What a run event carries about its program (``telemetry.record_execute(..., **run_detail(exe))``): the
+    executable and its cost while a profile records, nothing otherwise (the hot path pays a list check)."""
+    if not telemetry.recording():
+        return {}
+    return {"executable": executable, "cost": of(executable)}
