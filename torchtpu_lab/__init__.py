@@ -33,6 +33,9 @@ from .metrics import metrics_report  # noqa: E402
 
 distributed.register()  # the "tpu"/"tpu_dist" torch.distributed backend
 from .profiling import Profile, profile  # noqa: E402
+from .profiling.compare import compare  # noqa: E402
+from .profiling.expect import ExpectationError, expect  # noqa: E402
+from .runtime.scalar_log import log_scalar, scalars  # noqa: E402
 from .platform import info as platform_info  # noqa: E402
 from .runtime import compile_cache  # noqa: E402
 from .runtime.cpu_fallback import set_cpu_fallback  # noqa: E402
@@ -48,7 +51,7 @@ __version__ = "0.1.0"
 __all__ = [
     "tpu", "platform_info", "sync", "set_eager_mode", "eager_mode", "eager_mode_name", "metrics_report",
     "debug", "set_cpu_fallback", "profile", "Profile", "configure", "global_changes", "__version__",
-    "jax_op", "call_jax", "config", "session",
+    "jax_op", "call_jax", "config", "session", "compare", "expect", "ExpectationError", "log_scalar", "scalars",
 ]
 
 

@@ -280,6 +280,32 @@ class Report:
 
 
 @dataclass(frozen=True)
+class CompareRow:
+    """One figure in two runs: ``delta`` (after - before) and ``ratio`` (after / before), ``None`` where they do not
+    apply (text, or a zero before)."""
+
+    name: str
+    what: str
+    before: Any
+    after: Any
+    delta: float | None
+    ratio: float | None
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    """What ``torchtpu_lab.compare`` shows: headline figures, syncs by reason and line, top ops by host time and
+    compile groups, each row a :class:`CompareRow`."""
+
+    before_label: str
+    after_label: str
+    headline: tuple[CompareRow, ...]
+    syncs: tuple[CompareRow, ...]
+    ops: tuple[CompareRow, ...]
+    compiles: tuple[CompareRow, ...]
+
+
+@dataclass(frozen=True)
 class Status:
     """The session at a glance, for the ``%load_ext`` banner, ``%tpu``, ``%tpu watch`` and the JupyterLab panel.
     ``cache_hits``: executions served by an executable already in memory; ``global_changes``: what importing the

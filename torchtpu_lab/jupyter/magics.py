@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import tempfile
+from collections import deque
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -25,7 +26,13 @@ USAGE = """usage:
   %tpu metrics [--reset]    the metrics report (compile/execute times, counters)
   %tpu fallback [on|off]    the CPU fallback for ops without a tpu lowering
   %tpu watch [stop]         a live panel of memory, mode and compile counters
-%%tpu_profile [--top N] [--xprof] [--no-flame] [--output DIR]   profile the cell"""
+%%tpu_profile [--top N] [--xprof] [--no-flame] [--output DIR] [--repeat N] [--compare NAME]   profile the cell
+      --repeat N      run the cell N times and report the medians (left in _tpu_profile)
+      --compare NAME  also compare with a saved profile: a variable holding one, or an index into the
+                      history _tpu_profiles (-1: the previous profiled cell)"""
+
+#: how many profiled cells ``_tpu_profiles`` keeps (the oldest go first)
+HISTORY = 20
 
 
 class TextAndHtml:
@@ -79,8 +86,8 @@ def parse_profile_args(line: str) -> dict:
     """The options of ``%%tpu_profile``; raises :class:`ValueError` naming the argument that is wrong."""
     args = shlex.split(line)
     top = _parse_top(args, 10)
-    known = {"--top", "--xprof", "--no-flame", "--output"}
-    takes_value = {"--top", "--output"}
+    known = {"--top", "--xprof", "--no-flame", "--output", "--repeat", "--compare"}
+    takes_value = {"--top", "--output", "--repeat", "--compare"}
     i = 0
     while i < len(args):
         a = args[i]
@@ -95,7 +102,24 @@ def parse_profile_args(line: str) -> dict:
         output = args[j + 1]
         if "--xprof" not in args:
             raise ValueError("--output DIR is where --xprof writes its trace; add --xprof (or drop --output)")
-    return {"top": top, "xprof": "--xprof" in args, "output": output, "flame": "--no-flame" not in args}
+    repeat = 1
+    if "--repeat" in args:
+        j = args.index("--repeat")
+        try:
+            repeat = int(args[j + 1])
+        except (IndexError, ValueError):
+            raise ValueError(f"--repeat takes a number of runs, got {' '.join(args[j + 1:j + 2]) or 'nothing'}"
+                             ) from None
+        if repeat < 1:
+            raise ValueError(f"--repeat takes a positive number of runs, got {repeat}")
+    compare = None
+    if "--compare" in args:
+        j = args.index("--compare")
+        if j + 1 >= len(args) or (args[j + 1].startswith("--")):
+            raise ValueError("--compare takes the name of a saved profile or an index into _tpu_profiles")
+        compare = args[j + 1]
+    return {"top": top, "xprof": "--xprof" in args, "output": output, "flame": "--no-flame" not in args,
+            "repeat": repeat, "compare": compare}
 
 
 @magics_class
@@ -190,8 +214,56 @@ class TpuMagics(Magics):
         __tracebackhide__ = True  # noqa: F841 — IPython hides this frame in the re-raised traceback
         try:
             opts = parse_profile_args(line)
+            baseline = self._baseline(opts["compare"])
         except ValueError as e:
             raise UsageError(f"%%tpu_profile: {e}\n{USAGE}") from None
+        runs = []
+        for _ in range(opts["repeat"]):
+            prof_obj, error = self._profile_once(cell, opts)
+            runs.append(prof_obj)
+            if error is not None:
+                break
+        if len(runs) > 1 and error is None:
+            from ..profiling.repeat import Repeated
+
+            prof_obj = Repeated(runs)
+        self.shell.user_ns["_tpu_profile"] = prof_obj
+        history = self.shell.user_ns.get("_tpu_profiles")
+        if not isinstance(history, deque):
+            history = self.shell.user_ns["_tpu_profiles"] = deque(maxlen=HISTORY)
+        history.append(prof_obj)
+        self._show_report(prof_obj, opts)
+        if baseline is not None:
+            from ..profiling.compare import compare
+
+            comparison = compare(baseline, prof_obj, (opts["compare"], "this cell"))
+            display(TextAndHtml(comparison.text(), comparison._repr_html_()))
+        if error is not None:
+            raise error
+
+    def _baseline(self, name: str | None):
+        """The profile ``--compare NAME`` names: a user variable holding one, or an index into the history."""
+        if name is None:
+            return None
+        ns = self.shell.user_ns
+        if name in ns:
+            found = ns[name]
+        else:
+            try:
+                index = int(name)
+            except ValueError:
+                raise ValueError(f"--compare {name}: no variable {name!r} and not an index into _tpu_profiles"
+                                 ) from None
+            history = ns.get("_tpu_profiles") or ()
+            if not -len(history) <= index < len(history):
+                raise ValueError(f"--compare {name}: _tpu_profiles holds {len(history)} profiles")
+            found = history[index]
+        if not (hasattr(found, "summary") and hasattr(found, "report")):
+            raise ValueError(f"--compare {name}: {type(found).__name__} is not a profile")
+        return found
+
+    def _profile_once(self, cell: str, opts: dict):
+        """Run the cell once under a profile; returns the profile and the cell's error (``None`` if it ran)."""
         xprof_dir = None
         if opts["xprof"]:
             xprof_dir = opts["output"] or os.path.join(tempfile.gettempdir(), "torchtpu_lab_xprof",
@@ -223,16 +295,13 @@ class TpuMagics(Magics):
             else:
                 shell.showtraceback = own
             shell.execution_count = saved_count
-        shell.user_ns["_tpu_profile"] = prof_obj
         error = None
         if result is not None:
             error = result.error_before_exec or result.error_in_exec
         error = error or prof_obj.flush_exception or closing_error
         if error is not None and prof_obj.error is None:
             prof_obj.error = f"{type(error).__name__}: {error}"
-        self._show_report(prof_obj, opts)
-        if error is not None:
-            raise error
+        return prof_obj, error
 
     def _show_report(self, prof_obj, opts: dict) -> None:
         report = prof_obj.report(opts["top"])
@@ -240,11 +309,18 @@ class TpuMagics(Magics):
         from ..render import plot
         from ..render.text import profile_text
 
-        display(TextAndHtml(profile_text(report), render_html.profile_html(report)))
+        runs = getattr(prof_obj, "runs", None)
+        head = f"median of {len(runs)} runs\n" if runs else ""
+        display(TextAndHtml(head + profile_text(report),
+                            (f"<div>{head}</div>" if head else "") + render_html.profile_html(report)))
         if not _in_notebook(self.shell):
             return  # a terminal has no plotly renderer; the text report above is the whole report
         if opts["flame"]:
             display(plot.flame_figure(report.flame))
+        if report.roofline is not None and report.roofline.programs:
+            from ..render.roofline import roofline_figure
+
+            display(roofline_figure(report.roofline))
         if len(report.memory.timeline) > 2:
             display(plot.memory_figure(report.memory.timeline, report.memory.limit))
 

@@ -32,6 +32,11 @@ def _where(source) -> str:
         label = _labels[source] = describe(source)
     return label
 
+#: what a profile suggests for a value read in a loop (a ``.item()`` or ``print`` per step)
+KEEP_ON_DEVICE = ("keep the value on the device (accumulate in a tensor) and read it once at the end, or log it "
+                  "with torchtpu_lab.log_scalar(name, tensor): logged values come back together at a sync that "
+                  "happens anyway (torchtpu_lab.scalars() returns them)")
+
 #: what a profile suggests when the graph size limit cut the work (see runtime/graph_cuts.py)
 LIMIT_HINT = (
     "{count} flushes at the graph size limit (torchtpu_lab.config.max_graph_ops = {limit} ops): the step "
@@ -329,7 +334,7 @@ def sync_groups(prof) -> list[SyncGroup]:
             hint = LIMIT_HINT.format(count=count, limit=fused.MAX_GRAPH_OPS.value)
         elif loop:
             hint = (f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; "
-                    "keep the value on the device (accumulate in a tensor) and read it once at the end")
+                    f"{KEEP_ON_DEVICE}")
         else:
             hint = ""
         out.append(SyncGroup(name, kind, line, code_text(events[0].source), count,
@@ -363,7 +368,7 @@ def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup],
     for g in syncs:
         if g.loop:
             add(f"{g.count} host syncs from {g.reason}", g.wait_s, f"at {g.line}" + (f": {g.code}" if g.code else ""),
-                "keep the value on the device (accumulate in a tensor) and read it once at the end")
+                KEEP_ON_DEVICE)
     if fallbacks:
         n = sum(f.count for f in fallbacks)
         add(f"{n} CPU fallback{'s' if n != 1 else ''}", sum(e.dur for e in prof.fallbacks),

@@ -135,6 +135,7 @@ def profile_html(r: Report) -> str:
         parts.append(_table_html(("op", "count", "line", "code"),
                                  [((escape(f.op), ""), (str(f.count), "num"), (escape(f.line), ""),
                                    (_code_cell(f.code), "")) for f in r.fallbacks]))
+    parts.append(hardware_html(r))
     m = r.memory
     parts.append("<h4>Device memory</h4>")
     parts.append(f"<div>start {escape(fmt_bytes(m.start))} &middot; end {escape(fmt_bytes(m.end))} &middot; "
@@ -153,6 +154,23 @@ def profile_html(r: Report) -> str:
                      f"<pre>{escape(r.xprof_command)}</pre><div>then browse http://localhost:8791</div>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def hardware_html(r: Report) -> str:
+    """How far from the hardware: FLOPs and MFU with the peaks' source, the programs against the roofline,
+    and what held memory at the peak."""
+    from .memory_peak import memory_at_peak_html
+    from .roofline import fmt_rate, roofline_html
+    from .text import fmt_pct
+
+    s = r.summary
+    head = ""
+    if s.flops:
+        head = ('<div class="ttl-head ttl-hardware">' + _chip("FLOPs", fmt_rate(s.flops, "FLOP"))
+                + _chip("bytes accessed", fmt_rate(s.bytes_accessed, "B")) + _chip("device", fmt_s(s.device_s))
+                + _chip("MFU", fmt_pct(s.mfu)) + "</div>"
+                + f'<div class="ttl-muted">peaks: {escape(s.peak_source)}</div>')
+    return head + roofline_html(r.roofline) + memory_at_peak_html(r.memory_at_peak)
 
 
 def status_html(status: Status) -> str:

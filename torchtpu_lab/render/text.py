@@ -159,6 +159,7 @@ def profile_text(r: Report) -> str:
         out.append("CPU fallbacks:")
         for f in r.fallbacks:
             out.append(f"  {f.count} x {f.op} at {f.line}{_code(f.code)}")
+    out += hardware_text(r)
     m = r.memory
     out.append(f"device memory: start {fmt_bytes(m.start)}, end {fmt_bytes(m.end)}, peak {fmt_bytes(m.peak)}, "
                f"limit {fmt_bytes(m.limit)}; allocated {fmt_bytes(m.allocated)}, freed {fmt_bytes(m.freed)}")
@@ -171,3 +172,17 @@ def profile_text(r: Report) -> str:
         out.append(f"  open it with (in a terminal):  {r.xprof_command}")
         out.append("  then browse http://localhost:8791 (the trace viewer, op profile and memory tabs)")
     return "\n".join(out)
+
+
+def hardware_text(r: Report) -> list[str]:
+    """How far from the hardware: FLOPs, MFU and its peaks, the programs against the roofline, memory at peak."""
+    from .memory_peak import memory_at_peak_text
+    from .roofline import fmt_rate, roofline_text
+
+    s = r.summary
+    out = []
+    if s.flops:
+        out.append(f"hardware: {fmt_rate(s.flops, 'FLOP')}, {fmt_rate(s.bytes_accessed, 'B')} accessed in "
+                   f"{fmt_s(s.device_s)} of device time; MFU {fmt_pct(s.mfu)} of "
+                   f"{fmt_rate(s.peak_flops, 'FLOP/s')} ({s.peak_source})")
+    return out + roofline_text(r.roofline) + memory_at_peak_text(r.memory_at_peak)

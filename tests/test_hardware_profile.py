@@ -1,0 +1,302 @@
+"""How far from the hardware (issue 22): XLA cost per program, peaks and MFU, roofline, compare, expect, memory at
+the peak, the sync-free scalar logger and trace exports; the magics' flags in a real IPython shell."""
+
+import json
+import re
+
+import pytest
+import torch
+
+import torchtpu_lab
+from torchtpu_lab.profiling import peaks as peaks_mod
+from torchtpu_lab.runtime import compile_cache, program_cost
+
+MATMULS = 4 * 2 * 256**3
+
+
+def _four_matmuls(a):
+    b = a
+    for _ in range(4):
+        b = b @ a
+    return b
+
+
+@pytest.fixture(scope="module")
+def matmul_profile():
+    torchtpu_lab.set_eager_mode("fused")
+    a = torch.randn(256, 256, device="tpu")
+    _four_matmuls(a).sum().item()  # warm: the profiled run measures execution, not the compile
+    with torchtpu_lab.profile() as prof:
+        out = _four_matmuls(a)
+        out.sum().item()
+    return prof
+
+
+def test_fused_matmuls_report_xla_flops_mfu_and_peak_source(matmul_profile):
+    s = matmul_profile.summary()
+    assert abs(s["flops"] - MATMULS) / MATMULS < 0.10, s["flops"]
+    assert s["bytes_accessed"] > 0 and s["device_s"] > 0
+    assert 0 < s["mfu"] <= 1, s
+    assert s["peak_flops"] > 0 and s["peak_bandwidth"] > 0
+    assert s["peak_source"].startswith(("measured: ", "table: ")), s["peak_source"]
+    # the MFU is the summary's own figures put together, not a separate guess
+    assert s["mfu"] == pytest.approx(s["flops"] / s["device_s"] / s["peak_flops"], rel=1e-6)
+
+
+def test_programs_rows_carry_cost_bound_and_source(matmul_profile):
+    rows = matmul_profile.programs()
+    assert len(rows) == 1
+    row = rows[0]
+    for key in ("name", "runs", "flops", "bytes_accessed", "device_s", "intensity", "bound", "source"):
+        assert key in row
+    assert row["runs"] == 1 and row["bound"] in ("compute", "memory")
+    assert row["intensity"] == pytest.approx(row["flops"] / row["bytes_accessed"])
+    assert "test_hardware_profile.py" in row["source"] and row["code"] == "out.sum().item()"
+    peaks = peaks_mod.peaks()
+    assert row["bound"] == ("memory" if row["intensity"] < peaks.ridge else "compute")
+
+
+def test_roofline_figure_has_roof_and_one_point_per_program(matmul_profile):
+    fig = matmul_profile.roofline()
+    roof, points = fig.data
+    assert len(points.x) == 1 and points.x[0] == pytest.approx(matmul_profile.programs()[0]["intensity"])
+    assert max(roof.y) == pytest.approx(matmul_profile.summary()["peak_flops"])
+    assert "test_hardware_profile.py" in points.customdata[0][3]
+    assert fig.layout.xaxis.type == "log"
+
+
+def test_text_and_html_reports_show_the_hardware_sections(matmul_profile):
+    text = matmul_profile.text()
+    assert "MFU" in text and "programs against the roofline" in text and "memory at the peak" in text
+    html = matmul_profile._repr_html_()
+    assert "Programs against the roofline" in html and "Memory at the peak" in html and "MFU" in html
+
+
+def test_cost_is_stored_with_disk_cache_entries_and_read_back(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    compile_cache_state = compile_cache.settings()
+    compile_cache.enable(str(tmp_path))
+    try:
+        x = jnp.ones((64, 64))
+        dev = jax.devices()[0]
+        sig = ("test_hardware_profile", 64)
+        exe, disk = compile_cache.executable(lambda a: a @ a, [x], "graph", sig, dev)
+        assert not disk
+        loaded, disk = compile_cache.executable(lambda a: a @ a, [x], "graph", sig, dev)
+        assert disk
+        cost = program_cost._COSTS.get(loaded)  # put there by the load, from the entry: no analysis ran
+        assert cost is not None and cost.flops == pytest.approx(2 * 64**3, rel=0.1)
+        assert cost == program_cost.of(exe)
+    finally:
+        compile_cache.use_settings(compile_cache_state)
+
+
+def test_peak_table_and_calibration_cache(tmp_path, monkeypatch):
+    h100 = peaks_mod.from_table("NVIDIA H100 80GB HBM3", "bfloat16")
+    assert h100.flops == 989.4e12 and h100.bandwidth == 3.35e12 and "table" in h100.source
+    assert peaks_mod.from_table("TPU v5 lite").flops == 197e12
+    assert peaks_mod.from_table("TPU v6 lite").bandwidth == 1640e9
+    assert peaks_mod.from_table("some new chip") is None
+    monkeypatch.setenv("TORCHTPU_LAB_PEAKS_FILE", str(tmp_path / "peaks.json"))
+    monkeypatch.setattr(peaks_mod, "_memo", {})
+    calls = []
+    real = peaks_mod.calibrate
+    monkeypatch.setattr(peaks_mod, "calibrate",
+                        lambda device: calls.append(1) or real(device, matmul_n=256, copy_mib=4, runs=2))
+    first = peaks_mod.peaks()
+    assert first.source.startswith("measured: 256x256 float32 matmul") and calls == [1]
+    monkeypatch.setattr(peaks_mod, "_memo", {})
+    again = peaks_mod.peaks()  # from the disk cache: no second calibration
+    assert again == first and calls == [1]
+
+
+def _step(x, w):
+    return (x @ w).relu().sum()
+
+
+def test_expect_is_quiet_on_a_warm_step_and_names_a_new_shape():
+    torchtpu_lab.set_eager_mode("fused")
+    w = torch.randn(16, 8, device="tpu")
+    _step(torch.randn(4, 16, device="tpu"), w).item()
+    x = torch.randn(4, 16, device="tpu")
+    with torchtpu_lab.expect(compiles=0, syncs=None):
+        _step(x, w).item()
+    y = torch.randn(5, 16, device="tpu")
+    with pytest.raises(torchtpu_lab.ExpectationError) as info:
+        with torchtpu_lab.expect(compiles=0):
+            _step(y, w).item()
+    message = str(info.value)
+    assert info.value.what == "compiles" and message.startswith("expected none compiles in the block"), message
+    line = _step.__code__.co_firstlineno + 1
+    assert f"test_hardware_profile.py:{line}" in message and "(`return (x @ w).relu().sum()`)" in message, message
+    assert "[4, 16] -> [5, 16]" in message, message
+    assert _step(x, w).item() == pytest.approx(_step(x.cpu(), w.cpu()).item(), rel=1e-4)  # the session goes on
+
+
+def test_expect_counts_syncs_and_lets_the_blocks_error_through():
+    x = torch.ones(3, device="tpu")
+    with pytest.raises(torchtpu_lab.ExpectationError, match=r"at most 1 syncs.*got 3.*item\(\)"):
+        with torchtpu_lab.expect(compiles=None, syncs=1):
+            for _ in range(3):
+                (x * 2).sum().item()
+    with pytest.raises(ZeroDivisionError):
+        with torchtpu_lab.expect(compiles=0):
+            1 / 0
+    with pytest.raises(ValueError, match="count >= 0"):
+        with torchtpu_lab.expect(compiles=-1):
+            pass
+
+
+def test_memory_at_peak_owners_sum_to_the_peak_with_sources():
+    torchtpu_lab.set_eager_mode("fused")
+    with torchtpu_lab.profile() as prof:
+        a = torch.randn(128, 256, device="tpu")
+        b = torch.randn(256, 64, device="tpu")
+        c = (a @ b).relu()
+        c.sum().item()
+        del a
+    owners = prof.memory_at_peak()
+    peak = prof.summary()["peak_bytes"]
+    assert abs(sum(o["bytes"] for o in owners) - peak) <= 0.01 * peak, (owners, peak)
+    assert all(o["source"] for o in owners)
+    kinds = {o["kind"] for o in owners}
+    assert "tensor" in kinds
+    shapes = [o["shape"] for o in owners if o["kind"] == "tensor"]
+    assert [128, 256] in shapes and [256, 64] in shapes
+    assert all("test_hardware_profile.py" in o["source"] for o in owners if o["shape"] in ([128, 256], [256, 64]))
+
+
+def _train(steps, read_each_step):
+    w = torch.zeros(8, device="tpu", requires_grad=True)
+    x = torch.randn(32, 8, device="tpu")
+    for _ in range(steps):
+        loss = ((x @ w - 1.0) ** 2).mean()
+        loss.backward()
+        with torch.no_grad():
+            w -= 0.1 * w.grad
+            w.grad = None
+        if read_each_step:
+            print(loss.item())  # the mistake: the host waits for the device every step
+        else:
+            torchtpu_lab.log_scalar("loss", loss)  # the fix: fetched with the next sync that happens anyway
+        torchtpu_lab.sync()  # step boundary
+
+
+def test_compare_shows_syncs_falling_after_the_item_fix(capsys):
+    torchtpu_lab.set_eager_mode("fused")
+    _train(2, True), _train(2, False)  # warm both versions
+    torchtpu_lab.scalars(clear=True)
+    with torchtpu_lab.profile() as before:
+        _train(6, True)
+    with torchtpu_lab.profile() as after:
+        _train(6, False)
+    capsys.readouterr()
+    c = torchtpu_lab.compare(before, after)
+    s = c.summary()
+    assert set(s) == set(before.summary()) | set(after.summary())
+    assert s["syncs"][0] >= 12 and s["syncs"][1] <= s["syncs"][0] - 6, s["syncs"]  # the 6 reads are gone
+    assert all(isinstance(v, tuple) and len(v) == 2 for v in s.values())
+    text = c.text()
+    assert re.search(r"syncs\s+\d+ ->\s+\d+\s+-\d+", text), text
+    assert "item() / bool() / int() of a tensor at test_hardware_profile.py" in text
+    html = c._repr_html_()
+    assert "Syncs by line" in html and "<th>before</th>" in html
+    # the finding for the .item() loop points to the scalar logger
+    assert any("log_scalar" in f.fix for f in before.report().findings)
+    logged = torchtpu_lab.scalars()["loss"]
+    assert len(logged) == 6 and all(isinstance(v, float) for v in logged) and logged[0] > logged[-1]
+
+
+def test_log_scalar_adds_no_sync_and_fetches_in_one_transfer():
+    from torchtpu_lab.runtime import scalar_log
+
+    torchtpu_lab.set_eager_mode("fused")
+    torchtpu_lab.scalars(clear=True)
+    x = torch.arange(5.0, device="tpu")
+    transfers = scalar_log.LOG.transfers
+    with torchtpu_lab.profile() as prof:
+        for i in range(5):
+            torchtpu_lab.log_scalar("v", x[i] * 2)
+            x.add_(0)  # an in-place op after logging must not change what was logged
+    assert prof.summary()["syncs"] <= 1  # the end of the block only, no sync per log
+    assert torchtpu_lab.scalars() == {"v": [0.0, 2.0, 4.0, 6.0, 8.0]}
+    assert scalar_log.LOG.transfers - transfers <= 2
+    torchtpu_lab.log_scalar("lr", 0.5)
+    with pytest.raises(ValueError, match="one-element"):
+        torchtpu_lab.log_scalar("bad", x)
+    assert torchtpu_lab.scalars(clear=True)["lr"] == [0.5]
+    assert torchtpu_lab.scalars() == {}
+
+
+def test_to_perfetto_and_speedscope(matmul_profile, tmp_path):
+    path = matmul_profile.to_perfetto(str(tmp_path / "trace.json"))
+    trace = json.loads(open(path).read())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"host: torch ops", "host: syncs", "device: XLA programs"} <= lanes
+    programs = [e for e in spans if e["cat"] == "device: XLA programs"]
+    assert len(programs) == 1 and programs[0]["args"]["flops"] == pytest.approx(matmul_profile.summary()["flops"])
+    assert sum(1 for e in spans if e["name"] == "aten::mm") == 4
+    assert any(e["ph"] == "C" for e in trace["traceEvents"])
+    path = matmul_profile.to_speedscope(str(tmp_path / "flame.speedscope.json"))
+    doc = json.loads(open(path).read())
+    prof = doc["profiles"][0]
+    assert prof["type"] == "sampled" and len(prof["samples"]) == len(prof["weights"]) > 0
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    assert "aten::mm" in names and names[0] == "cell"
+    assert sum(prof["weights"]) == pytest.approx(matmul_profile.flamegraph().data[0].values[0], rel=1e-6)
+
+
+# ---- magics in a real IPython shell ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ip():
+    from IPython import get_ipython
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    shell = start_ipython() or get_ipython()
+    with capture_output():
+        shell.run_cell("%load_ext torchtpu_lab")
+    shell.run_cell("import torch, torchtpu_lab")
+    yield shell
+    shell.run_cell("%unload_ext torchtpu_lab")
+    torchtpu_lab.set_eager_mode("fused")
+
+
+def _run(ip, code):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        result = ip.run_cell(code)
+    texts = [o.data.get("text/plain", "") for o in cap.outputs]
+    htmls = [o.data.get("text/html", "") for o in cap.outputs]
+    return result, cap.stdout + "\n".join(texts), "\n".join(h for h in htmls if h)
+
+
+def test_magic_repeat_history_and_compare(ip):
+    _run(ip, "wm = torch.randn(64, 64, device='tpu')")
+    cell = "for i in range(3):\n    v = (wm @ wm).sum().item()\n"
+    result, text, html = _run(ip, "%%tpu_profile --no-flame --repeat 3\n" + cell)
+    assert result.error_in_exec is None
+    rep = ip.user_ns["_tpu_profile"]
+    assert len(rep.runs) == 3 and rep.summary()["runs"] == 3
+    assert rep.summary()["syncs"] == sorted(p.summary()["syncs"] for p in rep.runs)[1]
+    assert "median of 3 runs" in text and "programs against the roofline" in text
+    assert "Programs against the roofline" in html
+    ip.user_ns["slow"] = rep
+    result, text, html = _run(ip, "%%tpu_profile --no-flame --compare slow\nv = (wm @ wm).sum()\ntorchtpu_lab.sync()\n")
+    assert result.error_in_exec is None
+    assert "compare: slow -> this cell" in text and re.search(r"syncs\s+3 ->\s+1", text), text
+    assert "torchtpu_lab compare" in html
+    history = ip.user_ns["_tpu_profiles"]
+    assert history[-2] is rep and history[-1] is ip.user_ns["_tpu_profile"]
+    result, text, _ = _run(ip, "%%tpu_profile --no-flame --compare -2\nv = (wm @ wm).sum().item()\n")
+    assert result.error_in_exec is None and "compare: -2 -> this cell" in text
+    result, _, _ = _run(ip, "%%tpu_profile --compare nothing_here\nx = 1\n")
+    assert "nothing_here" in str(result.error_in_exec) or "nothing_here" in str(result.error_before_exec)
+    result, _, _ = _run(ip, "%%tpu_profile --repeat 0\nx = 1\n")
+    assert result.error_in_exec is not None or result.error_before_exec is not None
