@@ -124,9 +124,8 @@ def test_expect_is_quiet_on_a_warm_step_and_names_a_new_shape():
     with torchtpu_lab.expect(compiles=0, syncs=None):
         _step(x, w).item()
     y = torch.randn(5, 16, device="tpu")
-    with pytest.raises(torchtpu_lab.ExpectationError) as info:
-        with torchtpu_lab.expect(compiles=0):
-            _step(y, w).item()
+    with pytest.raises(torchtpu_lab.ExpectationError) as info, torchtpu_lab.expect(compiles=0):
+        _step(y, w).item()
     message = str(info.value)
     assert info.value.what == "compiles" and message.startswith("expected none compiles in the block"), message
     line = _step.__code__.co_firstlineno + 1
@@ -137,16 +136,14 @@ def test_expect_is_quiet_on_a_warm_step_and_names_a_new_shape():
 
 def test_expect_counts_syncs_and_lets_the_blocks_error_through():
     x = torch.ones(3, device="tpu")
-    with pytest.raises(torchtpu_lab.ExpectationError, match=r"at most 1 syncs.*got 3.*item\(\)"):
-        with torchtpu_lab.expect(compiles=None, syncs=1):
-            for _ in range(3):
-                (x * 2).sum().item()
-    with pytest.raises(ZeroDivisionError):
-        with torchtpu_lab.expect(compiles=0):
-            1 / 0
-    with pytest.raises(ValueError, match="count >= 0"):
-        with torchtpu_lab.expect(compiles=-1):
-            pass
+    with (pytest.raises(torchtpu_lab.ExpectationError, match=r"at most 1 syncs.*got 3.*item\(\)"),
+          torchtpu_lab.expect(compiles=None, syncs=1)):
+        for _ in range(3):
+            (x * 2).sum().item()
+    with pytest.raises(ZeroDivisionError), torchtpu_lab.expect(compiles=0):
+        raise ZeroDivisionError("the block's own error")
+    with pytest.raises(ValueError, match="count >= 0"), torchtpu_lab.expect(compiles=-1):
+        pass
 
 
 def test_memory_at_peak_owners_sum_to_the_peak_with_sources():
@@ -232,7 +229,8 @@ def test_log_scalar_adds_no_sync_and_fetches_in_one_transfer():
 
 def test_to_perfetto_and_speedscope(matmul_profile, tmp_path):
     path = matmul_profile.to_perfetto(str(tmp_path / "trace.json"))
-    trace = json.loads(open(path).read())
+    with open(path) as f:
+        trace = json.load(f)
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert {"host: torch ops", "host: syncs", "device: XLA programs"} <= lanes
@@ -241,7 +239,8 @@ def test_to_perfetto_and_speedscope(matmul_profile, tmp_path):
     assert sum(1 for e in spans if e["name"] == "aten::mm") == 4
     assert any(e["ph"] == "C" for e in trace["traceEvents"])
     path = matmul_profile.to_speedscope(str(tmp_path / "flame.speedscope.json"))
-    doc = json.loads(open(path).read())
+    with open(path) as f:
+        doc = json.load(f)
     prof = doc["profiles"][0]
     assert prof["type"] == "sampled" and len(prof["samples"]) == len(prof["weights"]) > 0
     names = [f["name"] for f in doc["shared"]["frames"]]
