@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .text import fmt_bytes
+from ..units import fmt_bytes
 
 
 def _what(o: dict) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from ..records import ProgramRow, Roofline
-from .text import fmt_s
+from ..units import fmt_s
 
 
 def fmt_rate(value: float | None, unit: str) -> str:
