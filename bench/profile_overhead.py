@@ -91,7 +91,7 @@ def report_cost(n_ops: int = 10_000) -> tuple[float, int]:
 
     text.profile_text(report)
     html.profile_html(report)
-    plot.flame_figure(report["flame"]).to_dict()
+    plot.flame_figure(report.flame).to_dict()
     return time.perf_counter() - t0, len(prof.ops)
 
 

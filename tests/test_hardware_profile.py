@@ -299,3 +299,22 @@ def test_magic_repeat_history_and_compare(ip):
     assert "nothing_here" in str(result.error_in_exec) or "nothing_here" in str(result.error_before_exec)
     result, _, _ = _run(ip, "%%tpu_profile --repeat 0\nx = 1\n")
     assert result.error_in_exec is not None or result.error_before_exec is not None
+
+
+def test_torch_compile_graph_is_a_program_with_cost_and_json_carries_programs():
+    torchtpu_lab.set_eager_mode("fused")
+    model = torch.nn.Linear(64, 32).to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    x = torch.randn(16, 64, device="tpu")
+    compiled(x).sum().item()
+    with torchtpu_lab.profile() as prof:
+        for _ in range(3):
+            compiled(x)
+        torchtpu_lab.sync()
+    rows = [r for r in prof.programs() if r["name"].startswith("compiled")]
+    assert len(rows) == 1 and rows[0]["runs"] == 3, prof.programs()
+    assert rows[0]["flops_per_run"] == pytest.approx(2 * 16 * 64 * 32, rel=0.2)
+    assert "test_hardware_profile.py" in rows[0]["source"]
+    data = json.loads(prof.to_json())
+    assert data["programs"][0]["runs"] >= 1 and data["graphs"][0]["detail"]["cost"]["flops"] > 0
+    assert data["summary"]["mfu"] is None or 0 < data["summary"]["mfu"] <= 1

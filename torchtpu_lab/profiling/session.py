@@ -181,6 +181,8 @@ class Profile:
             "fallbacks": [ev(e) for e in self.fallbacks],
             "memory": [{"t": m.t, "allocated": m.allocated, "kind": m.kind, "nbytes": m.nbytes} for m in self.memory],
             "largest_live": [dict(x) for x in self.live_at_end],
+            "programs": self.programs(),
+            "memory_at_peak": self.memory_at_peak(),
         }
 
     def to_json(self, **kwargs) -> str:
@@ -225,5 +227,7 @@ def _plain_detail(detail: dict) -> dict:
         if isinstance(v, (str, int, float, bool, type(None))):
             out[k] = v
         elif isinstance(v, Cause):
+            out[k] = v.to_dict()
+        elif hasattr(v, "to_dict"):  # a program run's ProgramCost
             out[k] = v.to_dict()
     return out
