@@ -23,7 +23,7 @@ NB_DIR = os.path.join(ROOT, "notebooks")
 BUDGET_S = 120
 BADGE = "https://colab.research.google.com/github/torchtpu-lab/torchtpu-lab/blob/main/notebooks/{}"
 TUTORIALS = ["02_eager_modes.ipynb", "03_recompilations.ipynb", "04_host_syncs.ipynb", "05_memory.ipynb",
-             "06_profiling.ipynb", "07_compile_and_kernels.ipynb", "08_multichip.ipynb", "09_huggingface.ipynb"]
+             "06_profiling.ipynb", "06_profiling_hardware.ipynb", "07_compile_and_kernels.ipynb", "08_multichip.ipynb", "09_huggingface.ipynb"]
 # 08 starts two 2-rank jobs (fresh processes that import torch and JAX and compile): about 60 s idle.
 BUDGETS = {"08_multichip.ipynb": 240}
 
@@ -228,6 +228,31 @@ def test_06_profiling_flamegraph_table_json_and_xprof():
     assert not any("%load_ext tensorboard" in c.source for c in md)  # tensorboard is not installed by the extra
     report = _text(_cell(code, "%%tpu_profile --xprof"))
     assert re.search(r"open it with \(in a terminal\):\s+\S*xprof server --logdir \S+ --port \d+", report), report
+
+
+def test_06_profiling_hardware_roofline_compare_expect():
+    code = _run("06_profiling_hardware.ipynb")
+    slow = _text(_cell(code, "losses = train_slow(5)"))
+    assert "median of 3 runs" in slow and "programs against the roofline" in slow and "log_scalar" in slow
+    figures = _text(_cell(code, "s = slow.summary()"))
+    mfu = float(re.search(r"MFU ([0-9.]+)% of", figures).group(1))
+    assert 0 < mfu <= 100 and re.search(r"peaks: (measured|table): ", figures), figures
+    assert re.search(r"x5 .* (memory|compute)-bound\s+at cell \[\d+\], line \d+", figures), figures
+    assert _has_plotly(_cell(code, "slow.roofline()"))
+    compared = _text(_cell(code, "train_fast(5)"))
+    assert "compare: slow -> this cell" in compared
+    syncs = _text(_cell(code, "c = torchtpu_lab.compare(slow, fast)"))
+    before, after = map(int, re.search(r"syncs \(before, after\): \((\d+), (\d+)\)", syncs).groups())
+    assert after <= before - 5, syncs
+    assert len(re.search(r"logged losses: \[(.*)\]", syncs).group(1).split(",")) == 5
+    expect = _text(_cell(code, "torchtpu_lab.expect(compiles=0)"))
+    assert "warm steps: no compile" in expect
+    assert re.search(r"ExpectationError: .*\[64, 1, 16, 16\] -> \[48, 1, 16, 16\]", expect), expect
+    owners = _text(_cell(code, "owners = fast.memory_at_peak()"))
+    total, peak = map(int, re.search(r"owners, (\d+) B; peak_bytes (\d+) B", owners).groups())
+    assert abs(total - peak) <= 0.01 * peak
+    exports = _text(_cell(code, "fast.to_perfetto("))
+    assert re.search(r"perfetto: \S+ \d+ events", exports) and "speedscope:" in exports
 
 
 # ---- Binder ---------------------------------------------------------------------------------------------------
