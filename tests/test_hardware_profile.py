@@ -318,3 +318,27 @@ def test_torch_compile_graph_is_a_program_with_cost_and_json_carries_programs():
     data = json.loads(prof.to_json())
     assert data["programs"][0]["runs"] >= 1 and data["graphs"][0]["detail"]["cost"]["flops"] > 0
     assert data["summary"]["mfu"] is None or 0 < data["summary"]["mfu"] <= 1
+
+
+def test_side_panel_status_carries_the_hardware_figures_of_a_repeated_profile():
+    """The JupyterLab panel shows the last profile's summary and text: a --repeat profile (medians) included,
+    with its FLOPs, MFU and peak source, and the roofline and memory-at-peak sections in the text."""
+    from torchtpu_lab.jupyter import comm
+    from torchtpu_lab.profiling.repeat import Repeated
+
+    torchtpu_lab.set_eager_mode("fused")
+    a = torch.randn(64, 64, device="tpu")
+    runs = []
+    for _ in range(3):
+        with torchtpu_lab.profile() as prof:
+            (a @ a).sum().item()
+        runs.append(prof)
+
+    class Shell:
+        user_ns = {"_tpu_profile": Repeated(runs)}
+
+    info = comm._profile_info(Shell())
+    s = info["summary"]
+    assert s["runs"] == 3 and s["flops"] > 0 and 0 < s["mfu"] <= 1 and s["peak_source"]
+    assert "programs against the roofline" in info["text"] and "memory at the peak" in info["text"]
+    assert "MFU" in info["text"]

@@ -63,10 +63,11 @@ def _compile_rows() -> list[dict]:
 
 def _profile_info(shell) -> dict | None:
     """The last ``%%tpu_profile``'s summary and text report (the text is computed once per profile)."""
+    from ..profiling.repeat import Repeated
     from ..profiling.session import Profile
 
     prof = getattr(shell, "user_ns", {}).get("_tpu_profile") if shell is not None else None
-    if not isinstance(prof, Profile):
+    if not isinstance(prof, (Profile, Repeated)):  # one run, or the medians of --repeat N
         return None
     cached_prof, cached = _state["profile"]
     if cached_prof is prof:
