@@ -163,6 +163,11 @@ def test_memory_at_peak_owners_sum_to_the_peak_with_sources():
     shapes = [o["shape"] for o in owners if o["kind"] == "tensor"]
     assert [128, 256] in shapes and [256, 64] in shapes
     assert all("test_hardware_profile.py" in o["source"] for o in owners if o["shape"] in ([128, 256], [256, 64]))
+    html = prof._repr_html_()
+    assert "Memory at the peak" in html and '<svg class="ttl-memory-timeline"' in html
+    hovers = re.findall(r"<title>([^<]*)</title>", html)
+    assert any("graph run (outputs + temporaries) at test_hardware_profile.py" in h for h in hovers), hovers
+    assert any("as the graph of the sync at test_hardware_profile.py" in h for h in hovers), hovers
 
 
 def _train(steps, read_each_step):

@@ -277,6 +277,7 @@ class Report:
     xprof_command: str | None
     roofline: Roofline | None = None  # the programs and the device's roofs
     memory_at_peak: tuple = ()  # dicts: bytes, kind, shape, dtype, source (see Profile.memory_at_peak)
+    memory_timeline: tuple = ()  # (seconds, bytes, what changed and at which line) points
 
 
 @dataclass(frozen=True)

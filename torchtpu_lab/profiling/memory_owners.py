@@ -57,3 +57,40 @@ def at_peak(prof) -> list[dict]:
     if snap.running:
         out += _running(prof, snap.t, snap.running)
     return sorted(out, key=lambda d: -d["bytes"])
+
+
+def timeline(prof, most: int = 300) -> list[tuple[float, int, str]]:
+    """Device memory over the block as ``(seconds, bytes, what)`` points, ``what`` naming the change: the torch op
+    (and its line) that allocated or freed, or the graph run (and the line of its sync). At most ``most`` points:
+    the largest changes are kept, and the peak."""
+    ops = sorted((e for e in prof.events if e.kind in ("op", "fallback")), key=lambda e: e.t)
+    starts = [e.t for e in ops]
+    syncs = sorted(prof.syncs, key=lambda e: e.t)
+    sync_starts = [e.t for e in syncs]
+
+    def sync_at(t: float) -> str | None:
+        i = bisect.bisect_right(sync_starts, t) - 1
+        return describe(syncs[i].source) if i >= 0 and t <= syncs[i].t + syncs[i].dur + 1e-6 else None
+
+    def what(sample) -> str:
+        t = prof.t0 + sample.t
+        if sample.kind == "exec":
+            return f"graph run (outputs + temporaries) at {sync_at(t) or 'a sync'}"
+        i = bisect.bisect_right(starts, t) - 1
+        verb = "allocated" if sample.kind == "alloc" else "freed"
+        if i >= 0 and t <= ops[i].t + ops[i].dur + 1e-6:
+            return f"{verb} in {ops[i].name} at {describe(ops[i].source)}"
+        where = sync_at(t)
+        if where is not None:
+            return f"{verb} as the graph of the sync at {where} ran"
+        return f"{verb} between torch ops (a tensor released)" if verb == "freed" else f"{verb} outside a torch op"
+
+    samples = prof.memory
+    if len(samples) > most:
+        peak = max(range(len(samples)), key=lambda i: samples[i].allocated)
+        keep = sorted(range(len(samples)), key=lambda i: -samples[i].nbytes)[:most - 1]
+        samples = [samples[i] for i in sorted(set(keep) | {peak})]
+    points = [(0.0, prof.start_bytes, "start of the block")]
+    points += [(m.t, m.allocated, f"{what(m)}: {'+' if m.kind != 'free' else '-'}{m.nbytes} B") for m in samples]
+    points.append((prof.wall_s, prof.end_bytes, "end of the block"))
+    return points

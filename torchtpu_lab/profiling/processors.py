@@ -599,6 +599,7 @@ def build_report(prof, top: int = 10) -> Report:
         xprof_command=xprof_command(prof.xprof_dir) if prof.xprof_dir else None,
         roofline=programs.roofline(rows, programs.device_peaks(prof)),
         memory_at_peak=tuple(memory_owners.at_peak(prof)),
+        memory_timeline=tuple(memory_owners.timeline(prof)),
     )
 
 

@@ -170,7 +170,7 @@ def hardware_html(r: Report) -> str:
                 + _chip("bytes accessed", fmt_rate(s.bytes_accessed, "B")) + _chip("device", fmt_s(s.device_s))
                 + _chip("MFU", fmt_pct(s.mfu)) + "</div>"
                 + f'<div class="ttl-muted">peaks: {escape(s.peak_source)}</div>')
-    return head + roofline_html(r.roofline) + memory_at_peak_html(r.memory_at_peak)
+    return head + roofline_html(r.roofline) + memory_at_peak_html(r.memory_at_peak, r.memory_timeline)
 
 
 def status_html(status: Status) -> str:
