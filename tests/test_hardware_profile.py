@@ -347,3 +347,25 @@ def test_side_panel_status_carries_the_hardware_figures_of_a_repeated_profile():
     assert s["runs"] == 3 and s["flops"] > 0 and 0 < s["mfu"] <= 1 and s["peak_source"]
     assert "programs against the roofline" in info["text"] and "memory at the peak" in info["text"]
     assert "MFU" in info["text"]
+
+
+def test_finding_when_the_costliest_program_is_far_below_its_roof():
+    from torchtpu_lab.profiling import programs
+    from torchtpu_lab.records import ProgramRow
+
+    peaks = peaks_mod.Peaks(1e12, 1e11, "table: test chip")
+
+    def row(name, device_s, flops_per_s, intensity):
+        roof = min(peaks.flops, intensity * peaks.bandwidth)
+        return ProgramRow(name, 10, 40, flops_per_s * device_s, flops_per_s * device_s / intensity, 0, 0, device_s,
+                          intensity, "memory" if intensity < peaks.ridge else "compute", flops_per_s, None,
+                          flops_per_s / roof, "cell [2], line 3", "")
+
+    far = [row("graph[40 ops]", 0.5, 2e10, 2.0), row("graph[3 ops]", 0.1, 9e11, 100.0)]
+    f = programs.roofline_finding(far, wall_s=1.0)
+    assert f is not None and "memory-bound" in f.title and "10.0% of its memory roof" in f.detail
+    assert "batch" in f.fix and "cell [2], line 3" in f.detail and f.cost_s == 0.5
+    near = [row("graph[40 ops]", 0.5, 1.5e11, 2.0)]  # 75% of its roof: nothing to say
+    assert programs.roofline_finding(near, wall_s=1.0) is None
+    compute = [row("graph[40 ops]", 0.5, 5e10, 100.0)]
+    assert "compute-bound" in programs.roofline_finding(compute, wall_s=1.0).title
