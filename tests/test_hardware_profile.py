@@ -340,9 +340,10 @@ def test_side_panel_status_carries_the_hardware_figures_of_a_repeated_profile():
         runs.append(prof)
 
     class Shell:
-        user_ns = {"_tpu_profile": Repeated(runs)}
+        def __init__(self, ns: dict) -> None:
+            self.user_ns = ns
 
-    info = comm._profile_info(Shell())
+    info = comm._profile_info(Shell({"_tpu_profile": Repeated(runs)}))
     s = info["summary"]
     assert s["runs"] == 3 and s["flops"] > 0 and 0 < s["mfu"] <= 1 and s["peak_source"]
     assert "programs against the roofline" in info["text"] and "memory at the peak" in info["text"]

@@ -226,8 +226,6 @@ def _plain_detail(detail: dict) -> dict:
     for k, v in detail.items():
         if isinstance(v, (str, int, float, bool, type(None))):
             out[k] = v
-        elif isinstance(v, Cause):
-            out[k] = v.to_dict()
-        elif hasattr(v, "to_dict"):  # a program run's ProgramCost
+        elif isinstance(v, Cause) or hasattr(v, "to_dict"):  # a compile's cause, a program run's cost
             out[k] = v.to_dict()
     return out
