@@ -370,3 +370,17 @@ def test_finding_when_the_costliest_program_is_far_below_its_roof():
     assert programs.roofline_finding(near, wall_s=1.0) is None
     compute = [row("graph[40 ops]", 0.5, 5e10, 100.0)]
     assert "compute-bound" in programs.roofline_finding(compute, wall_s=1.0).title
+
+
+def test_a_logged_value_that_was_never_computed_is_reported_once_and_the_rest_kept():
+    from torchtpu_lab.device.storage import FailedValue
+    from torchtpu_lab.runtime import scalar_log
+
+    torchtpu_lab.scalars(clear=True)
+    torchtpu_lab.log_scalar("ok", torch.ones((), device="tpu"))
+    torchtpu_lab.log_scalar("bad", torch.ones((), device="tpu"))
+    torchtpu_lab.sync()
+    scalar_log.LOG.pending[-1][1].tpu_storage.array = FailedValue(RuntimeError("boom"), (1,), torch.float32)
+    with pytest.raises(RuntimeError, match=r"logged as bad were never computed .*boom"):
+        torchtpu_lab.scalars()
+    assert torchtpu_lab.scalars(clear=True) == {"ok": [1.0]}

@@ -25,7 +25,8 @@ COUNTED = (Counter.COMPILES, Counter.DISK_LOADS, Counter.SYNCS, Counter.CPU_FALL
 @dataclass(frozen=True)
 class Summary:
     """A profile's headline figures. The time split (``python_s`` + ``tracing_s`` + ``compile_s`` + ``wait_s``)
-    adds up to ``wall_s``; executables are counted three ways: ``cache_hits`` (served by an executable already in
+    adds up to ``wall_s``; ``device_s`` is device time: from the XProf trace when one was recorded, else the
+    programs' run time (a profile waits for each run), else the wait at syncs; executables are counted three ways: ``cache_hits`` (served by an executable already in
     this process), ``disk_loads`` (loaded from the persistent cache: no XLA compile) and ``compiles``."""
 
     wall_s: float

@@ -20,6 +20,7 @@ import jax
 import torch
 
 from .. import telemetry
+from ..device.storage import FailedValue
 from ..telemetry import SyncReason
 from . import fused
 
@@ -45,20 +46,24 @@ class ScalarLog:
         with self.lock:
             if not self.pending:
                 return 0
-            if ready_only:
-                ready = [(n, t) for n, t in self.pending if isinstance(t.tpu_storage.held, jax.Array)]
-            else:
+            failed = []
+            if not ready_only:
                 if any(not isinstance(t.tpu_storage.held, jax.Array) for _, t in self.pending):
                     fused.sync(SyncReason.READ)
-                ready = list(self.pending)
-            if not ready:
-                return 0
-            values = jax.device_get([t.tpu_storage.array for _, t in ready])
-            self.transfers += 1
-            kept = {id(t) for _, t in ready}
-            self.pending = [(n, t) for n, t in self.pending if id(t) not in kept]
-            for (name, _), v in zip(ready, values):
-                self.add(name, v.reshape(-1)[0].item())
+                failed = [(n, t) for n, t in self.pending if isinstance(t.tpu_storage.held, FailedValue)]
+            ready = [(n, t) for n, t in self.pending if isinstance(t.tpu_storage.held, jax.Array)]
+            done = {id(t) for _, t in ready + failed}
+            self.pending = [(n, t) for n, t in self.pending if id(t) not in done]
+            if ready:
+                values = jax.device_get([t.tpu_storage.array for _, t in ready])
+                self.transfers += 1
+                for (name, _), v in zip(ready, values):
+                    self.add(name, v.reshape(-1)[0].item())
+            if failed:  # reported once, then dropped: the other scalars and later logs go on
+                names = sorted({n for n, _ in failed})
+                error = failed[0][1].tpu_storage.held.error
+                raise RuntimeError(f"log_scalar: {len(failed)} value(s) logged as {', '.join(names)} were never "
+                                   f"computed (the graph that computed them failed: {error})") from error
             return len(ready)
 
 
