@@ -200,8 +200,12 @@ class TpuMagics(Magics):
         result = None
         outer = _calling_cell_number(self.shell)
         saved_count = self.shell.execution_count
+        names = getattr(self.shell.compile, "_filename_map", None)
+        names_before = dict(names) if names is not None else {}
         if outer is not None:
-            self.shell.execution_count = outer  # the body is named (and numbered) as the cell the user ran
+            # while a cell runs, IPython's count is already the next cell's: the displayhook stores a value
+            # under count - 1, so the body runs with outer + 1 and its code is then named as cell [outer]
+            self.shell.execution_count = outer + 1
         shell = self.shell
         # the body's traceback is shown once, by IPython, when the exception is re-raised after the report
         own = shell.__dict__.get("showtraceback")
@@ -223,6 +227,8 @@ class TpuMagics(Magics):
             else:
                 shell.showtraceback = own
             shell.execution_count = saved_count
+            if outer is not None and names is not None:
+                _name_body_as_cell(names, names_before, outer)
         shell.user_ns["_tpu_profile"] = prof_obj
         error = None
         if result is not None:
@@ -247,6 +253,14 @@ class TpuMagics(Magics):
             display(plot.flame_figure(report.flame))
         if len(report.memory.timeline) > 2:
             display(plot.memory_figure(report.memory.timeline, report.memory.limit))
+
+
+def _name_body_as_cell(names: dict, before: dict, outer: int) -> None:
+    """The profiled body was compiled under number ``outer + 1`` (so that its value is ``Out[outer]``): name its
+    code as the cell the user ran, ``cell [outer]``, in reports and tracebacks."""
+    for filename, number in list(names.items()):
+        if number == outer + 1 and before.get(filename) != number:
+            names[filename] = outer
 
 
 def _quiet(*args, **kwargs) -> None:
