@@ -5,7 +5,6 @@ host overhead, ``%tpu memory`` roles."""
 
 from __future__ import annotations
 
-
 import pytest
 from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
@@ -46,3 +45,48 @@ def test_expression_ending_profiled_cell_keeps_its_own_number(ip):
     prof = ip.user_ns["_tpu_profile"]
     lines = {g.line for g in prof.report().syncs}
     assert f"cell [{n}], line 3" in lines, lines  # the body's lines are named as the cell the user ran
+
+
+_FIRST_REPORT = r'''
+import json, sys, time
+from IPython.testing.globalipapp import start_ipython
+from IPython.utils.capture import capture_output
+ip = start_ipython()
+ip.kernel = object()  # what a Jupyter kernel's shell has: the report shows its plotly figures
+with capture_output():
+    ip.run_cell("%load_ext torchtpu_lab")
+with capture_output() as cap:
+    ip.run_cell("""%%tpu_profile
+import time, torch, torchtpu_lab
+x = torch.ones(64, 64, device='tpu')
+for _ in range(3):
+    x = (x @ x).tanh()
+    x.sum().item()
+torchtpu_lab.sync()
+BODY_END = time.perf_counter()
+""")
+after = time.perf_counter() - ip.user_ns["BODY_END"]
+bundles = [sorted(o.data) for o in cap.outputs]
+print(json.dumps({"after": after, "bundles": bundles,
+                  "renderers": "plotly.io._renderers" in sys.modules, "jsonschema": "jsonschema" in sys.modules}))
+'''
+
+
+def test_first_report_in_a_fresh_kernel_shows_figures_without_plotly_renderers():
+    """The first report's figures are raw plotly bundles: no ``plotly.io`` renderer import (nbformat ->
+    jsonschema -> seconds of grammar building) stands between the cell's end and its report."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _FIRST_REPORT], check=False, capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    figures = [b for b in got["bundles"] if "application/vnd.plotly.v1+json" in b]
+    assert len(figures) == 2, got["bundles"]  # the flame graph and the memory timeline
+    assert not got["renderers"] and not got["jsonschema"], got
+    assert got["after"] < 5.0, got  # ~0.1-0.3 s measured; generous for a loaded 2-core machine
+    print(f"first report {got['after']:.2f} s after the profiled code ended")

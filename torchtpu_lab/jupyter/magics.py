@@ -250,9 +250,9 @@ class TpuMagics(Magics):
         if not _in_notebook(self.shell):
             return  # a terminal has no plotly renderer; the text report above is the whole report
         if opts["flame"]:
-            display(plot.flame_figure(report.flame))
+            display(plot.flame_bundle(report.flame))
         if len(report.memory.timeline) > 2:
-            display(plot.memory_figure(report.memory.timeline, report.memory.limit))
+            display(plot.memory_bundle(report.memory.timeline, report.memory.limit))
 
 
 def _name_body_as_cell(names: dict, before: dict, outer: int) -> None:

@@ -419,6 +419,9 @@ class FlameTree:
     parents: list = field(default_factory=list)
     values: list = field(default_factory=list)
     hover: list = field(default_factory=list)
+    #: what each box is, for its colour: "cell", "frame", "python", "op", "sync", "wait", "run", "compile" or
+    #: "compiles" (the root of every compile, so a compile never sits under the sync that triggered it)
+    kinds: list = field(default_factory=list)
 
     def total(self) -> float:
         return self.values[0] if self.values else 0.0
@@ -459,18 +462,19 @@ def flame_tree(prof) -> FlameTree:
 
     The Python layer comes from the user call stack captured at each op: the host time between two ops is the
     Python that ran at the frames of the op that follows it (a "Python" box under that line)."""
-    nodes: dict[str, list] = {}  # id -> [label, parent, own value, hover]
+    nodes: dict[str, list] = {}  # id -> [label, parent, own value, hover, kind]
     children: dict[str, list[str]] = defaultdict(list)
 
-    def add(node_id: str, label: str, parent: str, value: float, hover: str = "") -> str:
+    def add(node_id: str, label: str, parent: str, value: float, hover: str = "", kind: str = "frame") -> str:
         if node_id not in nodes:
-            nodes[node_id] = [label, parent, 0.0, hover]
+            nodes[node_id] = [label, parent, 0.0, hover, kind]
             children[parent].append(node_id)
         nodes[node_id][2] += value
         return node_id
 
     root = "cell"
-    nodes[root] = ["cell", "", 0.0, "the whole cell"]
+    nodes[root] = ["cell", "", 0.0, "the whole cell", "cell"]
+    compiles_root = f"{root}|compiles"
     kinds = ("op", "sync", "fallback", "compile", "graph")
     top = _nest([e for e in prof.events if e.kind in kinds])
 
@@ -495,22 +499,33 @@ def flame_tree(prof) -> FlameTree:
             return f"XLA run: {e.detail.get('n_ops', '?')} ops"
         return f"{e.kind}: {e.name}"
 
-    def place(e, kids, parent: str) -> None:
+    def compiled_inside(kids) -> float:
+        return sum(k.dur if k.kind == "compile" else compiled_inside(g) for k, g in kids)
+
+    def place(e, kids, parent: str, trigger: str) -> None:
+        if e.kind == "compile":  # under the compiles root, labelled with the line that triggered it
+            add(compiles_root, "XLA compiles", root, 0.0, "compiling (or loading) executables: one-time costs "
+                "unless the same line compiles again", "compiles")
+            add(f"{compiles_root}|{e.name}|{trigger}", f"{leaf_label(e)} \u00b7 {trigger}", compiles_root, e.dur,
+                "", "compile")
+            return
         hover = ops_inside(e.detail["ops"]) if e.kind == "graph" and "ops" in e.detail else ""
-        node = add(f"{parent}|{e.kind}:{e.name}", leaf_label(e), parent, e.dur, hover)
+        kind = {"graph": "run", "fallback": "op"}.get(e.kind, e.kind)
+        node = add(f"{parent}|{e.kind}:{e.name}", leaf_label(e), parent, e.dur - compiled_inside(kids), hover, kind)
         inner = sum(k.dur for k, _ in kids)
         for k, grandkids in kids:
-            place(k, grandkids, node)
+            place(k, grandkids, node, trigger)
         if e.kind == "sync" and kids and e.dur > inner:
-            add(f"{node}|wait", "wait for device / copy to host", node, e.dur - inner)
+            add(f"{node}|wait", "wait for device / copy to host", node, e.dur - inner, "", "wait")
 
     prev_end, last_frame = prof.t0, root
     for e, kids in top:
         frame = frames_of(e)
         gap = e.t - prev_end
         if gap > 0:
-            add(f"{frame}|python", "Python", frame, gap, "host Python at this line before the op")
-        place(e, kids, frame)
+            add(f"{frame}|python", "Python", frame, gap, "host Python at this line before the op", "python")
+        source = e.source or (e.stack[-1] if e.stack else None)
+        place(e, kids, frame, _where(source) if source is not None else "")
         prev_end = max(prev_end, e.t + e.dur)
         last_frame = frame
 
@@ -521,16 +536,17 @@ def flame_tree(prof) -> FlameTree:
 
     trailing = prof.t0 + prof.wall_s - prev_end
     if trailing > 0:
-        add(f"{last_frame}|python", "Python", last_frame, trailing, "host Python at this line")
+        add(f"{last_frame}|python", "Python", last_frame, trailing, "host Python at this line", "python")
     covered = settle(root)
     nodes[root][2] = max(prof.wall_s, covered)
     tree = FlameTree()
-    for node_id, (label, parent, value, hover) in nodes.items():
+    for node_id, (label, parent, value, hover, kind) in nodes.items():
         tree.ids.append(node_id)
         tree.labels.append(label)
         tree.parents.append(parent)
         tree.values.append(value)
         tree.hover.append(hover)
+        tree.kinds.append(kind)
     return tree
 
 
