@@ -52,6 +52,15 @@ class Summary:
     platform: str
     error: str | None
     xprof_error: str | None
+    #: the backend's own host work outside the recorded events (``overhead`` in the time split; the split's
+    #: five parts add up to ``wall_s``)
+    overhead_s: float = 0.0
+    #: compiles that are not one-time warm-up (first compiles, a first step that differs from the next):
+    #: what would recur in a longer run
+    steady_compiles: int = 0
+    #: ``device_s`` was read from an XProf trace's device lane (else it is the host's wait, and not shown as
+    #: device time: XLA:CPU traces have no device lane)
+    device_traced: bool = False
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -88,6 +97,14 @@ class CompileRow:
     unrolled_line: str
     recompile: bool
     disk: bool
+    #: one-time: a first compile, or a first step that differs from the steps after it (see profiling.findings)
+    warmup: bool = False
+    #: how many times the sync or op that triggered it ran earlier in the block (``None``: unknown)
+    visit: int | None = None
+    #: how many times that trigger ran after it in the block
+    repeats: int = 0
+    #: the library frame (torch.optim, transformers) the compile was triggered from, if any
+    library: Any = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,7 @@ class CompileGroup:
     @property
     def is_recompile(self) -> bool:
         """Recompiles worth marking (a group of first compiles is not, even if loaded under a new signature)."""
-        return self.recompile and self.kind != "first"
+        return self.recompile and self.kind not in ("first", "warmup")
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,10 @@ class Finding:
     detail: str
     fix: str
     share: float
+    #: something the user can change (a one-time warm-up is said, but not as an issue)
+    actionable: bool = True
+    #: what ``share`` is a share of
+    base: str = "of the cell"
 
 
 @dataclass(frozen=True)
@@ -158,6 +179,8 @@ class SyncGroup:
     wait_s: float
     loop: bool
     hint: str
+    #: the fix alone (``hint`` also says where and how often), for the findings
+    fix: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..causes import CauseKind
 from ..runtime import fused
+from . import findings as advice
 from ..telemetry import EventKind, SyncReason, code_text, describe
 from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
                        OpRow, OpTable, Report, Summary, SyncGroup)
@@ -67,7 +68,7 @@ def _xprof_device_seconds(directory: str) -> float | None:
 #: Priority of what the host was doing when intervals overlap: a compile inside a sync is compiling, a sync
 #: inside an op (a data-dependent op needing concrete inputs) is waiting.
 _CATEGORY = {"compile": "compiling", "sync": "waiting", "graph": "waiting", "op": "tracing", "fallback": "tracing"}
-_PRIORITY = ("compiling", "waiting", "tracing")
+_PRIORITY = ("compiling", "waiting", "tracing", "overhead")
 
 
 def time_split(prof) -> dict:
@@ -86,15 +87,19 @@ def split_wall_time(prof) -> dict:
     * ``tracing``: inside torch ops (fused mode: recording them into the graph; strict/debug: dispatching them);
     * ``compiling``: XLA compiling (or loading from the persistent cache) an executable;
     * ``waiting``: at a sync point, waiting for the device to run the graph and send values back;
-    * ``python``: everything else: the user's Python between torch ops.
+    * ``overhead``: the rest of the backend's own host work (inside our kernels but outside the recorded
+      events: encoding arguments, creating result tensors, views, the lock), measured at the kernels' door;
+    * ``python``: everything else: the user's Python between torch ops (with PyTorch's dispatcher and autograd
+      bookkeeping, which run before our kernels are entered).
     """
     t0, t1 = prof.t0, prof.t0 + prof.wall_s
     edges: list[tuple[float, int, str]] = []
-    for e in prof.events:
-        cat = _CATEGORY.get(e.kind)
-        if cat is None or e.dur <= 0:
+    spans = [(e.t, e.t + e.dur, _CATEGORY.get(e.kind)) for e in prof.events if e.dur > 0]
+    spans += [(a, b, "overhead") for a, b in getattr(prof, "entry_spans", ())]
+    for start, end, cat in spans:
+        if cat is None:
             continue
-        a, b = max(e.t, t0), min(e.t + e.dur, t1)
+        a, b = max(start, t0), min(end, t1)
         if b > a:
             edges.append((a, 1, cat))
             edges.append((b, -1, cat))
@@ -123,7 +128,8 @@ def time_labels(modes: tuple[str, ...]) -> dict:
     else:
         tracing = "dispatching ops one at a time (asynchronous: the device runs them meanwhile)"
     return {
-        "python": "Python: your code between torch ops",
+        "python": "Python: your code between torch ops (with PyTorch's dispatcher and autograd)",
+        "overhead": "torchtpu_lab host overhead: entering our kernels, encoding arguments, creating result tensors",
         "tracing": tracing,
         "compiling": "compiling XLA executables (or loading them from the disk cache)",
         "waiting": "waiting for the device at syncs (running graphs, copying values back)",
@@ -187,6 +193,8 @@ def op_table(prof, top: int) -> OpTable:
 
 def compile_rows(prof) -> tuple[CompileRow, ...]:
     rows = []
+    visits = advice.compile_visits(prof)
+    warm = advice.warmup_compiles(prof, visits)
     for e in prof.compiles:
         d = e.detail
         rows.append(CompileRow(
@@ -194,7 +202,9 @@ def compile_rows(prof) -> tuple[CompileRow, ...]:
             line=_where(e.source), code=code_text(e.source),
             site_code=code_text(d.get("site") or d.get("unrolled_site")), unrolled=d.get("unrolled", 0),
             unrolled_line=_where(d.get("unrolled_site")) if d.get("unrolled") else "",
-            recompile=bool(d.get("recompile")), disk=bool(d.get("disk"))))
+            recompile=bool(d.get("recompile")), disk=bool(d.get("disk")), warmup=id(e) in warm,
+            visit=visits.get(id(e), (None,))[0], repeats=visits.get(id(e), (None, False, 0))[2],
+            library=d.get("library")))
     return tuple(rows)
 
 
@@ -210,6 +220,9 @@ def _pattern(c: CompileRow) -> tuple[tuple, dict]:
         return ("unrolled", c.unrolled_line), {"line": c.unrolled_line, "times": c.unrolled, "n_ops": c.n_ops}
     if cause is None or cause.first:
         return ("first", c.kind, c.disk), {"line": line}
+    if c.warmup:  # a first step that differs from the next: one-time, whatever changed
+        when = "once" if c.visit == 0 and not c.repeats else "second" if c.visit == 1 else "settled"
+        return ("warmup", cause.kind, when, line), {"line": line, "cause": cause}
     if cause.kind is CauseKind.SHAPE:
         old, new = list(cause.old), list(cause.new)
         dims = tuple(i for i, (a, b) in enumerate(zip(old, new)) if a != b) if len(old) == len(new) else ("rank",)
@@ -258,25 +271,25 @@ def compile_groups(prof) -> list[CompileGroup]:
                 what = f"the rank of {op} {arg} changed ({n}x)"
             else:
                 d = dims[0]
-                values = [infos[0]["old"][d]] + [i["new"][d] for i in infos]
-                what = f"dim {d} of {op} {arg} took {len(set(values))} values {_span(values)}"
+                # this cell's own sizes: each recompile's new size, and the old one only where this cell ran it
+                # (the first recompile's old size may be a previous cell's)
+                ran_here = first.visit != 0  # its trigger ran before in this block: the old size ran here
+                values = ([infos[0]["old"][d]] if ran_here else []) + [i["new"][d] for i in infos]
+                what = f"dim {d} of {op} {arg} took {len(set(values))} values {_span(values)} in this cell"
                 steps = [b - a for a, b in zip(values, values[1:])]
                 if len(values) > 2 and all(s == 1 for s in steps):
                     hint = ("the size grows by one each step (a growing KV cache or sequence, as in generate()): "
                             "allocate it once at its maximum length and write into it (index_copy_ / a slice), "
                             "so every step has the same shapes")
                 else:
-                    buckets = len({-(-v // 32) for v in values})
-                    hint = (f"pad or bucket dim {d} to a few sizes (e.g. a multiple of 32: {buckets} shape"
-                            f"{'s' if buckets != 1 else ''} instead of {len(set(values))})")
+                    hint = advice.bucket_hint(values, d)
         elif kind in ("scalar", "static"):
             values = [infos[0]["old"]] + [i["new"] for i in infos]
             what = (f"a Python number passed to {key[1]} ({key[2]}) took {len(set(values))} values "
                     f"{_span(values)}" if kind == "scalar" else
                     f"size argument {key[2]} of {key[1]} took {len(set(values))} values {_span(values)}")
-            hint = ("the number is baked into the graph as a constant: pass it as a tpu tensor "
-                    "(torch.tensor(x, device='tpu')) so it becomes an input" if kind == "scalar" else
-                    "pad or bucket the size so it takes a few values")
+            hint = (advice.scalar_advice(next((r.library for r in rows if r.library is not None), None))
+                    if kind == "scalar" else "pad or bucket the size so it takes a few values")
         elif kind == "grow":
             sizes = [infos[0]["old"]] + [i["new"] for i in infos]
             what = f"the graph kept growing ({_span(sizes)} ops): ops of several steps piled up without a sync"
@@ -289,6 +302,20 @@ def compile_groups(prof) -> list[CompileGroup]:
                     "no sync in between)")
             hint = ("call torchtpu_lab.sync() at the end of each step (like xm.mark_step()), so each step is one "
                     "small graph compiled once")
+        elif kind == "warmup":
+            cause = infos[0]["cause"]
+            state = advice.is_state_creation(cause)
+            when = key[2]
+            if when == "once":
+                what = f"compiled for code that ran once in this cell ({cause})"
+                hint = "one-time: a re-run of the cell finds it cached"
+            else:
+                what = (f"the first step created state ({cause.old} where later steps run {cause.new})" if state
+                        else f"the first step differed from the next ({cause})")
+                what += (", so the second step compiled again; later steps reuse that program" if when == "second"
+                         else "; later steps reuse this program")
+                hint = ("one-time (an optimizer creating its moments, a buffer built lazily): nothing to fix"
+                        if state else "one-time: nothing to fix unless it recurs in a longer run")
         elif kind == "sequence":
             what = f"a different op sequence ({key[1]} vs {key[2]})"
             hint = ("Python control flow took another path (a data-dependent if, a varying loop count); keep the "
@@ -324,52 +351,22 @@ def sync_groups(prof) -> list[SyncGroup]:
         count = len(events)
         # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
         loop = count > 1 and (kind is None or kind.reads_value)
+        fix = ""
         if kind is SyncReason.GRAPH_LIMIT:
             hint = LIMIT_HINT.format(count=count, limit=fused.MAX_GRAPH_OPS.value)
         elif loop:
-            hint = (f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; "
-                    "keep the value on the device (accumulate in a tensor) and read it once at the end")
+            hint, fix = advice.sync_advice(events[0].detail.get("library"), line, count)
         else:
             hint = ""
         out.append(SyncGroup(name, kind, line, code_text(events[0].source), count,
-                             sum(own[id(e)] for e in events), loop, hint))
+                             sum(own[id(e)] for e in events), loop, hint, fix))
     return sorted(out, key=lambda g: -g.count)
 
 
-def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup],
-             fallbacks: list[FallbackGroup]) -> list[Finding]:
-    """Up to three plain-language findings, costliest first: what cost the most time and how to fix it.
-    Recompilations and unrolled loops are said even when cheap here: their cost grows with the run."""
-    wall = prof.wall_s or 1e-9
-    found: list[tuple[Finding, bool]] = []  # (finding, said however cheap)
-
-    def add(title: str, cost_s: float, detail: str, fix: str, grows: bool = False) -> None:
-        found.append((Finding(title, cost_s, detail, fix, cost_s / wall), grows))
-
-    for g in groups:
-        if g.kind == "unrolled":
-            add(f"{g.count} compile{'s' if g.count != 1 else ''} of an unrolled loop", g.seconds, g.pattern, g.hint,
-                grows=True)
-        elif g.is_recompile:
-            add(f"{g.count} recompilation{'s' if g.count != 1 else ''}", g.seconds,
-                g.pattern + (f" at {g.line}" if g.line else ""), g.hint, grows=True)
-    first = [g for g in groups if g.kind == "first" and not g.disk]
-    first_s = sum(g.seconds for g in first)
-    if first and first_s / wall >= 0.25:
-        n = sum(g.count for g in first)
-        add(f"compiling {n} new executable{'s' if n != 1 else ''}", first_s, "the first run of this code",
-            "a re-run (in this kernel, or a restarted one through the disk cache) does not compile")
-    for g in syncs:
-        if g.loop:
-            add(f"{g.count} host syncs from {g.reason}", g.wait_s, f"at {g.line}" + (f": {g.code}" if g.code else ""),
-                "keep the value on the device (accumulate in a tensor) and read it once at the end")
-    if fallbacks:
-        n = sum(f.count for f in fallbacks)
-        add(f"{n} CPU fallback{'s' if n != 1 else ''}", sum(e.dur for e in prof.fallbacks),
-            ", ".join(f"{f.op} at {f.line}" for f in fallbacks[:3]),
-            "these ops have no tpu lowering and copy their data to the CPU and back")
-    kept = [f for f, grows in found if f.share >= 0.02 or grows]
-    return sorted(kept, key=lambda f: -f.cost_s)[:3]
+def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup], fallbacks: list[FallbackGroup],
+             breaks: tuple[GraphBreakRow, ...] = ()) -> list[Finding]:
+    """Actionable findings first, then one-time warm-up (the rules are in :mod:`.findings`)."""
+    return advice.findings(prof, summarize(prof), groups, syncs, fallbacks, list(breaks))
 
 
 def graph_break_rows(prof) -> list[GraphBreakRow]:
@@ -558,15 +555,20 @@ def summarize(prof) -> Summary:
     # executions that needed no compile: fused graphs at syncs and ops run one at a time (strict/debug)
     hits = sum(1 for e in graph_runs + prof.ops if e.detail.get("cache_hit"))
     split = time_split(prof)
+    traced = _xprof_device_seconds(prof.xprof_dir) if prof.xprof_dir else None
+    visits = advice.compile_visits(prof)
+    warm = advice.warmup_compiles(prof, visits)
     return Summary(
-        wall_s=prof.wall_s, device_s=device_seconds(prof), python_s=split["python"], tracing_s=split["tracing"],
+        wall_s=prof.wall_s, device_s=traced if traced is not None else split["waiting"], python_s=split["python"], tracing_s=split["tracing"],
+        overhead_s=split["overhead"],
         compile_s=split["compiling"], wait_s=split["waiting"], mode=prof.mode, ops=len(prof.ops),
         graphs_executed=len(graph_runs), compiles=len(compiles),
         recompiles=sum(1 for c in compiles if c.detail.get("recompile")), disk_loads=loads, cache_hits=hits,
         cache_misses=len(compiles) + loads, syncs=len(prof.syncs), cpu_fallbacks=len(prof.fallbacks),
         collectives=len(prof.of_kind(EventKind.COLLECTIVE)), peak_bytes=prof.peak_bytes,
         start_bytes=prof.start_bytes, end_bytes=prof.end_bytes, limit_bytes=prof.limit_bytes,
-        platform=prof.platform, error=prof.error, xprof_error=prof.xprof_error)
+        platform=prof.platform, error=prof.error, xprof_error=prof.xprof_error,
+        steady_compiles=sum(1 for c in prof.compiles if id(c) not in warm), device_traced=traced is not None)
 
 
 def build_report(prof, top: int = 10) -> Report:
@@ -576,10 +578,11 @@ def build_report(prof, top: int = 10) -> Report:
     groups = compile_groups(prof)
     syncs = sync_groups(prof)
     fallbacks = fallback_groups(prof)
+    breaks = tuple(graph_break_rows(prof))
     return Report(
         summary=summary,
         time_labels=time_labels(prof.modes),
-        findings=tuple(findings(prof, groups, syncs, fallbacks)),
+        findings=tuple(advice.findings(prof, summary, groups, syncs, fallbacks, list(breaks))),
         ops=op_table(prof, top),
         compiles=compile_rows(prof),
         compile_groups=tuple(groups[:top]),
@@ -587,7 +590,7 @@ def build_report(prof, top: int = 10) -> Report:
         syncs=tuple(syncs[:top]),
         syncs_hidden=max(0, len(syncs) - top),
         fallbacks=tuple(fallbacks[:top]),
-        graph_breaks=tuple(graph_break_rows(prof)),
+        graph_breaks=breaks,
         collectives=tuple(collective_groups(prof)),
         memory=memory_report(prof),
         flame=flame_tree(prof),

@@ -40,6 +40,10 @@ class Profile:
     modes: tuple[str, ...] = ()  # the eager mode the block started in, and the one it ended in if it switched
     xprof_error: str | None = None  # why an --xprof trace was not recorded or written
     flush_exception: BaseException | None = field(default=None, repr=False)  # the end-of-block sync failed
+    #: (start, end) of every outermost call into the backend (kernels, syncs) while the block ran: what the
+    #: backend did on the host, measured at its door (see ``interrupts.entry_spans``)
+    entry_spans: list = field(default_factory=list, repr=False)
+    _spans_from: tuple = field(default=((), 0), repr=False)
     _start_ids: set = field(default_factory=set, repr=False)
 
     def start(self, allocated: int, live) -> None:
