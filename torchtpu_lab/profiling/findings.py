@@ -68,8 +68,9 @@ def compile_visits(prof) -> dict[int, tuple[int, bool, int]]:
             continue
         same = [t for t in triggers if t.kind == trigger.kind and t.name == trigger.name and t.source == trigger.source]
         visit = next(i for i, t in enumerate(same) if t is trigger)
-        later = same[visit + 1:]
-        out[id(c)] = (visit, bool(later) and not any(id(t) in compiled_in for t in later), len(later))
+        last = max(i for i, t in enumerate(same) if id(t) in compiled_in)  # the trigger's last compiling run
+        # settled: the trigger compiled only in its first two runs, then ran on without compiling
+        out[id(c)] = (visit, last <= 1 and len(same) > last + 1, len(same) - visit - 1)
     return out
 
 
@@ -92,7 +93,7 @@ def bucket_hint(values: list[int], dim: int) -> str:
     distinct = sorted(set(values))
     for size in (8, 16, 32, 64, 128, 256, 512):
         buckets = len({-(-v // size) for v in distinct})
-        if buckets < len(distinct) and size < max(distinct):
+        if buckets < len(distinct):
             return (f"pad or bucket dim {dim} to a multiple of {size} ({buckets} shape{'s' if buckets != 1 else ''} "
                     f"instead of {len(distinct)} for this cell's sizes {', '.join(map(str, distinct[:8]))}"
                     f"{'…' if len(distinct) > 8 else ''})")

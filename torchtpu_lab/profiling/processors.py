@@ -310,15 +310,22 @@ def compile_groups(prof) -> list[CompileGroup]:
                 what = f"compiled for code that ran once in this cell ({cause})"
                 hint = "one-time: a re-run of the cell finds it cached"
             else:
-                what = (f"the first step created state ({cause.old} where later steps run {cause.new})" if state
-                        else f"the first step differed from the next ({cause})")
+                if state:
+                    what = f"the first step created state ({cause.old} where later steps run {cause.new})"
+                elif when == "second":
+                    what = f"the first step differed from the next ({cause})"
+                else:
+                    what = f"the first run of this step compiled a new program ({cause})"
                 what += (", so the second step compiled again; later steps reuse that program" if when == "second"
                          else "; later steps reuse this program")
                 hint = ("one-time (an optimizer creating its moments, a buffer built lazily): nothing to fix"
                         if state else "one-time: nothing to fix unless it recurs in a longer run")
         elif kind == "sequence":
             what = f"a different op sequence ({key[1]} vs {key[2]})"
-            hint = ("Python control flow took another path (a data-dependent if, a varying loop count); keep the "
+            lib = next((r.library for r in rows if r.library is not None), None)
+            hint = (f"the graphs are cut where {advice.library_where(lib)} reads a value back, so each piece "
+                    f"compiles on its own; {advice.sync_advice(lib, line, n)[1]}" if lib is not None else
+                    "Python control flow took another path (a data-dependent if, a varying loop count); keep the "
                     "step the same each time, or sync before the branch")
         elif kind == "first":
             names = Counter(r.name for r in rows)

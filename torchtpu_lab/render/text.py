@@ -148,7 +148,7 @@ def profile_text(r: Report) -> str:
     out = [f"torchtpu_lab profile ({s.platform}){mode}", summary_line(s)]
     if s.error:
         out.append(f"the block raised {s.error} (partial report)")
-    out.append(f"findings (steady state compiles {s.steady_compiles}):")
+    out.append(f"findings: (steady state compiles {s.steady_compiles})")
     out += [f"  {line}" for line in finding_lines(r.findings)]
     out.append("time:")
     for seconds, label in time_rows(r):
