@@ -5,6 +5,8 @@ host overhead, ``%tpu memory`` roles."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
@@ -215,3 +217,22 @@ for _ in range(3):
     reads = next(g for g in report.syncs if g.loop and "item()" in g.reason)
     assert "torch.optim (adam" in reads.hint and "capturable=True" in reads.fix, reads
     assert "pass it as a tpu tensor" not in text
+
+
+def test_tpu_memory_shows_roles_and_metrics_fold_internals(ip):
+    run(ip, "mm = torch.nn.Linear(16, 8).to('tpu')\nmopt = torch.optim.AdamW(mm.parameters())\n"
+            "mx = torch.randn(32, 16).to('tpu')\nmopt.zero_grad(); mm(mx).sum().backward(); mopt.step()\n"
+            "mloss = mm(mx).relu().sum()  # the relu's output is saved for backward: an activation nobody named\n"
+            "torchtpu_lab.sync()\n")
+    _, text, _ = run(ip, "%tpu memory --top 400")
+    by_role = next(line for line in text.splitlines() if "by role:" in line)
+    for role in ("parameter", "gradient", "optimizer state", "named tensor", "activation / intermediate"):
+        assert role in by_role, by_role
+    assert re.search(r"optimizer state\s+float32\[8, 16\]", text), text  # AdamW's moments of the weight
+    assert re.search(r"parameter\s+float32\[8, 16\]", text) and re.search(r"gradient\s+float32\[8, 16\]", text)
+    assert re.search(r"named tensor `mx`\s+float32\[32, 16\]", text), text
+    _, text, _ = run(ip, "%tpu metrics")
+    assert "CompileTime" in text and "internal caches: %tpu metrics --all" in text
+    assert "cache op_plans" not in text and "/" not in text.split("Caches:")[1].split("\n")[0]  # no cache path
+    _, text, _ = run(ip, "%tpu metrics --all")
+    assert "cache op_plans" in text

@@ -21,8 +21,8 @@ USAGE = """usage:
   %tpu                      status of the tpu session
   %tpu mode [debug|strict|fused]
   %tpu cache                compile cache location and size;  %tpu cache clear  empties it
-  %tpu memory [--top N]     live device tensors by size, with the line that created each
-  %tpu metrics [--reset]    the metrics report (compile/execute times, counters)
+  %tpu memory [--top N]     live device tensors by size and role (parameter, gradient, optimizer state, ...)
+  %tpu metrics [--all|--reset]  the metrics report (compile/execute times, counters; --all: internal caches)
   %tpu fallback [on|off]    the CPU fallback for ops without a tpu lowering
   %tpu watch [stop]         a live panel of memory, mode and compile counters
 %%tpu_profile [--top N] [--xprof] [--no-flame] [--output DIR]   profile the cell"""
@@ -146,13 +146,21 @@ class TpuMagics(Magics):
 
     def _cmd_memory(self, args):
         from ..render.text import fmt_bytes
+        from . import roles as buffer_roles
 
         top = _parse_top(args, 10)
-        rows = memory.largest(0, top)
+        everything = memory.largest(0, 1 << 30)
+        roles = buffer_roles.roles_by_array(self.shell.user_ns)
+        totals = dict.fromkeys(buffer_roles.ROLES, 0)
+        for r in everything:
+            totals[buffer_roles.role_kind(buffer_roles.role_of(r, roles))] += r["nbytes"]
         lines = [f"tpu:0 memory: {fmt_bytes(memory.allocated(0))} allocated, peak {fmt_bytes(memory.peak(0))}"]
-        for r in rows:
-            lines.append(f"  {fmt_bytes(r['nbytes']):>10}  {r['dtype']}{r['shape']}  created at {r['source'] or 'n/a'}")
-        if not rows:
+        if everything:
+            lines.append("  by role: " + " \u00b7 ".join(f"{role} {fmt_bytes(n)}" for role, n in totals.items() if n))
+        for r in everything[:top]:
+            lines.append(f"  {fmt_bytes(r['nbytes']):>10}  {buffer_roles.role_of(r, roles):<25} {r['dtype']}{r['shape']}"
+                         f"  created at {r['source'] or 'n/a'}")
+        if not everything:
             lines.append("  (no live tpu tensors)")
         print("\n".join(lines))
 
@@ -163,7 +171,9 @@ class TpuMagics(Magics):
             telemetry.reset()
             print("metrics reset")
             return
-        print(metrics.metrics_report())
+        if args and args[0] != "--all":
+            raise ValueError(f"unknown metrics option {args[0]!r} (--all shows the internal caches, --reset)")
+        print(metrics.metrics_report(internals=bool(args)))
 
     def _cmd_fallback(self, args):
         if args:

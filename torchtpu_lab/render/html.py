@@ -27,7 +27,7 @@ _STYLE = """
 .ttl-report tr.ttl-main td{border-bottom:none}
 .ttl-warmup{color:#777}
 .ttl-ok{color:#2e7d32}
-.ttl-recompile{background:rgba(255,160,0,.18)}
+.ttl-recompile,.ttl-recompile-detail{background:rgba(255,160,0,.18)}
 .ttl-hint{color:#b35900}
 .ttl-error{color:#c00;font-weight:bold}
 .ttl-muted{color:#777}
@@ -68,7 +68,7 @@ def _table_html(headers, rows, classes=None, details=None) -> str:
         body.append(f"<tr{cls}>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>"
                                               for v, c in row) + "</tr>")
         if detail:
-            extra = f" {classes[i]}" if classes and classes[i] else ""
+            extra = f" {classes[i]}-detail" if classes and classes[i] else ""
             body.append(f'<tr class="ttl-detail{extra}"><td colspan="{len(headers)}">{detail}</td></tr>')
     return f"<div class=\"ttl-scroll\"><table><tr>{head}</tr>{''.join(body)}</table></div>"
 

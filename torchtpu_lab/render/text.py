@@ -23,22 +23,38 @@ def _dist(name: str, d: Timing | None) -> list[str]:
     ]
 
 
-def metrics_text(s: Metrics) -> str:
+#: counters a user reads (the rest are the runtime's internals, shown by ``%tpu metrics --all``)
+USER_COUNTERS = ("compiles", "compile_seconds", "executions", "syncs", "graph_ops_executed", "cpu_fallbacks",
+                 "disk_loads", "op_cache_hits", "transfer_to_device_bytes", "transfer_to_host_bytes", "recompiles")
+
+
+def metrics_text(s: Metrics, internals: bool = True) -> str:
     lines = [f"torchtpu_lab metrics (eager mode: {s.eager_mode})"]
     lines += _dist("CompileTime", s.compile_time)
     lines += _dist("ExecuteTime (graph dispatch)", s.execute_time)
     if s.collective_time is not None:
         lines += _dist("CollectiveTime (torch.distributed, incl. wait)", s.collective_time)
     lines.append("Counters:")
+    hidden = 0
     for k, v in s.counters.items():
+        if not internals and k not in USER_COUNTERS:
+            hidden += 1
+            continue
         lines.append(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+    if hidden:
+        lines.append(f"  ({hidden} internal counters: %tpu metrics --all)")
     lines.append(f"Executables: {s.compiles} compiled by XLA, {s.disk_loads} loaded from the disk cache, "
                  f"{s.cache_hits} memory hits")
+    disk = f"{s.persistent_cache_dir or 'persistent cache off'}" if internals else (
+        "persistent cache on" if s.persistent_cache_dir else "persistent cache off")
     lines.append(f"Caches: {s.op_cache_entries} op executables, {s.graph_cache_entries} fused graphs in memory; "
-                 f"{s.persistent_cache_entries} on disk ({s.persistent_cache_dir or 'persistent cache off'})")
-    for name, c in s.caches.items():
-        lines.append(f"  cache {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, {c['misses']} misses, "
-                     f"{c['evictions']} evictions")
+                 f"{s.persistent_cache_entries} on disk ({disk})")
+    if internals:
+        for name, c in s.caches.items():
+            lines.append(f"  cache {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, "
+                         f"{c['misses']} misses, {c['evictions']} evictions")
+    elif s.caches:
+        lines.append(f"  ({len(s.caches)} internal caches: %tpu metrics --all)")
     if s.recent_compiles:
         lines.append("Recent compiles:")
         for c in s.recent_compiles:
