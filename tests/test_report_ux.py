@@ -236,3 +236,29 @@ def test_tpu_memory_shows_roles_and_metrics_fold_internals(ip):
     assert "cache op_plans" not in text and "/" not in text.split("Caches:")[1].split("\n")[0]  # no cache path
     _, text, _ = run(ip, "%tpu metrics --all")
     assert "cache op_plans" in text
+
+
+def test_each_graph_break_is_a_finding_with_its_fix():
+    import torchtpu_lab
+    from torchtpu_lab.profiling import processors
+
+    def noisy(x):
+        y = x * 2
+        print("inside the compiled function")  # Dynamo cannot trace print: a graph break
+        return y + 1
+
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    fn = torch.compile(noisy, backend="tpu")
+    x = torch.ones(3).to("tpu")
+    fn(x)
+    with torchtpu_lab.profile() as prof:
+        fn(x).sum().item()
+        torch._dynamo.reset()
+        fn = torch.compile(noisy, backend="tpu")
+        fn(x).sum().item()
+    report = processors.build_report(prof)
+    assert report.graph_breaks, "the profile recorded the break"
+    breaks = [f for f in report.findings if f.title == "torch.compile graph break"]
+    assert len(breaks) == len(report.graph_breaks) and all(f.actionable and f.fix for f in breaks)
+    assert "print" in breaks[0].fix

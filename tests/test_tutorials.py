@@ -351,15 +351,15 @@ _JUPYTERLAB_CSS = """
 """
 
 #: measured in the page: how far the document is wider than the window, text cells that are right-aligned,
-#: the heights of the "line" cells (one line of text each when they do not wrap)
+#: how many lines of text each "line" cell takes (one, when it does not wrap)
 _LAYOUT_JS = """() => {
   const report = document.querySelector('.ttl-report');
-  const px = parseFloat(getComputedStyle(report).lineHeight) || 18;
   const texts = [...report.querySelectorAll('td:not(.num)')].filter(td => td.innerText.trim() &&
       getComputedStyle(td).textAlign === 'right').map(td => td.innerText.slice(0, 40));
   return {page_overflow: document.documentElement.scrollWidth - window.innerWidth,
-          right_aligned_text: texts, line_height: px,
-          line_heights: [...report.querySelectorAll('td.line')].map(td => td.getBoundingClientRect().height)};
+          right_aligned_text: texts,
+          line_rows: [...report.querySelectorAll('td.line')].filter(td => td.innerText.trim()).map(td => {
+            const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; })};
 }"""
 
 
@@ -405,7 +405,7 @@ def test_profile_report_screenshot_in_headless_chromium(name, tmp_path):
         # and "cell [N], line L" stays on one line
         assert got["page_overflow"] <= 1, (width, got)
         assert got["right_aligned_text"] == [], (width, got)
-        assert all(h <= 1.6 * got["line_height"] for h in got["line_heights"]), (width, got)
+        assert got["line_rows"] and all(n == 1 for n in got["line_rows"]), (width, got)
     assert re.fullmatch(r"[\d.]+ (KiB|MiB|GiB)", peak), peak
     assert "Where the wall time went" in heads
     if "findings" in must:
