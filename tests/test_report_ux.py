@@ -262,3 +262,28 @@ def test_each_graph_break_is_a_finding_with_its_fix():
     breaks = [f for f in report.findings if f.title == "torch.compile graph break"]
     assert len(breaks) == len(report.graph_breaks) and all(f.actionable and f.fix for f in breaks)
     assert "print" in breaks[0].fix
+
+
+def test_flame_graph_compiles_have_their_own_root_and_colour_and_no_cell_band(ip):
+    from torchtpu_lab.render import plot
+
+    _, _, _ = run(ip, "%%tpu_profile --no-flame\nfw = torch.ones(6, 7, device='tpu')\nfv = (fw * 3 - 1).sum().item()\n")
+    tree = ip.user_ns["_tpu_profile"].report().flame
+    kinds = dict(zip(tree.ids, tree.kinds))
+    parent = dict(zip(tree.ids, tree.parents))
+    compiles = [i for i in tree.ids if kinds[i] == "compile"]
+    assert compiles, tree.labels
+    assert all(parent[i] == "cell|compiles" and parent[parent[i]] == "cell" for i in compiles)
+    labels = dict(zip(tree.ids, tree.labels))
+    assert all(re.search(r"cell \[\d+\], line \d+", labels[i]) for i in compiles)  # the line that triggered it
+    for i in tree.ids:  # a sync's box holds no compile: its children are its graph run and its wait
+        if kinds[i] == "sync":
+            assert not any(parent[j] == i and kinds[j] == "compile" for j in tree.ids)
+    spec = plot.flame_spec(tree)
+    trace = spec["data"][0]
+    assert "cell" not in trace["ids"] and "" in trace["parents"]  # no whole-cell band: its total is the title
+    colours = dict(zip(trace["ids"], trace["marker"]["colors"]))
+    assert {colours[i] for i in compiles} == {plot.FLAME_COLOURS["compile"]}
+    memory = plot.memory_spec([(0.0, 0), (0.1, 3 * 2**20), (0.2, 2**20)])
+    peak = next(t for t in memory["data"] if t.get("name") == "peak")
+    assert peak["y"] == [3.0] and "peak 3.00 MiB" in peak["text"][0]
