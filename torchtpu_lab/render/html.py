@@ -122,7 +122,7 @@ def profile_html(r: Report) -> str:
         parts.append(_table_html(("op", "calls", "total", "mean", "line", "code"),
                                  [((escape(o.op), ""), (str(o.count), "num"), (escape(fmt_s(o.total_s)), "num"),
                                    (escape(fmt_s(o.mean_s)), "num"), _line(o.line),
-                                   (_code_cell(o.code), "")) for o in ops.by_time]))
+                                   (_code_cell(o.code), "code")) for o in ops.by_time]))
         parts.append("<h4>Top ops by count</h4>")
         parts.append(_table(("op", "calls", "line"), [(o.op, o.count, o.line) for o in ops.by_count]))
     if r.compile_groups:
