@@ -20,6 +20,7 @@ Rules, each read from the profile's fields (never from our own sentences):
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import Counter
 
@@ -43,34 +44,48 @@ def is_state_creation(cause) -> bool:
     return any(isinstance(v, str) and any(op in v for op in _CREATION_OPS) for v in (cause.old, cause.new))
 
 
-def _enclosing(event, triggers: list):
-    """The innermost trigger (sync or op) whose time span holds ``event``."""
-    best = None
-    for t in triggers:
-        inside = t.t <= event.t + 1e-9 and event.t + event.dur <= t.t + t.dur + 1e-9
-        if inside and (best is None or t.dur <= best.dur):
-            best = t
-    return best
+#: how far back from a compile to look for the sync or op that holds it (they nest: the holder starts just
+#: before the compile, on the same thread)
+_LOOK_BACK = 256
+
+
+def _enclosing(event, triggers: list, starts: list):
+    """The innermost trigger (sync or op; sorted by start) whose time span holds ``event``: the latest-starting
+    one that holds it."""
+    i = bisect.bisect_right(starts, event.t + 1e-9)
+    for t in reversed(triggers[max(0, i - _LOOK_BACK):i]):
+        if event.t + event.dur <= t.t + t.dur + 1e-9:
+            return t
+    return None
 
 
 def compile_visits(prof) -> dict[int, tuple[int, bool, int]]:
     """For each compile event (by id) that a sync or op triggered: how many times that trigger (same kind,
     reason and line) ran before it in this block, whether it ran again afterwards without compiling, and how
-    many times it ran afterwards."""
-    triggers = [e for e in prof.events if e.kind in ("sync", "op")]
+    many times it ran afterwards. Computed once per state of the profile (the summary and the groups ask)."""
+    key = (len(prof.events), prof.wall_s)
+    memo = getattr(prof, "_compile_visits", None)
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    triggers = sorted((e for e in prof.events if e.kind in ("sync", "op")), key=lambda e: e.t)
+    starts = [t.t for t in triggers]
     compiles = sorted(prof.compiles, key=lambda e: e.t)
-    holder = {id(c): _enclosing(c, triggers) for c in compiles}
+    holder = {id(c): _enclosing(c, triggers, starts) for c in compiles}
     compiled_in = {id(t) for t in holder.values() if t is not None}
-    out: dict[int, tuple[int, bool]] = {}
+    runs: dict[tuple, list] = {}  # each trigger's runs, in order
+    for t in triggers:
+        runs.setdefault((t.kind, t.name, t.source), []).append(t)
+    out: dict[int, tuple[int, bool, int]] = {}
     for c in compiles:
         trigger = holder[id(c)]
         if trigger is None:
             continue
-        same = [t for t in triggers if t.kind == trigger.kind and t.name == trigger.name and t.source == trigger.source]
+        same = runs[(trigger.kind, trigger.name, trigger.source)]
         visit = next(i for i, t in enumerate(same) if t is trigger)
         last = max(i for i, t in enumerate(same) if id(t) in compiled_in)  # the trigger's last compiling run
         # settled: the trigger compiled only in its first two runs, then ran on without compiling
         out[id(c)] = (visit, last <= 1 and len(same) > last + 1, len(same) - visit - 1)
+    prof._compile_visits = (key, out)
     return out
 
 
@@ -124,8 +139,8 @@ def sync_advice(lib: Source | None, line: str, count: int) -> tuple[str, str]:
     inside a library, the fix its caller can apply."""
     if lib is None:
         fix = "keep the value on the device (accumulate in a tensor) and read it once at the end"
-        return (f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; "
-                f"{fix}", fix)
+        hint = f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; {fix}"
+        return hint, fix
     name, text = _library_name(lib), code_text(lib, 200)
     where = f"{count} value reads inside {library_where(lib)}, called from {line}"
     if name == "torch.optim":
