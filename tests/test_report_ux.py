@@ -287,3 +287,21 @@ def test_flame_graph_compiles_have_their_own_root_and_colour_and_no_cell_band(ip
     memory = plot.memory_spec([(0.0, 0), (0.1, 3 * 2**20), (0.2, 2**20)])
     peak = next(t for t in memory["data"] if t.get("name") == "peak")
     assert peak["y"] == [3.0] and "peak 3.00 MiB" in peak["text"][0]
+
+
+def test_on_colab_a_figure_also_carries_html_that_loads_plotly(monkeypatch):
+    import json
+    import sys
+    import types
+
+    from torchtpu_lab.render import plot
+
+    bundle = plot.PlotlyBundle({"data": [{"type": "scatter", "y": [1, 2]}], "layout": {"title": {"text": "</script>"}}},
+                               "a figure")
+    assert "text/html" not in bundle._repr_mimebundle_()  # JupyterLab and VS Code render the plotly JSON
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    got = bundle._repr_mimebundle_()
+    html = got["text/html"]
+    assert "Plotly.newPlot(" in html and "cdn.plot.ly/plotly-" in html
+    assert html.count("</script>") == 2  # the title's "</script>" cannot close the script early
+    assert json.loads(json.dumps(got["application/vnd.plotly.v1+json"]))["data"][0]["y"] == [1, 2]

@@ -13,6 +13,7 @@ lines, op names: all user-controlled) goes through :func:`html.escape` first.
 
 from __future__ import annotations
 
+import sys
 from html import escape
 
 from .text import fmt_bytes, fmt_s
@@ -28,16 +29,38 @@ FLAME_COLOURS = {
 _CONFIG = {"displaylogo": False, "responsive": True}
 
 
+#: plotly.js for frontends without a plotly mime renderer (Colab): the version the installed plotly bundles
+_PLOTLY_CDN = "https://cdn.plot.ly/plotly-{version}.min.js"
+
+
 class PlotlyBundle:
-    """A plotly figure as a raw display bundle: plotly's JSON for JupyterLab's plotly renderer and a line of
-    text for every other viewer."""
+    """A plotly figure as a raw display bundle: plotly's JSON for JupyterLab's (and VS Code's) plotly renderer
+    and a line of text for every other viewer; on Colab, which renders no plotly mime type, also an HTML part
+    that loads plotly.js from its CDN (what plotly's own Colab renderer does)."""
 
     def __init__(self, spec: dict, text: str):
         self.spec = spec
         self.text = text
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"application/vnd.plotly.v1+json": {**self.spec, "config": _CONFIG}, "text/plain": self.text}
+        figure = {**self.spec, "config": _CONFIG}
+        bundle = {"application/vnd.plotly.v1+json": figure, "text/plain": self.text}
+        if "google.colab" in sys.modules:
+            bundle["text/html"] = _html(figure)
+        return bundle
+
+
+def _html(figure: dict) -> str:
+    import json
+    import uuid
+
+    from plotly.offline import get_plotlyjs_version
+
+    div = f"ttl-plot-{uuid.uuid4().hex}"
+    # "</" cannot end the script early: JSON allows "<\/"
+    data = json.dumps(figure).replace("</", "<\\/")
+    return (f'<div id="{div}"></div><script src="{_PLOTLY_CDN.format(version=get_plotlyjs_version())}"></script>'
+            f"<script>(function(f){{Plotly.newPlot('{div}', f.data, f.layout, f.config);}})({data});</script>")
 
 
 def flame_spec(tree, height: int = 420) -> dict:
