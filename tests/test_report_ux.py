@@ -305,3 +305,15 @@ def test_on_colab_a_figure_also_carries_html_that_loads_plotly(monkeypatch):
     assert "Plotly.newPlot(" in html and "cdn.plot.ly/plotly-" in html
     assert html.count("</script>") == 2  # the title's "</script>" cannot close the script early
     assert json.loads(json.dumps(got["application/vnd.plotly.v1+json"]))["data"][0]["y"] == [1, 2]
+
+
+def test_status_says_the_share_of_cell_time_spent_compiling(ip):
+    from torchtpu_lab.jupyter.status import status
+
+    before = status()
+    run(ip, "cw = torch.ones(3, 11, device='tpu')\nprint((cw * 7).sum().item())\n")  # compiles a new graph
+    after = status()
+    assert after.cell_seconds > before.cell_seconds and after.compile_seconds > before.compile_seconds
+    assert 0 < after.compile_share <= 1
+    _, text, _ = run(ip, "%tpu")
+    assert re.search(r"compile time\s+[\d.]+ (s|ms|us) = \d+% of the time cells ran", text), text

@@ -281,11 +281,20 @@ class Status:
     cache_entries: int
     distributed: str | None
     global_changes: dict | None = None
+    #: seconds spent compiling and loading executables, and seconds notebook cells ran (``%load_ext`` counts
+    #: them): a hit rate of 98% can hide compiles taking most of the time
+    compile_seconds: float = 0.0
+    cell_seconds: float = 0.0
 
     @property
     def cache_hit_rate(self) -> float | None:
         total = self.cache_hits + self.compiles + self.disk_loads
         return self.cache_hits / total if total else None
+
+    @property
+    def compile_share(self) -> float | None:
+        """The share of the cells' time spent compiling (``None`` before a cell ran under the extension)."""
+        return min(1.0, self.compile_seconds / self.cell_seconds) if self.cell_seconds > 0 else None
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ def status_rows(s: Status) -> list[tuple[str, str]]:
                    + (f", limit {fmt_bytes(s.memory_limit)}" if s.memory_limit else " (no limit reported)")),
         ("executables", f"{s.compiles} compiled, {s.disk_loads} loaded from disk, {s.cache_hits} memory hits"
                         f" (hit rate {rate})"),
+        ("compile time", f"{fmt_s(s.compile_seconds)}" + (f" = {fmt_pct(s.compile_share)} of the time cells ran"
+                                                          if s.compile_share is not None else "")),
         ("syncs", str(s.syncs)),
         ("CPU fallbacks", str(s.cpu_fallbacks)),
         ("pending fused ops", str(s.pending_ops)),
