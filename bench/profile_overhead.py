@@ -91,7 +91,8 @@ def report_cost(n_ops: int = 10_000) -> tuple[float, int]:
 
     text.profile_text(report)
     html.profile_html(report)
-    plot.flame_figure(report.flame).to_dict()
+    plot.flame_bundle(report.flame)._repr_mimebundle_()  # what %%tpu_profile displays
+    plot.memory_bundle(report.memory.timeline, report.memory.limit)._repr_mimebundle_()
     return time.perf_counter() - t0, len(prof.ops)
 
 

@@ -253,6 +253,10 @@ def test_xprof_command_printed_in_the_report_serves_the_trace(ip, tmp_path):
     result, text, html = run(ip, f"%%tpu_profile --no-flame --xprof --output {out_dir}\nv = (torch.ones(4, device='tpu') + 1).sum().item()\n")
     assert result.success
     assert "%load_ext tensorboard" not in text + html
+    # the tracer's cost is named, and no device time is claimed where the trace has no device lane (XLA:CPU)
+    assert "includes the XProf tracer's own overhead" in text and "XProf tracer" in html
+    if not ip.user_ns["_tpu_profile"].report().summary.device_traced:
+        assert "device execution" not in text + html
     command = next(x.split("open it with (in a terminal):", 1)[1].strip() for x in text.splitlines()
                    if "open it with" in x)
     assert "--logdir" in command and out_dir in command

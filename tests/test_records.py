@@ -122,7 +122,7 @@ def test_grouping_reads_the_cause_fields_not_its_sentence(monkeypatch):
     groups = processors.compile_groups(_profile([first] + shapes))
     shape = next(g for g in groups if g.kind == "shape")
     assert shape.count == 3 and shape.is_recompile
-    assert shape.pattern == "dim 1 of aten::mm input 0 took 4 values 16, 21, 26, 31"
+    assert shape.pattern == "dim 1 of aten::mm input 0 took 4 values 16, 21, 26, 31 in this cell"
     assert shape.hint.startswith("pad or bucket dim 1") and shape.line == "train.py:7"
     first_group = next(g for g in groups if g.kind == "first")
     assert first_group.count == 1 and not first_group.is_recompile

@@ -366,6 +366,28 @@ REPORTS = {
 }
 
 
+#: JupyterLab's own rules for HTML outputs (jlab_core's .jp-RenderedHTMLCommon), which the report must override:
+#: they right-align every cell and let every cell wrap
+_JUPYTERLAB_CSS = """
+.jp-RenderedHTMLCommon td, .jp-RenderedHTMLCommon th, .jp-RenderedHTMLCommon tr {
+  vertical-align: middle; padding: 0.5em; line-height: normal; white-space: normal; max-width: none; border: none; }
+:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td, :not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon th,
+:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon tr { text-align: right; }
+"""
+
+#: measured in the page: how far the document is wider than the window, text cells that are right-aligned,
+#: how many lines of text each "line" cell takes (one, when it does not wrap)
+_LAYOUT_JS = """() => {
+  const report = document.querySelector('.ttl-report');
+  const texts = [...report.querySelectorAll('td:not(.num)')].filter(td => td.innerText.trim() &&
+      getComputedStyle(td).textAlign === 'right').map(td => td.innerText.slice(0, 40));
+  return {page_overflow: document.documentElement.scrollWidth - window.innerWidth,
+          right_aligned_text: texts,
+          line_rows: [...report.querySelectorAll('td.line')].filter(td => td.innerText.trim()).map(td => {
+            const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; })};
+}"""
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_reads_run(n)) for n in sorted(REPORTS)])
 def test_profile_report_screenshot_in_headless_chromium(name, tmp_path):
     """Each report is rendered by headless Chromium as the notebook shows it, screenshotted (kept under
@@ -384,18 +406,31 @@ def test_profile_report_screenshot_in_headless_chromium(name, tmp_path):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless=new", "--no-sandbox", "--disable-gpu"])
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.set_content(f"<html><body>{html}</body></html>")
-            report = page.locator(".ttl-report")
-            sync_api.expect(report).to_be_visible()
+            layout = {}
+            for width in (1024, 1440):  # a laptop, and a wide window: nothing may be cut off at either
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.set_content(f"<html><head><style>{_JUPYTERLAB_CSS}</style></head><body>"
+                                 f'<div class="jp-RenderedHTMLCommon">{html}</div></body></html>')
+                report = page.locator(".ttl-report")
+                sync_api.expect(report).to_be_visible()
+                report.screenshot(path=shot.replace(".png", f"_{width}.png"))
+                layout[width] = page.evaluate(_LAYOUT_JS)
             report.screenshot(path=shot)
             peak = page.locator(".ttl-peak").inner_text()
             heads = page.locator(".ttl-report h4").all_inner_texts()
             findings = page.locator(".ttl-findings li").all_inner_texts()
-            recompile_rows = page.locator("tr.ttl-recompile").all_inner_texts()
+            # a group's row, then its cause and fix on a full-width row under it
+            recompile_rows = [a + "\n" + b for a, b in zip(page.locator("tr.ttl-recompile").all_inner_texts(),
+                                                           page.locator("tr.ttl-recompile-detail").all_inner_texts())]
         finally:
             browser.close()
     assert os.path.getsize(shot) > 5000
+    for width, got in layout.items():
+        # every table fits its scroll box or scrolls in it (none reaches past the page), text is left-aligned,
+        # and "cell [N], line L" stays on one line
+        assert got["page_overflow"] <= 1, (width, got)
+        assert got["right_aligned_text"] == [], (width, got)
+        assert got["line_rows"] and all(n == 1 for n in got["line_rows"]), (width, got)
     assert re.fullmatch(r"[\d.]+ (KiB|MiB|GiB)", peak), peak
     assert "Where the wall time went" in heads
     if "findings" in must:

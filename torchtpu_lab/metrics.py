@@ -64,8 +64,9 @@ def summary() -> dict:
     return collect().as_dict()
 
 
-def metrics_report() -> str:
-    """The summary as text, like ``torch_xla.debug.metrics.metrics_report()``."""
+def metrics_report(internals: bool = True) -> str:
+    """The summary as text, like ``torch_xla.debug.metrics.metrics_report()``; ``internals=False`` folds the
+    runtime's internal caches and counters into one line each (what ``%tpu metrics`` shows)."""
     from .render.text import metrics_text
 
-    return metrics_text(collect())
+    return metrics_text(collect(), internals)

@@ -62,6 +62,15 @@ class Summary:
     peak_bandwidth: float | None = None
     peak_source: str = ""
     mfu: float | None = None
+    #: the backend's own host work outside the recorded events (``overhead`` in the time split; the split's
+    #: five parts add up to ``wall_s``)
+    overhead_s: float = 0.0
+    #: compiles that are not one-time warm-up (first compiles, a first step that differs from the next):
+    #: what would recur in a longer run
+    steady_compiles: int = 0
+    #: ``device_s`` was read from an XProf trace's device lane (else it is the host's wait, and not shown as
+    #: device time: XLA:CPU traces have no device lane)
+    device_traced: bool = False
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -98,6 +107,14 @@ class CompileRow:
     unrolled_line: str
     recompile: bool
     disk: bool
+    #: one-time: a first compile, or a first step that differs from the steps after it (see profiling.findings)
+    warmup: bool = False
+    #: how many times the sync or op that triggered it ran earlier in the block (``None``: unknown)
+    visit: int | None = None
+    #: how many times that trigger ran after it in the block
+    repeats: int = 0
+    #: the library frame (torch.optim, transformers) the compile was triggered from, if any
+    library: Any = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +136,7 @@ class CompileGroup:
     @property
     def is_recompile(self) -> bool:
         """Recompiles worth marking (a group of first compiles is not, even if loaded under a new signature)."""
-        return self.recompile and self.kind != "first"
+        return self.recompile and self.kind not in ("first", "warmup")
 
 
 @dataclass(frozen=True)
@@ -131,6 +148,10 @@ class Finding:
     detail: str
     fix: str
     share: float
+    #: something the user can change (a one-time warm-up is said, but not as an issue)
+    actionable: bool = True
+    #: what ``share`` is a share of
+    base: str = "of the cell"
 
 
 @dataclass(frozen=True)
@@ -168,6 +189,8 @@ class SyncGroup:
     wait_s: float
     loop: bool
     hint: str
+    #: the fix alone (``hint`` also says where and how often), for the findings
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -335,11 +358,20 @@ class Status:
     cache_entries: int
     distributed: str | None
     global_changes: dict | None = None
+    #: seconds spent compiling and loading executables, and seconds notebook cells ran (``%load_ext`` counts
+    #: them): a hit rate of 98% can hide compiles taking most of the time
+    compile_seconds: float = 0.0
+    cell_seconds: float = 0.0
 
     @property
     def cache_hit_rate(self) -> float | None:
         total = self.cache_hits + self.compiles + self.disk_loads
         return self.cache_hits / total if total else None
+
+    @property
+    def compile_share(self) -> float | None:
+        """The share of the cells' time spent compiling (``None`` before a cell ran under the extension)."""
+        return min(1.0, self.compile_seconds / self.cell_seconds) if self.cell_seconds > 0 else None
 
 
 @dataclass(frozen=True)

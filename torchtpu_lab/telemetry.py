@@ -94,6 +94,48 @@ def user_source(depth: int = 2) -> Source | None:
     return BACKWARD if threading.current_thread() is not threading.main_thread() else None
 
 
+_library_code: dict = {}  # code object -> "library" | "internal" | "user"
+
+#: torch's own packages whose code a user calls as a library (an optimizer's step, a module's forward), as
+#: opposed to torch's tensor machinery, which stands for the user's own call
+_TORCH_LIBRARIES = tuple(os.sep + os.path.join("torch", sub) + os.sep for sub in ("optim", "nn", os.path.join("utils", "data")))
+
+
+def _frame_kind(code) -> str:
+    kind = _library_code.get(code)
+    if kind is None:
+        name = code.co_filename
+        if any(lib in name for lib in _TORCH_LIBRARIES):
+            kind = "library"
+        elif name.startswith(_skip_prefixes()):
+            kind = "internal"
+        elif f"{os.sep}site-packages{os.sep}" in name or f"{os.sep}dist-packages{os.sep}" in name:
+            kind = "library"
+        else:
+            kind = "user"
+        _library_code[code] = kind
+    return kind
+
+
+def library_frame(depth: int = 2) -> Source | None:
+    """The innermost frame of library code (torch.optim, torch.nn, an installed package such as transformers)
+    between us and the user's own code, or ``None`` when the user's code called us directly: advice aimed at
+    a line inside a library cannot be followed, so findings name this frame and the fix the caller can apply.
+    Only taken while a profile records (it walks the stack)."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None
+    while frame is not None:
+        kind = _frame_kind(frame.f_code)
+        if kind == "library":
+            return Source(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        if kind == "user":
+            return None
+        frame = frame.f_back
+    return None
+
+
 def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
     """The user's frames on the stack, outermost first (the notebook cell, then the functions it called), for
     the flame graph; only taken while a profile records, as it walks the whole stack."""
@@ -268,6 +310,8 @@ def _log(log: deque, event: Event) -> Event:
     log.append(event)
     if recorders and event.stack is None:
         event.stack = user_stack(3)
+    if recorders and event.kind in (EventKind.SYNC, EventKind.COMPILE):
+        event.detail.setdefault("library", library_frame(3))
     for sink in recorders:
         sink.append(event)
     return event

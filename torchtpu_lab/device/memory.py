@@ -184,7 +184,7 @@ def largest(device_index: int = 0, n: int = 10) -> list[dict]:
     for e in entries:
         shape, dtype, source = e[4] if e[4] else (tuple(e[0].shape), None, None)
         out.append({"nbytes": e[3], "shape": list(shape), "dtype": str(dtype).replace("torch.", "") if dtype else
-                    str(e[0].dtype), "source": telemetry.describe(source) if source else None})
+                    str(e[0].dtype), "source": telemetry.describe(source) if source else None, "array_id": id(e[0])})
     return out
 
 

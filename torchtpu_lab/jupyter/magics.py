@@ -22,8 +22,8 @@ USAGE = """usage:
   %tpu                      status of the tpu session
   %tpu mode [debug|strict|fused]
   %tpu cache                compile cache location and size;  %tpu cache clear  empties it
-  %tpu memory [--top N]     live device tensors by size, with the line that created each
-  %tpu metrics [--reset]    the metrics report (compile/execute times, counters)
+  %tpu memory [--top N]     live device tensors by size and role (parameter, gradient, optimizer state, ...)
+  %tpu metrics [--all|--reset]  the metrics report (compile/execute times, counters; --all: internal caches)
   %tpu fallback [on|off]    the CPU fallback for ops without a tpu lowering
   %tpu watch [stop]         a live panel of memory, mode and compile counters
 %%tpu_profile [--top N] [--xprof] [--no-flame] [--output DIR] [--repeat N] [--compare NAME]   profile the cell
@@ -170,13 +170,21 @@ class TpuMagics(Magics):
 
     def _cmd_memory(self, args):
         from ..render.text import fmt_bytes
+        from . import roles as buffer_roles
 
         top = _parse_top(args, 10)
-        rows = memory.largest(0, top)
+        everything = memory.largest(0, 1 << 30)
+        roles = buffer_roles.roles_by_array(self.shell.user_ns)
+        totals = dict.fromkeys(buffer_roles.ROLES, 0)
+        for r in everything:
+            totals[buffer_roles.role_kind(buffer_roles.role_of(r, roles))] += r["nbytes"]
         lines = [f"tpu:0 memory: {fmt_bytes(memory.allocated(0))} allocated, peak {fmt_bytes(memory.peak(0))}"]
-        for r in rows:
-            lines.append(f"  {fmt_bytes(r['nbytes']):>10}  {r['dtype']}{r['shape']}  created at {r['source'] or 'n/a'}")
-        if not rows:
+        if everything:
+            lines.append("  by role: " + " \u00b7 ".join(f"{role} {fmt_bytes(n)}" for role, n in totals.items() if n))
+        for r in everything[:top]:
+            lines.append(f"  {fmt_bytes(r['nbytes']):>10}  {buffer_roles.role_of(r, roles):<25} {r['dtype']}{r['shape']}"
+                         f"  created at {r['source'] or 'n/a'}")
+        if not everything:
             lines.append("  (no live tpu tensors)")
         print("\n".join(lines))
 
@@ -187,7 +195,9 @@ class TpuMagics(Magics):
             telemetry.reset()
             print("metrics reset")
             return
-        print(metrics.metrics_report())
+        if args and args[0] != "--all":
+            raise ValueError(f"unknown metrics option {args[0]!r} (--all shows the internal caches, --reset)")
+        print(metrics.metrics_report(internals=bool(args)))
 
     def _cmd_fallback(self, args):
         if args:
@@ -272,8 +282,12 @@ class TpuMagics(Magics):
         result = None
         outer = _calling_cell_number(self.shell)
         saved_count = self.shell.execution_count
+        names = getattr(self.shell.compile, "_filename_map", None)
+        names_before = dict(names) if names is not None else {}
         if outer is not None:
-            self.shell.execution_count = outer  # the body is named (and numbered) as the cell the user ran
+            # while a cell runs, IPython's count is already the next cell's: the displayhook stores a value
+            # under count - 1, so the body runs with outer + 1 and its code is then named as cell [outer]
+            self.shell.execution_count = outer + 1
         shell = self.shell
         # the body's traceback is shown once, by IPython, when the exception is re-raised after the report
         own = shell.__dict__.get("showtraceback")
@@ -295,6 +309,8 @@ class TpuMagics(Magics):
             else:
                 shell.showtraceback = own
             shell.execution_count = saved_count
+            if outer is not None and names is not None:
+                _name_body_as_cell(names, names_before, outer)
         error = None
         if result is not None:
             error = result.error_before_exec or result.error_in_exec
@@ -316,13 +332,21 @@ class TpuMagics(Magics):
         if not _in_notebook(self.shell):
             return  # a terminal has no plotly renderer; the text report above is the whole report
         if opts["flame"]:
-            display(plot.flame_figure(report.flame))
+            display(plot.flame_bundle(report.flame))
         if report.roofline is not None and report.roofline.programs:
-            from ..render.roofline import roofline_figure
+            from ..render.roofline import roofline_bundle
 
-            display(roofline_figure(report.roofline))
+            display(roofline_bundle(report.roofline))
         if len(report.memory.timeline) > 2:
-            display(plot.memory_figure(report.memory.timeline, report.memory.limit))
+            display(plot.memory_bundle(report.memory.timeline, report.memory.limit))
+
+
+def _name_body_as_cell(names: dict, before: dict, outer: int) -> None:
+    """The profiled body was compiled under number ``outer + 1`` (so that its value is ``Out[outer]``): name its
+    code as the cell the user ran, ``cell [outer]``, in reports and tracebacks."""
+    for filename, number in list(names.items()):
+        if number == outer + 1 and before.get(filename) != number:
+            names[filename] = outer
 
 
 def _quiet(*args, **kwargs) -> None:

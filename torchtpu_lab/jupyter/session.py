@@ -10,6 +10,7 @@ op runs when it is called, as in plain PyTorch (the device itself stays register
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 from IPython.display import display
@@ -19,7 +20,7 @@ from ..device import memory
 from ..runtime import compile_cache, fused, modes
 from . import comm
 from ..records import Status
-from .status import banner_lines, status
+from .status import CELL_SECONDS, banner_lines, status
 
 _state: dict = {"loaded": False}
 
@@ -39,10 +40,15 @@ class Banner:
         return {"text/plain": "\n".join(lines), "text/html": html}
 
 
+def _start_of_cell(info=None) -> None:
+    _state["cell_t0"] = time.perf_counter()
+
+
 def _end_of_cell(result=None) -> None:
     """Flush the cell's pending fused work. A failure becomes the cell's error (its execution result, so the
     kernel replies "error" and "Run All", nbclient and papermill stop) with its traceback shown; the kernel
-    and every tensor computed before stay usable."""
+    and every tensor computed before stay usable. The cell's wall time is counted (the status's compile
+    share is of it)."""
     try:
         fused.sync(telemetry.SyncReason.END_OF_CELL, source=telemetry.END_OF_CELL)
     except Exception as e:  # noqa: BLE001
@@ -56,6 +62,10 @@ def _end_of_cell(result=None) -> None:
                 shell.showtraceback()  # also what ipykernel sends as the reply's traceback
                 return
         print(f"torchtpu_lab: pending work of this cell failed: {type(e).__name__}: {e}")
+    finally:
+        t0 = _state.pop("cell_t0", None)
+        if t0 is not None:
+            telemetry.count(CELL_SECONDS, time.perf_counter() - t0)
 
 
 def _cell_labeler(shell):
@@ -78,6 +88,7 @@ def load_ipython_extension(ip, global_changes: Callable[[], dict] | None = None)
         if compile_cache.directory() is None:
             compile_cache.enable()
         memory.TRACK_SOURCES.set(True)
+        ip.events.register("pre_run_cell", _start_of_cell)
         ip.events.register("post_run_cell", _end_of_cell)
         _state["labeler"] = _cell_labeler(ip)
         telemetry.labelers.append(_state["labeler"])
@@ -98,10 +109,11 @@ def unload_ipython_extension(ip) -> None:
 
     watch.stop()
     fused.sync(telemetry.SyncReason.UNLOAD)
-    try:
-        ip.events.unregister("post_run_cell", _end_of_cell)
-    except ValueError:
-        pass
+    for event, hook in (("pre_run_cell", _start_of_cell), ("post_run_cell", _end_of_cell)):
+        try:
+            ip.events.unregister(event, hook)
+        except ValueError:
+            pass
     telemetry.labelers.remove(_state["labeler"])
     for kind, names in (("line", ("tpu",)), ("cell", ("tpu_profile",))):
         for name in names:

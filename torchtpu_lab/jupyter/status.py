@@ -9,6 +9,10 @@ from ..records import Status
 from ..runtime import compile_cache, executor, fused, modes
 
 
+#: the counter ``%load_ext``'s cell hooks add each cell's wall time to
+CELL_SECONDS = "cell_seconds"
+
+
 def status() -> Status:
     """The session now: platform, mode, memory, executables, syncs, caches (a :class:`~..records.Status`)."""
     info = platform.info()
@@ -36,6 +40,8 @@ def status() -> Status:
         cache_dir=compile_cache.directory() or "(persistent cache off)",
         cache_entries=compile_cache.entries(),
         distributed=distributed.describe(),
+        compile_seconds=float(c.get(Counter.COMPILE_SECONDS, 0) + c.get(Counter.DISK_LOAD_SECONDS, 0)),
+        cell_seconds=float(c.get(CELL_SECONDS, 0)),
     )
 
 

@@ -110,6 +110,10 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     recorder = telemetry.Recorder()
     tracked = memory.TRACK_SOURCES.value
     memory.listeners.append(watch)
+    spans = interrupts.entry_spans[0]  # an enclosing profile's list: share it, keep our part of it
+    if spans is None:
+        spans = interrupts.entry_spans[0] = []
+    prof._spans_from = (spans, len(spans))
     block_raised = False
     try:
         recorder.__enter__()
@@ -140,6 +144,10 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
     """Detach and close everything :func:`profile` attached, then complete ``prof``; each step runs even if an
     earlier one fails. Returns an interrupt raised while the trace was written (for the caller to raise)."""
     interrupted = None
+    spans, first = prof._spans_from
+    prof.entry_spans = spans[first:]
+    if first == 0:
+        interrupts.entry_spans[0] = None
     try:
         recorder.__exit__(None, None, None)
     finally:

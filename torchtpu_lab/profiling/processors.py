@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..causes import CauseKind
 from ..runtime import fused
+from . import findings as advice
 from ..telemetry import EventKind, SyncReason, code_text, describe
 from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
                        OpRow, OpTable, Report, Summary, SyncGroup)
@@ -31,11 +32,6 @@ def _where(source) -> str:
     if label is None:
         label = _labels[source] = describe(source)
     return label
-
-#: what a profile suggests for a value read in a loop (a ``.item()`` or ``print`` per step)
-KEEP_ON_DEVICE = ("keep the value on the device (accumulate in a tensor) and read it once at the end, or log it "
-                  "with torchtpu_lab.log_scalar(name, tensor): logged values come back together at a sync that "
-                  "happens anyway (torchtpu_lab.scalars() returns them)")
 
 #: what a profile suggests when the graph size limit cut the work (see runtime/graph_cuts.py)
 LIMIT_HINT = (
@@ -73,7 +69,7 @@ def _xprof_device_seconds(directory: str) -> float | None:
 #: Priority of what the host was doing when intervals overlap: a compile inside a sync is compiling, a sync
 #: inside an op (a data-dependent op needing concrete inputs) is waiting.
 _CATEGORY = {"compile": "compiling", "sync": "waiting", "graph": "waiting", "op": "tracing", "fallback": "tracing"}
-_PRIORITY = ("compiling", "waiting", "tracing")
+_PRIORITY = ("compiling", "waiting", "tracing", "overhead")
 
 
 def time_split(prof) -> dict:
@@ -92,15 +88,19 @@ def split_wall_time(prof) -> dict:
     * ``tracing``: inside torch ops (fused mode: recording them into the graph; strict/debug: dispatching them);
     * ``compiling``: XLA compiling (or loading from the persistent cache) an executable;
     * ``waiting``: at a sync point, waiting for the device to run the graph and send values back;
-    * ``python``: everything else: the user's Python between torch ops.
+    * ``overhead``: the rest of the backend's own host work (inside our kernels but outside the recorded
+      events: encoding arguments, creating result tensors, views, the lock), measured at the kernels' door;
+    * ``python``: everything else: the user's Python between torch ops (with PyTorch's dispatcher and autograd
+      bookkeeping, which run before our kernels are entered).
     """
     t0, t1 = prof.t0, prof.t0 + prof.wall_s
     edges: list[tuple[float, int, str]] = []
-    for e in prof.events:
-        cat = _CATEGORY.get(e.kind)
-        if cat is None or e.dur <= 0:
+    spans = [(e.t, e.t + e.dur, _CATEGORY.get(e.kind)) for e in prof.events if e.dur > 0]
+    spans += [(a, b, "overhead") for a, b in getattr(prof, "entry_spans", ())]
+    for start, end, cat in spans:
+        if cat is None:
             continue
-        a, b = max(e.t, t0), min(e.t + e.dur, t1)
+        a, b = max(start, t0), min(end, t1)
         if b > a:
             edges.append((a, 1, cat))
             edges.append((b, -1, cat))
@@ -129,7 +129,8 @@ def time_labels(modes: tuple[str, ...]) -> dict:
     else:
         tracing = "dispatching ops one at a time (asynchronous: the device runs them meanwhile)"
     return {
-        "python": "Python: your code between torch ops",
+        "python": "Python: your code between torch ops (with PyTorch's dispatcher and autograd)",
+        "overhead": "torchtpu_lab host overhead: entering our kernels, encoding arguments, creating result tensors",
         "tracing": tracing,
         "compiling": "compiling XLA executables (or loading them from the disk cache)",
         "waiting": "waiting for the device at syncs (running graphs, copying values back)",
@@ -193,6 +194,8 @@ def op_table(prof, top: int) -> OpTable:
 
 def compile_rows(prof) -> tuple[CompileRow, ...]:
     rows = []
+    visits = advice.compile_visits(prof)
+    warm = advice.warmup_compiles(prof, visits)
     for e in prof.compiles:
         d = e.detail
         rows.append(CompileRow(
@@ -200,7 +203,9 @@ def compile_rows(prof) -> tuple[CompileRow, ...]:
             line=_where(e.source), code=code_text(e.source),
             site_code=code_text(d.get("site") or d.get("unrolled_site")), unrolled=d.get("unrolled", 0),
             unrolled_line=_where(d.get("unrolled_site")) if d.get("unrolled") else "",
-            recompile=bool(d.get("recompile")), disk=bool(d.get("disk"))))
+            recompile=bool(d.get("recompile")), disk=bool(d.get("disk")), warmup=id(e) in warm,
+            visit=visits.get(id(e), (None,))[0], repeats=visits.get(id(e), (None, False, 0))[2],
+            library=d.get("library")))
     return tuple(rows)
 
 
@@ -216,6 +221,9 @@ def _pattern(c: CompileRow) -> tuple[tuple, dict]:
         return ("unrolled", c.unrolled_line), {"line": c.unrolled_line, "times": c.unrolled, "n_ops": c.n_ops}
     if cause is None or cause.first:
         return ("first", c.kind, c.disk), {"line": line}
+    if c.warmup:  # a first step that differs from the next: one-time, whatever changed
+        when = "once" if c.visit == 0 and not c.repeats else "second" if c.visit == 1 else "settled"
+        return ("warmup", cause.kind, when, line), {"line": line, "cause": cause}
     if cause.kind is CauseKind.SHAPE:
         old, new = list(cause.old), list(cause.new)
         dims = tuple(i for i, (a, b) in enumerate(zip(old, new)) if a != b) if len(old) == len(new) else ("rank",)
@@ -264,25 +272,25 @@ def compile_groups(prof) -> list[CompileGroup]:
                 what = f"the rank of {op} {arg} changed ({n}x)"
             else:
                 d = dims[0]
-                values = [infos[0]["old"][d]] + [i["new"][d] for i in infos]
-                what = f"dim {d} of {op} {arg} took {len(set(values))} values {_span(values)}"
+                # this cell's own sizes: each recompile's new size, and the old one only where this cell ran it
+                # (the first recompile's old size may be a previous cell's)
+                ran_here = first.visit != 0  # its trigger ran before in this block: the old size ran here
+                values = ([infos[0]["old"][d]] if ran_here else []) + [i["new"][d] for i in infos]
+                what = f"dim {d} of {op} {arg} took {len(set(values))} values {_span(values)} in this cell"
                 steps = [b - a for a, b in zip(values, values[1:])]
                 if len(values) > 2 and all(s == 1 for s in steps):
                     hint = ("the size grows by one each step (a growing KV cache or sequence, as in generate()): "
                             "allocate it once at its maximum length and write into it (index_copy_ / a slice), "
                             "so every step has the same shapes")
                 else:
-                    buckets = len({-(-v // 32) for v in values})
-                    hint = (f"pad or bucket dim {d} to a few sizes (e.g. a multiple of 32: {buckets} shape"
-                            f"{'s' if buckets != 1 else ''} instead of {len(set(values))})")
+                    hint = advice.bucket_hint(values, d)
         elif kind in ("scalar", "static"):
             values = [infos[0]["old"]] + [i["new"] for i in infos]
             what = (f"a Python number passed to {key[1]} ({key[2]}) took {len(set(values))} values "
                     f"{_span(values)}" if kind == "scalar" else
                     f"size argument {key[2]} of {key[1]} took {len(set(values))} values {_span(values)}")
-            hint = ("the number is baked into the graph as a constant: pass it as a tpu tensor "
-                    "(torch.tensor(x, device='tpu')) so it becomes an input" if kind == "scalar" else
-                    "pad or bucket the size so it takes a few values")
+            hint = (advice.scalar_advice(next((r.library for r in rows if r.library is not None), None))
+                    if kind == "scalar" else "pad or bucket the size so it takes a few values")
         elif kind == "grow":
             sizes = [infos[0]["old"]] + [i["new"] for i in infos]
             what = f"the graph kept growing ({_span(sizes)} ops): ops of several steps piled up without a sync"
@@ -295,9 +303,30 @@ def compile_groups(prof) -> list[CompileGroup]:
                     "no sync in between)")
             hint = ("call torchtpu_lab.sync() at the end of each step (like xm.mark_step()), so each step is one "
                     "small graph compiled once")
+        elif kind == "warmup":
+            cause = infos[0]["cause"]
+            state = advice.is_state_creation(cause)
+            when = key[2]
+            if when == "once":
+                what = f"compiled for code that ran once in this cell ({cause})"
+                hint = "one-time: a re-run of the cell finds it cached"
+            else:
+                if state:
+                    what = f"the first step created state ({cause.old} where later steps run {cause.new})"
+                elif when == "second":
+                    what = f"the first step differed from the next ({cause})"
+                else:
+                    what = f"the first run of this step compiled a new program ({cause})"
+                what += (", so the second step compiled again; later steps reuse that program" if when == "second"
+                         else "; later steps reuse this program")
+                hint = ("one-time (an optimizer creating its moments, a buffer built lazily): nothing to fix"
+                        if state else "one-time: nothing to fix unless it recurs in a longer run")
         elif kind == "sequence":
             what = f"a different op sequence ({key[1]} vs {key[2]})"
-            hint = ("Python control flow took another path (a data-dependent if, a varying loop count); keep the "
+            lib = next((r.library for r in rows if r.library is not None), None)
+            hint = (f"the graphs are cut where {advice.library_where(lib)} reads a value back, so each piece "
+                    f"compiles on its own; {advice.sync_advice(lib, line, n)[1]}" if lib is not None else
+                    "Python control flow took another path (a data-dependent if, a varying loop count); keep the "
                     "step the same each time, or sync before the branch")
         elif kind == "first":
             names = Counter(r.name for r in rows)
@@ -330,52 +359,22 @@ def sync_groups(prof) -> list[SyncGroup]:
         count = len(events)
         # a sync that reads no value back (a per-step torchtpu_lab.sync()) is a step boundary, not a mistake
         loop = count > 1 and (kind is None or kind.reads_value)
+        fix = ""
         if kind is SyncReason.GRAPH_LIMIT:
             hint = LIMIT_HINT.format(count=count, limit=fused.MAX_GRAPH_OPS.value)
         elif loop:
-            hint = (f"{count} value reads at {line}: a line that runs repeatedly and stops the device each time; "
-                    f"{KEEP_ON_DEVICE}")
+            hint, fix = advice.sync_advice(events[0].detail.get("library"), line, count)
         else:
             hint = ""
         out.append(SyncGroup(name, kind, line, code_text(events[0].source), count,
-                             sum(own[id(e)] for e in events), loop, hint))
+                             sum(own[id(e)] for e in events), loop, hint, fix))
     return sorted(out, key=lambda g: -g.count)
 
 
-def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup],
-             fallbacks: list[FallbackGroup]) -> list[Finding]:
-    """Up to three plain-language findings, costliest first: what cost the most time and how to fix it.
-    Recompilations and unrolled loops are said even when cheap here: their cost grows with the run."""
-    wall = prof.wall_s or 1e-9
-    found: list[tuple[Finding, bool]] = []  # (finding, said however cheap)
-
-    def add(title: str, cost_s: float, detail: str, fix: str, grows: bool = False) -> None:
-        found.append((Finding(title, cost_s, detail, fix, cost_s / wall), grows))
-
-    for g in groups:
-        if g.kind == "unrolled":
-            add(f"{g.count} compile{'s' if g.count != 1 else ''} of an unrolled loop", g.seconds, g.pattern, g.hint,
-                grows=True)
-        elif g.is_recompile:
-            add(f"{g.count} recompilation{'s' if g.count != 1 else ''}", g.seconds,
-                g.pattern + (f" at {g.line}" if g.line else ""), g.hint, grows=True)
-    first = [g for g in groups if g.kind == "first" and not g.disk]
-    first_s = sum(g.seconds for g in first)
-    if first and first_s / wall >= 0.25:
-        n = sum(g.count for g in first)
-        add(f"compiling {n} new executable{'s' if n != 1 else ''}", first_s, "the first run of this code",
-            "a re-run (in this kernel, or a restarted one through the disk cache) does not compile")
-    for g in syncs:
-        if g.loop:
-            add(f"{g.count} host syncs from {g.reason}", g.wait_s, f"at {g.line}" + (f": {g.code}" if g.code else ""),
-                KEEP_ON_DEVICE)
-    if fallbacks:
-        n = sum(f.count for f in fallbacks)
-        add(f"{n} CPU fallback{'s' if n != 1 else ''}", sum(e.dur for e in prof.fallbacks),
-            ", ".join(f"{f.op} at {f.line}" for f in fallbacks[:3]),
-            "these ops have no tpu lowering and copy their data to the CPU and back")
-    kept = [f for f, grows in found if f.share >= 0.02 or grows]
-    return sorted(kept, key=lambda f: -f.cost_s)[:3]
+def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup], fallbacks: list[FallbackGroup],
+             breaks: tuple[GraphBreakRow, ...] = ()) -> list[Finding]:
+    """Actionable findings first, then one-time warm-up (the rules are in :mod:`.findings`)."""
+    return advice.findings(prof, summarize(prof), groups, syncs, fallbacks, list(breaks))
 
 
 def graph_break_rows(prof) -> list[GraphBreakRow]:
@@ -425,6 +424,9 @@ class FlameTree:
     parents: list = field(default_factory=list)
     values: list = field(default_factory=list)
     hover: list = field(default_factory=list)
+    #: what each box is, for its colour: "cell", "frame", "python", "op", "sync", "wait", "run", "compile" or
+    #: "compiles" (the root of every compile, so a compile never sits under the sync that triggered it)
+    kinds: list = field(default_factory=list)
 
     def total(self) -> float:
         return self.values[0] if self.values else 0.0
@@ -465,18 +467,19 @@ def flame_tree(prof) -> FlameTree:
 
     The Python layer comes from the user call stack captured at each op: the host time between two ops is the
     Python that ran at the frames of the op that follows it (a "Python" box under that line)."""
-    nodes: dict[str, list] = {}  # id -> [label, parent, own value, hover]
+    nodes: dict[str, list] = {}  # id -> [label, parent, own value, hover, kind]
     children: dict[str, list[str]] = defaultdict(list)
 
-    def add(node_id: str, label: str, parent: str, value: float, hover: str = "") -> str:
+    def add(node_id: str, label: str, parent: str, value: float, hover: str = "", kind: str = "frame") -> str:
         if node_id not in nodes:
-            nodes[node_id] = [label, parent, 0.0, hover]
+            nodes[node_id] = [label, parent, 0.0, hover, kind]
             children[parent].append(node_id)
         nodes[node_id][2] += value
         return node_id
 
     root = "cell"
-    nodes[root] = ["cell", "", 0.0, "the whole cell"]
+    nodes[root] = ["cell", "", 0.0, "the whole cell", "cell"]
+    compiles_root = f"{root}|compiles"
     kinds = ("op", "sync", "fallback", "compile", "graph")
     top = _nest([e for e in prof.events if e.kind in kinds])
 
@@ -501,22 +504,33 @@ def flame_tree(prof) -> FlameTree:
             return f"XLA run: {e.detail.get('n_ops', '?')} ops"
         return f"{e.kind}: {e.name}"
 
-    def place(e, kids, parent: str) -> None:
+    def compiled_inside(kids) -> float:
+        return sum(k.dur if k.kind == "compile" else compiled_inside(g) for k, g in kids)
+
+    def place(e, kids, parent: str, trigger: str) -> None:
+        if e.kind == "compile":  # under the compiles root, labelled with the line that triggered it
+            add(compiles_root, "XLA compiles", root, 0.0, "compiling (or loading) executables: one-time costs "
+                "unless the same line compiles again", "compiles")
+            add(f"{compiles_root}|{e.name}|{trigger}", f"{leaf_label(e)} \u00b7 {trigger}", compiles_root, e.dur,
+                "", "compile")
+            return
         hover = ops_inside(e.detail["ops"]) if e.kind == "graph" and "ops" in e.detail else ""
-        node = add(f"{parent}|{e.kind}:{e.name}", leaf_label(e), parent, e.dur, hover)
+        kind = {"graph": "run", "fallback": "op"}.get(e.kind, e.kind)
+        node = add(f"{parent}|{e.kind}:{e.name}", leaf_label(e), parent, e.dur - compiled_inside(kids), hover, kind)
         inner = sum(k.dur for k, _ in kids)
         for k, grandkids in kids:
-            place(k, grandkids, node)
+            place(k, grandkids, node, trigger)
         if e.kind == "sync" and kids and e.dur > inner:
-            add(f"{node}|wait", "wait for device / copy to host", node, e.dur - inner)
+            add(f"{node}|wait", "wait for device / copy to host", node, e.dur - inner, "", "wait")
 
     prev_end, last_frame = prof.t0, root
     for e, kids in top:
         frame = frames_of(e)
         gap = e.t - prev_end
         if gap > 0:
-            add(f"{frame}|python", "Python", frame, gap, "host Python at this line before the op")
-        place(e, kids, frame)
+            add(f"{frame}|python", "Python", frame, gap, "host Python at this line before the op", "python")
+        source = e.source or (e.stack[-1] if e.stack else None)
+        place(e, kids, frame, _where(source) if source is not None else "")
         prev_end = max(prev_end, e.t + e.dur)
         last_frame = frame
 
@@ -527,16 +541,17 @@ def flame_tree(prof) -> FlameTree:
 
     trailing = prof.t0 + prof.wall_s - prev_end
     if trailing > 0:
-        add(f"{last_frame}|python", "Python", last_frame, trailing, "host Python at this line")
+        add(f"{last_frame}|python", "Python", last_frame, trailing, "host Python at this line", "python")
     covered = settle(root)
     nodes[root][2] = max(prof.wall_s, covered)
     tree = FlameTree()
-    for node_id, (label, parent, value, hover) in nodes.items():
+    for node_id, (label, parent, value, hover, kind) in nodes.items():
         tree.ids.append(node_id)
         tree.labels.append(label)
         tree.parents.append(parent)
         tree.values.append(value)
         tree.hover.append(hover)
+        tree.kinds.append(kind)
     return tree
 
 
@@ -551,10 +566,12 @@ def summarize(prof) -> Summary:
     rows = programs.profile_programs(prof)
     peaks = programs.device_peaks(prof)
     cost = programs.totals(rows, peaks)
-    traced = device_seconds(prof) if prof.xprof_dir else None
+    traced = _xprof_device_seconds(prof.xprof_dir) if prof.xprof_dir else None
+    visits = advice.compile_visits(prof)
+    warm = advice.warmup_compiles(prof, visits)
     return Summary(
         wall_s=prof.wall_s, device_s=traced if traced is not None else cost["program_s"] if rows else split["waiting"],
-        python_s=split["python"], tracing_s=split["tracing"],
+        python_s=split["python"], tracing_s=split["tracing"], overhead_s=split["overhead"],
         compile_s=split["compiling"], wait_s=split["waiting"], mode=prof.mode, ops=len(prof.ops),
         graphs_executed=len(graph_runs), compiles=len(compiles),
         recompiles=sum(1 for c in compiles if c.detail.get("recompile")), disk_loads=loads, cache_hits=hits,
@@ -564,7 +581,8 @@ def summarize(prof) -> Summary:
         platform=prof.platform, error=prof.error, xprof_error=prof.xprof_error, flops=cost["flops"],
         bytes_accessed=cost["bytes_accessed"], peak_flops=peaks.flops if peaks else None,
         peak_bandwidth=peaks.bandwidth if peaks else None, peak_source=peaks.source if peaks else "unavailable",
-        mfu=cost["mfu"])
+        mfu=cost["mfu"], steady_compiles=sum(1 for c in prof.compiles if id(c) not in warm),
+        device_traced=traced is not None)
 
 
 def build_report(prof, top: int = 10) -> Report:
@@ -574,11 +592,14 @@ def build_report(prof, top: int = 10) -> Report:
     groups = compile_groups(prof)
     syncs = sync_groups(prof)
     fallbacks = fallback_groups(prof)
+    breaks = tuple(graph_break_rows(prof))
     rows = programs.profile_programs(prof)
-    found = findings(prof, groups, syncs, fallbacks)
+    found = advice.findings(prof, summary, groups, syncs, fallbacks, list(breaks))
     far = programs.roofline_finding(rows, prof.wall_s)
-    if far is not None:  # said whatever its cost: a program far below its roof is what the roofline is for
-        found = sorted([*found, far], key=lambda f: -f.cost_s)[:3]
+    if far is not None:  # said whatever its cost (a program far below its roof is what the roofline is for),
+        # last among the actionable findings
+        n = sum(1 for f in found if f.actionable)
+        found = [*found[:n], far, *found[n:]]
     return Report(
         summary=summary,
         time_labels=time_labels(prof.modes),
@@ -590,7 +611,7 @@ def build_report(prof, top: int = 10) -> Report:
         syncs=tuple(syncs[:top]),
         syncs_hidden=max(0, len(syncs) - top),
         fallbacks=tuple(fallbacks[:top]),
-        graph_breaks=tuple(graph_break_rows(prof)),
+        graph_breaks=breaks,
         collectives=tuple(collective_groups(prof)),
         memory=memory_report(prof),
         flame=flame_tree(prof),

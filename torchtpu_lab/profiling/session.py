@@ -53,6 +53,10 @@ class Profile:
     xprof_error: str | None = None  # why an --xprof trace was not recorded or written
     flush_exception: BaseException | None = field(default=None, repr=False)  # the end-of-block sync failed
     peak_snapshot: PeakSnapshot | None = field(default=None, repr=False)
+    #: (start, end) of every outermost call into the backend (kernels, syncs) while the block ran: what the
+    #: backend did on the host, measured at its door (see ``interrupts.entry_spans``)
+    entry_spans: list = field(default_factory=list, repr=False)
+    _spans_from: tuple = field(default=((), 0), repr=False)
     _start_ids: set = field(default_factory=set, repr=False)
 
     def start(self, allocated: int, live) -> None:

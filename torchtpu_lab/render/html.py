@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from ..records import Report, Status
-from .text import TIME_ROWS, fmt_bytes, fmt_s
+from .text import fmt_bytes, fmt_s
 
 _STYLE = """
 <style>
@@ -15,10 +15,19 @@ _STYLE = """
 .ttl-head{display:flex;flex-wrap:wrap;gap:6px;margin:4px 0}
 .ttl-chip{border:1px solid #ccc;border-radius:6px;padding:3px 8px;background:rgba(127,127,127,.08)}
 .ttl-chip b{font-size:14px}
+.ttl-scroll{overflow-x:auto;max-width:100%}
 .ttl-report table{border-collapse:collapse;margin:2px 0}
-.ttl-report td,.ttl-report th{padding:2px 8px;text-align:left;border-bottom:1px solid rgba(127,127,127,.25)}
-.ttl-report td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.ttl-recompile{background:rgba(255,160,0,.18)}
+.ttl-report td,.ttl-report th{padding:2px 8px;text-align:left !important;vertical-align:top;
+ border-bottom:1px solid rgba(127,127,127,.25)}
+.ttl-report td.num,.ttl-report th.num{text-align:right !important;font-variant-numeric:tabular-nums;
+ white-space:nowrap}
+.ttl-report td.line{white-space:nowrap}
+.ttl-report td.code code{white-space:pre}
+.ttl-report tr.ttl-detail td{border-bottom:1px solid rgba(127,127,127,.25);padding-left:24px}
+.ttl-report tr.ttl-main td{border-bottom:none}
+.ttl-warmup{color:#777}
+.ttl-ok{color:#2e7d32}
+.ttl-recompile,.ttl-recompile-detail{background:rgba(255,160,0,.18)}
 .ttl-hint{color:#b35900}
 .ttl-error{color:#c00;font-weight:bold}
 .ttl-muted{color:#777}
@@ -40,26 +49,36 @@ def _table(headers, rows, classes=None) -> str:
         cells = "".join(f'<td class="num">{escape(str(c))}</td>' if isinstance(c, (int, float)) else
                         f"<td>{escape(str(c))}</td>" for c in row)
         body.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<div class=\"ttl-scroll\"><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
 def _code_cell(code: str) -> str:
     return f"<code>{escape(code)}</code>" if code else ""
 
 
-def _table_html(headers, rows, classes=None) -> str:
-    """Like :func:`_table`, for rows whose cells are already HTML (each escaped by its producer)."""
+def _table_html(headers, rows, classes=None, details=None) -> str:
+    """Like :func:`_table`, for rows whose cells are already HTML (each escaped by its producer). ``details``:
+    per row, HTML for a full-width row under it (a cause and its fix need the table's width, not a column's)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = []
     for i, row in enumerate(rows):
-        cls = f' class="{classes[i]}"' if classes and classes[i] else ""
+        detail = details[i] if details else ""
+        names = " ".join(x for x in ((classes[i] if classes else ""), "ttl-main" if detail else "") if x)
+        cls = f' class="{names}"' if names else ""
         body.append(f"<tr{cls}>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>"
                                               for v, c in row) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        if detail:
+            extra = f" {classes[i]}-detail" if classes and classes[i] else ""
+            body.append(f'<tr class="ttl-detail{extra}"><td colspan="{len(headers)}">{detail}</td></tr>')
+    return f"<div class=\"ttl-scroll\"><table><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
+def _line(line: str) -> tuple[str, str]:
+    return escape(line), "line"
 
 
 def profile_html(r: Report) -> str:
-    from .text import cache_text, finding_text, fmt_pct
+    from .text import NO_ISSUE, cache_text, finding_text, fmt_pct, time_rows
 
     s = r.summary
     mode = f" &middot; {escape(s.mode)} mode" if s.mode else ""
@@ -67,26 +86,34 @@ def profile_html(r: Report) -> str:
              f'<div class="ttl-muted">torchtpu_lab profile &middot; {escape(s.platform)}{mode}</div>',
              '<div class="ttl-head">',
              _chip("wall", fmt_s(s.wall_s)), _chip("Python", fmt_s(s.python_s)),
+             _chip("torchtpu_lab overhead", fmt_s(s.overhead_s)),
              _chip("tracing", fmt_s(s.tracing_s)), _chip("compiling", fmt_s(s.compile_s)),
              _chip("waiting", fmt_s(s.wait_s)),
              _chip("ops", str(s.ops)), _chip("graphs", str(s.graphs_executed)),
-             _chip("compiles", f"{s.compiles} ({s.recompiles} re)"), _chip("disk loads", str(s.disk_loads)),
+             _chip("compiles", f"{s.compiles} ({s.recompiles} re)"),
+             _chip("steady state compiles", str(s.steady_compiles)), _chip("disk loads", str(s.disk_loads)),
              _chip("memory hits", str(s.cache_hits)),
              _chip("syncs", str(s.syncs)), _chip("CPU fallbacks", str(s.cpu_fallbacks)),
              _chip("peak memory", fmt_bytes(s.peak_bytes)), "</div>"]
     if s.error:
         parts.append(f'<div class="ttl-error">The cell raised {escape(s.error)} &mdash; partial report.</div>')
-    if r.findings:
-        parts.append('<h4>Findings</h4><ol class="ttl-findings">')
-        parts += [f"<li>{escape(finding_text(f))}</li>" for f in r.findings]
+    parts.append("<h4>Findings</h4>")
+    actionable = [f for f in r.findings if f.actionable]
+    if actionable:
+        parts.append('<ol class="ttl-findings">')
+        parts += [f"<li>{escape(finding_text(f))}</li>" for f in actionable]
         parts.append("</ol>")
+    else:
+        parts.append(f'<div class="ttl-ok">{escape(NO_ISSUE)}</div>')
+    warm = [f for f in r.findings if not f.actionable]
+    if warm:
+        parts.append('<ul class="ttl-findings ttl-warmup">')
+        parts += [f"<li>{escape(finding_text(f))}</li>" for f in warm]
+        parts.append("</ul>")
     parts.append("<h4>Where the wall time went</h4>")
-    rows = [((escape(fmt_s(getattr(s, k))), "num"),
-             (escape(fmt_pct(getattr(s, k) / s.wall_s if s.wall_s else None)), "num"),
-             (escape(r.time_labels[lk]), "")) for lk, k in TIME_ROWS]
-    if r.xprof_dir and s.device_s is not None:
-        rows.append(((escape(fmt_s(s.device_s)), "num"), ("", ""),
-                     ("device execution, from the XProf trace", "")))
+    rows = [((escape(fmt_s(seconds)), "num"),
+             (escape(fmt_pct(seconds / s.wall_s if s.wall_s else None)), "num"),
+             (escape(label), "")) for seconds, label in time_rows(r)]
     parts.append(_table_html(("time", "share", "what it measures"), rows))
     ops = r.ops
     if ops.by_time:
@@ -94,47 +121,47 @@ def profile_html(r: Report) -> str:
                      f'<div class="ttl-muted">{escape(ops.measures)}</div>')
         parts.append(_table_html(("op", "calls", "total", "mean", "line", "code"),
                                  [((escape(o.op), ""), (str(o.count), "num"), (escape(fmt_s(o.total_s)), "num"),
-                                   (escape(fmt_s(o.mean_s)), "num"), (escape(o.line), ""),
-                                   (_code_cell(o.code), "")) for o in ops.by_time]))
+                                   (escape(fmt_s(o.mean_s)), "num"), _line(o.line),
+                                   (_code_cell(o.code), "code")) for o in ops.by_time]))
         parts.append("<h4>Top ops by count</h4>")
         parts.append(_table(("op", "calls", "line"), [(o.op, o.count, o.line) for o in ops.by_count]))
     if r.compile_groups:
         parts.append(f"<h4>Compilations</h4><div class=\"ttl-muted\">{escape(cache_text(s))}; grouped by cause, "
                      "costliest first</div>")
-        rows, classes = [], []
+        rows, classes, details = [], [], []
         for g in r.compile_groups:
             fix = f'<div class="ttl-hint">fix: {escape(g.hint)}</div>' if g.hint else ""
-            rows.append(((str(g.count), "num"), (escape(fmt_s(g.seconds)), "num"),
-                         (escape(g.pattern) + fix, ""), (escape(g.line), ""), (_code_cell(g.code), "")))
+            rows.append(((str(g.count), "num"), (escape(fmt_s(g.seconds)), "num"), _line(g.line),
+                         (_code_cell(g.code), "code")))
+            details.append(f"<div>{escape(g.pattern)}</div>{fix}")
             classes.append("ttl-recompile" if g.is_recompile else "")
-        parts.append(_table_html(("count", "time", "cause", "line", "code"), rows, classes))
+        parts.append(_table_html(("count", "time", "line", "code"), rows, classes, details))
         if r.compile_groups_hidden:
             parts.append(f'<div class="ttl-muted">{r.compile_groups_hidden} more groups (--top N shows more)</div>')
     if r.graph_breaks:
         parts.append("<h4>torch.compile graph breaks</h4>")
-        parts.append(_table_html(("reason", "line"), [((escape(b.reason), ""), (escape(b.line), ""))
+        parts.append(_table_html(("reason", "line"), [((escape(b.reason), ""), _line(b.line))
                                                      for b in r.graph_breaks]))
     if r.syncs:
         parts.append("<h4>Host syncs</h4>")
         parts.append(_table_html(("reason", "count", "waited", "line", "code"),
                                  [((escape(g.reason), ""), (str(g.count), "num"),
-                                   (escape(fmt_s(g.wait_s)), "num"), (escape(g.line), ""),
-                                   (_code_cell(g.code), "")) for g in r.syncs]))
-        for g in r.syncs:
-            if g.hint:
-                parts.append(f'<div class="ttl-hint">&#9888; {escape(g.hint)}</div>')
+                                   (escape(fmt_s(g.wait_s)), "num"), _line(g.line),
+                                   (_code_cell(g.code), "code")) for g in r.syncs], None,
+                                 [f'<div class="ttl-hint">&#9888; {escape(g.hint)}</div>' if g.hint else ""
+                                  for g in r.syncs]))
     if r.collectives:
         parts.append("<h4>Collectives</h4>")
         parts.append(_table_html(("collective", "count", "ranks", "bytes", "time", "line"),
                                  [((escape(g.kind), ""), (str(g.count), "num"),
                                    (escape(str(g.participants)), "num"), (escape(fmt_bytes(g.bytes)), "num"),
-                                   (escape(fmt_s(g.total_s)), "num"), (escape(g.line), ""))
+                                   (escape(fmt_s(g.total_s)), "num"), _line(g.line))
                                   for g in r.collectives]))
     if r.fallbacks:
         parts.append("<h4>CPU fallbacks</h4>")
         parts.append(_table_html(("op", "count", "line", "code"),
-                                 [((escape(f.op), ""), (str(f.count), "num"), (escape(f.line), ""),
-                                   (_code_cell(f.code), "")) for f in r.fallbacks]))
+                                 [((escape(f.op), ""), (str(f.count), "num"), _line(f.line),
+                                   (_code_cell(f.code), "code")) for f in r.fallbacks]))
     parts.append(hardware_html(r))
     m = r.memory
     parts.append("<h4>Device memory</h4>")

@@ -24,38 +24,51 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def roofline_figure(r: Roofline, height: int = 380):
-    """Log-log roofline: the roofs as a line (bandwidth x intensity up to the ridge, then flat at the peak), one
-    marker per program at (intensity, achieved FLOP/s), its area proportional to its device time."""
-    import plotly.graph_objects as go
-
+def roofline_spec(r: Roofline, height: int = 380) -> dict:
+    """Log-log roofline as plotly JSON: the roofs as a line (bandwidth x intensity up to the ridge, then flat at
+    the peak), one marker per program at (intensity, achieved FLOP/s), its area proportional to its device time."""
     points = [p for p in r.programs if p.intensity and p.flops_per_s]
-    fig = go.Figure()
+    data = []
     if r.peak_flops and r.peak_bandwidth:
         ridge = r.peak_flops / r.peak_bandwidth
         lo = min([ridge / 100] + [p.intensity / 3 for p in points])
         hi = max([ridge * 100] + [p.intensity * 3 for p in points])
         xs = [lo, ridge, hi]
-        fig.add_trace(go.Scatter(x=xs, y=[min(r.peak_flops, x * r.peak_bandwidth) for x in xs], mode="lines",
-                                 name="roof", line={"color": "black"},
-                                 hovertemplate=escape(r.source) + "<extra></extra>"))
+        data.append({"type": "scatter", "x": xs, "y": [min(r.peak_flops, x * r.peak_bandwidth) for x in xs],
+                     "mode": "lines", "name": "roof", "line": {"color": "black"},
+                     "hovertemplate": escape(r.source) + "<extra></extra>"})
     longest = max((p.device_s for p in points), default=0.0) or 1.0
-    fig.add_trace(go.Scatter(
-        x=[p.intensity for p in points], y=[p.flops_per_s for p in points], mode="markers", name="programs",
-        marker={"size": [8 + 40 * (p.device_s / longest) ** 0.5 for p in points],
-                "color": ["#d62728" if p.bound == "memory" else "#1f77b4" for p in points], "opacity": 0.7},
-        customdata=[[escape(p.name), p.runs, p.n_ops, escape(p.source), escape(p.code), fmt_s(p.device_s),
-                     escape(p.bound or "?"), _pct(p.roof_fraction)] for p in points],
-        hovertemplate=("%{customdata[0]}: %{customdata[1]} runs, %{customdata[2]} ops<br>"
-                       "%{customdata[3]}: %{customdata[4]}<br>device %{customdata[5]}, %{customdata[6]}-bound, "
-                       "%{customdata[7]} of its roof<br>%{x:.3g} FLOP/byte, %{y:.3g} FLOP/s<extra></extra>")))
-    fig.update_layout(title="Roofline: each XLA program against the device's peaks", height=height,
-                      xaxis={"type": "log", "title": "arithmetic intensity (FLOPs per byte accessed)"},
-                      yaxis={"type": "log", "title": "achieved FLOP/s"},
-                      margin={"t": 40, "l": 60, "r": 5, "b": 40}, showlegend=False,
-                      annotations=[{"text": escape(r.source), "xref": "paper", "yref": "paper", "x": 0, "y": -0.22,
-                                    "showarrow": False, "font": {"size": 10}}])
-    return fig
+    data.append({
+        "type": "scatter", "x": [p.intensity for p in points], "y": [p.flops_per_s for p in points],
+        "mode": "markers", "name": "programs",
+        "marker": {"size": [8 + 40 * (p.device_s / longest) ** 0.5 for p in points],
+                   "color": ["#d62728" if p.bound == "memory" else "#1f77b4" for p in points], "opacity": 0.7},
+        "customdata": [[escape(p.name), p.runs, p.n_ops, escape(p.source), escape(p.code), fmt_s(p.device_s),
+                        escape(p.bound or "?"), _pct(p.roof_fraction)] for p in points],
+        "hovertemplate": ("%{customdata[0]}: %{customdata[1]} runs, %{customdata[2]} ops<br>"
+                          "%{customdata[3]}: %{customdata[4]}<br>device %{customdata[5]}, %{customdata[6]}-bound, "
+                          "%{customdata[7]} of its roof<br>%{x:.3g} FLOP/byte, %{y:.3g} FLOP/s<extra></extra>")})
+    layout = {"title": {"text": "Roofline: each XLA program against the device's peaks"}, "height": height,
+              "xaxis": {"type": "log", "title": {"text": "arithmetic intensity (FLOPs per byte accessed)"}},
+              "yaxis": {"type": "log", "title": {"text": "achieved FLOP/s"}},
+              "margin": {"t": 40, "l": 60, "r": 5, "b": 40}, "showlegend": False,
+              "annotations": [{"text": escape(r.source), "xref": "paper", "yref": "paper", "x": 0, "y": -0.22,
+                               "showarrow": False, "font": {"size": 10}}]}
+    return {"data": data, "layout": layout}
+
+
+def roofline_bundle(r: Roofline):
+    """The roofline as a raw plotly display bundle (no ``plotly.io`` import; see :mod:`.plot`)."""
+    from .plot import PlotlyBundle
+
+    return PlotlyBundle(roofline_spec(r), f"roofline: {len(r.programs)} programs ({r.source})")
+
+
+def roofline_figure(r: Roofline, height: int = 380):
+    """The roofline as a ``plotly`` figure object (imports plotly)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(roofline_spec(r, height))
 
 
 def _row_cells(p: ProgramRow) -> tuple:

@@ -23,22 +23,38 @@ def _dist(name: str, d: Timing | None) -> list[str]:
     ]
 
 
-def metrics_text(s: Metrics) -> str:
+#: counters a user reads (the rest are the runtime's internals, shown by ``%tpu metrics --all``)
+USER_COUNTERS = ("compiles", "compile_seconds", "executions", "syncs", "graph_ops_executed", "cpu_fallbacks",
+                 "disk_loads", "op_cache_hits", "transfer_to_device_bytes", "transfer_to_host_bytes", "recompiles")
+
+
+def metrics_text(s: Metrics, internals: bool = True) -> str:
     lines = [f"torchtpu_lab metrics (eager mode: {s.eager_mode})"]
     lines += _dist("CompileTime", s.compile_time)
     lines += _dist("ExecuteTime (graph dispatch)", s.execute_time)
     if s.collective_time is not None:
         lines += _dist("CollectiveTime (torch.distributed, incl. wait)", s.collective_time)
     lines.append("Counters:")
+    hidden = 0
     for k, v in s.counters.items():
+        if not internals and k not in USER_COUNTERS:
+            hidden += 1
+            continue
         lines.append(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+    if hidden:
+        lines.append(f"  ({hidden} internal counters: %tpu metrics --all)")
     lines.append(f"Executables: {s.compiles} compiled by XLA, {s.disk_loads} loaded from the disk cache, "
                  f"{s.cache_hits} memory hits")
+    disk = f"{s.persistent_cache_dir or 'persistent cache off'}" if internals else (
+        "persistent cache on" if s.persistent_cache_dir else "persistent cache off")
     lines.append(f"Caches: {s.op_cache_entries} op executables, {s.graph_cache_entries} fused graphs in memory; "
-                 f"{s.persistent_cache_entries} on disk ({s.persistent_cache_dir or 'persistent cache off'})")
-    for name, c in s.caches.items():
-        lines.append(f"  cache {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, {c['misses']} misses, "
-                     f"{c['evictions']} evictions")
+                 f"{s.persistent_cache_entries} on disk ({disk})")
+    if internals:
+        for name, c in s.caches.items():
+            lines.append(f"  cache {name}: {c['entries']}/{c['maxsize']} entries, {c['hits']} hits, "
+                         f"{c['misses']} misses, {c['evictions']} evictions")
+    elif s.caches:
+        lines.append(f"  ({len(s.caches)} internal caches: %tpu metrics --all)")
     if s.recent_compiles:
         lines.append("Recent compiles:")
         for c in s.recent_compiles:
@@ -64,6 +80,8 @@ def status_rows(s: Status) -> list[tuple[str, str]]:
                    + (f", limit {fmt_bytes(s.memory_limit)}" if s.memory_limit else " (no limit reported)")),
         ("executables", f"{s.compiles} compiled, {s.disk_loads} loaded from disk, {s.cache_hits} memory hits"
                         f" (hit rate {rate})"),
+        ("compile time", f"{fmt_s(s.compile_seconds)}" + (f" = {fmt_pct(s.compile_share)} of the time cells ran"
+                                                          if s.compile_share is not None else "")),
         ("syncs", str(s.syncs)),
         ("CPU fallbacks", str(s.cpu_fallbacks)),
         ("pending fused ops", str(s.pending_ops)),
@@ -87,8 +105,8 @@ def cache_text(s: Summary) -> str:
 
 
 def time_text(s: Summary) -> str:
-    return (f"wall {fmt_s(s.wall_s)} = Python {fmt_s(s.python_s)} + tracing {fmt_s(s.tracing_s)} + "
-            f"compiling {fmt_s(s.compile_s)} + waiting {fmt_s(s.wait_s)}")
+    return (f"wall {fmt_s(s.wall_s)} = Python {fmt_s(s.python_s)} + torchtpu_lab overhead {fmt_s(s.overhead_s)} + "
+            f"tracing {fmt_s(s.tracing_s)} + compiling {fmt_s(s.compile_s)} + waiting {fmt_s(s.wait_s)}")
 
 
 def summary_line(s: Summary) -> str:
@@ -97,12 +115,45 @@ def summary_line(s: Summary) -> str:
 
 
 def finding_text(f: Finding) -> str:
-    text = f"{f.title} cost {fmt_s(f.cost_s)} ({fmt_pct(f.share)} of the cell): {f.detail}"
-    return text + (f". Fix: {f.fix}" if f.fix else "")
+    if not f.actionable:
+        return f"{f.title} took {fmt_s(f.cost_s)} ({fmt_pct(f.share)} of the cell): {f.detail}" + (
+            f". {f.fix[0].upper()}{f.fix[1:]}" if f.fix else "")
+    cost = f"cost {fmt_s(f.cost_s)} ({fmt_pct(f.share)} {f.base})" if f.cost_s > 0 else "(its cost is not measured)"
+    return f"{f.title} {cost}: {f.detail}" + (f". Fix: {f.fix}" if f.fix else "")
 
+
+def finding_lines(findings) -> list[str]:
+    """The findings as numbered lines: actionable ones first, "no significant issue" when there is none, then
+    the one-time warm-up (said, but not as an issue)."""
+    actionable = [f for f in findings if f.actionable]
+    out = [f"{i}. {finding_text(f)}" for i, f in enumerate(actionable, 1)]
+    if not actionable:
+        out.append(NO_ISSUE)
+    out += [f"- {finding_text(f)}" for f in findings if not f.actionable]
+    return out
+
+
+#: what a report says when no finding reaches the noise threshold
+NO_ISSUE = "no significant issue: nothing you can change costs over 5% of the steady state"
 
 #: the time split's rows: (time label key, Summary field)
-TIME_ROWS = (("python", "python_s"), ("tracing", "tracing_s"), ("compiling", "compile_s"), ("waiting", "wait_s"))
+TIME_ROWS = (("python", "python_s"), ("overhead", "overhead_s"), ("tracing", "tracing_s"),
+             ("compiling", "compile_s"), ("waiting", "wait_s"))
+
+
+def time_rows(r: Report) -> list[tuple[float, str]]:
+    """(seconds, what it measures) for the time split: the tracer's cost named where ``--xprof`` ran, the
+    device time only where the trace measured it."""
+    s = r.summary
+    rows = []
+    for key, field in TIME_ROWS:
+        label = r.time_labels[key]
+        if key == "python" and r.xprof_dir:
+            label += "; includes the XProf tracer's own overhead"
+        rows.append((getattr(s, field), label))
+    if s.device_traced:
+        rows.append((s.device_s, "device execution (from the XProf trace's device lane)"))
+    return rows
 
 
 def _code(code: str) -> str:
@@ -115,15 +166,11 @@ def profile_text(r: Report) -> str:
     out = [f"torchtpu_lab profile ({s.platform}){mode}", summary_line(s)]
     if s.error:
         out.append(f"the block raised {s.error} (partial report)")
-    if r.findings:
-        out.append("findings:")
-        for i, f in enumerate(r.findings, 1):
-            out.append(f"  {i}. {finding_text(f)}")
+    out.append(f"findings: (steady state compiles {s.steady_compiles})")
+    out += [f"  {line}" for line in finding_lines(r.findings)]
     out.append("time:")
-    for key, field in TIME_ROWS:
-        out.append(f"  {fmt_s(getattr(s, field)):>9}  {r.time_labels[key]}")
-    if s.device_s is not None and r.xprof_dir:
-        out.append(f"  {fmt_s(s.device_s):>9}  device execution (from the XProf trace)")
+    for seconds, label in time_rows(r):
+        out.append(f"  {fmt_s(seconds):>9}  {label}")
     if r.ops.by_time:
         out.append(f"top ops by time ({r.ops.measures}):")
         for o in r.ops.by_time:
