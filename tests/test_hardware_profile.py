@@ -250,7 +250,7 @@ def test_to_perfetto_and_speedscope(matmul_profile, tmp_path):
     assert prof["type"] == "sampled" and len(prof["samples"]) == len(prof["weights"]) > 0
     names = [f["name"] for f in doc["shared"]["frames"]]
     assert "aten::mm" in names and names[0] == "cell"
-    assert sum(prof["weights"]) == pytest.approx(matmul_profile.flamegraph().data[0].values[0], rel=1e-6)
+    assert sum(prof["weights"]) == pytest.approx(matmul_profile.report().flame.total(), rel=1e-6)
 
 
 # ---- magics in a real IPython shell ---------------------------------------------------------------------

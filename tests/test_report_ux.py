@@ -88,7 +88,7 @@ def test_first_report_in_a_fresh_kernel_shows_figures_without_plotly_renderers()
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     figures = [b for b in got["bundles"] if "application/vnd.plotly.v1+json" in b]
-    assert len(figures) == 2, got["bundles"]  # the flame graph and the memory timeline
+    assert len(figures) == 3, got["bundles"]  # the flame graph, the roofline and the memory timeline
     assert not got["renderers"] and not got["jsonschema"], got
     assert got["after"] < 5.0, got  # ~0.1-0.3 s measured; generous for a loaded 2-core machine
     print(f"first report {got['after']:.2f} s after the profiled code ended")
@@ -146,9 +146,11 @@ print(torch.stack(losses).cpu()[-1])
     actionable = [f for f in report.findings if f.actionable]
     assert not any("item()" in f.title or "recompil" in f.title for f in actionable), actionable
     assert report.summary.steady_compiles == 0
-    # either nothing significant, or a real issue: the step issues dozens of small ops from the host
-    assert "no significant issue" in text or all(f.title.startswith("host-bound") for f in actionable), text
-    for f in actionable:
+    # either nothing significant, or a real issue: the step issues dozens of small ops from the host, or its
+    # program sits far below the roofline (tiny batches)
+    assert "no significant issue" in text or all(
+        f.title.startswith(("host-bound", "the costliest program")) for f in actionable), text
+    for f in (f for f in actionable if f.title.startswith("host-bound")):
         assert "torch.compile" in f.fix and "foreach" in f.fix and "opt.step()" in f.detail
 
 

@@ -334,9 +334,7 @@ class TpuMagics(Magics):
         if opts["flame"]:
             display(plot.flame_bundle(report.flame))
         if report.roofline is not None and report.roofline.programs:
-            from ..render.roofline import roofline_bundle
-
-            display(roofline_bundle(report.roofline))
+            display(plot.roofline_bundle(report.roofline))
         if len(report.memory.timeline) > 2:
             display(plot.memory_bundle(report.memory.timeline, report.memory.limit))
 

@@ -596,8 +596,7 @@ def build_report(prof, top: int = 10) -> Report:
     rows = programs.profile_programs(prof)
     found = advice.findings(prof, summary, groups, syncs, fallbacks, list(breaks))
     far = programs.roofline_finding(rows, prof.wall_s)
-    if far is not None:  # said whatever its cost (a program far below its roof is what the roofline is for),
-        # last among the actionable findings
+    if far is not None and far.share >= advice.NOISE:  # last among the actionable findings
         n = sum(1 for f in found if f.actionable)
         found = [*found[:n], far, *found[n:]]
     return Report(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from html import escape
 
+from .roofline import roofline_spec
 from .text import fmt_bytes, fmt_s
 
 #: box colours of the flame graph by what a box is: compiles stand out (one-time, or a recompile to fix),
@@ -119,6 +120,11 @@ def memory_spec(timeline: list, limit: int | None = None, height: int = 260) -> 
 
 def flame_bundle(tree) -> PlotlyBundle:
     return PlotlyBundle(flame_spec(tree), f"flame graph: where {fmt_s(tree.total())} went")
+
+
+def roofline_bundle(r) -> PlotlyBundle:
+    """The roofline (:mod:`.roofline`) as a raw plotly bundle."""
+    return PlotlyBundle(roofline_spec(r), f"roofline: {len(r.programs)} programs ({r.source})")
 
 
 def memory_bundle(timeline: list, limit: int | None = None) -> PlotlyBundle:

@@ -57,13 +57,6 @@ def roofline_spec(r: Roofline, height: int = 380) -> dict:
     return {"data": data, "layout": layout}
 
 
-def roofline_bundle(r: Roofline):
-    """The roofline as a raw plotly display bundle (no ``plotly.io`` import; see :mod:`.plot`)."""
-    from .plot import PlotlyBundle
-
-    return PlotlyBundle(roofline_spec(r), f"roofline: {len(r.programs)} programs ({r.source})")
-
-
 def roofline_figure(r: Roofline, height: int = 380):
     """The roofline as a ``plotly`` figure object (imports plotly)."""
     import plotly.graph_objects as go
