@@ -15,11 +15,10 @@ and deep copies, which for tensors without host-visible data go through a CPU co
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 
-from .. import telemetry
+from .. import native, telemetry
 from . import sizes, views
 from .impl_factory import dummy_address, new_impl
 from .storage import Storage
@@ -86,9 +85,31 @@ def make(storage: Storage, view: views.View | None) -> TpuTensor:
     size = storage.shape if view is None else view.size
     sizes.check(size, storage.dtype if view is None else None)  # XLA would abort the process on an overflow
     t = new_impl(size, storage.dtype, storage.device_index)
+    if view is not None and (view.offset or view.stride != views.contiguous_strides(view.size)):
+        _report_geometry(t, storage, view)
     t.__class__ = TpuTensor
     _attach(t, storage, view)
     return t
+
+
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _report_geometry(t: torch.Tensor, storage: Storage, view: views.View) -> None:
+    """Give ``t``'s TensorImpl the strides and storage offset of ``view`` (PyTorch's own view semantics: what
+    ``stride()``, ``storage_offset()``, ``is_contiguous()``, ``reshape``'s view-or-copy choice, autograd's
+    ``CopySlices`` and Dynamo's fake copies read). Its torch storage records the base's byte size, as on CPU.
+    The native core sets them in place (~1 us); without it, ``set_`` on a placeholder storage does (~20 us)."""
+    extent = view.offset + sum((n - 1) * s for n, s in zip(view.size, view.stride)) + 1 if all(view.size) else 0
+    nbytes = max(storage.nbytes, extent * storage.dtype.itemsize)
+    core = native.module()
+    if core is not None:
+        core.set_geometry(t, view.size, view.stride, view.offset, nbytes)
+        return
+    fake = torch._C._construct_storage_from_data_pointer(dummy_address(), t.device, nbytes)
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYS, t, fake, view.offset, list(view.size), list(view.stride)
+    )
 
 
 def _attach(t: torch.Tensor, storage: Storage, view) -> None:
@@ -126,15 +147,11 @@ def on_tpu(v) -> bool:
 
 
 def set_geometry(t: TpuTensor, storage: Storage, view) -> None:
-    """Point ``t`` at ``storage``/``view`` in place, changing its torch-level sizes if they differ (in-place
-    view ops such as ``squeeze_``, and ``resize_``)."""
-    size = tuple(storage.shape if view is None else view.size)
-    if tuple(t.shape) != size:
-        nbytes = max(math.prod(size), 1) * t.dtype.itemsize
-        fake = torch._C._construct_storage_from_data_pointer(dummy_address(), t.device, nbytes)
-        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-            torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), t, fake, 0, list(size), list(views.contiguous_strides(size))
-        )
+    """Point ``t`` at ``storage``/``view`` in place, changing its torch-level sizes, strides and storage offset
+    if they differ (in-place view ops such as ``squeeze_`` and ``t_``, ``resize_``)."""
+    geometry = views.View(tuple(storage.shape), views.contiguous_strides(storage.shape), 0) if view is None else view
+    if (tuple(t.shape), t.stride(), t.storage_offset()) != tuple(geometry):
+        _report_geometry(t, storage, geometry)
     _attach(t, storage, view)
 
 
