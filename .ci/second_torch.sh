@@ -17,6 +17,8 @@ VENV=${VENV:-/tmp/torchtpu-lab-torch$TORCH_VERSION}
 PY=$VENV/bin/python
 TESTS=${TESTS:-tests/test_native_core.py tests/test_multichip.py tests/test_device.py}
 
+export TORCHTPU_LAB_NATIVE_DIR=${TORCHTPU_LAB_NATIVE_DIR:-$VENV/native-cache}
+export TORCHTPU_LAB_PLATFORM=cpu
 step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
 step "venv $VENV"
@@ -27,10 +29,7 @@ step "torch==$TORCH_VERSION, JAX, build tools"
   pytest pytest-timeout expecttest hypothesis
 step "the package (editable, --no-build-isolation)"
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .
-"$PY" -c 'import torch, jax; print("torch", torch.__version__, "| jax", jax.__version__)'
-
-export TORCHTPU_LAB_NATIVE_DIR=${TORCHTPU_LAB_NATIVE_DIR:-$VENV/native-cache}
-export TORCHTPU_LAB_PLATFORM=cpu
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -c 'import torch, jax; print("torch", torch.__version__, "| jax", jax.__version__)'
 step "native core build"
 start=$(date +%s)
 "$PY" -m torchtpu_lab.native

@@ -62,6 +62,24 @@ class TpuTensor(torch.Tensor):
             return self
         return None
 
+    @property
+    def data(self) -> torch.Tensor:
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # ``param.data = moved`` (Module._apply's path for shallow-copy compatible tensors) swaps the TensorImpl's
+        # storage and geometry under this object: the Python data attributes must follow, or kernels would read
+        # the old device data
+        _TENSOR_DATA.__set__(self, new)
+        ref = self.untyped_storage().__dict__.get("_tpu_ref") if self.device.type == "tpu" else None
+        if ref is not None:
+            self.tpu_storage, self.tpu_view = ref
+            return
+        for key in _DATA_ATTRS:  # moved off the device: a plain tensor (or Parameter) again
+            self.__dict__.pop(key, None)
+        self.__class__ = torch.nn.Parameter if self.__dict__.get("_is_param") else torch.Tensor
+
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
@@ -78,6 +96,7 @@ class TpuTensor(torch.Tensor):
 
 
 _DATA_ATTRS = ("tpu_storage", "tpu_view")  # a deep copy gets its own (the clone's), never the original's
+_TENSOR_DATA = torch._C.TensorBase.data
 
 
 def make(storage: Storage, view: views.View | None) -> TpuTensor:
@@ -130,7 +149,13 @@ def adopt(t: torch.Tensor) -> TpuTensor:
     ref = t.untyped_storage().__dict__.get("_tpu_ref")
     if ref is None:
         raise RuntimeError("torchtpu_lab bug: a tpu tensor without device data reached a kernel")
-    t.__class__ = TpuTensor
+    if type(t) is torch.nn.Parameter:
+        # a CPU Parameter that Module._apply moved with ``param.data = moved`` (ties kept, as on CUDA); a
+        # Parameter of our class is marked the way Parameter(tpu_tensor) marks it
+        t.__class__ = TpuTensor
+        t._is_param = True
+    elif type(t) is torch.Tensor:
+        t.__class__ = TpuTensor
     t.tpu_storage, t.tpu_view = ref
     return t
 
