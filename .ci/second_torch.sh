@@ -26,7 +26,7 @@ step "venv $VENV"
 "$PY" -m pip install -q --upgrade pip
 step "torch==$TORCH_VERSION, JAX, build tools"
 "$PY" -m pip install -q "torch==$TORCH_VERSION" jax jaxlib numpy ml_dtypes hatchling editables \
-  pytest pytest-timeout expecttest hypothesis
+  pytest pytest-timeout expecttest hypothesis ipython
 step "the package (editable, --no-build-isolation)"
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -c 'import torch, jax; print("torch", torch.__version__, "| jax", jax.__version__)'

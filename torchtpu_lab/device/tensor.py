@@ -119,13 +119,12 @@ def _report_geometry(t: torch.Tensor, storage: Storage, view: views.View) -> Non
     ``stride()``, ``storage_offset()``, ``is_contiguous()``, ``reshape``'s view-or-copy choice, autograd's
     ``CopySlices`` and Dynamo's fake copies read). Its torch storage records the base's byte size, as on CPU.
     The native core sets them in place (~1 us); without it, ``set_`` on a placeholder storage does (~20 us)."""
-    extent = view.offset + sum((n - 1) * s for n, s in zip(view.size, view.stride)) + 1 if all(view.size) else 0
-    nbytes = max(storage.nbytes, extent * storage.dtype.itemsize)
+    # every view lies inside its base (PyTorch checked it on the meta shadow; empty_strided sizes its base)
     core = native.module()
     if core is not None:
-        core.set_geometry(t, view.size, view.stride, view.offset, nbytes)
+        core.set_geometry(t, view.size, view.stride, view.offset, storage.nbytes)
         return
-    fake = torch._C._construct_storage_from_data_pointer(dummy_address(), t.device, nbytes)
+    fake = torch._C._construct_storage_from_data_pointer(dummy_address(), t.device, storage.nbytes)
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
         _CPU_KEYS, t, fake, view.offset, list(view.size), list(view.stride)
     )
