@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the native core against a second torch version and run the tests that exercise it.
+# Build the native core against a second torch version and run the tests that exercise it (README: "A second torch version").
 #
 #   .ci/second_torch.sh                 # torch 2.14.1 (default) in /tmp/torchtpu-lab-torch2.14.1
 #   TORCH_VERSION=2.11.0 .ci/second_torch.sh
