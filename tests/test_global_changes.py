@@ -29,7 +29,6 @@ SAID_BY = {
     "torch.Tensor.tpu": "torch.privateuse1_backend",
     "torch.Tensor.is_tpu": "torch.privateuse1_backend",
     "torch.nn.Module.tpu": "torch.privateuse1_backend",
-    "torch.__future__.swap_module_params_on_conversion": "torch.__future__.swap_module_params_on_conversion",
     "proxy_tensor.HANDLED_TYPES": "HANDLED_TYPES",
     "signal handler SIGINT": "SIGINT handler",
     "threads": "SIGINT handler",  # its redelivery thread (checked by name below)

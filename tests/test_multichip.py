@@ -95,6 +95,11 @@ def test_memory_is_counted_per_chip():
         after = [torch.tpu.memory_allocated(i) for i in range(4)]
         assert after[2] - before[2] == 4096, (before, after)
         assert [after[i] - before[i] for i in (0, 1, 3)] == [0, 0, 0], (before, after)
+        for i in range(4):  # torch.accelerator and memory_stats read the same per-chip accounting
+            stats = torch.accelerator.memory_stats(i)
+            assert torch.accelerator.memory_allocated(i) == after[i] == stats["allocated_bytes.all.current"]
+            assert torch.accelerator.max_memory_allocated(i) == torch.tpu.max_memory_allocated(i)
+            assert stats["allocated_bytes.all.peak"] == torch.tpu.max_memory_allocated(i) >= after[i]
         del x
         assert torch.tpu.memory_allocated(2) == before[2]
         print("ok")

@@ -95,8 +95,6 @@ def global_changes() -> dict:
 
     * ``jax_enable_x64``: on at import (int64 indices and float64 keep their meaning); ``TORCHTPU_LAB_X64=0``
       opts out.
-    * ``swap_module_params_on_conversion``: on at import, so ``module.to("tpu")`` keeps tied weights tied
-      (PyTorch's announced future default; it makes every ``Module._apply`` swap tensors in place).
     * ``jax_compilation_cache_dir``: never set by torchtpu_lab (its persistent cache is its own) unless asked
       for with ``configure(jax_cache=True)``; shown so a value the user set is visible.
     * The PrivateUse1 backend renamed ``tpu`` through PyTorch's own setup: ``torch.tpu``, ``Tensor.tpu()``,
@@ -135,7 +133,6 @@ def global_changes() -> dict:
 
     return {
         "jax_enable_x64": x64_enabled(),
-        "torch.__future__.swap_module_params_on_conversion": torch.__future__.get_swap_module_params_on_conversion(),
         "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
         "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),

@@ -27,7 +27,8 @@ caller wants — and ``mm``'s backward still could not stop ``t``'s backward fro
 ``linear`` is where the orientation is known (a weight is ``[out, in]`` and its gradient must be too), it is
 how nearly every parameter matrix is used (``nn.Linear``, attention projections, transformers' heads), and the
 gradient of a matmul between activations is an intermediate whose transpose XLA folds into its consumer. The
-root cause (torch-level strides that are not the real ones) is the device's data model, not changed here.
+root cause then (torch-level strides that were not the real ones) is gone: views now report PyTorch's strides;
+this kernel stays because it keeps the fused step's program free of the transposes either way.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import interrupts, native, platform
-from . import accelerator, dispatch, fake, hf_accelerate, linear_grad, serialization, tpu_module
+from . import accelerator, dispatch, fake, hf_accelerate, linear_grad, serialization, shallow_copy, tpu_module
 
 _BACKEND = "tpu"
 
@@ -70,11 +70,6 @@ def register() -> None:
             f"PrivateUse1 is already taken by the {current!r} backend in this process; torchtpu_lab needs it"
         )
     platform.configure_x64()
-    # Module.to("cuda") keeps tied weights tied because CPU and CUDA tensors are "shallow-copy compatible" and
-    # Module._apply moves each Parameter in place; PrivateUse1 tensors are not, so it would make one new
-    # Parameter per module and silently untie them. Swapping the converted tensors into the existing Parameter
-    # objects (PyTorch's announced future default) keeps every reference, and so every tie, intact.
-    torch.__future__.set_swap_module_params_on_conversion(True)
     core = native.load()
     if core is None:
         _setup_privateuseone_for_python_backend(_BACKEND, backend_module=tpu_module, hook=_Hooks(),
@@ -86,6 +81,7 @@ def register() -> None:
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     dispatch.install()
     linear_grad.install()  # after the PrivateUse1 kernels: its forward runs through them
+    shallow_copy.install()  # Module.to("tpu") moves parameters in place: tied weights stay tied
     fake.install()
     accelerator.install()
     serialization.install()  # torch.load(map_location="tpu"); storage calls that cannot work raise, never crash

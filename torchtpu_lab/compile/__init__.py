@@ -24,13 +24,17 @@ def tpu_backend(gm, example_inputs, **options):
     return backend(gm, example_inputs, **options)
 
 
+_NEVER_TRACED = ("torchtpu_lab", "jax", "jaxlib", "ml_dtypes")
+
+
 def _register_with_dynamo() -> None:
     from torch._dynamo import trace_rules
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
     # Our kernels (and JAX under them) run when a tpu op runs; Dynamo must call them, never trace into them
-    # (it would trace JAX's Python when eager code between two graphs touches a tpu tensor).
-    for package in ("torchtpu_lab", "jax", "jaxlib"):
+    # (it would trace JAX's Python when eager code between two graphs touches a tpu tensor). ml_dtypes is JAX's
+    # dtype library: its frames run under ours (torch 2.14's Dynamo crashed tracing its finfo).
+    for package in _NEVER_TRACED:
         trace_rules.add(package)
 
     if _COMPILER_FNS.get(BACKEND_NAME) is not tpu_backend:
@@ -47,8 +51,8 @@ def changes() -> dict:
 
         registered = _COMPILER_FNS.get(BACKEND_NAME) is tpu_backend
     return {
-        "torch._dynamo: backend 'tpu' registered; torchtpu_lab, jax, jaxlib in its trace_rules (called, never traced)":
-            registered,
+        f"torch._dynamo: backend 'tpu' registered; {', '.join(_NEVER_TRACED)} in its trace_rules (called, never "
+        "traced)": registered,
     }
 
 

@@ -210,11 +210,17 @@ def _graph_key(kind: str, gm: torch.fx.GraphModule):
         group = spmd.group_of(gm.graph.nodes)
     except lowering.NotLowerable:
         return None
+    # as_strided addresses storage: its lowering depends on the inputs' strides and offsets, not only shapes
+    strided = any(n.target is torch.ops.aten.as_strided.default for n in gm.graph.nodes)
     specs = []
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             v = n.meta.get("val")
-            specs.append((tuple(v.shape), v.dtype, v.device.type) if isinstance(v, torch.Tensor) else repr(v))
+            if isinstance(v, torch.Tensor):
+                geometry = (v.stride(), v.storage_offset()) if strided else ()
+                specs.append((tuple(v.shape), v.dtype, v.device.type, *geometry))
+            else:
+                specs.append(repr(v))
     return (kind, gm.code, tuple(specs), group)
 
 

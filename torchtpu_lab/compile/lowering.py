@@ -10,7 +10,8 @@ Each ``call_function`` node is one of:
 * a view op (``view``, ``permute``, ``expand``, ``slice``...): inside the function every value is a
   contiguous array, so the view's geometry comes from running the op on a meta tensor of that shape — PyTorch
   decides it, as in eager mode (:mod:`torchtpu_lab.runtime.view_kernels`) — and the values are read with
-  :func:`torchtpu_lab.device.views.read`;
+  :func:`torchtpu_lab.device.views.read`; ``as_strided`` of a value whose fake strides are not row-major (a
+  transposed graph input) addresses storage as on CPU;
 * one of the few runtime kernels that are not lowerings (``_to_copy``, ``prims.convert_element_type``,
   ``copy``/``copy_``, ``empty``), each a line here; ``copy_`` into a graph input is an input mutation, returned
   and written back after the call;
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 import torch.fx
 
@@ -78,6 +80,32 @@ def _view(op, x, args, kwargs):
     arrays = [views.read(x, base, views.canonical(base, tuple(o.size()), tuple(o.stride()), o.storage_offset()))
               for o in outs]
     return arrays if isinstance(out, (list, tuple)) else arrays[0]
+
+
+def _footprint(t: torch.Tensor) -> np.ndarray:
+    """The storage index of every element of ``t`` (by its size, stride and storage offset)."""
+    idx = np.full(tuple(t.shape), t.storage_offset(), dtype=np.int64)
+    for d, (n, s) in enumerate(zip(t.shape, t.stride())):
+        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (t.dim() - d - 1))
+    return idx
+
+
+def _as_strided(x, meta_in: torch.Tensor, meta_out: torch.Tensor):
+    """``as_strided`` of a graph value whose fake geometry is not row-major from offset 0: ``x`` holds the values
+    in logical order, so place them at their storage indices and read the output's indices from there, as CPU
+    reads its storage. An output reaching storage the input does not cover has no value here."""
+    src, dst = _footprint(meta_in), _footprint(meta_out)
+    if dst.size and not np.isin(dst, src).all():
+        raise NotLowerable("aten::as_strided reaches storage outside its input inside a compiled graph")
+    if not dst.size:
+        return jnp.zeros(tuple(meta_out.shape), x.dtype)
+    flat = jnp.zeros((int(max(src.max(), dst.max())) + 1,), x.dtype).at[src.reshape(-1)].set(x.reshape(-1))
+    return flat[dst]
+
+
+def _plain(t) -> bool:
+    return (isinstance(t, torch.Tensor) and t.storage_offset() == 0
+            and t.stride() == views.contiguous_strides(tuple(t.shape)))
 
 
 def _to_copy(x, meta, kwargs):
@@ -149,6 +177,8 @@ class _Tracer:
             if low.rng:
                 kwargs = dict(kwargs, key=key)
             return encode.cast(op, low.fn(*args, **kwargs), meta)
+        if op is aten.as_strided.default and not _plain(_val(node.args[0])):
+            return _as_strided(args[0], _val(node.args[0]), meta)
         if op in _VIEW_OPS:
             return _view(op, args[0], args[1:], kwargs)
         if op in self.foreach:

@@ -1,10 +1,13 @@
 // torchtpu_lab._C: the Python face of the native core (the one translation unit that includes pybind).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 
 #include "device.h"
 #include "generator.h"
+#include "geometry.h"
 
 namespace torchtpu {
 void register_guard();
@@ -50,4 +53,9 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_Wrap(torchtpu::default_generator(static_cast<c10::DeviceIndex>(i))));
   }, "The default torch.Generator of tpu:i.");
+  m.def("set_geometry", [](py::handle t, const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                           int64_t offset, size_t nbytes) {
+    TORCH_CHECK(THPVariable_Check(t.ptr()), "torchtpu_lab: set_geometry expects a tensor");
+    torchtpu::set_geometry(THPVariable_Unpack(t.ptr()).unsafeGetTensorImpl(), size, stride, offset, nbytes);
+  }, "Report (size, stride, offset) as a tpu tensor's torch geometry; its storage records >= nbytes.");
 }

@@ -15,11 +15,10 @@ and deep copies, which for tensors without host-visible data go through a CPU co
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 
-from .. import telemetry
+from .. import native, telemetry
 from . import sizes, views
 from .impl_factory import dummy_address, new_impl
 from .storage import Storage
@@ -63,6 +62,24 @@ class TpuTensor(torch.Tensor):
             return self
         return None
 
+    @property
+    def data(self) -> torch.Tensor:
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # ``param.data = moved`` (Module._apply's path for shallow-copy compatible tensors) swaps the TensorImpl's
+        # storage and geometry under this object: the Python data attributes must follow, or kernels would read
+        # the old device data
+        _TENSOR_DATA.__set__(self, new)
+        ref = self.untyped_storage().__dict__.get("_tpu_ref") if self.device.type == "tpu" else None
+        if ref is not None:
+            self.tpu_storage, self.tpu_view = ref
+            return
+        for key in _DATA_ATTRS:  # moved off the device: a plain tensor (or Parameter) again
+            self.__dict__.pop(key, None)
+        self.__class__ = torch.nn.Parameter if self.__dict__.get("_is_param") else torch.Tensor
+
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
@@ -79,6 +96,7 @@ class TpuTensor(torch.Tensor):
 
 
 _DATA_ATTRS = ("tpu_storage", "tpu_view")  # a deep copy gets its own (the clone's), never the original's
+_TENSOR_DATA = torch._C.TensorBase.data
 
 
 def make(storage: Storage, view: views.View | None) -> TpuTensor:
@@ -86,9 +104,30 @@ def make(storage: Storage, view: views.View | None) -> TpuTensor:
     size = storage.shape if view is None else view.size
     sizes.check(size, storage.dtype if view is None else None)  # XLA would abort the process on an overflow
     t = new_impl(size, storage.dtype, storage.device_index)
+    if view is not None and (view.offset or view.stride != views.contiguous_strides(view.size)):
+        _report_geometry(t, storage, view)
     t.__class__ = TpuTensor
     _attach(t, storage, view)
     return t
+
+
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _report_geometry(t: torch.Tensor, storage: Storage, view: views.View) -> None:
+    """Give ``t``'s TensorImpl the strides and storage offset of ``view`` (PyTorch's own view semantics: what
+    ``stride()``, ``storage_offset()``, ``is_contiguous()``, ``reshape``'s view-or-copy choice, autograd's
+    ``CopySlices`` and Dynamo's fake copies read). Its torch storage records the base's byte size, as on CPU.
+    The native core sets them in place (~1 us); without it, ``set_`` on a placeholder storage does (~20 us)."""
+    # every view lies inside its base (PyTorch checked it on the meta shadow; empty_strided sizes its base)
+    core = native.module()
+    if core is not None:
+        core.set_geometry(t, view.size, view.stride, view.offset, storage.nbytes)
+        return
+    fake = torch._C._construct_storage_from_data_pointer(dummy_address(), t.device, storage.nbytes)
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYS, t, fake, view.offset, list(view.size), list(view.stride)
+    )
 
 
 def _attach(t: torch.Tensor, storage: Storage, view) -> None:
@@ -109,7 +148,13 @@ def adopt(t: torch.Tensor) -> TpuTensor:
     ref = t.untyped_storage().__dict__.get("_tpu_ref")
     if ref is None:
         raise RuntimeError("torchtpu_lab bug: a tpu tensor without device data reached a kernel")
-    t.__class__ = TpuTensor
+    if type(t) is torch.nn.Parameter:
+        # a CPU Parameter that Module._apply moved with ``param.data = moved`` (ties kept, as on CUDA); a
+        # Parameter of our class is marked the way Parameter(tpu_tensor) marks it
+        t.__class__ = TpuTensor
+        t._is_param = True
+    elif type(t) is torch.Tensor:
+        t.__class__ = TpuTensor
     t.tpu_storage, t.tpu_view = ref
     return t
 
@@ -126,15 +171,11 @@ def on_tpu(v) -> bool:
 
 
 def set_geometry(t: TpuTensor, storage: Storage, view) -> None:
-    """Point ``t`` at ``storage``/``view`` in place, changing its torch-level sizes if they differ (in-place
-    view ops such as ``squeeze_``, and ``resize_``)."""
-    size = tuple(storage.shape if view is None else view.size)
-    if tuple(t.shape) != size:
-        nbytes = max(math.prod(size), 1) * t.dtype.itemsize
-        fake = torch._C._construct_storage_from_data_pointer(dummy_address(), t.device, nbytes)
-        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-            torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), t, fake, 0, list(size), list(views.contiguous_strides(size))
-        )
+    """Point ``t`` at ``storage``/``view`` in place, changing its torch-level sizes, strides and storage offset
+    if they differ (in-place view ops such as ``squeeze_`` and ``t_``, ``resize_``)."""
+    geometry = views.View(tuple(storage.shape), views.contiguous_strides(storage.shape), 0) if view is None else view
+    if (tuple(t.shape), t.stride(), t.storage_offset()) != tuple(geometry):
+        _report_geometry(t, storage, geometry)
     _attach(t, storage, view)
 
 

@@ -8,8 +8,8 @@ which then replaces the old one, so every alias sees the write. Because the geom
 (``view``, ``t``, ``select``, ``as_strided``, ``unfold`` ...) is computed by asking PyTorch itself on a meta
 tensor (see :mod:`torchtpu_lab.runtime.view_kernels`).
 
-The torch-level ``stride()`` of a tpu tensor is always contiguous (as with PyTorch/XLA): PyTorch's pure-Python
-backend API gives a tensor no storage to stride into. The real geometry lives in the :class:`View`.
+A tpu tensor's torch-level ``stride()`` and ``storage_offset()`` are its :class:`View`'s (set on the TensorImpl by
+:func:`torchtpu_lab.device.tensor.make`), so PyTorch code sees CPU's view semantics; a base tensor is row-major.
 
 Reads and writes pick the cheapest exact XLA expression: a slice for contiguous views, a strided slice plus a
 transpose and a broadcast when each view dimension maps onto one base dimension, and a gather only otherwise.

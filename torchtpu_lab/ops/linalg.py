@@ -265,9 +265,10 @@ def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
     return out, _chol_info(a, l)
 
 
-@lower(aten.cholesky.default)
-def cholesky(a, upper=False):
-    return _cholesky(a, upper)[1]
+if hasattr(aten, "cholesky"):  # gone in torch 2.14 (torch.cholesky decomposes to linalg_cholesky_ex there)
+    @lower(aten.cholesky.default)
+    def cholesky(a, upper=False):
+        return _cholesky(a, upper)[1]
 
 
 def _cho_solve(b, f, upper):

@@ -15,7 +15,7 @@ import torch
 
 from .. import dtypes, platform, telemetry
 from ..telemetry import SyncReason
-from ..device import context, tensor
+from ..device import context, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
 from . import executor, fused, values
@@ -48,13 +48,25 @@ def from_host(t: torch.Tensor, device_index: int) -> tensor.TpuTensor:
 
 
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        # channels_last and friends: the strides PyTorch gives that format, on a storage laid out that way
+        stride = torch.empty(tuple(size), device="meta", memory_format=memory_format).stride()
+        return empty_strided(size, stride, dtype, layout, device, pin_memory)
     dtype = dtype or torch.get_default_dtype()
     dtypes.to_jax(dtype)
     return tensor.empty(tuple(size), dtype, _tpu_index(device))
 
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    return empty_memory_format(size, dtype, layout, device, pin_memory)
+    """A tensor with exactly the strides asked for, as on CPU: a non-row-major layout is a view over a flat
+    storage of the extent those strides span (reads and writes go through the view's gather/scatter)."""
+    size, stride = tuple(size), tuple(stride)
+    if stride == views.contiguous_strides(size):
+        return empty_memory_format(size, dtype, layout, device, pin_memory)
+    torch.empty_strided(size, stride, device="meta")  # PyTorch's error for a bad size or stride
+    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
+    base = empty_memory_format((extent,), dtype, layout, device, pin_memory)
+    return tensor.make(base.tpu_storage, views.canonical((extent,), size, stride, 0))
 
 
 _CAST = Lowering(aten._to_copy.default, lambda x, **_: x)

@@ -4,14 +4,10 @@ For every view op we build a meta tensor with the input's real geometry over a f
 run the very same op on it, and read the output's size, stride and storage offset. PyTorch thereby decides
 every view's geometry (and raises PyTorch's own errors for bad dims), and the result is cached per call shape.
 
-Ops whose meaning depends on memory layout rather than logical indices are special:
-
-* ``view`` / ``_unsafe_view`` / ``_reshape_alias``: when the input's real layout cannot be viewed with the new
-  shape, PyTorch would refuse; but a tpu tensor reports contiguous strides (see :mod:`..device.views`), so
-  ``reshape`` chose ``view``. We then return a copy, as PyTorch/XLA does.
-* ``as_strided``: sizes, strides and offset are read relative to the input's own first element and its
-  reported contiguous strides — the only reading consistent with the metadata PyTorch code sees. On a base
-  tensor that is exactly PyTorch's storage semantics.
+A tpu tensor reports that same geometry as its torch ``stride()`` and ``storage_offset()`` (see
+:func:`..device.tensor.make`), so the meta tensor sees exactly what PyTorch code sees: ``view`` of a layout it
+cannot view raises PyTorch's error (``reshape`` copies instead, as on CPU), and ``as_strided`` reads sizes,
+strides and an absolute offset in the base's storage, as on CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import torch
 
 from .. import caches
 from ..device import tensor, views
-from . import values
 
 aten = torch.ops.aten
 
@@ -60,8 +55,6 @@ INPLACE_VIEW_OPS = {
     aten.transpose_.default: aten.transpose.int,
     aten.as_strided_.default: aten.as_strided.default,
 }
-_RESHAPING = {aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default}
-_COPY = "copy"
 
 
 def _hashable(v):
@@ -85,7 +78,7 @@ _PLANS = caches.cache("view_op_plans", 8192)
 
 
 def _plan(op, base_shape: tuple, geom: views.View, args: tuple, kwargs: dict):
-    """Geometries of the outputs (a tuple, or ``_COPY``) of ``op`` applied to a tensor of geometry ``geom``."""
+    """Geometries of the outputs (a tuple) of ``op`` applied to a tensor of geometry ``geom``."""
     key = (op, base_shape, geom, _hashable(args), _hashable(tuple(kwargs.items())))
     plan = _PLANS.get(key)
     if plan is None:
@@ -95,28 +88,8 @@ def _plan(op, base_shape: tuple, geom: views.View, args: tuple, kwargs: dict):
 
 
 def _compute_plan(op, base_shape: tuple, geom: views.View, a: list, k: dict):
-    numel = math.prod(base_shape)
-    if op is aten.as_strided.default:
-        if not (geom.size == base_shape and geom.offset == 0 and views.canonical(base_shape, *geom) is None):
-            if not views.is_contiguous(geom.size, geom.stride):
-                return _COPY
-        numel = max(numel, 1)
-        shadow = torch.empty(numel, device="meta").as_strided(
-            geom.size, views.contiguous_strides(geom.size), geom.offset
-        )
-    else:
-        shadow = torch.empty(numel, device="meta").as_strided(geom.size, geom.stride, geom.offset)
-    if op is aten.as_strided.default and len(a) >= 3 and a[2] is not None:
-        a[2] = a[2] + geom.offset
-    elif op is aten.as_strided.default:
-        a = a[:2] + [geom.offset]
-    try:
-        out = op(shadow, *a, **k)
-    except RuntimeError:
-        if op not in _RESHAPING:
-            raise
-        shadow.reshape(a[0])  # raises PyTorch's error if the shape itself is invalid
-        return _COPY
+    shadow = torch.empty(math.prod(base_shape), device="meta").as_strided(geom.size, geom.stride, geom.offset)
+    out = op(shadow, *a, **k)
     outs = out if isinstance(out, (list, tuple)) else (out,)
     return tuple(views.canonical(base_shape, o.size(), o.stride(), o.storage_offset()) for o in outs)
 
@@ -128,8 +101,6 @@ def make_view_kernel(op):
         self = tensor.adopt(self)
         storage = self.tpu_storage
         geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
-        if geoms == _COPY:
-            return kernel(values.materialize(self), *args, **kwargs)
         if torch.is_inference_mode_enabled() and not self.is_inference():
             # a view of a normal tensor is a normal tensor, even inside inference_mode (as on CPU)
             with torch.inference_mode(False):
@@ -149,10 +120,6 @@ def make_inplace_view_kernel(op):
         self = tensor.adopt(self)
         storage = self.tpu_storage
         geoms = _plan(functional, storage.shape, _geometry(self), args, kwargs)
-        if geoms == _COPY:
-            raise NotImplementedError(
-                f"torchtpu_lab: {op} on a tpu view whose layout is not contiguous; call .contiguous() first"
-            )
         tensor.set_geometry(self, storage, geoms[0])
         return self
 
