@@ -85,10 +85,36 @@ def make(storage: Storage, view: views.View | None) -> TpuTensor:
     """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base)."""
     size = storage.shape if view is None else view.size
     sizes.check(size, storage.dtype if view is None else None)  # XLA would abort the process on an overflow
+    factory = _FACTORY[0]
+    if factory is not None:  # the native core makes the TensorImpl, its Python object and the links in one call
+        return factory(TpuTensor, size, _strides(size), storage.dtype, storage.device_index, storage, view)
     t = new_impl(size, storage.dtype, storage.device_index)
     t.__class__ = TpuTensor
     _attach(t, storage, view)
     return t
+
+
+#: the native core's ``new_tensor`` (``None``: pure-Python mode, or before registration chose)
+_FACTORY: list = [None]
+
+
+def use_native_factory(factory) -> None:
+    """Make tensors with the native core's ``new_tensor(cls, sizes, strides, dtype, device_index, storage,
+    view)`` (the registration calls this once the core is loaded; ``None`` goes back to the Python factory)."""
+    _FACTORY[0] = factory
+
+
+_STRIDES: dict = {}
+
+
+def _strides(size: tuple) -> tuple:
+    """Contiguous strides of ``size`` (memoized: a model uses few shapes; bounded by resetting when large)."""
+    s = _STRIDES.get(size)
+    if s is None:
+        if len(_STRIDES) > 4096:
+            _STRIDES.clear()
+        s = _STRIDES[size] = views.contiguous_strides(size)
+    return s
 
 
 def _attach(t: torch.Tensor, storage: Storage, view) -> None:

@@ -29,7 +29,7 @@ from ..telemetry import SyncReason
 from ..device import rng, sizes, tensor
 from ..ops import error_flags as op_checks
 from ..ops.registry import Lowering, op_name
-from . import compile_cache, compile_events, fused, pending_errors
+from . import compile_cache, compile_events, fast_keys, fused, pending_errors
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
@@ -216,6 +216,8 @@ def _debug_check(name: str, out) -> None:
 
 #: Compiled op signatures (strict/debug executables and fused-mode node functions), bounded.
 OPS = caches.cache("ops", 4096)
+#: The same executables by a repeated call's flat key (:mod:`.fast_keys`): found without building a template.
+_FAST = fast_keys.EXECUTABLES
 #: Every lowered op compiled in this process (the CI conformance subset checks it covers the whole op table);
 #: filled on cache misses only, so the hot path never touches it.
 OPS_SEEN: set = set()
@@ -234,31 +236,44 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
     positions, names, host = op_plan(op)
-    enc = Encoder(low.static_scalars, host)
-    encode = enc.encode
-    targs = tuple([encode(a, i in positions) for i, a in enumerate(args)])
-    tkwargs = tuple([(k, encode(v, k in names)) for k, v in kwargs.items()]) if kwargs else ()
-    device_index = enc.device_index
-    if device_index is None:
-        device_index = device_from_args(args, kwargs)
-    if low.rng:
-        enc.dyn.extend(rng.next_seed_and_counter(device_index, _generator(args, kwargs)))
     precision = _precision()
-    # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one is a
-    # Python call); the OpSignature is built once, on a miss
-    compiled = OPS.get((id(op), targs, tkwargs, precision))
-    fresh = compiled is None
-    if fresh:
-        t0 = time.perf_counter()
-        OPS_SEEN.add(op)
-        compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
-        compiled.signature = OpSignature(op, targs, tkwargs, precision)
-        OPS.put((id(op), targs, tkwargs, precision), compiled)
+    fast = None if low.rng else fast_keys.key(id(op), positions, names, not low.static_scalars, args, kwargs)
+    compiled = None
+    if fast is not None:
+        fast_key, dyn, device_index = fast
+        fast_key = (fast_key, precision)
+        compiled = _FAST.get(fast_key)
+    fresh = False
+    if compiled is None:  # the general path: the argument template names the executable
+        enc = Encoder(low.static_scalars, host)
+        encode = enc.encode
+        targs = tuple([encode(a, i in positions) for i, a in enumerate(args)])
+        tkwargs = tuple([(k, encode(v, k in names)) for k, v in kwargs.items()]) if kwargs else ()
+        device_index = enc.device_index
+        if device_index is None:
+            device_index = device_from_args(args, kwargs)
+        if low.rng:
+            enc.dyn.extend(rng.next_seed_and_counter(device_index, _generator(args, kwargs)))
+        dyn = enc.dyn
+        # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one
+        # is a Python call); the OpSignature is built once, on a miss
+        compiled = OPS.get((id(op), targs, tkwargs, precision))
+        fresh = compiled is None
+        if fresh:
+            t0 = time.perf_counter()
+            OPS_SEEN.add(op)
+            compiled = _compile(low, targs, tkwargs, dyn, low.jit_for(args, kwargs))
+            compiled.signature = OpSignature(op, targs, tkwargs, precision)
+            OPS.put((id(op), targs, tkwargs, precision), compiled)
+        if fast is not None:
+            _FAST.put(fast_key, compiled)
+        has_tensors = enc.device_index is not None
+    else:
+        has_tensors = True  # a fast key needs a tensor input
     key = compiled.signature
-    has_tensors = enc.device_index is not None
     t_launch = time.perf_counter()
     records = _records(compiled, has_tensors)
-    out = _launch(compiled, key, enc.dyn, device_index, has_tensors, records)
+    out = _launch(compiled, key, dyn, device_index, has_tensors, records)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
     hit = None
     if not records and compiled.jitted is not None:
