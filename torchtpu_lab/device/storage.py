@@ -50,6 +50,20 @@ class Storage:
         if array is not None:
             self.array = array
 
+    @classmethod
+    def pending(cls, shape: tuple, dtype: torch.dtype, device_index: int, placeholder) -> Storage:
+        """A storage holding a runtime placeholder (a fused op's output) of a shape the runtime already checked:
+        the per-op path of fused mode, so it skips the size check and the memory accounting of a concrete array
+        (a placeholder counts no memory until a sync computes it)."""
+        s = object.__new__(cls)
+        s._array = placeholder
+        s.shape = shape
+        s.dtype = dtype
+        s.device_index = device_index
+        s.nbytes = math.prod(shape) * dtype.itemsize
+        s.source = telemetry.user_source(2) if memory.TRACK_SOURCES.value else None
+        return s
+
     @property
     def array(self):
         """The JAX array holding the values (allocated, zero-filled, on first read of an empty storage), or in

@@ -94,6 +94,15 @@ def make(storage: Storage, view: views.View | None) -> TpuTensor:
     return t
 
 
+def make_base(storage: Storage) -> TpuTensor:
+    """A new base tensor over ``storage``, whose shape the runtime has already checked (an op's output)."""
+    factory = _FACTORY[0]
+    if factory is None:
+        return make(storage, None)
+    shape = storage.shape
+    return factory(TpuTensor, shape, _strides(shape), storage.dtype, storage.device_index, storage, None)
+
+
 #: the native core's ``new_tensor`` (``None``: pure-Python mode, or before registration chose)
 _FACTORY: list = [None]
 

@@ -27,6 +27,7 @@ import torch
 from .. import caches, config, dtypes, platform, telemetry
 from ..telemetry import SyncReason
 from ..device import rng, sizes, tensor
+from ..device.storage import Storage
 from ..ops import error_flags as op_checks
 from ..ops.registry import Lowering, op_name
 from . import compile_cache, compile_events, fast_keys, fused, pending_errors
@@ -39,6 +40,10 @@ _TRACK_SOURCES = config.track_sources
 
 
 def _wrap(out, meta, device_index: int):
+    if type(out) is fused.LazyValue and type(meta) is torch.Tensor:  # fused mode's usual case: one placeholder
+        storage = Storage.pending(out.shape, meta.dtype, device_index, out)
+        fused.track_new(storage)
+        return tensor.make_base(storage)
     if out is None:
         return None
     if isinstance(out, (list, tuple)):
@@ -60,7 +65,7 @@ class OpExecutable:
     fused mode needs them) the abstract outputs."""
 
     __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable", "exec_device",
-                 "from_disk", "uid", "signature", "checks")
+                 "from_disk", "uid", "signature", "checks", "single")
 
     def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None):
         self.run = run
@@ -76,6 +81,7 @@ class OpExecutable:
         self.uid = next(_UIDS)  # stands for the signature in fused graph keys (an int hashes in no time)
         self.signature = None  # the OpSignature (set by execute on a miss)
         self.checks = checks  # an op that reports bad input: run returns (outputs, flags); see .checks
+        self.single = False  # recorded before, one tensor output, no checks: fused mode's short path applies
 
 
 def _aval(v):
@@ -116,6 +122,7 @@ def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tenso
                 out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
+            compiled.single = compiled.checks is None and type(compiled.meta) is torch.Tensor
         source = telemetry.user_source(3) if _TRACK_SOURCES.value or compiled.checks is not None else None
         fused.on_device(device_index)
         out = fused.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
@@ -270,6 +277,8 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         has_tensors = enc.device_index is not None
     else:
         has_tensors = True  # a fast key needs a tensor input
+    if compiled.single and has_tensors and _MODE.value == "fused":
+        return _record_single(compiled, dyn, device_index)
     key = compiled.signature
     t_launch = time.perf_counter()
     records = _records(compiled, has_tensors)
@@ -288,6 +297,23 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         t0 = t_launch if not fresh else t0
         telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=hit)
     result = _wrap(out, compiled.meta, device_index)
+    if fused.over_limit():
+        fused.sync(SyncReason.GRAPH_LIMIT)
+    return result
+
+
+def _record_single(compiled: OpExecutable, dyn: list, device_index: int):
+    """Fused mode's usual op — recorded before, one tensor output, no checks — recorded and wrapped with what
+    :func:`execute`, :func:`_launch` and :func:`_wrap` do for it, without their branches for the rare cases."""
+    t0 = time.perf_counter()
+    source = telemetry.user_source(3) if _TRACK_SOURCES.value else None
+    if fused.PENDING.device != device_index:
+        fused.on_device(device_index)
+    value = fused.record(compiled.signature, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name,
+                         source, compiled.uid)
+    if telemetry.recorders:
+        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=None)
+    result = _wrap(value, compiled.meta, device_index)
     if fused.over_limit():
         fused.sync(SyncReason.GRAPH_LIMIT)
     return result
