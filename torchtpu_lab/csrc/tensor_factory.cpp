@@ -5,10 +5,11 @@
 // three attribute writes, one of them on the storage's own Python object) costs 8-9 us per tensor on the
 // project's machine, the largest part of an op's floor (docs/perf.md). Here it is one METH_FASTCALL call.
 //
-// The storage holds no data: a non-owning pointer to a small static buffer nothing reads (tpu values live in
-// JAX arrays), with PrivateUse1 as its device. Its byte size covers the geometry (sizes and strides), as a real
-// storage would. Python's `device/tensor.py` keeps the protocol: `tpu_storage`/`tpu_view` on the tensor, and
-// `_tpu_ref = (storage, view)` on the torch storage's Python object (autograd's shallow copies find it there).
+// The storage holds no data (tpu values live in JAX arrays): a null pointer and zero bytes on PrivateUse1, as
+// the pure-Python factory's storage reports, so code that reads `data_ptr()` or `nbytes()` (tied-weight checks,
+// FSDP's storage helpers) sees the same in both modes. Python's `device/tensor.py` keeps the protocol:
+// `tpu_storage`/`tpu_view` on the tensor, and `_tpu_ref = (storage, view)` on the torch storage's Python object
+// (autograd's shallow copies find it there).
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
@@ -19,12 +20,9 @@
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include "device.h"
 
 namespace torchtpu {
 namespace {
-
-alignas(64) char dummy_buffer[64];
 
 PyObject* interned(const char* name) {
   PyObject* s = PyUnicode_InternFromString(name);  // kept for the process's life
@@ -80,21 +78,11 @@ PyObject* new_tensor(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   const auto dtype = reinterpret_cast<THPDtype*>(args[3])->scalar_type;
   long index = PyLong_AsLong(args[4]);
   if (index == -1 && PyErr_Occurred()) return nullptr;
-  check_device(static_cast<c10::DeviceIndex>(index));
 
-  // bytes the geometry spans: 1 + sum((size - 1) * stride) elements, none for an empty tensor
-  int64_t span = 1;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 0) {
-      span = 0;
-      break;
-    }
-    span += (sizes[d] - 1) * strides[d];
-  }
   const auto meta = c10::scalarTypeToTypeMeta(dtype);
   const auto device = c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
-  c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(span) * meta.itemsize(),
-                       c10::DataPtr(dummy_buffer, device), /*allocator=*/nullptr, /*resizable=*/false);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), /*allocator=*/nullptr,
+                       /*resizable=*/false);
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), meta);
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
