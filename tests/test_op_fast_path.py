@@ -67,6 +67,7 @@ def test_fast_key_declines_what_only_the_general_path_can_describe():
     assert fast_keys.key(id(op), positions, names, True, (object(),), {}) is None  # anything unknown
     assert fast_keys.key(id(op), positions, names, True, (1, 2), {}) is None  # no tensor: a factory
     key, dyn, device = fast_keys.key(id(op), positions, names, True, (a, 2.5), {"alpha": 2})
+    assert float in key and int in key  # dynamic numbers are keyed by their type only
     assert device == 0 and len(dyn) == 3 and dyn[1:] == [2.5, 2]  # numbers in value positions are inputs
     static, _, _ = fast_keys.key(id(op), positions, names, False, (a, 2.5), {})
     assert (float, 2.5) in static  # ... and constants where the lowering takes them static
