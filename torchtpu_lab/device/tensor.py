@@ -118,6 +118,8 @@ _STRIDES: dict = {}
 
 def _strides(size: tuple) -> tuple:
     """Contiguous strides of ``size`` (memoized: a model uses few shapes; bounded by resetting when large)."""
+    if type(size) is not tuple:  # a view's size from a list (hashable key)
+        size = tuple(size)
     s = _STRIDES.get(size)
     if s is None:
         if len(_STRIDES) > 4096:
