@@ -1,13 +1,19 @@
-"""Per-op cost of eager execution on the tpu device.
+"""Per-op and per-step host cost of eager execution on the tpu device, against PyTorch's own CPU eager.
 
-    python bench/eager_overhead.py [--iters 2000] [--reps 7]
+    python bench/eager_overhead.py [--iters 2000] [--reps 7] [--steps 10] [--clock cpu]
 
 * strict mode, cache hit: one small op (64x64 float32) as a tpu tensor op vs one call of the same jitted JAX
   function (target: at most 1.5x);
-* fused mode capture: the cost of recording one op into the lazy graph (no execution; target: at most 8 us);
-* the floor: PyTorch's own dispatch into an empty Python PrivateUse1 kernel (no backend could be cheaper).
+* fused mode capture: the cost of recording one op into the lazy graph (no execution) on tiny 8x8 tensors, next
+  to the same op in PyTorch's CPU eager on the same sizes (target: at most 2x);
+* a tiny transformer's training step (2 layers, d 64, batch 2, 16 tokens; forward, backward, AdamW) in fused
+  mode — recording, the sync (graph key, lookup, execution on XLA:CPU) and the whole step — vs the same step in
+  PyTorch CPU eager with one intra-op thread (target: host time no more than CPU eager's whole step);
+* the floor: PyTorch's own dispatch into an empty Python PrivateUse1 kernel (no Python backend could be cheaper).
 
-Each figure is the median over ``--reps`` repetitions of the mean per op over ``--iters`` ops.
+Each per-op figure is the median over ``--reps`` repetitions of the mean per op over ``--iters`` ops; the step
+figures are medians over ``--steps`` steady-state steps, tpu and CPU steps interleaved so that load from other
+jobs falls on both. Ratios compare figures of the same run.
 """
 
 from __future__ import annotations
@@ -74,7 +80,8 @@ def floor_rows(iters: int, reps: int) -> list[tuple]:
 def capture_rows(iters: int, reps: int) -> list[tuple]:
     from common import median_time
 
-    a = torch.randn(64, 64).to("tpu")
+    x = torch.randn(8, 8)
+    a, ca = x.to("tpu"), x.clone()
     rows = []
     # measure recording only; the graph is dropped unexecuted by the sync below
     with torchtpu_lab.config.patch(max_graph_ops=10**9, eager_mode="fused"):
@@ -89,10 +96,66 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
                 state["x"] = a
                 fused.PENDING.storages.clear()  # drop the recorded graph unexecuted
                 fused.PENDING.recorded = 0
+                fused.PENDING.segment.reset()
 
             t = median_time(record, finish, iters, reps)
-            rows.append((name, f"{t * 1e6:.1f}"))
+            t_cpu = median_time(lambda f=tfn: f(ca, ca), lambda o: None, iters, reps)
+            rows.append((name, f"{t * 1e6:.1f}", f"{t_cpu * 1e6:.1f}", f"{t / t_cpu:.1f}x"))
     return rows
+
+
+def step_rows(steps: int) -> list[tuple]:
+    """A tiny transformer's AdamW step: fused on tpu (recording, sync, whole) vs PyTorch CPU eager."""
+    import statistics
+
+    import torch.nn.functional as F
+    from common import clock
+    from train_step import Transformer
+
+    now = clock()
+    torch.manual_seed(0)
+    cpu_model = Transformer(vocab=128, d=64, seq=16)
+    tpu_model = Transformer(vocab=128, d=64, seq=16)
+    tpu_model.load_state_dict(cpu_model.state_dict())
+    tpu_model.to("tpu")
+    idx = torch.randint(0, 128, (2, 16))
+    target = torch.roll(idx, -1, 1)
+    idx_t, target_t = idx.to("tpu"), target.to("tpu")
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-3)
+    tpu_opt = torch.optim.AdamW(tpu_model.parameters(), lr=1e-3)
+
+    def step(model, opt, x, y):
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+        opt.step()
+
+    record, sync, whole, cpu = [], [], [], []
+    threads = torch.get_num_threads()
+    # one intra-op thread for the CPU step: on a small shared machine OpenMP's workers spin while they wait, which
+    # --clock cpu would count as the step's time (and the tiny model gains nothing from a second thread)
+    torch.set_num_threads(1)
+    with torchtpu_lab.eager_mode("fused"):
+        for i in range(steps + 3):  # three warm-up steps compile the step's graphs
+            t0 = now()
+            step(tpu_model, tpu_opt, idx_t, target_t)
+            t1 = now()
+            torchtpu_lab.sync()
+            t2 = now()
+            step(cpu_model, cpu_opt, idx, target)
+            t3 = now()
+            if i >= 3:
+                record.append(t1 - t0)
+                sync.append(t2 - t1)
+                whole.append(t2 - t0)
+                cpu.append(t3 - t2)
+    torch.set_num_threads(threads)
+    ms = {k: statistics.median(v) * 1e3 for k, v in
+          {"record": record, "sync": sync, "whole": whole, "cpu": cpu}.items()}
+    return [("fused: recording (host)", f"{ms['record']:.2f}", f"{ms['record'] / ms['cpu']:.2f}x"),
+            ("fused: sync (key, lookup, XLA:CPU run)", f"{ms['sync']:.2f}", f"{ms['sync'] / ms['cpu']:.2f}x"),
+            ("fused: whole step", f"{ms['whole']:.2f}", f"{ms['whole'] / ms['cpu']:.2f}x"),
+            ("PyTorch CPU eager: whole step", f"{ms['cpu']:.2f}", "1.00x")]
 
 
 def main(argv=None) -> None:
@@ -101,14 +164,17 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=int, default=2000)
     p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--steps", type=int, default=10)
     add_clock_option(p)
     args = p.parse_args(argv)
     set_clock(args.clock)
     print(f"platform: {torch.tpu.platform_name()}")
     print(table("\nstrict mode, per op (cache hit), 64x64 float32",
                 strict_rows(args.iters, args.reps), ("op", "tpu us", "jax.jit us", "ratio")))
-    print(table("\nfused mode, capture cost per recorded op", capture_rows(args.iters, args.reps),
-                ("op", "us/op")))
+    print(table("\nfused mode, capture cost per recorded op (8x8 float32) vs PyTorch CPU eager",
+                capture_rows(args.iters, args.reps), ("op", "tpu fused us", "CPU eager us", "ratio")))
+    print(table(f"\ntiny transformer AdamW step (median of {args.steps}) vs PyTorch CPU eager",
+                step_rows(args.steps), ("part", "ms/step", "vs CPU step")))
     print(table("\nfloor: PyTorch dispatch to a Python PrivateUse1 kernel", floor_rows(args.iters, args.reps),
                 ("kernel", "us/call")))
 

@@ -15,6 +15,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import interrupts, native, platform
+from ..device import tensor
 from . import accelerator, dispatch, fake, hf_accelerate, linear_grad, serialization, shallow_copy, tpu_module
 
 _BACKEND = "tpu"
@@ -55,6 +56,8 @@ def _register_native(core) -> None:
     torch._register_device_module(_BACKEND, tpu_module)
     core.register()
     core.set_synchronize(tpu_module.synchronize)  # torch.accelerator/Stream/Event synchronize wait for real
+    if hasattr(core, "new_tensor"):  # every op's output tensor made in one C++ call (device/tensor.py)
+        tensor.use_native_factory(core.new_tensor)
     if platform.info.cache_info().currsize:  # the platform is already known: tell the guard its device count
         native.set_device_count(len(platform.info().devices))
 

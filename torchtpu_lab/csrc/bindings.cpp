@@ -12,11 +12,20 @@
 namespace torchtpu {
 void register_guard();
 void register_hooks();
+PyObject* new_tensor(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 }  // namespace torchtpu
 
 namespace py = pybind11;
 
 namespace {
+
+// Functions on the per-op hot path, bound without pybind11's argument conversion (METH_FASTCALL).
+PyMethodDef fast_methods[] = {
+    {"new_tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::new_tensor)),
+     METH_FASTCALL,
+     "new_tensor(cls, sizes, strides, dtype, device_index, storage, view): a tpu tensor of class cls over "
+     "storage/view, made in one call (device/tensor.py's make)."},
+    {nullptr, nullptr, 0, nullptr}};
 
 // The Python callable the guard's synchronize calls run; leaked on purpose (it must outlive interpreter
 // shutdown, when destroying a Python object from a static destructor would crash).
@@ -49,6 +58,7 @@ PYBIND11_MODULE(_C, m) {
     *synchronize_fn = std::move(fn);
     torchtpu::set_sync_hook(&call_synchronize);
   }, "fn(device_index): what torch.accelerator/Stream/Event synchronize run for a tpu device.");
+  if (PyModule_AddFunctions(m.ptr(), fast_methods) < 0) throw py::error_already_set();
   m.def("default_generator", [](int i) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_Wrap(torchtpu::default_generator(static_cast<c10::DeviceIndex>(i))));

@@ -50,6 +50,22 @@ class Storage:
         if array is not None:
             self.array = array
 
+    @classmethod
+    def output(cls, shape: tuple, dtype: torch.dtype, device_index: int, value) -> Storage:
+        """A storage for an op's output — a JAX array, or a runtime placeholder — whose shape the runtime has
+        already checked: the per-op path, so it skips the size check ``__init__`` makes."""
+        s = object.__new__(cls)
+        s._array = None
+        s.shape = shape
+        s.dtype = dtype
+        s.device_index = device_index
+        s.nbytes = math.prod(shape) * dtype.itemsize
+        s.source = telemetry.user_source(2) if memory.TRACK_SOURCES.value else None
+        if isinstance(value, jax.Array):
+            memory.acquire(value, device_index, s.nbytes, (shape, dtype, s.source))
+        s._array = value
+        return s
+
     @property
     def array(self):
         """The JAX array holding the values (allocated, zero-filled, on first read of an empty storage), or in

@@ -103,8 +103,15 @@ def make(storage: Storage, view: views.View | None) -> TpuTensor:
     """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base)."""
     size = storage.shape if view is None else view.size
     sizes.check(size, storage.dtype if view is None else None)  # XLA would abort the process on an overflow
+    reported = view is not None and (view.offset or view.stride != views.contiguous_strides(view.size))
+    factory = _FACTORY[0]
+    if factory is not None:  # the native core makes the TensorImpl, its Python object and the links in one call
+        t = factory(TpuTensor, size, _strides(size), storage.dtype, storage.device_index, storage, view)
+        if reported:
+            _report_geometry(t, storage, view)
+        return t
     t = new_impl(size, storage.dtype, storage.device_index)
-    if view is not None and (view.offset or view.stride != views.contiguous_strides(view.size)):
+    if reported:
         _report_geometry(t, storage, view)
     t.__class__ = TpuTensor
     _attach(t, storage, view)
@@ -128,6 +135,40 @@ def _report_geometry(t: torch.Tensor, storage: Storage, view: views.View) -> Non
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
         _CPU_KEYS, t, fake, view.offset, list(view.size), list(view.stride)
     )
+
+
+def make_base(storage: Storage) -> TpuTensor:
+    """A new base tensor over ``storage``, whose shape the runtime has already checked (an op's output)."""
+    factory = _FACTORY[0]
+    if factory is None:
+        return make(storage, None)
+    shape = storage.shape
+    return factory(TpuTensor, shape, _strides(shape), storage.dtype, storage.device_index, storage, None)
+
+
+#: the native core's ``new_tensor`` (``None``: pure-Python mode, or before registration chose)
+_FACTORY: list = [None]
+
+
+def use_native_factory(factory) -> None:
+    """Make tensors with the native core's ``new_tensor(cls, sizes, strides, dtype, device_index, storage,
+    view)`` (the registration calls this once the core is loaded; ``None`` goes back to the Python factory)."""
+    _FACTORY[0] = factory
+
+
+_STRIDES: dict = {}
+
+
+def _strides(size: tuple) -> tuple:
+    """Contiguous strides of ``size`` (memoized: a model uses few shapes; bounded by resetting when large)."""
+    if type(size) is not tuple:  # a view's size from a list (hashable key)
+        size = tuple(size)
+    s = _STRIDES.get(size)
+    if s is None:
+        if len(_STRIDES) > 4096:
+            _STRIDES.clear()
+        s = _STRIDES[size] = views.contiguous_strides(size)
+    return s
 
 
 def _attach(t: torch.Tensor, storage: Storage, view) -> None:

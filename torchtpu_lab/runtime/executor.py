@@ -27,9 +27,10 @@ import torch
 from .. import caches, config, dtypes, platform, telemetry
 from ..telemetry import SyncReason
 from ..device import rng, sizes, tensor
+from ..device.storage import Storage
 from ..ops import error_flags as op_checks
 from ..ops.registry import Lowering, op_name
-from . import compile_cache, compile_events, fused, pending_errors
+from . import compile_cache, compile_events, fast_keys, fused, pending_errors
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
@@ -39,6 +40,11 @@ _TRACK_SOURCES = config.track_sources
 
 
 def _wrap(out, meta, device_index: int):
+    if type(meta) is torch.Tensor:  # the usual case: one output, its shape checked against PyTorch's metadata
+        storage = Storage.output(out.shape, meta.dtype, device_index, out)
+        if type(out) is fused.LazyValue:
+            fused.track_new(storage)
+        return tensor.make_base(storage)
     if out is None:
         return None
     if isinstance(out, (list, tuple)):
@@ -60,7 +66,7 @@ class OpExecutable:
     fused mode needs them) the abstract outputs."""
 
     __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable", "exec_device",
-                 "from_disk", "uid", "signature", "checks")
+                 "from_disk", "uid", "signature", "checks", "single")
 
     def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None):
         self.run = run
@@ -76,6 +82,7 @@ class OpExecutable:
         self.uid = next(_UIDS)  # stands for the signature in fused graph keys (an int hashes in no time)
         self.signature = None  # the OpSignature (set by execute on a miss)
         self.checks = checks  # an op that reports bad input: run returns (outputs, flags); see .checks
+        self.single = False  # recorded before, one tensor output, no checks: fused mode's short path applies
 
 
 def _aval(v):
@@ -116,6 +123,7 @@ def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tenso
                 out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
             sizes.check_outputs(jax.tree_util.tree_leaves(out))
             compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
+            compiled.single = compiled.checks is None and type(compiled.meta) is torch.Tensor
         source = telemetry.user_source(3) if _TRACK_SOURCES.value or compiled.checks is not None else None
         fused.on_device(device_index)
         out = fused.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
@@ -216,6 +224,8 @@ def _debug_check(name: str, out) -> None:
 
 #: Compiled op signatures (strict/debug executables and fused-mode node functions), bounded.
 OPS = caches.cache("ops", 4096)
+#: The same executables by a repeated call's flat key (:mod:`.fast_keys`): found without building a template.
+_FAST = fast_keys.EXECUTABLES
 #: Every lowered op compiled in this process (the CI conformance subset checks it covers the whole op table);
 #: filled on cache misses only, so the hot path never touches it.
 OPS_SEEN: set = set()
@@ -234,31 +244,50 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
     positions, names, host = op_plan(op)
-    enc = Encoder(low.static_scalars, host)
-    encode = enc.encode
-    targs = tuple([encode(a, i in positions) for i, a in enumerate(args)])
-    tkwargs = tuple([(k, encode(v, k in names)) for k, v in kwargs.items()]) if kwargs else ()
-    device_index = enc.device_index
-    if device_index is None:
-        device_index = device_from_args(args, kwargs)
-    if low.rng:
-        enc.dyn.extend(rng.next_seed_and_counter(device_index, _generator(args, kwargs)))
     precision = _precision()
-    # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one is a
-    # Python call); the OpSignature is built once, on a miss
-    compiled = OPS.get((id(op), targs, tkwargs, precision))
-    fresh = compiled is None
-    if fresh:
-        t0 = time.perf_counter()
-        OPS_SEEN.add(op)
-        compiled = _compile(low, targs, tkwargs, enc.dyn, low.jit_for(args, kwargs))
-        compiled.signature = OpSignature(op, targs, tkwargs, precision)
-        OPS.put((id(op), targs, tkwargs, precision), compiled)
+    fast = None if low.rng else fast_keys.key(id(op), positions, names, not low.static_scalars, args, kwargs)
+    compiled = None
+    if fast is not None:
+        fast_key, dyn, device_index = fast
+        fast_key = (fast_key, precision)
+        compiled = _FAST.get(fast_key)
+    fresh = False
+    if compiled is None:  # the general path: the argument template names the executable
+        enc = Encoder(low.static_scalars, host)
+        encode = enc.encode
+        targs = tuple([encode(a, i in positions) for i, a in enumerate(args)])
+        tkwargs = tuple([(k, encode(v, k in names)) for k, v in kwargs.items()]) if kwargs else ()
+        device_index = enc.device_index
+        if device_index is None:
+            device_index = device_from_args(args, kwargs)
+        if low.rng:
+            enc.dyn.extend(rng.next_seed_and_counter(device_index, _generator(args, kwargs)))
+        dyn = enc.dyn
+        # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one
+        # is a Python call); the OpSignature is built once, on a miss
+        compiled = OPS.get((id(op), targs, tkwargs, precision))
+        fresh = compiled is None
+        if fresh:
+            t0 = time.perf_counter()
+            OPS_SEEN.add(op)
+            compiled = _compile(low, targs, tkwargs, dyn, low.jit_for(args, kwargs))
+            compiled.signature = OpSignature(op, targs, tkwargs, precision)
+            OPS.put((id(op), targs, tkwargs, precision), compiled)
+        if fast is not None:
+            _FAST.put(fast_key, compiled)
+        has_tensors = enc.device_index is not None
+    else:
+        has_tensors = True  # a fast key needs a tensor input
+    if has_tensors:
+        mode = _MODE.value
+        if compiled.single and mode == "fused":
+            return _record_single(compiled, dyn, device_index)
+        if mode == "strict" and compiled.ran_eagerly and compiled.checks is None and not fused.has_pending():
+            return _run_repeated(compiled, dyn, device_index)
     key = compiled.signature
-    has_tensors = enc.device_index is not None
     t_launch = time.perf_counter()
     records = _records(compiled, has_tensors)
-    out = _launch(compiled, key, enc.dyn, device_index, has_tensors, records)
+    out = _launch(compiled, key, dyn, device_index, has_tensors, records)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
     hit = None
     if not records and compiled.jitted is not None:
@@ -276,6 +305,34 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     if fused.over_limit():
         fused.sync(SyncReason.GRAPH_LIMIT)
     return result
+
+
+def _record_single(compiled: OpExecutable, dyn: list, device_index: int):
+    """Fused mode's usual op — recorded before, one tensor output, no checks — recorded and wrapped with what
+    :func:`execute`, :func:`_launch` and :func:`_wrap` do for it, without their branches for the rare cases."""
+    t0 = time.perf_counter()
+    source = telemetry.user_source(3) if _TRACK_SOURCES.value else None
+    if fused.PENDING.device != device_index:
+        fused.on_device(device_index)
+    value = fused.record(compiled.signature, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name,
+                         source, compiled.uid)
+    if telemetry.recorders:
+        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=None)
+    result = _wrap(value, compiled.meta, device_index)
+    if fused.over_limit():
+        fused.sync(SyncReason.GRAPH_LIMIT)
+    return result
+
+
+def _run_repeated(compiled: OpExecutable, dyn: list, device_index: int):
+    """Strict mode, an op whose executable ran before (a cache hit) and has no checks: run it and wrap its
+    outputs, without :func:`execute` and :func:`_launch`'s branches for first runs, checks and pending work."""
+    t0 = time.perf_counter()
+    out = run_now(compiled, compiled.signature, dyn, device_index, True)
+    telemetry.counters["op_cache_hits"] += 1
+    if telemetry.recorders:
+        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=True)
+    return _wrap(out, compiled.meta, device_index)
 
 
 def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:

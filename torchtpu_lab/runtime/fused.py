@@ -168,6 +168,13 @@ def track(storage) -> None:
         pending.prior.pop(key, None)
 
 
+def track_new(storage) -> None:
+    """:func:`track` for a storage made just now around a placeholder (an op's output): nothing to look up."""
+    pending, key = PENDING, id(storage)
+    pending.storages[key] = weakref.ref(storage)
+    pending.prior.pop(key, None)
+
+
 def also_compute(values: list, callback) -> None:
     """Have the next sync compute ``values`` (placeholders no storage holds, e.g. an op's error flags) and call
     ``callback(concrete_values)`` once it has committed them."""

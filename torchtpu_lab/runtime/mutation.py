@@ -53,6 +53,11 @@ def is_inplace(schema) -> bool:
 
 
 def write_result(dst, result, inplace: bool) -> None:
+    if type(dst) is type(result) is tensor.TpuTensor and dst.tpu_view is None and result.tpu_view is None:
+        storage, new = dst.tpu_storage, result.tpu_storage
+        if new.shape == storage.shape and new.dtype is storage.dtype:  # the usual update (an optimizer's)
+            values.set_array(storage, new.array)  # arrays are immutable: sharing one is safe
+            return
     if inplace and tuple(result.shape) != tuple(dst.shape):
         raise RuntimeError(
             f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(result.shape)}"
@@ -69,23 +74,35 @@ def write_result(dst, result, inplace: bool) -> None:
     values.assign(dst, result)
 
 
-def _with_defaults(schema, args: tuple, kwargs: dict) -> tuple[list, dict]:
-    """Spell out every omitted argument that has a default in ``schema`` (the variant's defaults may be absent
-    from the functional op's schema, e.g. ``bernoulli_(p=0.5)`` vs ``bernoulli.p(p)``)."""
+def _defaults(schema) -> tuple:
+    """``(position, name, default)`` of every argument of ``schema`` with a default (position ``None`` for a
+    keyword-only one), read once per kernel: a schema's ``arguments`` are rebuilt as Python objects on every
+    access, which cost more than the rest of an in-place op's host path."""
+    return tuple((None if a.kwarg_only else i, a.name, a.default_value)
+                 for i, a in enumerate(schema.arguments) if a.has_default_value())
+
+
+def _with_defaults(defaults: tuple, args: tuple, kwargs: dict) -> tuple[list, dict]:
+    """Spell out every omitted argument that has a default (``defaults``: from :func:`_defaults`; the variant's
+    defaults may be absent from the functional op's schema, e.g. ``bernoulli_(p=0.5)`` vs ``bernoulli.p(p)``)."""
     args, kwargs = list(args), dict(kwargs)
-    for i, a in enumerate(schema.arguments):
-        if a.kwarg_only:
-            if a.name not in kwargs and a.has_default_value():
-                kwargs[a.name] = a.default_value
-        elif i >= len(args) and a.name not in kwargs and a.has_default_value():
-            args.append(a.default_value)
+    for i, name, value in defaults:
+        if type(value) is list:  # a fresh list per call, as the schema gave
+            value = list(value)
+        if i is None:
+            if name not in kwargs:
+                kwargs[name] = value
+        elif i >= len(args) and name not in kwargs:
+            args.append(value)
     return args, kwargs
 
 
 def make_inplace_kernel(functional, schema=None):
+    defaults = None if schema is None else _defaults(schema)
+
     def kernel(self, *args, **kwargs):
-        if schema is not None:
-            args, kwargs = _with_defaults(schema, (self, *args), kwargs)
+        if defaults is not None:
+            args, kwargs = _with_defaults(defaults, (self, *args), kwargs)
             args = args[1:]
         write_result(self, functional(self, *args, **kwargs), inplace=True)
         return self
@@ -94,9 +111,11 @@ def make_inplace_kernel(functional, schema=None):
 
 
 def make_out_kernel(functional, names: list[str], schema=None):
+    defaults = None if schema is None else _defaults(schema)
+
     def kernel(*args, **kwargs):
-        if schema is not None:
-            args, kwargs = _with_defaults(schema, args, kwargs)
+        if defaults is not None:
+            args, kwargs = _with_defaults(defaults, args, kwargs)
         outs = [kwargs.pop(n) for n in names]
         result = functional(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)

@@ -1,0 +1,148 @@
+"""The per-op host path (issue 26): a repeated call's executable found by its flat key (runtime/fast_keys.py),
+fused mode's and strict mode's short paths in the executor, and output tensors made by the native core in one
+call (csrc/tensor_factory.cpp). Each must give what the general path gives: the same executable, dtypes, values,
+geometry and events. Runs in pure-Python mode too (``TORCHTPU_LAB_NATIVE=0``), where the factory tests skip."""
+
+import pytest
+import torch
+
+import torchtpu_lab
+from torchtpu_lab import native, telemetry
+from torchtpu_lab.device import tensor
+from torchtpu_lab.device.storage import Storage
+from torchtpu_lab.runtime import executor, fast_keys
+
+needs_core = pytest.mark.skipif(native.module() is None, reason=f"no native core: {native.status().describe()}")
+MODES = ("debug", "strict", "fused")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_numbers_of_each_type_keep_their_own_executable(mode):
+    """``1``, ``1.0`` and ``True`` are different templates (different result dtypes): a fast key that confused
+    them would reuse the first one's executable and give the wrong dtype."""
+    x = torch.arange(6).reshape(2, 3)
+    xt = x.to("tpu")
+    with torchtpu_lab.eager_mode(mode):
+        for _ in range(2):  # the second round is served by the fast keys
+            got = [xt + 1, xt + 1.5, xt + True, xt * 2, xt * 2.5, torch.add(xt, xt, alpha=3)]
+            want = [x + 1, x + 1.5, x + True, x * 2, x * 2.5, torch.add(x, x, alpha=3)]
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype
+                torch.testing.assert_close(g.cpu(), w)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_views_and_static_arguments_through_the_fast_key(mode):
+    """Views (with a moving offset: one executable for every row), lists of ints and keyword arguments."""
+    x = torch.randn(4, 5)
+    xt = x.to("tpu")
+    with torchtpu_lab.eager_mode(mode):
+        for _ in range(2):
+            rows = [(xt[i] * 2).cpu() for i in range(4)]
+            sums = [xt.sum(dim=[0]), xt.sum(dim=[1], keepdim=True), xt.t().sum(0), xt.to(torch.float64)]
+            for i, r in enumerate(rows):
+                torch.testing.assert_close(r, x[i] * 2)
+            for g, w in zip(sums, [x.sum(dim=[0]), x.sum(dim=[1], keepdim=True), x.t().sum(0), x.double()]):
+                assert g.shape == w.shape and g.dtype == w.dtype
+                torch.testing.assert_close(g.cpu(), w)
+
+
+def test_every_fast_key_names_the_executable_of_its_template():
+    """The fast keys are a second index of :data:`executor.OPS`, never a second cache of their own."""
+    a = torch.randn(3, 3).to("tpu")
+    with torchtpu_lab.eager_mode("strict"):
+        for _ in range(2):
+            _ = (a + 1, a * a, a[1] - 2.0, a.sum([0]), a.relu())
+    ops = {id(v) for v in executor.OPS.values()}
+    fast = fast_keys.EXECUTABLES.values()
+    assert fast and all(id(v) in ops for v in fast)
+
+
+def test_fast_key_declines_what_only_the_general_path_can_describe():
+    op = torch.ops.aten.add.Tensor
+    a = torch.randn(2).to("tpu")
+    positions, names = frozenset({0, 1}), frozenset({"self", "other", "alpha"})
+    assert fast_keys.key(id(op), positions, names, True, (a, torch.randn(2)), {}) is None  # a CPU tensor
+    assert fast_keys.key(id(op), positions, names, True, ([a, a],), {}) is None  # a tensor list
+    assert fast_keys.key(id(op), positions, names, True, (object(),), {}) is None  # anything unknown
+    assert fast_keys.key(id(op), positions, names, True, (1, 2), {}) is None  # no tensor: a factory
+    key, dyn, device = fast_keys.key(id(op), positions, names, True, (a, 2.5), {"alpha": 2})
+    assert float in key and int in key  # dynamic numbers are keyed by their type only
+    assert device == 0 and len(dyn) == 3 and dyn[1:] == [2.5, 2]  # numbers in value positions are inputs
+    static, _, _ = fast_keys.key(id(op), positions, names, False, (a, 2.5), {})
+    assert (float, 2.5) in static  # ... and constants where the lowering takes them static
+
+
+@pytest.mark.parametrize("mode", ("strict", "fused"))
+def test_short_paths_emit_the_op_events_the_general_path_does(mode):
+    a = torch.randn(4, 4).to("tpu")
+    with torchtpu_lab.eager_mode(mode):
+        _ = (a + a) * 2  # first run: compiles / records through the general path
+        torchtpu_lab.sync()
+        with torchtpu_lab.profile() as prof:
+            for _ in range(3):
+                _ = (a + a) * 2
+            torchtpu_lab.sync()
+    ops = [e for e in prof.events if e.kind == "op"]
+    assert [e.name for e in ops] == ["aten::add.Tensor", "aten::mul.Tensor"] * 3
+    assert prof.summary()["ops"] == 6
+    if mode == "strict":
+        assert all(e.detail.get("cache_hit") is True for e in ops)
+    assert all(e.source is not None and e.source.filename == __file__ for e in ops)
+
+
+def test_fused_outputs_keep_the_memory_and_graph_bookkeeping():
+    a = torch.randn(8, 8).to("tpu")
+    base = torch.tpu.memory_allocated()
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            y = a * 3
+        assert isinstance(y.tpu_storage.held, torchtpu_lab.runtime.fused.LazyValue)
+        torchtpu_lab.sync()
+    # the one live output is counted once computed; the two dropped ones never were
+    assert torch.tpu.memory_allocated() == base + 8 * 8 * 4
+    torch.testing.assert_close(y.cpu(), a.cpu() * 3)
+
+
+@needs_core
+def test_native_factory_makes_what_the_python_factory_makes():
+    storage = Storage((2, 3), torch.float32, 0)
+    made = tensor.make(storage, None)
+    tensor.use_native_factory(None)
+    try:
+        reference = tensor.make(storage, None)
+    finally:
+        tensor.use_native_factory(native.module().new_tensor)
+    for t in (made, reference):
+        assert type(t) is tensor.TpuTensor and t.tpu_storage is storage and t.tpu_view is None
+        assert t.untyped_storage()._tpu_ref == (storage, None)
+    assert (made.shape, made.stride(), made.dtype, made.device) == \
+        (reference.shape, reference.stride(), reference.dtype, reference.device)
+    # no data behind either: what tied-weight checks and FSDP's storage helpers read is the same in both modes
+    assert (made.untyped_storage().nbytes(), made.data_ptr()) == \
+        (reference.untyped_storage().nbytes(), reference.data_ptr())
+    # autograd's saved outputs are shallow copies: plain tensors that adopt() recovers through the storage
+    plain = torch.Tensor._make_subclass(torch.Tensor, made)
+    assert tensor.adopt(plain).tpu_storage is storage
+
+
+@needs_core
+def test_native_factory_rejects_bad_arguments_with_python_errors():
+    new = native.module().new_tensor
+    storage = Storage((2,), torch.float32, 0)
+    with pytest.raises(TypeError):
+        new(int, (2,), (1,), torch.float32, 0, storage, None)
+    with pytest.raises(TypeError):
+        new(tensor.TpuTensor, (2,), (1,), "float32", 0, storage, None)
+    with pytest.raises(ValueError):
+        new(tensor.TpuTensor, (2, 2), (1,), torch.float32, 0, storage, None)
+    with pytest.raises(TypeError):
+        new(tensor.TpuTensor, (2,), (1,), torch.float32)
+    assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]  # the session carries on
+
+
+def test_telemetry_recorders_is_what_the_short_paths_read():
+    """The short paths test ``telemetry.recorders`` directly (no call): it must stay the list of open recorders."""
+    assert isinstance(telemetry.recorders, list)
+    with torchtpu_lab.profile():
+        assert telemetry.recorders and telemetry.recording()
