@@ -150,6 +150,71 @@ def test_rng_streams_equal_with_a_tpu_generator():
     assert eager[-1] == compiled[-1] == 1
 
 
+# ---- 4. whole-step compilation: forward, loss.backward() and opt.step() in one compiled function -----------
+
+
+def test_dynamo_reads_grad_of_a_tpu_tensor():
+    """A tpu tensor is a plain tensor to Dynamo: ``.grad`` of a non-parameter leaf can be read in a full graph."""
+    torch._dynamo.reset()
+    t = torch.randn(3, device="tpu", requires_grad=True)
+    (t * t).sum().backward()
+    out = torch.compile(lambda v: v.grad * 2 + v.detach(), backend="tpu", fullgraph=True)(t)
+    torch.testing.assert_close(out.cpu(), (t.grad * 2 + t.detach()).cpu())
+
+
+STEP_OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+    "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True),
+    "adamw_fused": lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True),
+    "sgd_fused": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+}
+
+
+def _train_steps(make_opt, compiled: bool, steps: int = 4):
+    """Losses, compiles per step and the Dynamo graphs of a step (compiled) of a small MLP."""
+    from torchtpu_lab import telemetry
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to("tpu")
+    opt = make_opt(model.parameters())
+    x, y = torch.randn(5, 8, device="tpu"), torch.randn(5, 4, device="tpu")
+
+    def step(x, y):
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    fn = torch.compile(step, backend="tpu") if compiled else step
+    losses, compiles = [], []
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for _ in range(steps):
+        opt.zero_grad()
+        before = telemetry.counters["compiles"]
+        losses.append(fn(x, y).item())
+        compiles.append(telemetry.counters["compiles"] - before)
+    return losses, compiles, torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+
+
+@pytest.mark.parametrize("name", [n if n == "adamw_foreach" else pytest.param(n, marks=pytest.mark.sweep)
+                                  for n in sorted(STEP_OPTIMIZERS)])
+def test_compiled_training_step_matches_eager_step_for_step(name):
+    """``torch.compile(train_step)`` with backward and the optimizer inside (Dynamo tracing autograd): the losses
+    follow eager's, the step is a few programs (forward+backward, the optimizer), and steady state compiles
+    nothing. ``fullgraph=True`` is not possible: PyTorch's ``Optimizer.step`` calls ``torch._dynamo.graph_break()``
+    itself (``torch.optim.optimizer._use_grad``)."""
+    torch._dynamo.reset()
+    eager, _, _ = _train_steps(STEP_OPTIMIZERS[name], compiled=False)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled, compiles, graphs = _train_steps(STEP_OPTIMIZERS[name], compiled=True)
+    assert compiled == pytest.approx(eager, rel=2e-5)
+    assert compiles[-1] == 0, compiles
+    assert graphs <= 4, graphs
+    breaks = " ".join(torch._dynamo.utils.counters["graph_break"])
+    assert "tensor subclass" not in breaks
+
+
 # ---- 1. real models: outputs and gradients against eager (tiny random configs, no downloads) --------------------
 
 transformers = pytest.importorskip("transformers")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..backend.after_import import when_imported
-from . import batch_norm, default_backend
+from . import batch_norm, default_backend, plain_tensor
 
 BACKEND_NAME = "tpu"
 
@@ -40,6 +40,7 @@ def _register_with_dynamo() -> None:
         register_backend(tpu_backend, name=BACKEND_NAME)
     default_backend.install()
     batch_norm.install()
+    plain_tensor.install()
 
 
 def changes() -> dict:
@@ -57,6 +58,8 @@ def changes() -> dict:
         "tpu tensors with 'tpu', all others with Inductor as before": default_backend.installed(),
         "aten.native_batch_norm: a Python kernel at AutogradPrivateUse1 (tracing only): evaluation mode's saved "
         "statistics are empty compiled, as eager": batch_norm.installed(),
+        "torch._dynamo.variables.builder.infer_subclass_type wrapped: Dynamo traces a TpuTensor as a plain tensor "
+        "(its .grad can be read in a compiled training step)": plain_tensor.installed(),
     }
 
 
