@@ -354,6 +354,6 @@ def test_fused_eager_training_without_sync_settles(name):
     from torchtpu_lab import config
 
     with torchtpu_lab.eager_mode("fused"), config.max_graph_ops(400):
-        _, compiles = _steps(model, inputs, run, 8)
+        _, compiles = _steps(model, inputs, run, 10)  # ViT's cuts settle by its 7th step
         torchtpu_lab.sync()
     assert sum(compiles) > 0 and compiles[-3:] == [0, 0, 0], compiles
