@@ -23,7 +23,7 @@ import warnings
 import jax
 import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental import proxy_tensor
 
 
@@ -52,7 +52,9 @@ def snapshot() -> dict:
                        ("torch.UntypedStorage", torch.UntypedStorage),
                        ("torch.storage._StorageBase", torch.storage._StorageBase),
                        ("torch.TypedStorage", torch.TypedStorage), ("torch.accelerator", torch.accelerator),
-                       ("torch.accelerator.memory", torch.accelerator.memory), ("FakeTensor", FakeTensor)):
+                       ("torch.accelerator.memory", torch.accelerator.memory), ("FakeTensor", FakeTensor),
+                       ("FakeTensorMode", FakeTensorMode),
+                       ("torch._TorchCompileInductorWrapper", torch._TorchCompileInductorWrapper)):
         snap.update(_attributes(label, obj))
     snap["torch.serialization._package_registry"] = [id(fn) for _, _, fn in torch.serialization._package_registry]
     snap["proxy_tensor.HANDLED_TYPES"] = [id(t) for t in proxy_tensor.HANDLED_TYPES]

@@ -23,6 +23,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 #: each observed change -> the start of the global_changes() entry that says it
 SAID_BY = {
     "FakeTensor.__new__": "FakeTensor.__new__",
+    "FakeTensorMode.avoid_device_init": "FakeTensorMode.avoid_device_init",
+    "torch._TorchCompileInductorWrapper.__call__": "torch._TorchCompileInductorWrapper.__call__",
     "jax_enable_x64": "jax_enable_x64",
     "privateuse1 backend name": "torch.privateuse1_backend",
     "torch.tpu": "torch.privateuse1_backend",

@@ -640,9 +640,6 @@ def test_optimizer_fused_matches_cpu(name):
     _compare_optimizer(lambda p: cls(p, fused=True, **kw), lambda p: cls(p, fused=True, **kw), cpu_fallback_ok=True)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="aten::_fused_adam_/_fused_adamw_/_fused_sgd_ have no lowering: each step of a "
-                   "fused=True optimizer runs on the CPU through the fallback")
 @pytest.mark.parametrize("name", FUSED_OPTIMIZERS)
 def test_optimizer_fused_runs_on_the_device(name):
     cls, kw = OPTIMIZERS[name]

@@ -101,7 +101,12 @@ def global_changes() -> dict:
       ``Tensor.is_tpu``, ``Module.tpu()``, the device guard and hooks.
     * ``FakeTensor.__new__`` wrapped, so fake tensors of device ``tpu`` stay in meta kernels (``torch.compile``,
       ``torch.export``, ``FakeTensorMode``); ``TpuTensor`` added to the ``HANDLED_TYPES`` of ``torch.fx``'s proxy
-      tracing and AOTAutograd's runtime wrappers (see :mod:`torchtpu_lab.backend.fake`).
+      tracing and AOTAutograd's runtime wrappers; ``FakeTensorMode.avoid_device_init`` no longer counts the tpu
+      backend as a device to initialise, so ``torch.tensor(data, device="tpu")`` fakes like on a CPU-only
+      machine (see :mod:`torchtpu_lab.backend.fake`).
+    * ``torch._TorchCompileInductorWrapper.__call__`` wrapped: ``torch.compile``'s default backend compiles a
+      graph on tpu tensors with ``"tpu"`` and every other graph with Inductor (see
+      :mod:`torchtpu_lab.compile.default_backend`).
     * ``sys.meta_path``: finders that wait for the import of ``torch._dynamo`` (to register the ``"tpu"`` backend
       right after it, Dynamo told to call, never trace, torchtpu_lab and JAX code) and of ``accelerate.state``;
       each wraps that one loader's ``exec_module`` and removes itself (see :mod:`torchtpu_lab.backend.after_import`).
@@ -137,6 +142,8 @@ def global_changes() -> dict:
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
         "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),
         "HANDLED_TYPES (TpuTensor is a plain tensor to proxy tracing and AOTAutograd)": fake.handled_types_patched(),
+        "FakeTensorMode.avoid_device_init (the tpu backend is not a device to initialise: torch.tensor(..., "
+        "device='tpu') lifts its data on the CPU)": fake.lifts_constants_on_cpu(),
         "torch.accelerator (wrapped)": _accelerator.wrapped(),
         **interrupts.changes(),
         **after_import.changes(),

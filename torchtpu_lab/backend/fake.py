@@ -11,8 +11,20 @@ from Python would bind the output to a Python object that ``FakeTensor`` can no 
 
 So whenever such a meta tensor is wrapped, we give ``FakeTensor`` an equivalent clean meta tensor: the same meta
 storage (aliasing, which AOTAutograd's view and mutation analysis reads, is kept), offset, sizes and strides,
-but only the Meta dispatch key. This is the one place torchtpu_lab patches PyTorch for ``torch.compile``;
-:func:`torchtpu_lab.global_changes` lists it.
+but only the Meta dispatch key.
+
+``torch.tensor(data, device="tpu")`` (and ``torch.as_tensor``, and every constant a model builds inside a traced
+region) is a C++ factory that makes the tensor on the device first and then calls ``aten.lift_fresh`` on it.
+``FakeTensorMode`` avoids that only while no accelerator is available (its ``avoid_device_init``): then the
+data is made on the CPU, lifted to a fake CPU constant, and moved by a ``_to_copy`` that the meta kernels
+answer. PyTorch counts any registered PrivateUse1 backend as an available accelerator, so with ours it made a
+real :class:`~torchtpu_lab.device.tensor.TpuTensor` (a tensor subclass) that ``FakeTensorMode`` then declines
+to lift (``Multiple dispatch failed for aten.lift_fresh.default``). Our device is not a reason to initialise a
+device during fake tracing (its tensors need no device context), so ``avoid_device_init`` is answered as if it
+were not there; CUDA, XPU and HPU keep their meaning.
+
+These are the places torchtpu_lab patches PyTorch for ``torch.compile``; :func:`torchtpu_lab.global_changes`
+lists them.
 """
 
 from __future__ import annotations
@@ -59,6 +71,7 @@ def install() -> None:
 
     __new__.__torchtpu_lab_original__ = original
     FakeTensor.__new__ = staticmethod(__new__)
+    _lift_constants_on_cpu()
     _handle_tpu_tensors_in_aot_runtime()
     _installed = True
 
@@ -80,6 +93,31 @@ def _handle_tpu_tensors_in_aot_runtime() -> None:
         handled = getattr(module, "HANDLED_TYPES", None)
         if isinstance(handled, tuple) and TpuTensor not in handled:
             module.HANDLED_TYPES = handled + (TpuTensor,)
+
+
+def _lift_constants_on_cpu() -> None:
+    """``FakeTensorMode.avoid_device_init`` as PyTorch computes it, with our PrivateUse1 backend not counted as a
+    device to initialise (see the module docstring)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    original = FakeTensorMode.avoid_device_init
+
+    def avoid_device_init(self) -> bool:
+        if original.fget(self):
+            return True
+        if torch.xpu._is_compiled():
+            return False  # the original answered from XPU's availability alone
+        return not (torch.cuda.is_available() or (hasattr(torch, "hpu") and torch.hpu.is_available()))
+
+    avoid_device_init.__torchtpu_lab_original__ = original
+    FakeTensorMode.avoid_device_init = property(avoid_device_init, doc=original.__doc__)
+
+
+def lifts_constants_on_cpu() -> bool:
+    """Whether ``FakeTensorMode.avoid_device_init`` is ours (:func:`_lift_constants_on_cpu`)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return hasattr(FakeTensorMode.avoid_device_init.fget, "__torchtpu_lab_original__")
 
 
 def installed() -> bool:

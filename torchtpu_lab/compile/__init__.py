@@ -1,4 +1,5 @@
-"""``torch.compile(model, backend="tpu")``: a Dynamo backend that lowers whole ATen graphs through the eager op
+"""``torch.compile(model, backend="tpu")`` (and ``torch.compile(model)`` on tpu tensors, :mod:`.default_backend`):
+a Dynamo backend that lowers whole ATen graphs through the eager op
 table into one ``jax.jit`` function (:mod:`.backend`, :mod:`.lowering`), with telemetry for Dynamo's compiles,
 recompiles and graph breaks (:mod:`.events`).
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..backend.after_import import when_imported
+from . import batch_norm, default_backend, plain_tensor
 
 BACKEND_NAME = "tpu"
 
@@ -40,6 +42,9 @@ def _register_with_dynamo() -> None:
     if _COMPILER_FNS.get(BACKEND_NAME) is not tpu_backend:
         _COMPILER_FNS.pop(BACKEND_NAME, None)
         register_backend(tpu_backend, name=BACKEND_NAME)
+    default_backend.install()
+    batch_norm.install()
+    plain_tensor.install()
 
 
 def changes() -> dict:
@@ -53,6 +58,12 @@ def changes() -> dict:
     return {
         f"torch._dynamo: backend 'tpu' registered; {', '.join(_NEVER_TRACED)} in its trace_rules (called, never "
         "traced)": registered,
+        "torch._TorchCompileInductorWrapper.__call__ wrapped: torch.compile's default backend compiles graphs on "
+        "tpu tensors with 'tpu', all others with Inductor as before": default_backend.installed(),
+        "aten.native_batch_norm: a Python kernel at AutogradPrivateUse1 (tracing only): evaluation mode's saved "
+        "statistics are empty compiled, as eager": batch_norm.installed(),
+        "torch._dynamo.variables.builder.infer_subclass_type wrapped: Dynamo traces a TpuTensor as a plain tensor "
+        "(its .grad can be read in a compiled training step)": plain_tensor.installed(),
     }
 
 

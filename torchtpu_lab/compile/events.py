@@ -61,6 +61,11 @@ def traced(event, seconds: float) -> None:
     telemetry.count(Counter.COMPILE_SECONDS, seconds)
 
 
+def frame_name(gm) -> str:
+    """The name of the code Dynamo is compiling ``gm`` from."""
+    return _dynamo_metrics().get("co_name") or _frame_name(gm)
+
+
 def _frame_name(gm) -> str:
     for node in gm.graph.nodes:
         stack = node.meta.get("stack_trace")

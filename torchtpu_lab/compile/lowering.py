@@ -5,8 +5,10 @@ Each ``call_function`` node is one of:
 
 * an op of the op table (:data:`torchtpu_lab.ops.LOWERINGS`) — its lowering is called on the traced JAX values
   and the result cast to the dtype PyTorch's meta kernel recorded on the node (``node.meta["val"]``), exactly as
-  the eager executor casts (:func:`torchtpu_lab.runtime.encode.cast`); random ops get a key derived from a
-  ``(seed, counter)`` pair that is an *input* of the function, drawn from the device generator per call;
+  the eager executor casts (:func:`torchtpu_lab.runtime.encode.cast`); random ops get their keys from a
+  ``(seed, first offset)`` pair that is an *input* of the function, drawn from the device generator per call:
+  the k-th random op of the graph uses offset ``first + k``, the offset the same op would take eagerly, so a
+  compiled region draws the same numbers as the same code run eagerly from the same seed;
 * a view op (``view``, ``permute``, ``expand``, ``slice``...): inside the function every value is a
   contiguous array, so the view's geometry comes from running the op on a meta tensor of that shape — PyTorch
   decides it, as in eager mode (:mod:`torchtpu_lab.runtime.view_kernels`) — and the values are read with
@@ -53,6 +55,7 @@ class GraphPlan:
     n_ops: int = 0
     ops: list = field(default_factory=list)  # ATen op names in graph order (the profile's "ops inside")
     uses_rng: bool = False
+    n_rng: int = 0  # random ops in the graph: the generator offsets one call takes
     #: output slots: ("tensor", torch.device, dtype) for an array the function returns, ("const", value) else
     outputs: list = field(default_factory=list)
     #: (placeholder index, position in the returned arrays) for every input the graph mutates (``copy_``)
@@ -129,11 +132,9 @@ class _Tracer:
         self.index_of = {n: i for i, n in enumerate(self.placeholders)}
         self.foreach: dict = {}  # _foreach_* op -> the per-tensor op of the op table it maps to
 
-    def run(self, arrays, seed_counter):
+    def run(self, arrays, seed_offset):
         env = {}
-        base_key = None
-        if seed_counter is not None:
-            base_key = jax.random.fold_in(jax.random.key(seed_counter[0]), seed_counter[1])
+        n_random = 0
         mutated: dict[int, object] = {}
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -145,8 +146,10 @@ class _Tracer:
                 args = torch.fx.node.map_arg(node.args, lambda n: env[n])
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
                 key = None
-                if base_key is not None:
-                    key = jax.random.fold_in(base_key, len(env))
+                if seed_offset is not None and _is_random(node.target):
+                    # eager's key for the same op: fold_in(key(seed), offset), one offset per random op
+                    key = jax.random.fold_in(jax.random.key(seed_offset[0]), seed_offset[1] + n_random)
+                    n_random += 1
                 env[node] = self.call(node, args, kwargs, key)
                 if node.target is aten.copy_.default and node.args[0] in self.index_of:
                     mutated[self.index_of[node.args[0]]] = env[node]
@@ -156,7 +159,7 @@ class _Tracer:
                 for o in (outs if isinstance(outs, (list, tuple)) else (outs,)):
                     if isinstance(o, torch.fx.Node) and isinstance(_val(o), torch.Tensor):
                         flat.append(env[o])
-                for index, value in mutated.items():
+                for value in mutated.values():
                     flat.append(value)
                 return tuple(flat)
             else:
@@ -200,8 +203,13 @@ class _Tracer:
         raise NotLowerable(f"{name} has no lowering for the tpu device")
 
 
+def _is_random(op) -> bool:
+    low = LOWERINGS.get(op)
+    return low is not None and low.rng
+
+
 def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
-    """The graph's traceable JAX function ``fn(*arrays[, seed, counter]) -> tuple of arrays`` and its plan.
+    """The graph's traceable JAX function ``fn(*arrays[, seed, first offset]) -> tuple of arrays`` and its plan.
 
     Checks every node up front (raising :class:`NotLowerable` before anything is jitted)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -226,9 +234,9 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
                     plan.collectives.append(op_name(op))
             elif op not in LOWERINGS and op not in _VIEW_OPS and op not in _OTHER_OPS:
                 raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
-            low = LOWERINGS.get(op)
-            if low is not None and low.rng:
+            if _is_random(op):
                 plan.uses_rng = True
+                plan.n_rng += 1
             plan.n_ops += 1
             plan.ops.append(op_name(op))
         elif node.op == "output":

@@ -30,12 +30,12 @@ class _HostGenerator:
     """The default generator of one device when there is no native core: ``torch.Generator``'s methods that
     the random ops and ``torch.tpu`` use, over a seed and an offset."""
 
-    __slots__ = ("_seed", "_offset")
+    __slots__ = ("_offset", "_seed")
 
     def __init__(self) -> None:
         self._seed, self._offset = _DEFAULT_SEED, 0
 
-    def manual_seed(self, seed: int) -> "_HostGenerator":
+    def manual_seed(self, seed: int) -> _HostGenerator:
         self._seed, self._offset = int(seed) % _U64, 0
         return self
 
@@ -100,15 +100,17 @@ def _check_generator(generator: torch.Generator, device_index: int) -> None:
         raise RuntimeError(f"Expected a generator of tpu:{device_index}, but got one of tpu:{device.index}")
 
 
-def next_seed_and_counter(device_index: int, generator: torch.Generator | None = None) -> tuple[int, int]:
-    """The ``(seed, offset)`` inputs of one random op, advancing ``generator`` (default: the device's)."""
+def next_seed_and_counter(device_index: int, generator: torch.Generator | None = None, n: int = 1
+                          ) -> tuple[int, int]:
+    """The ``(seed, offset)`` inputs of one random op, advancing ``generator`` (default: the device's); with
+    ``n``, of ``n`` random ops in a row (a compiled graph's), which take the offsets ``offset .. offset + n - 1``."""
     if generator is None:
         g = default_generator(device_index)
     else:
         _check_generator(generator, device_index)
         g = generator
     seed_value, offset = g.initial_seed(), g.get_offset() + 1
-    g.set_offset(offset)
+    g.set_offset(offset + n - 1)
     # seeds are folded to 32 bits: jax.random.key takes a uint32 seed on every platform
     return (seed_value ^ (seed_value >> 32)) & 0xFFFF_FFFF, offset
 

@@ -2,6 +2,7 @@
 
 from . import registry  # noqa: F401  (first: the families register into it)
 from . import elementwise, factories, fft, indexing, linalg, nn, random, reductions, shape, special  # noqa: F401
+from . import optimizer_kernels  # noqa: F401  (torch-level kernels of fused=True optimizer steps)
 from .registry import DECOMP_SKIP, LOWERINGS, PY_KERNELS, Lowering, kernel, lower, skip_decomposition
 
 __all__ = ["DECOMP_SKIP", "LOWERINGS", "PY_KERNELS", "Lowering", "kernel", "lower", "skip_decomposition"]

@@ -1,0 +1,156 @@
+"""Training steps of real models, eager and compiled, on the tpu device and on the CPU, in one run.
+
+    python bench/compile_step.py [--reps 3] [--iters 5] [--models gpt2,llama,bert,t5,resnet,vit,transformer]
+                                 [--paths fused,compiled-forward,compiled-step,cpu,inductor]
+
+Per model (the tiny random-init Hugging Face configs of ``tests/test_compile_users.py``, and the 2-layer
+transformer of ``bench/train_step.py``), one AdamW step (forward, ``loss.backward()``, ``opt.step()``) as:
+
+* **fused eager**: fused mode, ``torchtpu_lab.sync()`` at the end of the step;
+* **compiled forward**: ``torch.compile(model, backend="tpu")``, backward and the optimizer eager (fused);
+* **compiled step**: the whole step under ``torch.compile(backend="tpu")`` with PyTorch's compiled autograd
+  (``torch._dynamo.config.compiled_autograd``): forward, backward and the optimizer as compiled programs
+  (Dynamo's ``trace_autograd_ops`` is not used: in torch 2.13 it silently drops ``loss.backward()`` when the
+  forward has a graph break, as GPT-2's does);
+* **torch CPU eager** and **Inductor CPU** (``torch.compile(model)`` on the CPU: forward and backward compiled);
+* for ``transformer`` also **jax.jit AdamW, donated**: the same model and AdamW update hand-written in JAX, its
+  parameters and optimizer state donated, the reference of the issue's 1.1x target.
+
+Each figure is the median over ``--reps`` of the mean step time over ``--iters`` steady-state steps, the paths
+timed in turn within each rep (``bench/train_step.py``'s ``median_interleaved``); ratios are against CPU eager,
+and for ``transformer`` also against the JAX step, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+
+import common  # noqa: F401  (sets sys.path)
+import jax
+import jax.numpy as jnp
+import torch
+import train_step as ts
+
+import torchtpu_lab
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+LR, BETAS, EPS, WD = 1e-3, (0.9, 0.999), 1e-8, 0.01
+PATHS = ("fused", "compiled-forward", "compiled-step", "cpu", "inductor")
+
+
+def _model(name: str):
+    """(model on the CPU, loss function ``(model, batch) -> loss``, batch on the CPU)."""
+    torch.manual_seed(0)
+    if name == "transformer":
+        x, y = ts.data("transformer")
+        return ts.Transformer(), lambda m, b: ts.torch_loss("transformer", m, b["x"], b["y"]), {"x": x, "y": y}
+    from test_compile_users import MODELS
+
+    build, make_batch = MODELS[name]
+    return build().train(), lambda m, b: m(**b).loss, make_batch(torch.Generator().manual_seed(1))
+
+
+def _step(model, loss_fn, batch, *, compile_step=False, finish=lambda: None):
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=True)
+
+    def step():
+        loss = loss_fn(model, batch)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    inner = torch.compile(step, backend="tpu") if compile_step else step
+
+    def run():
+        opt.zero_grad(set_to_none=True)
+        out = inner()
+        finish()
+        return out
+
+    return run
+
+
+def _jax_adamw(model, batch):
+    """The transformer's AdamW step hand-written in JAX, parameters and moments donated."""
+    b1, b2 = BETAS
+
+    def step(p, m, v, t, x, y):
+        loss, g = jax.value_and_grad(ts.jax_transformer_loss)(p, x, y)
+        t = t + 1
+        m = jax.tree_util.tree_map(lambda m_, g_: b1 * m_ + (1 - b1) * g_, m, g)
+        v = jax.tree_util.tree_map(lambda v_, g_: b2 * v_ + (1 - b2) * g_ * g_, v, g)
+        step_size = LR / (1 - b1 ** t)
+        root_bc2 = jnp.sqrt(1 - b2 ** t)
+        p = jax.tree_util.tree_map(lambda p_, m_, v_: p_ * (1 - LR * WD) - step_size * m_ / (jnp.sqrt(v_) / root_bc2
+                                                                                             + EPS), p, m, v)
+        return loss, p, m, v, t
+
+    jitted = jax.jit(step, donate_argnums=(0, 1, 2))
+    p = ts.jax_params(model)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, p)
+    state = {"s": (p, zeros, jax.tree_util.tree_map(jnp.zeros_like, p), jnp.float32(0))}
+    x, y = jnp.asarray(batch["x"].numpy()), jnp.asarray(batch["y"].numpy())
+
+    def run():
+        loss, *rest = jitted(*state["s"], x, y)
+        state["s"] = tuple(rest)
+        return loss
+
+    return run
+
+
+def measure(name: str, iters: int, reps: int, paths: tuple) -> dict[str, float]:
+    base, loss_fn, batch = _model(name)
+    tpu_batch = {k: v.to("tpu") for k, v in batch.items()}
+    tpu_wait = lambda o: torch.tpu.synchronize()
+    runs = []
+    if name == "transformer":
+        runs.append(ts.Path("jax.jit AdamW, donated", _jax_adamw(base, batch), lambda o: o.block_until_ready()))
+    if "fused" in paths:
+        runs.append(ts.Path("fused eager", _step(copy.deepcopy(base).to("tpu"), loss_fn, tpu_batch,
+                                                 finish=torchtpu_lab.sync), tpu_wait, "fused"))
+    if "compiled-forward" in paths:
+        torch._dynamo.reset()
+        model = torch.compile(copy.deepcopy(base).to("tpu"), backend="tpu")
+        runs.append(ts.Path("compiled forward", _step(model, loss_fn, tpu_batch, finish=torchtpu_lab.sync),
+                            tpu_wait, "fused"))
+    if "compiled-step" in paths:
+        step = _step(copy.deepcopy(base).to("tpu"), loss_fn, tpu_batch, compile_step=True)
+        runs.append(ts.Path("compiled step", step, tpu_wait, "strict"))
+    if "cpu" in paths:
+        runs.append(ts.Path("torch CPU eager", _step(copy.deepcopy(base), loss_fn, batch), lambda o: None))
+    if "inductor" in paths:
+        runs.append(ts.Path("Inductor CPU", _step(torch.compile(copy.deepcopy(base)), loss_fn, batch),
+                            lambda o: None))
+    with torch._dynamo.config.patch(compiled_autograd=True):  # the compiled step's loss.backward()
+        return ts.median_interleaved(runs, iters, reps)
+
+
+def main(argv=None) -> None:
+    from common import add_clock_option, set_clock, table
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--models", default="gpt2,llama,bert,t5,resnet,vit,transformer")
+    p.add_argument("--paths", default=",".join(PATHS), help=f"which of {', '.join(PATHS)} to measure")
+    add_clock_option(p)
+    args = p.parse_args(argv)
+    set_clock(args.clock)
+    print(f"platform: {torch.tpu.platform_name()}; medians of {args.reps} x {args.iters} steps")
+    for name in args.models.split(","):
+        r = measure(name, args.iters, args.reps, tuple(args.paths.split(",")))
+        cpu = r.get("torch CPU eager")
+        jx = r.get("jax.jit AdamW, donated")
+        rows = [(k, f"{v * 1e3:.2f}", f"{v / cpu:.2f}x" if cpu else "-", f"{v / jx:.2f}x" if jx else "-")
+                for k, v in r.items()]
+        print(table(f"\n{name}: AdamW training step", rows, ("path", "ms/step", "vs CPU eager", "vs jax.jit")),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
