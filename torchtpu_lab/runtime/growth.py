@@ -31,8 +31,8 @@ from ..device import tensor, views
 from ..ops import LOWERINGS
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, execute, launch
-from .values import set_array
 from .signatures import OpSignature
+from .values import set_array
 
 aten = torch.ops.aten
 
@@ -80,17 +80,33 @@ def _appendable(tensors, dim: int):
     if any(a != b for i, (a, b) in enumerate(zip(x.shape, piece.shape)) if i != d) or piece.shape[d] == 0:
         return None
     x = tensor.adopt(x)
-    storage = x.tpu_storage
+    if padded_length(x, d) is None:
+        return None
+    return x, tensor.adopt(piece), d
+
+
+def padded_length(t, dim: int) -> int | None:
+    """``n`` when ``t`` is the first ``n`` positions along ``dim`` of a storage grown by appends along ``dim``
+    (the rest of the storage is padding that appends have not filled), else ``None``.
+
+    A consumer that can mask the padding (runtime/padded_attention.py) reads the whole storage with ``n`` as a
+    graph input instead of ``t`` itself, whose shape changes with every append."""
+    if not tensor.on_tpu(t) or t.ndim == 0:
+        return None
+    t = tensor.adopt(t)
+    storage = t.tpu_storage
+    d = dim % t.ndim
     if _GROWING.get(storage) != d:
         return None
-    view = x.tpu_view
-    if view is not None:  # a view of the first n positions of the padded storage, and nothing else
-        base = storage.shape
-        if view.offset != 0 or view.stride != views.contiguous_strides(base):
-            return None
-        if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
-            return None
-    return x, tensor.adopt(piece), d
+    view = t.tpu_view
+    if view is None:
+        return storage.shape[d]
+    base = storage.shape  # a view of the first n positions of the padded storage, and nothing else
+    if len(view.size) != len(base) or view.offset != 0 or view.stride != views.contiguous_strides(base):
+        return None
+    if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
+        return None
+    return view.size[d]
 
 
 def _capacity(n: int) -> int:
