@@ -49,39 +49,31 @@ def cat(tensors, dim: int = 0):
     """``aten::cat``: an append into spare capacity where :func:`_appendable` allows, else the lowering."""
     plan = _appendable(tensors, dim)
     if plan is None:
-        out = execute(LOWERINGS[aten.cat.default], (tensors, dim), {})
-        if len(tensors) == 2 and tensor.on_tpu(out):
-            _mark(tensors, out, dim)
-        return out
+        return execute(LOWERINGS[aten.cat.default], (tensors, dim), {})
     return _append(*plan)
 
 
-def _mark(tensors, out, dim: int) -> None:
-    """Remember a plain ``cat`` result that looks like a first append (a smaller piece after a whole tensor)."""
-    x, piece = tensors
-    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or x.ndim == 0:
-        return
-    d = dim % x.ndim
-    if 0 < piece.shape[d] < x.shape[d] and out.numel() * out.dtype.itemsize <= MAX_PADDED_BYTES:
-        _GROWING[tensor.adopt(out).tpu_storage] = d
-
-
 def _appendable(tensors, dim: int):
-    """``(x, piece, d)`` when ``cat`` is an append to a tensor already grown along ``d`` (whose storage is one of
-    ours, viewed from its start), else ``None``."""
+    """``(x, piece, d)`` when ``cat`` is an append along ``d``: of a piece to a tensor already grown along ``d``,
+    of a smaller piece to a whole tensor (a first append), or of a piece to an empty accumulator (``x`` is
+    ``None`` then: ``torch.cat([torch.tensor([]), piece])``, as a ``DynamicCache`` starts); else ``None``."""
     if not isinstance(tensors, (list, tuple)) or len(tensors) != 2:
         return None
     x, piece = tensors
-    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or x.ndim == 0:
+    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or piece.ndim == 0:
         return None
-    if piece.ndim != x.ndim or x.device != piece.device:
+    if x.device != piece.device:
         return None
-    d = dim % x.ndim
+    d = dim % piece.ndim
+    if x.numel() == 0 and (x.ndim == 1 or x.shape == piece.shape[:d] + (0,) + piece.shape[d + 1:]):
+        return (None, tensor.adopt(piece), d) if piece.numel() else None
+    if piece.ndim != x.ndim:
+        return None
     if any(a != b for i, (a, b) in enumerate(zip(x.shape, piece.shape)) if i != d) or piece.shape[d] == 0:
         return None
     x = tensor.adopt(x)
-    if padded_length(x, d) is None:
-        return None
+    if padded_length(x, d) is None and piece.shape[d] >= x.shape[d]:
+        return None  # two halves, not an append
     return x, tensor.adopt(piece), d
 
 
@@ -113,32 +105,38 @@ def _capacity(n: int) -> int:
     return max(MIN_CAPACITY, 1 << max(2 * n - 1, 1).bit_length())
 
 
-def _append(x: tensor.TpuTensor, piece: tensor.TpuTensor, d: int):
-    storage = x.tpu_storage
-    n, k = x.shape[d], piece.shape[d]
-    shape = list(storage.shape)
-    if n + k > shape[d]:  # out of room (or not padded yet): a bigger buffer, once per doubling
+def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int):
+    n, k = (0 if x is None else x.shape[d]), piece.shape[d]
+    storage = None if x is None else x.tpu_storage
+    dyn: list = []
+    x_base = x_key = None
+    if x is None or padded_length(x, d) is None or n + k > storage.shape[d]:
+        # not padded yet, or out of room: a new buffer, once per doubling
+        shape = list(piece.shape)
         shape[d] = _capacity(n + k)
-        if math.prod(shape) * x.dtype.itemsize > MAX_PADDED_BYTES:
-            return execute(LOWERINGS[aten.cat.default], ([x, piece], d), {})
-        dyn = [storage.array]
-        x_key = dynamic_input(storage.shape, x.tpu_view, dyn)
+        if math.prod(shape) * piece.dtype.itemsize > MAX_PADDED_BYTES:
+            return execute(LOWERINGS[aten.cat.default], ([piece] if x is None else [x, piece], d), {})
         grow = True
+        if x is not None:
+            dyn.append(storage.array)
+            x_base = tuple(storage.shape)
+            x_key = dynamic_input(storage.shape, x.tpu_view, dyn)
     else:
-        dyn = [storage.array]
-        x_key = None
+        shape = list(storage.shape)
         grow = False
+        dyn.append(storage.array)
+        x_base = tuple(storage.shape)
     shape = tuple(shape)
     p_storage = piece.tpu_storage
     dyn.append(p_storage.array)
     p_key = dynamic_input(p_storage.shape, piece.tpu_view, dyn)
     dyn.append(n)
-    sig = (tuple(storage.shape), x_key, grow, shape, x.dtype, d, tuple(p_storage.shape), p_key)
+    sig = (x_base, x_key, grow, shape, piece.dtype, d, tuple(p_storage.shape), p_key)
     program = _program(*sig)
     out = launch(program, OpSignature("append", sig + (leaf_dtype(p_storage.array),), ()), dyn,
-                 storage.device_index, True)
-    result = tensor.make(_new_storage(shape, x.dtype, storage.device_index),
-                         views.View(tuple(x.shape[:d]) + (n + k,) + tuple(x.shape[d + 1:]),
+                 p_storage.device_index, True)
+    result = tensor.make(_new_storage(shape, piece.dtype, p_storage.device_index),
+                         views.View(tuple(piece.shape[:d]) + (n + k,) + tuple(piece.shape[d + 1:]),
                                     views.contiguous_strides(shape), 0))
     set_array(result.tpu_storage, out)
     _GROWING[result.tpu_storage] = d
@@ -157,7 +155,9 @@ def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_ba
     the position ``n`` (a value, so every step runs the same program)."""
     jdt = dtypes.to_jax(dtype)
 
-    def run(x_array, *rest):
+    def run(*rest):
+        if x_base is not None:
+            x_array, rest = rest[0], rest[1:]
         if grow and x_key is not None and x_key.moves:
             x_offset, rest = rest[:1], rest[1:]
         else:
@@ -166,7 +166,9 @@ def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_ba
         p_offset, n = (rest[:1], rest[1]) if p_key is not None and p_key.moves else ((), rest[0])
         value = views.read(p_array, p_base, p_key, *p_offset).astype(jdt)
         starts = [0] * len(shape)
-        if grow:
+        if x_base is None:  # appended to an empty accumulator
+            base = jnp.zeros(shape, jdt)
+        elif grow:
             old = views.read(x_array, x_base, x_key, *x_offset).astype(jdt)
             base = lax.dynamic_update_slice(jnp.zeros(shape, jdt), old, starts)
         else:
