@@ -69,7 +69,8 @@ def test_large_tensors_and_concatenations_of_equal_parts_are_not_padded():
     assert tensor_storage(halves).shape == (2, 6)
     # a smaller piece after a tensor is an append from the first one on: the result has room to grow
     appended = torch.cat([halves, halves[:, :1] * 2], 1)
-    assert tensor_storage(appended).shape == (2, 64) and appended.shape == (2, 7)
+    assert tensor_storage(appended).shape[0] == 2 and tensor_storage(appended).shape[1] >= 64
+    assert appended.shape == (2, 7)
     assert appended.cpu().tolist() == [[1.0] * 6 + [2.0]] * 2
 
 
@@ -86,7 +87,8 @@ def test_appends_to_an_empty_accumulator_start_padded_and_equal_cpu():
 
     got, got_history = run("tpu")
     _, want_history = run("cpu")
-    assert tensor_storage(got).shape == (1, 2, 64, 1) and got.shape == (1, 2, 5, 1)
+    capacity = tensor_storage(got).shape
+    assert capacity[:2] == (1, 2) and capacity[2] >= 64 and capacity[3] == 1 and got.shape == (1, 2, 5, 1)
     for g, w in zip(got_history, want_history):
         assert torch.equal(g, w)
 

@@ -40,6 +40,10 @@ aten = torch.ops.aten
 MAX_PADDED_BYTES = 1 << 20
 #: Capacity along the growing dim is at least this (then doubles), so a short generation never re-pads.
 MIN_CAPACITY = 64
+#: A buffer this small costs nothing worth saving: a tensor with small rows (token ids, an attention mask) gets
+#: as many positions as fit in it, so it outgrows nothing in a generation and never moves a program to a new
+#: bucket one step apart from the KV cache's.
+FREE_BYTES = 16 << 10
 
 #: Storages made by an append, and the dim they grow along (weak: an entry lives as long as its storage).
 _GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -101,8 +105,10 @@ def padded_length(t, dim: int) -> int | None:
     return view.size[d]
 
 
-def _capacity(n: int) -> int:
-    return max(MIN_CAPACITY, 1 << max(2 * n - 1, 1).bit_length())
+def _capacity(n: int, row_bytes: int) -> int:
+    """Positions for ``n`` (a power of two, at least twice ``n`` rounded down): buckets double."""
+    free = 1 << max((FREE_BYTES // max(row_bytes, 1)).bit_length() - 1, 0)
+    return max(MIN_CAPACITY, free, 1 << max(2 * n - 1, 1).bit_length())
 
 
 def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int):
@@ -113,7 +119,7 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int):
     if x is None or padded_length(x, d) is None or n + k > storage.shape[d]:
         # not padded yet, or out of room: a new buffer, once per doubling
         shape = list(piece.shape)
-        shape[d] = _capacity(n + k)
+        shape[d] = _capacity(n + k, math.prod(shape) // max(k, 1) * piece.dtype.itemsize)
         if math.prod(shape) * piece.dtype.itemsize > MAX_PADDED_BYTES:
             return execute(LOWERINGS[aten.cat.default], ([piece] if x is None else [x, piece], d), {})
         grow = True
