@@ -133,14 +133,14 @@ def test_attention_that_reads_the_cache_at_its_length_says_why_it_recompiles():
     correct, but a new graph per token; the compile cause names the op, the growth and the fix."""
     model = _tiny("gpt2", 20, attn="eager")
     prompt = torch.randint(1, 97, (1, PROMPT), generator=torch.Generator().manual_seed(1))
-    expected = model.generate(prompt, max_new_tokens=6, do_sample=False)
+    expected = model.generate(prompt, max_new_tokens=4, do_sample=False)
     model = model.to("tpu")
     with torchtpu_lab.profile() as prof:
-        out = model.generate(prompt.to("tpu"), max_new_tokens=6, do_sample=False)
+        out = model.generate(prompt.to("tpu"), max_new_tokens=4, do_sample=False)
     assert torch.equal(out.cpu(), expected)
     causes = [str(r.cause) for r in prof.report().compiles if r.recompile]
     grew = [c for c in causes if "grows by one every step" in c]
-    assert len(grew) >= 3, causes
+    assert len(grew) >= 2, causes
     assert all("aten::" in c and "scaled_dot_product_attention" in c and 'cache_implementation="static"' in c
                for c in grew), grew
 
