@@ -11,10 +11,17 @@ moving offset, also graph inputs (:func:`~torchtpu_lab.device.views.dynamic`), s
 for any number of tokens; only outgrowing the buffer (capacity doubles) compiles again.
 
 Semantics are PyTorch's: the result is a new tensor with its own storage (arrays are immutable; the input's
-storage is only read), equal to the concatenation. The padding is bounded: only a tensor that was already
-grown by an append (a second append along the same dim) is padded, and only while its padded storage is at
-most :data:`MAX_PADDED_BYTES` — token ids and masks, not activations or a dynamic KV cache (whose every
-attention read has the growing shape anyway, so padding it would cost memory and save no compile).
+storage is only read), equal to the concatenation. Padding starts at the first append — a smaller piece after a
+whole tensor, or any piece after an empty accumulator (``torch.cat([torch.tensor([]), piece])``, how a
+``DynamicCache`` starts each layer's keys), so a prompt's keys already sit in their capacity bucket and the
+first decode step is the same program as the rest; a concatenation of equal parts is not an append. The padding
+is bounded: capacity doubles from at least :data:`MIN_CAPACITY` positions (tensors with small rows — token ids,
+masks — get as many as fit in :data:`FREE_BYTES`, so they do not change bucket one step apart from the KV cache
+they run beside), and a storage over :data:`MAX_PADDED_BYTES` is not padded at all.
+
+A grown tensor's consumers read its first ``n`` positions — a view, whose shape changes every step — unless
+they can mask the rest: attention over a padded KV cache reads the whole storage with ``n`` as a graph input
+(:func:`padded_length`, runtime/padded_attention.py), so a decode step is one program per capacity bucket.
 """
 
 from __future__ import annotations
