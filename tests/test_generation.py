@@ -235,3 +235,29 @@ def test_static_cache_decode_under_torch_compile_compiles_the_same_for_16_tokens
     assert torch.equal(eight, expected[:, :PROMPT + 8]) and torch.equal(sixteen, expected)
     assert _compiles() == before
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_a_profiled_decode_loop_reports_tokens_per_second_first_token_and_programs_per_token():
+    """Any loop that appends one token per step (not only ``generate``): the token stream is the sequence with
+    the most one-position appends, not the cache beside it (which starts with the whole prompt)."""
+    from torchtpu_lab.profiling.generation import generation_stats
+
+    with torchtpu_lab.profile() as prof:
+        ids = torch.tensor([[3, 4, 5]], device="tpu")
+        cache = torch.tensor([], device="tpu")
+        for i in range(6):
+            cache = torch.cat([cache, torch.ones(1, 2, 3 if i == 0 else 1, 4, device="tpu")], -2)
+            ids = torch.cat([ids, (ids[:, -1:] * 7 + 1) % 97], -1)
+            torchtpu_lab.sync()
+    expected = [5]
+    for _ in range(6):
+        expected.append((expected[-1] * 7 + 1) % 97)
+    assert ids.cpu().tolist()[0][3:] == expected[1:]
+    stats = generation_stats(prof)
+    assert stats is not None and stats.tokens == 6, stats
+    assert stats.programs == len(prof.compiles) > 0 and stats.programs_per_token == stats.programs / 6
+    assert 0 < stats.first_token_s < stats.wall_s == prof.wall_s
+    assert stats.tokens_per_s == pytest.approx(6 / prof.wall_s)
+    with torchtpu_lab.profile() as quiet:
+        torch.ones(3, device="tpu").sum().item()
+    assert generation_stats(quiet) is None

@@ -26,6 +26,7 @@ they can mask the rest: attention over a padded KV cache reads the whole storage
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .. import caches, dtypes
+from .. import caches, dtypes, telemetry
 from ..device import tensor, views
 from ..ops import LOWERINGS
 from .encode import dynamic_input, leaf_dtype
@@ -54,6 +55,12 @@ FREE_BYTES = 16 << 10
 
 #: Storages made by an append, and the dim they grow along (weak: an entry lives as long as its storage).
 _GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Storages made by an append, and the sequence they belong to (an id shared by every append of one growing
+#: tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py).
+_LINEAGE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LINEAGES = itertools.count()
+#: the name of an append's op event
+APPEND = "aten::cat (append)"
 
 
 def cat(tensors, dim: int = 0):
@@ -153,6 +160,10 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int):
                                     views.contiguous_strides(shape), 0))
     set_array(result.tpu_storage, out)
     _GROWING[result.tpu_storage] = d
+    lineage = _LINEAGE.get(storage) if storage is not None else None
+    _LINEAGE[result.tpu_storage] = lineage = next(_LINEAGES) if lineage is None else lineage
+    if telemetry.recording():
+        telemetry.emit("op", APPEND, dim=d, length=n + k, appended=k, lineage=lineage)
     return result
 
 
@@ -190,7 +201,7 @@ def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_ba
         return lax.dynamic_update_slice(base, value, starts)
 
     meta = torch.empty(shape, dtype=dtype, device="meta")
-    return OpExecutable(run, True, meta, "aten::cat (append)")
+    return OpExecutable(run, True, meta, APPEND)
 
 
 #: collected into ``backend.dispatch.KERNELS``
