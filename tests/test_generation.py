@@ -261,3 +261,33 @@ def test_a_profiled_decode_loop_reports_tokens_per_second_first_token_and_progra
     with torchtpu_lab.profile() as quiet:
         torch.ones(3, device="tpu").sum().item()
     assert generation_stats(quiet) is None
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_fused_attention_matches_cpu_and_training_keeps_its_gradients(mode):
+    """``F.scaled_dot_product_attention`` on tpu (runtime/padded_attention.py): one fused op for inference —
+    causal, bool and float masks, a mask with ``is_causal``, grouped-query heads — equal to the CPU's; a call
+    that needs gradients takes PyTorch's math decomposition, so its gradients are the CPU's too."""
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(0)
+    keep = torch.rand(2, 1, 3, 6, generator=gen) > 0.3
+    keep[..., 0] = True
+    cases = [  # (query heads, key heads, query length, key length, is_causal, mask)
+        (2, 2, 1, 5, False, None), (4, 2, 3, 7, True, None), (2, 2, 3, 6, False, keep),
+        (2, 2, 3, 6, False, torch.randn(2, 1, 3, 6, generator=gen)), (2, 2, 3, 6, True, keep)]
+    with torchtpu_lab.eager_mode(mode):
+        for h, kh, length, s, causal, mask in cases:
+            q = torch.randn(2, h, length, 8, generator=gen)
+            k, v = torch.randn(2, kh, s, 8, generator=gen), torch.randn(2, kh, s, 8, generator=gen)
+            kw = {"is_causal": causal, "enable_gqa": kh != h}
+            with torch.no_grad():
+                want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+                got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"),
+                                                     attn_mask=None if mask is None else mask.to("tpu"), **kw)
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        q = torch.randn(1, 2, 3, 8, generator=gen, requires_grad=True)
+        q_tpu = q.detach().to("tpu").requires_grad_()
+        k = torch.randn(1, 2, 5, 8, generator=gen)
+        F.scaled_dot_product_attention(q, k, k).square().sum().backward()
+        F.scaled_dot_product_attention(q_tpu, k.to("tpu"), k.to("tpu")).square().sum().backward()
+        torch.testing.assert_close(q_tpu.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)

@@ -43,7 +43,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                                  is_causal: bool = False, scale=None, enable_gqa: bool = False):
     """``aten::scaled_dot_product_attention`` below autograd: one fused op for the calls it covers (4-d inputs,
     no dropout), PyTorch's math decomposition for the rest (which also raises PyTorch's own errors)."""
-    if not _covered(query, key, value, attn_mask, dropout_p, enable_gqa):
+    if not _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
     query, key, value = tensor.adopt(query), tensor.adopt(key), tensor.adopt(value)
@@ -79,9 +79,13 @@ def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0
                                                          scale=scale, enable_gqa=enable_gqa)
 
 
-def _covered(query, key, value, attn_mask, dropout_p: float, enable_gqa: bool) -> bool:
-    """Whether the fused kernel computes this call (else the math decomposition does)."""
+def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:
+    """Whether the fused kernel computes this call (else the math decomposition does, and raises PyTorch's own
+    errors for calls it refuses). A mask together with ``is_causal`` keeps what both keep, as PyTorch's CPU
+    kernel does (its math decomposition refuses the pair)."""
     if dropout_p > 0 or query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+        return False
+    if 0 in query.shape or 0 in key.shape or 0 in value.shape:
         return False
     if not all(tensor.on_tpu(t) for t in (query, key, value, attn_mask) if t is not None):
         return False
