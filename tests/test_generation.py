@@ -128,6 +128,7 @@ def test_default_cache_generate_builds_programs_per_capacity_not_per_token(kind)
     assert _compiles() - before <= 2, [e.detail["cause"] for e in list(telemetry.compile_log)[before:]]
 
 
+@pytest.mark.sweep  # ~35 s under load: a program per token, by design
 def test_attention_that_reads_the_cache_at_its_length_says_why_it_recompiles():
     """Eager attention (``matmul``/``softmax`` on the keys) reads the growing cache at its logical length:
     correct, but a new graph per token; the compile cause names the op, the growth and the fix."""
