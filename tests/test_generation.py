@@ -1,6 +1,8 @@
 """Text generation with a Hugging Face model on tpu: tokens equal CPU's; a decode step over a static KV cache
-compiles once for any number of tokens (view offsets are graph inputs, device/views.py); a growing cache makes
-the compile cause say why and what to do. Models are built from tiny configs (random init, no downloads)."""
+compiles once for any number of tokens (view offsets are graph inputs, device/views.py); over the default
+dynamic cache once per capacity bucket (runtime/growth.py, runtime/padded_attention.py); attention that reads a
+growing cache at its length makes the compile cause say why and what to do. Models are built from tiny configs
+(random init, no downloads)."""
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ import torchtpu_lab
 from torchtpu_lab import telemetry
 
 transformers = pytest.importorskip("transformers")
-from transformers import GPT2Config, GPT2LMHeadModel, StaticCache  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, StaticCache
 
 PROMPT = 5
 CACHE_LEN = 32
@@ -83,15 +85,99 @@ def test_moving_view_offset_is_a_graph_input_not_a_new_program():
     assert grown <= 4, [e.detail["cause"] for e in list(telemetry.compile_log)[before:]]
 
 
-def test_generate_matches_cpu_and_a_growing_cache_says_why_it_recompiles():
-    cfg, model, prompt = _model(20)
-    expected = model.generate(prompt, max_new_tokens=8, do_sample=False)
+def _tiny(kind: str, width: int, attn: str = "sdpa"):
+    """A tiny random-init Llama or GPT-2 without an end token (every call generates all it is asked for)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    none = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+    if kind == "llama":
+        cfg = LlamaConfig(vocab_size=97, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256, **none)
+        model = LlamaForCausalLM(cfg)
+    else:
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=width, n_head=4, vocab_size=97, n_positions=256,
+                                           **none))
+    model.config._attn_implementation = attn
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", pytest.param("gpt2", marks=pytest.mark.sweep)])
+def test_default_cache_generate_builds_programs_per_capacity_not_per_token(kind):
+    """The issue's bar: 32 new tokens with the default (dynamic) cache build at most 8 programs — the prompt's
+    step, one decode step and generate's own small ones — and a second call with 64 tokens at most 2 more. The
+    cache's keys and values grow into padded storage (runtime/growth.py) and attention reads the whole storage
+    with the length as an input (runtime/padded_attention.py)."""
+    model = _tiny(kind, 40)
+    prompt = torch.randint(1, 97, (1, 7), generator=torch.Generator().manual_seed(1))
+    expected = model.generate(prompt, max_new_tokens=64, do_sample=False)  # greedy: its first 32 are the 32's
+    model = model.to("tpu")
+    from torchtpu_lab.runtime import state
+
+    state.clear()  # graphs an earlier test compiled must not hide this run's
+    before = _compiles()
+    out = model.generate(prompt.to("tpu"), max_new_tokens=32, do_sample=False)
+    first = _compiles() - before
+    assert torch.equal(out.cpu(), expected[:, :7 + 32])
+    causes = [str(e.detail["cause"]) for e in list(telemetry.compile_log)[-first:]] if first else []
+    assert 0 < first <= 8, causes
+    assert not any("grows by one" in c for c in causes), causes
+    before = _compiles()
+    out = model.generate(prompt.to("tpu"), max_new_tokens=64, do_sample=False)
+    assert torch.equal(out.cpu(), expected)
+    assert _compiles() - before <= 2, [e.detail["cause"] for e in list(telemetry.compile_log)[before:]]
+
+
+@pytest.mark.sweep  # ~35 s under load: a program per token, by design
+def test_attention_that_reads_the_cache_at_its_length_says_why_it_recompiles():
+    """Eager attention (``matmul``/``softmax`` on the keys) reads the growing cache at its logical length:
+    correct, but a new graph per token; the compile cause names the op, the growth and the fix."""
+    model = _tiny("gpt2", 20, attn="eager")
+    prompt = torch.randint(1, 97, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    expected = model.generate(prompt, max_new_tokens=4, do_sample=False)
     model = model.to("tpu")
     with torchtpu_lab.profile() as prof:
-        out = model.generate(prompt.to("tpu"), max_new_tokens=8, do_sample=False)  # default: a dynamic cache
+        out = model.generate(prompt.to("tpu"), max_new_tokens=4, do_sample=False)
     assert torch.equal(out.cpu(), expected)
     causes = [str(r.cause) for r in prof.report().compiles if r.recompile]
-    assert any("grows by one every step" in c and 'cache_implementation="static"' in c for c in causes), causes
+    grew = [c for c in causes if "grows by one every step" in c]
+    assert len(grew) >= 2, causes
+    assert all("aten::" in c and "scaled_dot_product_attention" in c and 'cache_implementation="static"' in c
+               for c in grew), grew
+
+
+def test_attention_on_a_padded_cache_equals_cpu_and_builds_one_program_per_capacity():
+    """Keys and values appended one position at a time (as a DynamicCache does: the first append is to an empty
+    tensor) and attended to after each append: values as on the CPU (and as the same attention on unpadded
+    copies of the keys), and the step is the same program for every length within a capacity bucket."""
+    from torchtpu_lab.runtime import growth, state
+
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(0)
+    pieces = [torch.randn(1, 4, 5 if i < 2 else 1, 8, generator=gen) for i in range(2 * 20)]
+    queries = [torch.randn(1, 4, 1, 8, generator=gen) for _ in range(20)]
+    state.clear()
+    with torch.no_grad():
+        k, v = torch.tensor([], device="tpu"), torch.tensor([], device="tpu")
+        k_cpu, v_cpu = pieces[0][:, :, :0], pieces[0][:, :, :0]
+        per_step = []
+        for i, q in enumerate(queries):
+            before = _compiles()
+            k = torch.cat([k, pieces[2 * i].to("tpu")], -2)
+            v = torch.cat([v, pieces[2 * i + 1].to("tpu")], -2)
+            got = F.scaled_dot_product_attention(q.to("tpu"), k, v)
+            torchtpu_lab.sync()
+            per_step.append(_compiles() - before)
+            k_cpu, v_cpu = torch.cat([k_cpu, pieces[2 * i]], -2), torch.cat([v_cpu, pieces[2 * i + 1]], -2)
+            assert growth.padded_length(k, 2) == k.shape[2] == 5 + i  # read from its padded storage
+            want = F.scaled_dot_product_attention(q, k_cpu, v_cpu)
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+            if i in (0, 6, 19):  # each unpadded length is a program of its own
+                unpadded = F.scaled_dot_product_attention(q.to("tpu"), k.clone(), v.clone())
+                assert growth.padded_length(k.clone(), 2) is None
+                torch.testing.assert_close(got.cpu(), unpadded.cpu(), rtol=1e-5, atol=1e-6)
+    # the first step builds the append-to-empty and the attention; after the second, nothing is new
+    assert sum(per_step[2:]) == 0, per_step
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["fused-eager", "torch.compile"])
@@ -103,7 +189,7 @@ def test_generate_with_a_static_cache_compiles_the_same_for_16_tokens_as_for_8(c
 
     if compiled and not _tpu_backend_registered():
         pytest.skip('torch._dynamo has no "tpu" backend registered')
-    cfg, model, prompt = _model(16 if compiled else 12)
+    _, model, prompt = _model(16 if compiled else 12)
     expected = model.generate(prompt, max_new_tokens=16, do_sample=False)
     model = model.to("tpu")
     from torchtpu_lab.runtime import state
@@ -150,3 +236,59 @@ def test_static_cache_decode_under_torch_compile_compiles_the_same_for_16_tokens
     assert torch.equal(eight, expected[:, :PROMPT + 8]) and torch.equal(sixteen, expected)
     assert _compiles() == before
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_a_profiled_decode_loop_reports_tokens_per_second_first_token_and_programs_per_token():
+    """Any loop that appends one token per step (not only ``generate``): the token stream is the sequence with
+    the most one-position appends, not the cache beside it (which starts with the whole prompt)."""
+    from torchtpu_lab.profiling.generation import generation_stats
+
+    with torchtpu_lab.profile() as prof:
+        ids = torch.tensor([[3, 4, 5]], device="tpu")
+        cache = torch.tensor([], device="tpu")
+        for i in range(6):
+            cache = torch.cat([cache, torch.ones(1, 2, 3 if i == 0 else 1, 4, device="tpu")], -2)
+            ids = torch.cat([ids, (ids[:, -1:] * 7 + 1) % 97], -1)
+            torchtpu_lab.sync()
+    expected = [5]
+    for _ in range(6):
+        expected.append((expected[-1] * 7 + 1) % 97)
+    assert ids.cpu().tolist()[0][3:] == expected[1:]
+    stats = generation_stats(prof)
+    assert stats is not None and stats.tokens == 6, stats
+    assert stats.programs == len(prof.compiles) > 0 and stats.programs_per_token == stats.programs / 6
+    assert 0 < stats.first_token_s < stats.wall_s == prof.wall_s
+    assert stats.tokens_per_s == pytest.approx(6 / prof.wall_s)
+    with torchtpu_lab.profile() as quiet:
+        torch.ones(3, device="tpu").sum().item()
+    assert generation_stats(quiet) is None
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_fused_attention_matches_cpu_and_training_keeps_its_gradients(mode):
+    """``F.scaled_dot_product_attention`` on tpu (runtime/padded_attention.py): one fused op for inference —
+    causal, bool and float masks, a mask with ``is_causal``, grouped-query heads — equal to the CPU's; a call
+    that needs gradients takes PyTorch's math decomposition, so its gradients are the CPU's too."""
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(0)
+    keep = torch.rand(2, 1, 3, 6, generator=gen) > 0.3
+    keep[..., 0] = True
+    cases = [  # (query heads, key heads, query length, key length, is_causal, mask)
+        (2, 2, 1, 5, False, None), (4, 2, 3, 7, True, None), (2, 2, 3, 6, False, keep),
+        (2, 2, 3, 6, False, torch.randn(2, 1, 3, 6, generator=gen)), (2, 2, 3, 6, True, keep)]
+    with torchtpu_lab.eager_mode(mode):
+        for h, kh, length, s, causal, mask in cases:
+            q = torch.randn(2, h, length, 8, generator=gen)
+            k, v = torch.randn(2, kh, s, 8, generator=gen), torch.randn(2, kh, s, 8, generator=gen)
+            kw = {"is_causal": causal, "enable_gqa": kh != h}
+            with torch.no_grad():
+                want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+                got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"),
+                                                     attn_mask=None if mask is None else mask.to("tpu"), **kw)
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        q = torch.randn(1, 2, 3, 8, generator=gen, requires_grad=True)
+        q_tpu = q.detach().to("tpu").requires_grad_()
+        k = torch.randn(1, 2, 5, 8, generator=gen)
+        F.scaled_dot_product_attention(q, k, k).square().sum().backward()
+        F.scaled_dot_product_attention(q_tpu, k.to("tpu"), k.to("tpu")).square().sum().backward()
+        torch.testing.assert_close(q_tpu.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)

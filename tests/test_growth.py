@@ -61,12 +61,36 @@ def test_a_result_is_independent_of_its_input_and_of_later_appends():
     assert c.is_contiguous() and c.shape == (1, 11) and c.view(-1).cpu()[-1].item() == 102
 
 
-def test_large_tensors_and_one_off_concatenations_are_not_padded():
-    big = torch.zeros(64, 4096, device="tpu")  # 1 MiB: padding it would double the memory for no compile saved
+def test_large_tensors_and_concatenations_of_equal_parts_are_not_padded():
+    big = torch.zeros(64, 4096, device="tpu")  # 1 MiB: padding it would double the memory
     grown = torch.cat([torch.cat([big, big[:1]], 0), big[:1]], 0)
     assert tensor_storage(grown).shape == (66, 4096)
     halves = torch.cat([torch.ones(2, 3, device="tpu"), torch.ones(2, 3, device="tpu")], 1)  # not an append
-    assert tensor_storage(torch.cat([halves, halves[:, :1]], 1)).shape == (2, 7)
+    assert tensor_storage(halves).shape == (2, 6)
+    # a smaller piece after a tensor is an append from the first one on: the result has room to grow
+    appended = torch.cat([halves, halves[:, :1] * 2], 1)
+    assert tensor_storage(appended).shape[0] == 2 and tensor_storage(appended).shape[1] >= 64
+    assert appended.shape == (2, 7)
+    assert appended.cpu().tolist() == [[1.0] * 6 + [2.0]] * 2
+
+
+def test_appends_to_an_empty_accumulator_start_padded_and_equal_cpu():
+    """``DynamicCache`` starts each layer's keys as ``torch.tensor([])`` and appends the prompt's keys to it."""
+    def run(device):
+        acc = torch.tensor([], device=device)
+        pieces = [torch.arange(6.0, device=device).reshape(1, 2, 3, 1) * (i + 1) for i in range(3)]
+        history = []
+        for i, p in enumerate(pieces):
+            acc = torch.cat([acc, p if i == 0 else p[:, :, :1]], dim=-2)
+            history.append(acc.cpu())
+        return acc, history
+
+    got, got_history = run("tpu")
+    _, want_history = run("cpu")
+    capacity = tensor_storage(got).shape
+    assert capacity[:2] == (1, 2) and capacity[2] >= 64 and capacity[3] == 1 and got.shape == (1, 2, 5, 1)
+    for g, w in zip(got_history, want_history):
+        assert torch.equal(g, w)
 
 
 def test_appends_under_autograd_and_out_and_mixed_dtypes_match_cpu():

@@ -57,9 +57,11 @@ class CauseKind(enum.Enum):
 
 #: what to do about a tensor that grows every step (appended to a shape cause when one dim grew by one)
 GROWTH_HINT = (
-    "; a tensor that grows by one every step (a dynamic KV cache or a token list extended with torch.cat in a "
-    "decode loop) makes every step a new graph: preallocate it — transformers: generate(..., "
-    "cache_implementation=\"static\") or a StaticCache — and write each step at a moving offset "
+    "; a tensor that grows by one every step (a KV cache or a token list extended with torch.cat in a decode loop) "
+    "is read here at its full length, so every step is a new graph: read a growing KV cache with "
+    "F.scaled_dot_product_attention (transformers: attn_implementation=\"sdpa\"), which runs on its padded "
+    "storage with the length as an input (one program per capacity), or preallocate it — transformers: "
+    "generate(..., cache_implementation=\"static\") or a StaticCache — and write each step at a moving offset "
     "(buf[:, pos] = token), which compiles once for any number of steps"
 )
 

@@ -22,7 +22,7 @@ import torch._decomp
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import Lowering, op_name
-from ..runtime import core_kernels, cpu_fallback, executor, growth, fused, mutation, view_kernels
+from ..runtime import core_kernels, cpu_fallback, executor, fused, growth, mutation, padded_attention, view_kernels
 from . import serialization
 
 aten = torch.ops.aten
@@ -134,6 +134,7 @@ def _collect() -> dict:
     kernels: dict = {}
     kernels.update(core_kernels.NON_LOWERING_KERNELS)
     kernels.update(growth.APPEND_KERNELS)
+    kernels.update(padded_attention.ATTENTION_KERNELS)
     kernels.update(serialization.STORAGE_KERNELS)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
@@ -183,6 +184,8 @@ def install() -> None:
     lib = torch.library.Library("aten", "IMPL")
     for op, fn in KERNELS.items():
         lib.impl(op, tpu_kernel(fn), _KEY)
+    for op, fn in padded_attention.AUTOGRAD_KERNELS.items():
+        lib.impl(op, fn, "Autograd" + _KEY)
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(tpu_kernel(_fallback), dispatch_key=_KEY, with_keyset=True)
     _libs.extend([lib, fallback])

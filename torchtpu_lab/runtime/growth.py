@@ -11,14 +11,22 @@ moving offset, also graph inputs (:func:`~torchtpu_lab.device.views.dynamic`), s
 for any number of tokens; only outgrowing the buffer (capacity doubles) compiles again.
 
 Semantics are PyTorch's: the result is a new tensor with its own storage (arrays are immutable; the input's
-storage is only read), equal to the concatenation. The padding is bounded: only a tensor that was already
-grown by an append (a second append along the same dim) is padded, and only while its padded storage is at
-most :data:`MAX_PADDED_BYTES` — token ids and masks, not activations or a dynamic KV cache (whose every
-attention read has the growing shape anyway, so padding it would cost memory and save no compile).
+storage is only read), equal to the concatenation. Padding starts at the first append — a smaller piece after a
+whole tensor, or any piece after an empty accumulator (``torch.cat([torch.tensor([]), piece])``, how a
+``DynamicCache`` starts each layer's keys), so a prompt's keys already sit in their capacity bucket and the
+first decode step is the same program as the rest; a concatenation of equal parts is not an append. The padding
+is bounded: capacity doubles from at least :data:`MIN_CAPACITY` positions (tensors with small rows — token ids,
+masks — get as many as fit in :data:`FREE_BYTES`, so they do not change bucket one step apart from the KV cache
+they run beside), and a storage over :data:`MAX_PADDED_BYTES` is not padded at all.
+
+A grown tensor's consumers read its first ``n`` positions — a view, whose shape changes every step — unless
+they can mask the rest: attention over a padded KV cache reads the whole storage with ``n`` as a graph input
+(:func:`padded_length`, runtime/padded_attention.py), so a decode step is one program per capacity bucket.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -26,13 +34,13 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .. import caches, dtypes
+from .. import caches, dtypes, telemetry
 from ..device import tensor, views
 from ..ops import LOWERINGS
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, execute, launch
-from .values import set_array
 from .signatures import OpSignature
+from .values import set_array
 
 aten = torch.ops.aten
 
@@ -40,92 +48,122 @@ aten = torch.ops.aten
 MAX_PADDED_BYTES = 1 << 20
 #: Capacity along the growing dim is at least this (then doubles), so a short generation never re-pads.
 MIN_CAPACITY = 64
+#: A buffer this small costs nothing worth saving: a tensor with small rows (token ids, an attention mask) gets
+#: as many positions as fit in it, so it outgrows nothing in a generation and never moves a program to a new
+#: bucket one step apart from the KV cache's.
+FREE_BYTES = 16 << 10
 
 #: Storages made by an append, and the dim they grow along (weak: an entry lives as long as its storage).
 _GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Storages made by an append, and the sequence they belong to (an id shared by every append of one growing
+#: tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py).
+_LINEAGE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LINEAGES = itertools.count()
+#: the name of an append's op event
+APPEND = "aten::cat (append)"
 
 
 def cat(tensors, dim: int = 0):
     """``aten::cat``: an append into spare capacity where :func:`_appendable` allows, else the lowering."""
     plan = _appendable(tensors, dim)
     if plan is None:
-        out = execute(LOWERINGS[aten.cat.default], (tensors, dim), {})
-        if len(tensors) == 2 and tensor.on_tpu(out):
-            _mark(tensors, out, dim)
-        return out
+        return execute(LOWERINGS[aten.cat.default], (tensors, dim), {})
     return _append(*plan)
 
 
-def _mark(tensors, out, dim: int) -> None:
-    """Remember a plain ``cat`` result that looks like a first append (a smaller piece after a whole tensor)."""
-    x, piece = tensors
-    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or x.ndim == 0:
-        return
-    d = dim % x.ndim
-    if 0 < piece.shape[d] < x.shape[d] and out.numel() * out.dtype.itemsize <= MAX_PADDED_BYTES:
-        _GROWING[tensor.adopt(out).tpu_storage] = d
-
-
 def _appendable(tensors, dim: int):
-    """``(x, piece, d)`` when ``cat`` is an append to a tensor already grown along ``d`` (whose storage is one of
-    ours, viewed from its start), else ``None``."""
+    """``(x, piece, d)`` when ``cat`` is an append along ``d``: of a piece to a tensor already grown along ``d``,
+    of a smaller piece to a whole tensor (a first append), or of a piece to an empty accumulator (``x`` is
+    ``None`` then: ``torch.cat([torch.tensor([]), piece])``, as a ``DynamicCache`` starts); else ``None``."""
     if not isinstance(tensors, (list, tuple)) or len(tensors) != 2:
         return None
     x, piece = tensors
-    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or x.ndim == 0:
+    if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or piece.ndim == 0:
         return None
-    if piece.ndim != x.ndim or x.device != piece.device:
+    if x.device != piece.device:
         return None
-    d = dim % x.ndim
+    d = dim % piece.ndim
+    if x.numel() == 0 and (x.ndim == 1 or x.shape == piece.shape[:d] + (0,) + piece.shape[d + 1:]):
+        return (None, tensor.adopt(piece), d) if piece.numel() else None
+    if piece.ndim != x.ndim:
+        return None
     if any(a != b for i, (a, b) in enumerate(zip(x.shape, piece.shape)) if i != d) or piece.shape[d] == 0:
         return None
     x = tensor.adopt(x)
-    storage = x.tpu_storage
-    if _GROWING.get(storage) != d:
-        return None
-    view = x.tpu_view
-    if view is not None:  # a view of the first n positions of the padded storage, and nothing else
-        base = storage.shape
-        if view.offset != 0 or view.stride != views.contiguous_strides(base):
-            return None
-        if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
-            return None
+    if padded_length(x, d) is None and piece.shape[d] >= x.shape[d]:
+        return None  # two halves, not an append
     return x, tensor.adopt(piece), d
 
 
-def _capacity(n: int) -> int:
-    return max(MIN_CAPACITY, 1 << max(2 * n - 1, 1).bit_length())
+def padded_length(t, dim: int) -> int | None:
+    """``n`` when ``t`` is the first ``n`` positions along ``dim`` of a storage grown by appends along ``dim``
+    (the rest of the storage is padding that appends have not filled), else ``None``.
+
+    A consumer that can mask the padding (runtime/padded_attention.py) reads the whole storage with ``n`` as a
+    graph input instead of ``t`` itself, whose shape changes with every append."""
+    if not tensor.on_tpu(t) or t.ndim == 0:
+        return None
+    t = tensor.adopt(t)
+    storage = t.tpu_storage
+    d = dim % t.ndim
+    if _GROWING.get(storage) != d:
+        return None
+    view = t.tpu_view
+    if view is None:
+        return storage.shape[d]
+    base = storage.shape  # a view of the first n positions of the padded storage, and nothing else
+    if len(view.size) != len(base) or view.offset != 0 or view.stride != views.contiguous_strides(base):
+        return None
+    if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
+        return None
+    return view.size[d]
 
 
-def _append(x: tensor.TpuTensor, piece: tensor.TpuTensor, d: int):
-    storage = x.tpu_storage
-    n, k = x.shape[d], piece.shape[d]
-    shape = list(storage.shape)
-    if n + k > shape[d]:  # out of room (or not padded yet): a bigger buffer, once per doubling
-        shape[d] = _capacity(n + k)
-        if math.prod(shape) * x.dtype.itemsize > MAX_PADDED_BYTES:
-            return execute(LOWERINGS[aten.cat.default], ([x, piece], d), {})
-        dyn = [storage.array]
-        x_key = dynamic_input(storage.shape, x.tpu_view, dyn)
+def _capacity(n: int, row_bytes: int) -> int:
+    """Positions for ``n`` (a power of two, at least twice ``n`` rounded down): buckets double."""
+    free = 1 << max((FREE_BYTES // max(row_bytes, 1)).bit_length() - 1, 0)
+    return max(MIN_CAPACITY, free, 1 << max(2 * n - 1, 1).bit_length())
+
+
+def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int):
+    n, k = (0 if x is None else x.shape[d]), piece.shape[d]
+    storage = None if x is None else x.tpu_storage
+    dyn: list = []
+    x_base = x_key = None
+    if x is None or padded_length(x, d) is None or n + k > storage.shape[d]:
+        # not padded yet, or out of room: a new buffer, once per doubling
+        shape = list(piece.shape)
+        shape[d] = _capacity(n + k, math.prod(shape) // max(k, 1) * piece.dtype.itemsize)
+        if math.prod(shape) * piece.dtype.itemsize > MAX_PADDED_BYTES:
+            return execute(LOWERINGS[aten.cat.default], ([piece] if x is None else [x, piece], d), {})
         grow = True
+        if x is not None:
+            dyn.append(storage.array)
+            x_base = tuple(storage.shape)
+            x_key = dynamic_input(storage.shape, x.tpu_view, dyn)
     else:
-        dyn = [storage.array]
-        x_key = None
+        shape = list(storage.shape)
         grow = False
+        dyn.append(storage.array)
+        x_base = tuple(storage.shape)
     shape = tuple(shape)
     p_storage = piece.tpu_storage
     dyn.append(p_storage.array)
     p_key = dynamic_input(p_storage.shape, piece.tpu_view, dyn)
     dyn.append(n)
-    sig = (tuple(storage.shape), x_key, grow, shape, x.dtype, d, tuple(p_storage.shape), p_key)
+    sig = (x_base, x_key, grow, shape, piece.dtype, d, tuple(p_storage.shape), p_key)
     program = _program(*sig)
     out = launch(program, OpSignature("append", sig + (leaf_dtype(p_storage.array),), ()), dyn,
-                 storage.device_index, True)
-    result = tensor.make(_new_storage(shape, x.dtype, storage.device_index),
-                         views.View(tuple(x.shape[:d]) + (n + k,) + tuple(x.shape[d + 1:]),
+                 p_storage.device_index, True)
+    result = tensor.make(_new_storage(shape, piece.dtype, p_storage.device_index),
+                         views.View(tuple(piece.shape[:d]) + (n + k,) + tuple(piece.shape[d + 1:]),
                                     views.contiguous_strides(shape), 0))
     set_array(result.tpu_storage, out)
     _GROWING[result.tpu_storage] = d
+    lineage = _LINEAGE.get(storage) if storage is not None else None
+    _LINEAGE[result.tpu_storage] = lineage = next(_LINEAGES) if lineage is None else lineage
+    if telemetry.recording():
+        telemetry.emit("op", APPEND, dim=d, length=n + k, appended=k, lineage=lineage)
     return result
 
 
@@ -141,7 +179,9 @@ def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_ba
     the position ``n`` (a value, so every step runs the same program)."""
     jdt = dtypes.to_jax(dtype)
 
-    def run(x_array, *rest):
+    def run(*rest):
+        if x_base is not None:
+            x_array, rest = rest[0], rest[1:]
         if grow and x_key is not None and x_key.moves:
             x_offset, rest = rest[:1], rest[1:]
         else:
@@ -150,7 +190,9 @@ def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_ba
         p_offset, n = (rest[:1], rest[1]) if p_key is not None and p_key.moves else ((), rest[0])
         value = views.read(p_array, p_base, p_key, *p_offset).astype(jdt)
         starts = [0] * len(shape)
-        if grow:
+        if x_base is None:  # appended to an empty accumulator
+            base = jnp.zeros(shape, jdt)
+        elif grow:
             old = views.read(x_array, x_base, x_key, *x_offset).astype(jdt)
             base = lax.dynamic_update_slice(jnp.zeros(shape, jdt), old, starts)
         else:
@@ -159,7 +201,7 @@ def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_ba
         return lax.dynamic_update_slice(base, value, starts)
 
     meta = torch.empty(shape, dtype=dtype, device="meta")
-    return OpExecutable(run, True, meta, "aten::cat (append)")
+    return OpExecutable(run, True, meta, APPEND)
 
 
 #: collected into ``backend.dispatch.KERNELS``

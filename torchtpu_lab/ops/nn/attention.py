@@ -76,3 +76,52 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
     h = gelu(h) if use_gelu else jnp.maximum(h, 0)
     x = jnp.matmul(h, ffn_weight_2.T, precision=prec) + ffn_bias_2 + residual
     return x if norm_first else _layer_norm(x, norm_weight_2, norm_bias_2, eps)
+
+
+def attend(q, k, v, bias, is_causal: bool, scale, length=None):
+    """Scaled dot-product attention, ``softmax(q kᵀ · scale + bias) v`` over the last two dims, with PyTorch's
+    semantics: ``scale`` defaults to ``1/sqrt(E)``; ``is_causal`` keeps key ``j`` for query ``i`` when ``j <= i``
+    (top-left aligned, as ``torch.ones(L, S).tril()``); a bool ``bias`` keeps where True, a float one is added;
+    a row with no key kept gives zeros (``_safe_softmax``); fewer key heads than query heads are shared by
+    consecutive query heads (``enable_gqa``).
+
+    ``length`` (a traced int, or ``None``): keys at positions ``>= length`` are padding — storage a growing tensor
+    has not filled yet (runtime/padded_attention.py) — and are removed exactly: their scores become ``-inf``
+    before the max and the sum, so their weights are exact zeros, and their values are zeroed before the
+    weighted sum, so whatever the padding holds never reaches a result.
+
+    Returns ``(output, logsumexp)``; the products run at :func:`~torchtpu_lab.ops.precision.matmul_precision`,
+    half-precision inputs are computed in float32."""
+    prec = matmul_precision()
+    out_dtype = q.dtype
+    work = jnp.promote_types(q.dtype, jnp.float32)
+    q, k, v = q.astype(work), k.astype(work), v.astype(work)
+    if k.ndim >= 3 and q.shape[-3] != k.shape[-3]:
+        groups = q.shape[-3] // k.shape[-3]
+        k, v = jnp.repeat(k, groups, axis=-3), jnp.repeat(v, groups, axis=-3)
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    root = math.sqrt(scale)
+    scores = jnp.matmul(q * root, jnp.swapaxes(k * root, -1, -2), precision=prec)
+    keep = None
+    if length is not None:
+        inside = jnp.arange(n_k) < length
+        keep = jnp.broadcast_to(inside, (n_q, n_k))
+        v = jnp.where(inside[:, None], v, 0)
+    if is_causal:
+        causal = jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None]
+        keep = causal if keep is None else keep & causal
+    if bias is not None:
+        if bias.dtype == jnp.bool_:
+            keep = bias if keep is None else keep & bias
+        else:
+            scores = scores + bias.astype(work)
+    if keep is not None:
+        scores = jnp.where(keep, scores, -jnp.inf)
+    top = jnp.max(scores, axis=-1, keepdims=True)
+    top = jnp.where(jnp.isfinite(top), top, 0)  # a row with nothing kept: exp(-inf) = 0 everywhere below
+    e = jnp.exp(scores - top)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    weights = jnp.where(total == 0, 0, e / jnp.where(total == 0, 1, total))
+    out = jnp.matmul(weights, v, precision=prec)
+    return out.astype(out_dtype), (jnp.log(total) + top)[..., 0]

@@ -1,0 +1,163 @@
+"""Attention over a KV cache that grows: one program for every length within a capacity bucket.
+
+A dynamic KV cache (``transformers``' ``DynamicCache``, or any decode loop that does ``k = torch.cat([k, new],
+-2)``) gives the keys and values a new length every token, and everything that reads them a new shape: one new
+XLA program per token. :mod:`.growth` already keeps such a tensor in padded storage (capacity doubling, the
+logical ``n`` positions at the front). Here the attention that reads it takes the *whole* padded storage and
+``n`` as a graph input, and masks the padding exactly where the computation would read it — scores of padded
+keys become ``-inf`` before the softmax's max and sum (their weights are exact zeros), padded values are zeroed
+before the weighted sum (:func:`~torchtpu_lab.ops.nn.attention.attend`). Nothing after the attention has the
+growing length in its shape (its output is ``[B, H, q, E]``), so a decode step is the same program for every
+``n`` up to the capacity: O(log n) programs for n tokens.
+
+How attention reaches us: ``F.scaled_dot_product_attention`` is CompositeImplicitAutograd, and PyTorch picks a
+fused kernel for a PrivateUse1 device only through a C++ dispatch stub, so every call would decompose into
+``bmm``/``softmax``/``bmm`` on the unpadded keys. So ``scaled_dot_product_attention`` has a tpu kernel of its own
+(:func:`scaled_dot_product_attention`: one fused op, padded or not) and an autograd kernel
+(:func:`autograd_attention`) that sends calls needing gradients to PyTorch's math decomposition, whose backward
+is PyTorch's: training is unchanged, inference (``torch.no_grad``, as ``generate`` runs) gets the fused op.
+
+Where keys and values are not both padded views of the same length, or a mask comes with them (a mask built
+from the length each step has the growing shape itself), the kernel reads them at their logical length: the
+results are the same, and the compile cause of the next program names ``scaled_dot_product_attention``
+and the length that changed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import caches, dtypes
+from ..device import tensor, views
+from ..ops.nn.attention import attend
+from .encode import dynamic_input, leaf_dtype
+from .executor import OpExecutable, _wrap, launch
+from .growth import padded_length
+from .signatures import OpSignature
+
+aten = torch.ops.aten
+_NAME = "aten::scaled_dot_product_attention"
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale=None, enable_gqa: bool = False):
+    """``aten::scaled_dot_product_attention`` below autograd: one fused op for the calls it covers (4-d inputs,
+    no dropout), PyTorch's math decomposition for the rest (which also raises PyTorch's own errors)."""
+    if not _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        return aten._scaled_dot_product_attention_math.default(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+    query, key, value = tensor.adopt(query), tensor.adopt(key), tensor.adopt(value)
+    n = padded_length(key, 2) if attn_mask is None else None
+    if n is not None and padded_length(value, 2) != n:
+        n = None
+    dyn: list = []
+    q_in = _operand(query, dyn)
+    if n is not None:
+        k_in, v_in = _whole(key, dyn), _whole(value, dyn)
+        dyn.append(n)
+    else:
+        k_in, v_in = _operand(key, dyn), _operand(value, dyn)
+    mask_in = None if attn_mask is None else _operand(tensor.adopt(attn_mask), dyn)
+    out_shape = tuple(query.shape[:3]) + (value.shape[-1],)
+    sig = (q_in, k_in, v_in, mask_in, n is not None, bool(is_causal), scale, query.dtype, out_shape)
+    program = _program(*sig)
+    device = query.tpu_storage.device_index
+    out = launch(program, OpSignature("scaled_dot_product_attention", sig, (),
+                                      torch.get_float32_matmul_precision()), dyn, device, True)
+    return _wrap(out, program.meta, device)
+
+
+def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                       scale=None, enable_gqa: bool = False):
+    """``aten::scaled_dot_product_attention`` at the autograd key: a call that needs gradients takes PyTorch's
+    math decomposition (its backward is PyTorch's own); the rest runs :func:`scaled_dot_product_attention`."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, attn_mask)):
+        return aten._scaled_dot_product_attention_math.default(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+    with torch._C._AutoDispatchBelowAutograd():
+        return aten.scaled_dot_product_attention.default(query, key, value, attn_mask, dropout_p, is_causal,
+                                                         scale=scale, enable_gqa=enable_gqa)
+
+
+def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:
+    """Whether the fused kernel computes this call (else the math decomposition does, and raises PyTorch's own
+    errors for calls it refuses). A mask together with ``is_causal`` keeps what both keep, as PyTorch's CPU
+    kernel does (its math decomposition refuses the pair)."""
+    if dropout_p > 0 or query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+        return False
+    if 0 in query.shape or 0 in key.shape or 0 in value.shape:
+        return False
+    if not all(tensor.on_tpu(t) for t in (query, key, value, attn_mask) if t is not None):
+        return False
+    b, h, length, e = query.shape
+    kb, kh, s, ke = key.shape
+    if (kb, kh, s) != tuple(value.shape[:3]) or kb != b or ke != e or kh == 0 or h % kh:
+        return False
+    if kh != h and not enable_gqa:
+        return False
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+            return False
+        try:
+            torch.broadcast_shapes(tuple(attn_mask.shape), (b, h, length, s))
+        except RuntimeError:
+            return False
+    return query.dtype == key.dtype == value.dtype and query.dtype.is_floating_point
+
+
+def _operand(t: tensor.TpuTensor, dyn: list) -> tuple:
+    """``t`` read at its own shape: its storage (and a moving offset) go to ``dyn``; the key says how to read."""
+    storage = t.tpu_storage
+    dyn.append(storage.array)
+    return ("view", tuple(storage.shape), dynamic_input(storage.shape, t.tpu_view, dyn), t.dtype,
+            leaf_dtype(storage.held))
+
+
+def _whole(t: tensor.TpuTensor, dyn: list) -> tuple:
+    """``t``'s whole padded storage (``t`` is its first positions along dim 2: :func:`.growth.padded_length`)."""
+    storage = t.tpu_storage
+    dyn.append(storage.array)
+    return ("padded", tuple(storage.shape), None, t.dtype, leaf_dtype(storage.held))
+
+
+def _reader(spec: tuple):
+    """A function of the remaining inputs that reads one operand and returns ``(value, rest)``."""
+    _, base, key, dtype, _ = spec
+    jdt = dtypes.to_jax(dtype)
+    moves = key is not None and key.moves
+
+    def read(rest):
+        array, rest = rest[0], rest[1:]
+        offset = ()
+        if moves:
+            offset, rest = rest[:1], rest[1:]
+        return views.read(array, base, key, *offset).astype(jdt), rest
+
+    return read
+
+
+@caches.memoize("attention_programs", 512)
+def _program(q_in, k_in, v_in, bias_in, padded: bool, is_causal: bool, scale, dtype, out_shape):
+    """Attention on ``(q[, offset], k[, offset], v[, offset], [n,] [bias[, offset]])``: with ``padded``, k and v
+    are whole padded storages and ``n`` their logical length, a value, so every ``n`` runs this program."""
+    read_q, read_k, read_v = _reader(q_in), _reader(k_in), _reader(v_in)
+    read_bias = None if bias_in is None else _reader(bias_in)
+
+    def run(*inputs):
+        q, rest = read_q(inputs)
+        k, rest = read_k(rest)
+        v, rest = read_v(rest)
+        length = None
+        if padded:
+            length, rest = rest[0], rest[1:]
+        bias = read_bias(rest)[0] if read_bias is not None else None
+        return attend(q, k, v, bias, is_causal, scale, length)[0]
+
+    return OpExecutable(run, True, torch.empty(out_shape, dtype=dtype, device="meta"), _NAME)
+
+
+#: collected into ``backend.dispatch.KERNELS`` (the tpu kernels)
+ATTENTION_KERNELS = {aten.scaled_dot_product_attention.default: scaled_dot_product_attention}
+#: registered at ``AutogradPrivateUse1`` by ``backend.dispatch.install``: with a tpu kernel of its own,
+#: ``scaled_dot_product_attention`` (CompositeImplicitAutograd) would lose its gradients without this one
+AUTOGRAD_KERNELS = {aten.scaled_dot_product_attention.default: autograd_attention}
