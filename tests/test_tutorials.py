@@ -301,7 +301,8 @@ def test_09_huggingface_fine_tunes_and_static_cache_compiles_stay_flat():
     assert generate.count("same tokens as the static-cache loop: True") == 2, generate
     static = _text(_cell(code, "new compiles per call"))
     m = re.search(r"new compiles per call: \{4: (\d+), 8: (\d+), 16: (\d+)\}", static)
-    assert m and int(m.group(1)) > 0 and m.group(2) == m.group(3) == "0", static
+    # the first call may build nothing: the default-cache cell above already built the same padded programs
+    assert m and m.group(2) == m.group(3) == "0", static
     assert "same tokens as the static-cache loop: True" in static, static
 
 
