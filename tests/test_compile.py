@@ -355,6 +355,20 @@ def test_a_collective_on_an_unknown_group_runs_eagerly_saying_why(one_rank_group
     assert "no-such-group" in str(event.detail["cause"]) and "cannot resolve" in str(event.detail["cause"])
 
 
+def test_scaled_dot_product_attention_under_torch_compile_is_lowered_not_run_eagerly():
+    """sdpa's tpu kernel (runtime/padded_attention.py) is for eager tpu tensors: Dynamo and AOTAutograd still
+    see PyTorch's decomposition, so a no_grad graph with attention is one lowered program, not op by op."""
+    torch._dynamo.reset()
+    q, k, v = (torch.randn(1, 2, 3, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    f = torch.compile(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2,
+                      backend="tpu", dynamic=False)
+    with torch.no_grad(), torchtpu_lab.profile() as prof:
+        got = f(q.to("tpu"), k.to("tpu"), v.to("tpu"))
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2)
+    assert not [e for e in prof.compiles if e.detail.get("kind") == "eager-graph"], \
+        [e.detail["cause"] for e in prof.compiles]
+
+
 # ---- 4. compiled graphs go through the executable caches, keyed with the matmul precision -------------------
 
 

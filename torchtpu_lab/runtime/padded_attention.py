@@ -70,13 +70,34 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
 def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
                        scale=None, enable_gqa: bool = False):
     """``aten::scaled_dot_product_attention`` at the autograd key: a call that needs gradients takes PyTorch's
-    math decomposition (its backward is PyTorch's own); the rest runs :func:`scaled_dot_product_attention`."""
+    math decomposition (its backward is PyTorch's own); the rest runs :func:`scaled_dot_product_attention`.
+
+    Tensors that are not real tpu tensors (``FakeTensor``, ``FunctionalTensor``, functorch wrappers, meta
+    tensors with the tpu keys) run PyTorch's CompositeImplicitAutograd decomposition, exactly as before this
+    kernel existed: with a tpu kernel registered, functionalization no longer decomposes the op itself
+    (``autograd_would_have_decomposed``), so without this ``torch.compile(backend="tpu")`` would trace
+    ``aten.scaled_dot_product_attention`` into the graph, which has no lowering, and run the whole graph
+    eagerly. Dynamo and AOTAutograd see what they saw before; the fused kernel is for eager tpu tensors."""
+    if not all(_is_real(t) for t in (query, key, value, attn_mask)):
+        return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                               enable_gqa=enable_gqa)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, attn_mask)):
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
     with torch._C._AutoDispatchBelowAutograd():
         return aten.scaled_dot_product_attention.default(query, key, value, attn_mask, dropout_p, is_causal,
                                                          scale=scale, enable_gqa=enable_gqa)
+
+
+_SDPA = aten.scaled_dot_product_attention.default
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _is_real(t) -> bool:
+    """``None``, or a tpu tensor with device data (not a fake, functional or functorch wrapper, nor meta)."""
+    if t is None or type(t) is tensor.TpuTensor:
+        return True
+    return type(t) in _PLAIN and t.device.type == "tpu" and tensor.has_data(t)
 
 
 def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:
