@@ -1,6 +1,7 @@
 # The two commands: `make lab` and `make test`. Everything else they need, they install.
 # `make test` is the suite less the long sweeps (pytest -m "not sweep"); `make test-sweeps` runs those, and
-# `make test-all` (what .ci/run does) both. Tests run on $(WORKERS) parallel workers (pytest-xdist); a
+# `make test-all` both. CI (.ci/run) runs `make test` and `make test-conformance` (the OpInfo subset, a sweep);
+# the other sweeps (model zoo, whole-step and generation sweeps) are run and reported, not part of CI. Tests run on $(WORKERS) parallel workers (pytest-xdist); a
 # notebook executed once and read by several tests keeps those tests on one worker (--dist loadgroup).
 PYTHON ?= python3
 WORKERS ?= 2
@@ -10,7 +11,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test test-sweeps test-all install conformance bench clean labextension test-js
+.PHONY: lab test test-sweeps test-conformance test-all install conformance bench clean labextension test-js
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,9 @@ test: $(STAMP)
 
 test-sweeps: $(STAMP)
 	$(PYTEST) -m sweep tests
+
+test-conformance: $(STAMP)
+	$(PYTEST) -m sweep tests/test_conformance.py
 
 test-all: test test-sweeps
 
