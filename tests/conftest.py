@@ -13,6 +13,24 @@ import torch  # noqa: E402
 import torchtpu_lab  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def ip():
+    """A real IPython shell with ``%load_ext torchtpu_lab`` (its banner checked), shared by a test module."""
+    from IPython import get_ipython
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    shell = start_ipython() or get_ipython()
+    with capture_output() as cap:
+        shell.run_cell("%load_ext torchtpu_lab")
+    assert "tpu device on XLA:" in cap.stdout or any("tpu device on XLA:" in o.data.get("text/plain", "")
+                                                      for o in cap.outputs)
+    shell.run_cell("import torch, torchtpu_lab")
+    yield shell
+    shell.run_cell("%unload_ext torchtpu_lab")
+    torchtpu_lab.set_eager_mode("fused")  # unloading leaves strict mode; later test modules expect the default
+
+
 @pytest.fixture
 def seeded():
     torch.manual_seed(0)

@@ -256,19 +256,6 @@ def test_to_perfetto_and_speedscope(matmul_profile, tmp_path):
 # ---- magics in a real IPython shell ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ip():
-    from IPython import get_ipython
-    from IPython.testing.globalipapp import start_ipython
-    from IPython.utils.capture import capture_output
-
-    shell = start_ipython() or get_ipython()
-    with capture_output():
-        shell.run_cell("%load_ext torchtpu_lab")
-    shell.run_cell("import torch, torchtpu_lab")
-    yield shell
-    shell.run_cell("%unload_ext torchtpu_lab")
-    torchtpu_lab.set_eager_mode("fused")
 
 
 def _run(ip, code):

@@ -16,25 +16,10 @@ import time
 import urllib.request
 
 import pytest
-from IPython.testing.globalipapp import start_ipython
-from IPython.utils.capture import capture_output
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
-@pytest.fixture(scope="module")
-def ip():
-    from IPython import get_ipython
-
-    shell = start_ipython() or get_ipython()
-    with capture_output():
-        shell.run_cell("%load_ext torchtpu_lab")
-    shell.run_cell("import torch, torchtpu_lab")
-    yield shell
-    shell.run_cell("%unload_ext torchtpu_lab")
-    import torchtpu_lab
-
-    torchtpu_lab.set_eager_mode("fused")
 
 
 from test_jupyter import run  # noqa: E402  (one cell runner for every IPython test)

@@ -8,23 +8,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
 
-@pytest.fixture(scope="module")
-def ip():
-    from IPython import get_ipython
-
-    shell = start_ipython() or get_ipython()
-    with capture_output():
-        shell.run_cell("%load_ext torchtpu_lab")
-    shell.run_cell("import torch, torchtpu_lab")
-    yield shell
-    shell.run_cell("%unload_ext torchtpu_lab")
-    import torchtpu_lab
-
-    torchtpu_lab.set_eager_mode("fused")  # unloading leaves strict mode; later test modules expect the default
 
 
 def run(ip, code: str, store_history: bool = False):
