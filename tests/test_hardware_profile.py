@@ -349,6 +349,7 @@ def test_finding_when_the_costliest_program_is_far_below_its_roof():
                           intensity, "memory" if intensity < peaks.ridge else "compute", flops_per_s, None,
                           flops_per_s / roof, "cell [2], line 3", "")
 
+    FAR = programs.FAR_BELOW
     far = [row("graph[40 ops]", 0.5, 2e10, 2.0), row("graph[3 ops]", 0.1, 9e11, 100.0)]
     f = programs.roofline_finding(far, wall_s=1.0)
     assert f is not None and "memory-bound" in f.title and "10.0% of its memory roof" in f.detail
@@ -357,6 +358,8 @@ def test_finding_when_the_costliest_program_is_far_below_its_roof():
     assert programs.roofline_finding(near, wall_s=1.0) is None
     compute = [row("graph[40 ops]", 0.5, 5e10, 100.0)]
     assert "compute-bound" in programs.roofline_finding(compute, wall_s=1.0).title
+    tiny = [row("graph[2 ops]", 4e-4, 1e3, 0.25)]  # a 4-element add: launch latency, no roof to speak of
+    assert tiny[0].roof_fraction < FAR and programs.roofline_finding(tiny, wall_s=5e-3) is None
 
 
 def test_a_logged_value_that_was_never_computed_is_reported_once_and_the_rest_kept():

@@ -18,6 +18,9 @@ from .peaks import Peaks
 
 #: a program below this fraction of its roof gets a finding (when it is also the costliest)
 FAR_BELOW = 0.25
+#: a run whose work would take less than this at its roof is bound by launch latency, not by a roof: its distance
+#: from the roof says nothing (a 4-element add is "0.001% of its memory roof" on every chip)
+LAUNCH_FLOOR_S = 20e-6
 
 
 def _run_sources(prof) -> dict[int, object]:
@@ -87,6 +90,8 @@ def roofline_finding(rows: list[ProgramRow], wall_s: float) -> Finding | None:
     usually helps."""
     costly = next((r for r in rows if r.roof_fraction is not None), None)
     if costly is None or costly.roof_fraction >= FAR_BELOW:
+        return None
+    if costly.roof_fraction * costly.device_s / max(costly.runs, 1) < LAUNCH_FLOOR_S:
         return None
     if costly.bound == "memory":
         fix = ("it moves more bytes than it computes on: larger batches (more FLOPs per weight read), fewer "
