@@ -68,58 +68,46 @@ def _in_notebook(shell) -> bool:
     return type(shell).__name__ == "ZMQInteractiveShell" or hasattr(shell, "kernel")
 
 
+def _option(args: list[str], flag: str, what: str, convert=str, minimum: int | None = None):
+    """The value after ``flag`` in ``args`` (``None`` when the flag is absent), converted; raises
+    :class:`ValueError` saying what ``flag`` takes when the value is missing, is another option or is invalid."""
+    if flag not in args:
+        return None
+    i = args.index(flag)
+    raw = args[i + 1] if i + 1 < len(args) else None
+    try:
+        if raw is None or (convert is str and raw.startswith("--")):
+            raise ValueError
+        value = convert(raw)
+    except ValueError:
+        raise ValueError(f"{flag} takes {what}, got {raw or 'nothing'}") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{flag} takes {what}, got {value}")
+    return value
+
+
 def _parse_top(args: list[str], default: int) -> int:
-    if "--top" in args:
-        i = args.index("--top")
-        try:
-            value = int(args[i + 1])
-        except (IndexError, ValueError):
-            raise ValueError(f"--top takes a positive number of rows, got {' '.join(args[i + 1:i + 2]) or 'nothing'}"
-                             ) from None
-        if value < 1:
-            raise ValueError(f"--top takes a positive number of rows, got {value}")
-        return value
-    return default
+    top = _option(args, "--top", "a positive number of rows", int, minimum=1)
+    return default if top is None else top
 
 
 def parse_profile_args(line: str) -> dict:
     """The options of ``%%tpu_profile``; raises :class:`ValueError` naming the argument that is wrong."""
     args = shlex.split(line)
-    top = _parse_top(args, 10)
-    known = {"--top", "--xprof", "--no-flame", "--output", "--repeat", "--compare"}
     takes_value = {"--top", "--output", "--repeat", "--compare"}
     i = 0
     while i < len(args):
         a = args[i]
-        if a not in known:
+        if a not in takes_value | {"--xprof", "--no-flame"}:
             raise ValueError(f"unknown option {a!r}" if a.startswith("-") else f"unexpected argument {a!r}")
         i += 2 if a in takes_value else 1
-    output = None
-    if "--output" in args:
-        j = args.index("--output")
-        if j + 1 >= len(args) or args[j + 1].startswith("--"):
-            raise ValueError("--output takes a directory")
-        output = args[j + 1]
-        if "--xprof" not in args:
-            raise ValueError("--output DIR is where --xprof writes its trace; add --xprof (or drop --output)")
-    repeat = 1
-    if "--repeat" in args:
-        j = args.index("--repeat")
-        try:
-            repeat = int(args[j + 1])
-        except (IndexError, ValueError):
-            raise ValueError(f"--repeat takes a number of runs, got {' '.join(args[j + 1:j + 2]) or 'nothing'}"
-                             ) from None
-        if repeat < 1:
-            raise ValueError(f"--repeat takes a positive number of runs, got {repeat}")
-    compare = None
-    if "--compare" in args:
-        j = args.index("--compare")
-        if j + 1 >= len(args) or (args[j + 1].startswith("--")):
-            raise ValueError("--compare takes the name of a saved profile or an index into _tpu_profiles")
-        compare = args[j + 1]
-    return {"top": top, "xprof": "--xprof" in args, "output": output, "flame": "--no-flame" not in args,
-            "repeat": repeat, "compare": compare}
+    output = _option(args, "--output", "a directory")
+    if output is not None and "--xprof" not in args:
+        raise ValueError("--output DIR is where --xprof writes its trace; add --xprof (or drop --output)")
+    repeat = _option(args, "--repeat", "a positive number of runs", int, minimum=1)
+    compare = _option(args, "--compare", "the name of a saved profile or an index into _tpu_profiles")
+    return {"top": _parse_top(args, 10), "xprof": "--xprof" in args, "output": output,
+            "flame": "--no-flame" not in args, "repeat": repeat or 1, "compare": compare}
 
 
 @magics_class
@@ -221,7 +209,7 @@ class TpuMagics(Magics):
     def tpu_profile(self, line: str, cell: str):
         """Run the cell under a profile, show the report, then let the cell's exception (if any) reach IPython
         as if the magic were not there, so "Run All", nbclient and papermill stop at a failing cell."""
-        __tracebackhide__ = True  # noqa: F841 — IPython hides this frame in the re-raised traceback
+        __tracebackhide__ = True
         try:
             opts = parse_profile_args(line)
             baseline = self._baseline(opts["compare"])
