@@ -1,11 +1,11 @@
 # The two commands: `make lab` and `make test`. Everything else they need, they install.
 # `make test` is the suite less the long sweeps (pytest -m "not sweep"); `make test-sweeps` runs those, and
-# `make test-all` both. CI (.ci/run) runs `make test` and `make test-conformance` (the OpInfo subset, a sweep);
-# the other sweeps (model zoo, whole-step and generation sweeps) are run and reported, not part of CI. Tests run on $(WORKERS) parallel workers (pytest-xdist); a
+# `make test-all` both. `make test` includes the OpInfo conformance subset (`make test-conformance` runs it alone);
+# CI (.ci/run) runs `make test`; the sweeps (model zoo, whole-step and generation sweeps) are run and reported. Tests run on $(WORKERS) parallel workers (pytest-xdist); a
 # notebook executed once and read by several tests keeps those tests on one worker (--dist loadgroup).
 PYTHON ?= python3
 WORKERS ?= 2
-PYTEST = $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
+PYTEST = $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --durations=25
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -32,7 +32,7 @@ test-sweeps: $(STAMP)
 	$(PYTEST) -m sweep tests
 
 test-conformance: $(STAMP)
-	$(PYTEST) -m sweep tests/test_conformance.py
+	$(PYTEST) tests/test_conformance.py
 
 test-all: test test-sweeps
 

@@ -1,7 +1,7 @@
 """What ``make test`` leaves to ``make test-sweeps`` (``pytest -m sweep``): the extra values of long sweeps.
 
 A sweep keeps its most telling values in ``make test`` (the default eager mode, the most used optimizers) and
-marks the rest ``sweep``; CI (``.ci/run``) runs both, so every case is still checked there.
+marks the rest ``sweep``; CI (``.ci/run``) runs ``make test``, and the sweeps are run by hand and reported.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CI's fixed subset of the OpInfo conformance run: every lowered op executed at least once, every result
+"""`make test`'s fixed subset of the OpInfo conformance run: every lowered op executed at least once, every result
 checked against CPU, and the known-failure list kept honest in both directions."""
 
 import os
@@ -14,8 +14,8 @@ import conformance  # noqa: E402
 from known_failures import KNOWN_FAILURES  # noqa: E402
 
 SUBSET_FILE = os.path.join(os.path.dirname(__file__), "conformance_subset.txt")
-# a sweep (`make test-sweeps`): one test runs the subset once and checks it three ways
-pytestmark = pytest.mark.sweep
+# in `make test` (so CI runs it alongside the rest on the xdist workers): one test runs the subset once and checks
+# it three ways; the full OpInfo run is bench/conformance.py
 
 
 def _subset():

@@ -42,7 +42,7 @@ def model():
 
 def _run(body: str, mode: str = "fused") -> str:
     env = dict(os.environ, TORCHTPU_LAB_PLATFORM="cpu", TORCHTPU_LAB_EAGER_MODE=mode,
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+               XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
     out = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(body)], env=env, capture_output=True,
                          text=True, timeout=600)

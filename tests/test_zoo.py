@@ -5,7 +5,7 @@ random init, no downloads) train 3 steps on tpu against CPU and must show
 * losses within CPU float32's own error (each step's float32 loss vs the same step in float64, times a margin),
 * 0 compiles in steady state (the third step reuses what the first two compiled).
 
-Marked ``zoo`` and ``sweep``: ``make test-sweeps`` and ``.ci/run`` run it, ``make test`` does not;
+Marked ``zoo`` and ``sweep``: ``make test-sweeps`` runs it (by hand, reported), ``make test`` and CI do not;
 ``TORCHTPU_LAB_SKIP_ZOO=1`` (or ``-m "not zoo"``) skips it everywhere on slow machines.
 timm needs torchvision (which this project never installs next to a user's torch), so its architectures are
 covered by transformers' own ResNet / ConvNeXt / ViT implementations. BERT trains too (the issue's survey) but is
@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 pytestmark = [
     pytest.mark.zoo,
-    pytest.mark.sweep,  # a sweep over architectures: `make test-sweeps` and CI run it, `make test` does not
+    pytest.mark.sweep,  # a sweep over architectures: `make test-sweeps` runs it, `make test` and CI do not
     pytest.mark.skipif(os.environ.get("TORCHTPU_LAB_SKIP_ZOO") == "1", reason="TORCHTPU_LAB_SKIP_ZOO=1"),
 ]
 
