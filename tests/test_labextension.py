@@ -479,3 +479,170 @@ def test_status_is_pushed_live_while_a_cell_runs_throttled(fake_comm, monkeypatc
     per_call = (time.perf_counter() - t0) / 10000
     tpucomm._state["last_live"] = 0.0
     assert per_call < 20e-6
+
+
+# ---- issue 22 and 23 (9): the panel's views, the compiling state, peaks, ranks ---------------------------------
+
+def test_panel_views_of_a_profiled_cell_and_its_comparison(ip):
+    """The last %%tpu_profile's panel payload: FLOPs/MFU with the peaks' source, the costliest programs with
+    their bound and line, the owners of memory at the peak, and the --compare summary (only for that cell)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output():
+        ip.run_cell("%%tpu_profile --no-flame\nw = torch.randn(64, 64, device='tpu')\n"
+                    "for _ in range(3):\n    (w @ w).relu().sum().item()")
+        ip.run_cell("%%tpu_profile --no-flame --compare -1\nv = (w @ w).relu().sum()\nv.item()")
+    info = tpucomm._profile_info(ip)
+    views = info["views"]
+    json.dumps(views)
+    assert views["v"] == 1
+    hw = views["hardware"]
+    assert hw["flops"] > 0 and 0 < hw["mfu"] <= 1 and hw["peak_source"] and "MFU" in hw["text"]
+    assert views["programs"] and views["programs"][0]["bound"] in ("compute", "memory")
+    assert re.search(r"(compute|memory)-bound", views["programs"][0]["text"]), views["programs"][0]
+    assert views["programs"][0]["source"].startswith("cell [")
+    owners = views["memory_at_peak"]
+    assert owners and sum(o["bytes"] for o in owners) <= views["peak_bytes"] and owners[0]["source"]
+    rows = {r["what"]: r for r in views["compare"]["rows"]}
+    assert views["compare"]["before"] == "-1" and rows["syncs"]["before"] == "3" and rows["syncs"]["after"] == "1"
+    assert rows["syncs"]["change"].startswith("-2")
+    with capture_output():
+        ip.run_cell("%%tpu_profile --no-flame\n(w + 1).sum().item()")
+    assert tpucomm._profile_info(ip)["views"]["compare"] is None  # a cell without --compare shows none
+
+
+def test_a_long_compile_is_announced_once_and_its_end_follows(fake_comm, monkeypatch):
+    """Issue 23 (9): a compile still running after ANNOUNCE_AFTER_S sends compile/start (from the watcher thread,
+    while the compiling thread is busy) and compile/end; a short one sends nothing; statuses carry the state."""
+    from torchtpu_lab import telemetry
+    from torchtpu_lab.jupyter import compile_watch
+
+    monkeypatch.setattr(compile_watch, "ANNOUNCE_AFTER_S", 0.05)
+    compile_watch.start(tpucomm.broadcast)
+    try:
+        fake_comm.sent.clear()
+        with telemetry.compiling("graph"):
+            time.sleep(0.01)  # short: over before the watcher looks
+        time.sleep(0.1)
+        assert [m for m in fake_comm.sent if m.get("type") == "compile"] == []
+        with telemetry.compiling("graph"):
+            deadline = time.time() + 5
+            while not any(m.get("type") == "compile" for m in fake_comm.sent) and time.time() < deadline:
+                time.sleep(0.02)
+            during = tpucomm.snapshot(None)["compiling"]
+        msgs = [m for m in fake_comm.sent if m.get("type") == "compile"]
+        assert [(m["v"], m["state"], m["kind"]) for m in msgs] == [(1, "start", "graph"), (1, "end", "graph")]
+        assert msgs[0]["seconds"] >= 0.05 and msgs[1]["seconds"] >= msgs[0]["seconds"]
+        assert during["kind"] == "graph" and during["seconds"] > 0
+        assert tpucomm.snapshot(None)["compiling"] is None
+    finally:
+        compile_watch.stop()
+
+
+def test_every_xla_compile_is_marked_for_the_compiling_state():
+    """The runtime marks its compiles (compile_cache.executable) with their kind, on the compiling thread."""
+    import torch
+
+    from torchtpu_lab import telemetry
+
+    seen = []
+    hook = lambda state, kind, seconds: seen.append((state, kind, seconds))  # noqa: E731
+    telemetry.compile_hooks.append(hook)
+    try:
+        modes.set_eager_mode("fused")
+        (torch.ones(3, 37).to("tpu") * 2.5).exp().sum().item()  # a shape no other test compiles
+    finally:
+        telemetry.compile_hooks.remove(hook)
+    graph = [s for s in seen if s[1] == "graph"]
+    assert [s[0] for s in graph[-2:]] == ["start", "end"] and graph[-1][2] > 0, seen
+    assert not telemetry.compiling_now
+
+
+def test_memory_history_marks_a_peak_between_two_samples(fake_comm):
+    """The chart's top must be the true peak: a tensor created and freed between two status samples leaves a
+    peak marker on the second sample; graph compiles carry their ops for a readable label."""
+    import torch
+
+    modes.set_eager_mode("fused")
+    fake_comm.deliver({"v": 1, "id": "p0", "command": "status"})
+    big = torch.ones(512, 1024, device="tpu") * 3  # 2 MiB, more than anything alive now
+    big.sum().item()
+    del big
+    data = fake_comm.deliver({"v": 1, "id": "p1", "command": "status"})["data"]
+    t, allocated, peak = data["memory_history"][-1]
+    assert peak is not None and peak >= 2 * 1024 * 1024 > allocated
+    assert peak == data["memory"]["peak"]
+    data = fake_comm.deliver({"v": 1, "id": "p2", "command": "status"})["data"]
+    assert data["memory_history"][-1][2] is None  # no new peak since
+    graphs = [c for c in data["compilations"] if c["kind"] == "graph"]
+    assert graphs and graphs[-1]["ops"] and all(isinstance(n, str) and k >= 1 for n, k in graphs[-1]["ops"])
+    assert "compile_share" in data and "compile_seconds" in data and data["ranks"] is not None
+
+
+def test_rank_progress_files_become_rows(tmp_path):
+    """Ranks write their progress into the launch's directory; the launcher reads rows from it, and a process that
+    failed is shown failed whatever its last row said."""
+    from torchtpu_lab.distributed import rank_status
+
+    rank_status.begin(3)
+    assert [r["state"] for r in rank_status.rows()] == ["starting"] * 3
+    reporter = rank_status.Reporter(str(tmp_path), 0)
+    deadline = time.time() + 5
+    while not (tmp_path / "rank0.status.json").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    assert rank_status.poll(str(tmp_path), [None, None, None])
+    row = rank_status.rows()[0]
+    assert row["state"] == "running" and row["mode"] in modes.MODES and "compiles" in row
+    reporter.finish(ok=True)
+    rank_status.write_row(str(tmp_path), {**row, "rank": 1})
+    (tmp_path / "rank2.status.json").write_text("{not json")
+    assert rank_status.poll(str(tmp_path), [0, 3, None])
+    states = [r["state"] for r in rank_status.rows()]
+    assert states == ["done", "failed (exit 3)", "starting"], states
+    assert not rank_status.poll(str(tmp_path), [0, 3, None])  # nothing new
+
+
+def rank_job() -> float:
+    """Run on each launched rank: one all_reduce on a tpu tensor."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("tpu")
+    t = torch.ones(4, device="tpu") * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    return float(t.sum().item())
+
+
+@pytest.mark.sweep
+@pytest.mark.timeout(300)
+def test_launched_ranks_report_to_the_panel():
+    """End to end (slow: starts two Python processes): after launch() the status carries a done row per rank
+    with the rank's own compiles."""
+    from torchtpu_lab.distributed import launch
+
+    pushes = []
+    hook = lambda: pushes.append(1)  # noqa: E731
+    from torchtpu_lab import telemetry
+
+    telemetry.live_hooks.append(hook)
+    try:
+        results = launch(rank_job, nprocs=2, timeout=240)
+    finally:
+        telemetry.live_hooks.remove(hook)
+    assert [r.value for r in results] == [12.0, 12.0]
+    rows = tpucomm.snapshot(None)["ranks"]
+    assert [r["rank"] for r in rows] == [0, 1] and all(r["state"] == "done" for r in rows), rows
+    assert all(r["compiles"] + r["disk_loads"] > 0 and r["collectives"] >= 1 for r in rows), rows
+    assert pushes
+
+
+def test_report_lines_link_to_their_cell():
+    """Issue 23 (7): "cell [N], line L" in the HTML report is a link the extension handles; other labels and
+    user text stay escaped text."""
+    from torchtpu_lab.render.cell_link import line_html
+
+    html = line_html("cell [12], line 3")
+    assert 'class="ttl-goto"' in html and 'data-cell="12"' in html and 'data-line="3"' in html
+    assert "href" not in html  # inert without the extension: never navigates away
+    assert line_html("train.py:41") == "train.py:41"
+    assert line_html("<b>cell [2], line 1</b>").startswith("&lt;b&gt;<a ")
