@@ -303,11 +303,22 @@ CELLS = [
     "%load_ext torchtpu_lab",
     "import torch\nx = torch.randn(128, 256, device='tpu')\ny = (x @ x.T).relu().sum()\nprint('result', y.item())",
     "%%tpu_profile --no-flame\nz = (x * 3).tanh().mean()\nprint('profiled', z.item())",
+    # issue 22: the panel's views, with a comparison
+    "%%tpu_profile --no-flame --compare -1\nw = (x @ x.T).relu()\nfor _ in range(3):\n    print('compared', w.sum().item())",
+    # issue 23 (9): a compile of seconds (one ~800-op graph) shows "compiling… N s" while it runs
+    ("v = x[:64, :64]\nfor i in range(400):\n    v = (v * 1.0001 + 0.5).sin() if i % 2 else (v @ v.T).tanh()\n"
+     "print('long compile done', v.sum().item())"),
 ]
 
+#: where screenshots go (kept by CI when set), else the test's tmp_path
+SHOTS = os.environ.get("TORCHTPU_LAB_SCREENSHOTS")
 
-@pytest.fixture
-def lab_server(tmp_path):
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory):
+    """One ``jupyter lab`` per module, serving THIS checkout's built extension (``torchtpu_lab/labextension``)
+    ahead of whatever a pip install put in the environment's share directory."""
+    tmp_path = tmp_path_factory.mktemp("lab")
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -329,9 +340,12 @@ def lab_server(tmp_path):
     notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)
     notification.write_text(json.dumps({"fetchNews": "false"}))
+    ours = tmp_path / "labextensions"
+    shutil.copytree(ROOT / "torchtpu_lab" / "labextension", ours / "torchtpu-lab")
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(
         [str(JUPYTER), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+         f"--LabApp.extra_labextensions_path={ours}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None"]
         + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
@@ -348,7 +362,102 @@ def lab_server(tmp_path):
         log.close()
 
 
-@pytest.mark.timeout(300)
+def _run_cell(page, index: int) -> None:
+    page.locator(".jp-Notebook .jp-Cell").nth(index).click()
+    page.keyboard.press("Shift+Enter")
+
+
+def _check_status_item_fits(page, status_item, width: int) -> None:
+    """Issue 23 (9): the item is as tall as the status bar, vertically centred in it, in JupyterLab's own font
+    size, and not cut (its text fits its box) at this window width."""
+    bar = page.locator("#jp-main-statusbar").bounding_box()
+    box = status_item.bounding_box()
+    assert box is not None and bar is not None
+    assert abs((box["y"] + box["height"] / 2) - (bar["y"] + bar["height"] / 2)) <= 2, (box, bar)
+    assert box["x"] + box["width"] <= width, (box, width)
+    fits = status_item.evaluate("n => [n, ...n.children].every(e => e.scrollWidth <= e.clientWidth + 1)")
+    assert fits, (width, status_item.inner_text())
+    sizes = page.evaluate("""() => {
+        const ours = document.querySelector('.jp-torchtpu-status');
+        const theirs = [...document.querySelectorAll('#jp-main-statusbar .jp-StatusBar-TextItem')]
+            .find(n => n.offsetParent !== null && !ours.contains(n));
+        return [getComputedStyle(ours).fontSize, theirs ? getComputedStyle(theirs).fontSize : null];
+    }""")
+    assert sizes[1] is None or sizes[0] == sizes[1], sizes
+
+
+def _new_views_compiling_and_links(page, panel, status_item, shots: Path) -> None:
+    """Issues 22 and 23 (7, 9) in the browser: the profile views and the comparison in the panel, the compile
+    share and the "compiling… N s" state in the status bar, the clear-cache confirmation, a report link that
+    jumps to its cell, and screenshots at 1024 and 1440 px."""
+    from playwright.sync_api import expect
+
+    assert re.search(r"compile \d+% of time", status_item.inner_text()), status_item.inner_text()
+    _run_cell(page, 3)  # %%tpu_profile --compare -1
+    expect(panel.locator(".jp-torchtpu-profile-summary")).to_contain_text("(cell [4])", timeout=120_000)
+    expect(panel.locator(".jp-torchtpu-compare")).to_contain_text("compared with -1")
+    assert re.search(r"syncs: \d+ → \d+", panel.locator(".jp-torchtpu-compare").inner_text())
+    expect(panel.locator(".jp-torchtpu-hardware")).to_contain_text("MFU")
+    expect(panel.locator(".jp-torchtpu-hardware")).to_contain_text("peaks:")
+    assert re.search(r"(compute|memory)-bound", panel.locator(".jp-torchtpu-programs").inner_text())
+    expect(panel.locator(".jp-torchtpu-owners")).to_contain_text("tensor")
+    expect(panel.locator(".jp-torchtpu-compile").first).to_contain_text("fused graph of")
+
+    # every text the status item shows while the long compile runs
+    page.evaluate("""() => {
+        window.__tpuTexts = [];
+        const n = document.querySelector('.jp-torchtpu-status');
+        new MutationObserver(() => window.__tpuTexts.push(n.textContent))
+            .observe(n, {childList: true, subtree: true, characterData: true});
+    }""")
+    _run_cell(page, 4)
+    expect(page.locator(".jp-Notebook .jp-OutputArea-output").filter(has_text="long compile done")).to_be_visible(
+        timeout=180_000)
+    texts = page.evaluate("window.__tpuTexts")
+    compiling = [t for t in texts if re.search(r"compiling… \d+ s", t)]
+    assert compiling, texts[-10:]
+    expect(status_item).not_to_contain_text("compiling", timeout=30_000)
+    expect(panel.locator(".jp-torchtpu-compiling")).to_be_hidden()
+
+    # clearing the compile cache asks first; Cancel changes nothing
+    panel.locator("button.jp-torchtpu-clear-cache").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Clear the compile cache?", timeout=10_000)
+    expect(dialog).to_contain_text("compiles again")
+    dialog.locator("button", has_text="Cancel").click()
+    expect(dialog).to_be_hidden()
+    assert "removed" not in panel.locator(".jp-torchtpu-message").inner_text()
+    panel.locator("button.jp-torchtpu-clear-cache").click()
+    page.locator(".jp-Dialog button", has_text="Clear").click()
+    expect(panel.locator(".jp-torchtpu-message")).to_contain_text("removed", timeout=30_000)
+
+    # issue 23 (7): "cell [N], line L" in the report jumps to that cell
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    link = page.locator(".jp-Notebook .jp-OutputArea-output a.ttl-goto[data-cell='4']").first
+    link.scroll_into_view_if_needed()
+    line = int(link.get_attribute("data-line"))
+    link.click()
+    active = page.locator(".jp-Notebook .jp-Cell.jp-mod-active")
+    expect(active.locator(".jp-InputPrompt")).to_contain_text("[4]", timeout=10_000)
+    cursor_line = page.evaluate("""() => {
+        const view = document.querySelector('.jp-Cell.jp-mod-active .cm-content');
+        const sel = window.getSelection();
+        const lineNode = sel && sel.anchorNode ? (sel.anchorNode.nodeType === 1 ? sel.anchorNode
+            : sel.anchorNode.parentElement).closest('.cm-line') : null;
+        return lineNode ? [...view.querySelectorAll('.cm-line')].indexOf(lineNode) + 1 : null;
+    }""")
+    assert cursor_line == line, (cursor_line, line)
+
+    for width in (1024, 1440):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(500)
+        _check_status_item_fits(page, status_item, width)
+        page.screenshot(path=str(shots / f"jupyterlab-panel-{width}.png"))
+    panel.locator(".jp-torchtpu-profile").scroll_into_view_if_needed()
+    panel.locator(".jp-torchtpu-profile").screenshot(path=str(shots / "jupyterlab-panel-profile-views.png"))
+
+
+@pytest.mark.timeout(480)
 def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
@@ -371,8 +480,7 @@ def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
             # before %load_ext the item is hidden (the kernel has no torchtpu_lab): no text, not visible
             assert status_item.count() == 0 or not status_item.is_visible()
 
-            page.locator(".jp-Notebook .jp-Cell").first.click()
-            page.keyboard.press("Shift+Enter")  # %load_ext torchtpu_lab
+            _run_cell(page, 0)  # %load_ext torchtpu_lab
             page.keyboard.press("Shift+Enter")  # compile and run a graph
             page.keyboard.press("Shift+Enter")  # %%tpu_profile another
             for printed in ("result", "profiled"):
@@ -383,8 +491,8 @@ def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
             expect(status_item).to_be_visible(timeout=30_000)
             expect(status_item).to_contain_text("fused", timeout=30_000)
             text = status_item.inner_text()
-            assert re.search(r"tpu XLA:\w+ · fused · [\d.]+ (B|KiB|MiB|GiB) / ", text), text
-            compiles = int(re.search(r"\((\d+) compiles\)", text).group(1))
+            assert re.search(r"tpu XLA:\w+ · fused · [\d.]+ (B|KiB|MiB|GiB) · ", text), text
+            compiles = int(re.search(r"(\d+) compiles?\b", text).group(1))
             assert compiles > 0, text
 
             # open the side panel from its tab in the right sidebar
@@ -410,6 +518,8 @@ def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
             panel.locator("button.jp-torchtpu-mode[data-mode='fused']").click()
             expect(status_item).to_contain_text("fused", timeout=30_000)
             page.screenshot(path=str(shot))
+            _new_views_compiling_and_links(page, panel, status_item, Path(SHOTS) if SHOTS else tmp_path)
+            page.set_viewport_size({"width": 1500, "height": 950})
 
             # switching to a notebook whose kernel has no torchtpu_lab hides the item and empties the panel
             page.locator(".jp-DirListing-item", has_text="plain.ipynb").dblclick()
@@ -546,7 +656,7 @@ def test_every_xla_compile_is_marked_for_the_compiling_state():
     from torchtpu_lab import telemetry
 
     seen = []
-    hook = lambda state, kind, seconds: seen.append((state, kind, seconds))  # noqa: E731
+    hook = lambda state, kind, seconds: seen.append((state, kind, seconds))
     telemetry.compile_hooks.append(hook)
     try:
         modes.set_eager_mode("fused")
@@ -569,7 +679,7 @@ def test_memory_history_marks_a_peak_between_two_samples(fake_comm):
     big.sum().item()
     del big
     data = fake_comm.deliver({"v": 1, "id": "p1", "command": "status"})["data"]
-    t, allocated, peak = data["memory_history"][-1]
+    _, allocated, peak = data["memory_history"][-1]
     assert peak is not None and peak >= 2 * 1024 * 1024 > allocated
     assert peak == data["memory"]["peak"]
     data = fake_comm.deliver({"v": 1, "id": "p2", "command": "status"})["data"]
@@ -621,7 +731,7 @@ def test_launched_ranks_report_to_the_panel():
     from torchtpu_lab.distributed import launch
 
     pushes = []
-    hook = lambda: pushes.append(1)  # noqa: E731
+    hook = lambda: pushes.append(1)
     from torchtpu_lab import telemetry
 
     telemetry.live_hooks.append(hook)

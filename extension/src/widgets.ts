@@ -129,11 +129,14 @@ export class TpuStatusItem extends LinkView {
     const status = this.link?.status ?? null;
     const compiling = status ? (this.link?.compiling ?? null) : null;
     if (status) {
-      this.node.replaceChildren(
+      // one inline line of parts (the item itself is a flex box that centres it vertically)
+      const line = el('span', 'jp-torchtpu-status-text');
+      line.append(
         ...statusBarParts(status, compiling).map((p, i) =>
           el('span', p.optional ? 'jp-torchtpu-optional' : '', (i ? ' · ' : '') + p.text)
         )
       );
+      this.node.replaceChildren(line);
       this.node.title = statusBarTitle(status);
     } else {
       this.node.textContent = '';

@@ -106,8 +106,10 @@ def _profile_info(shell) -> dict | None:
     prof = getattr(shell, "user_ns", {}).get("_tpu_profile") if shell is not None else None
     if not isinstance(prof, (Profile, Repeated)):  # one run, or the medians of --repeat N
         return None
-    cached_prof, cached = _state["profile"]
-    if cached_prof is prof:
+    compared, comparison = _state["comparison"]
+    key = (prof, comparison if compared is prof else None)  # a comparison noted later makes new views
+    cached_key, cached = _state["profile"]
+    if cached_key is not None and cached_key[0] is key[0] and cached_key[1] is key[1]:
         return cached
     summary = {k: v for k, v in prof.summary().items() if isinstance(v, (str, int, float, bool, type(None)))}
     try:
@@ -117,7 +119,7 @@ def _profile_info(shell) -> dict | None:
     count = _state.get("count")
     info = {"summary": summary, "text": text[:20000], "cell": f"cell [{count}]" if count is not None else "",
             "views": _views(prof)}
-    _state["profile"] = (prof, info)
+    _state["profile"] = (key, info)
     return info
 
 
