@@ -28,28 +28,35 @@ _lock = threading.Lock()
 _state: dict = {"send": None, "thread": None, "wake": None, "stop": False, "announced": None}
 
 
-def _announce_if_still_running() -> None:
+def _announce_if_due() -> float:
+    """Announce the compile running now if it has run for :data:`ANNOUNCE_AFTER_S`; returns how much longer to
+    wait before it would be due (``0.0`` when it was announced, or nothing runs)."""
     with _lock:
         send = _state["send"]
         running = telemetry.compile_in_progress()
         if send is None or running is None or _state["announced"] is not None:
-            return
+            return 0.0
         kind, seconds = running
+        if seconds < ANNOUNCE_AFTER_S:  # a compile that started while we slept for an earlier one
+            return ANNOUNCE_AFTER_S - seconds
         _state["announced"] = kind
         send({"type": "compile", "state": "start", "kind": kind, "seconds": round(seconds, 3)})
+        return 0.0
 
 
 def _watch(wake: threading.Event) -> None:
     while True:
         wake.wait()
         wake.clear()
+        delay = ANNOUNCE_AFTER_S
+        while delay > 0 and not _state["stop"]:
+            time.sleep(delay)
+            try:
+                delay = _announce_if_due()
+            except Exception:  # noqa: BLE001 — a frontend that went away must not stop the watcher
+                delay = 0.0
         if _state["stop"]:
             return
-        time.sleep(ANNOUNCE_AFTER_S)
-        try:
-            _announce_if_still_running()
-        except Exception:  # noqa: BLE001 — a frontend that went away must not stop the watcher
-            pass
 
 
 def _on_compile(state: str, kind: str, seconds: float) -> None:
