@@ -295,10 +295,8 @@ compile_hooks: list = []
 
 def _tell_compile(state: str, kind: str, seconds: float) -> None:
     for fn in compile_hooks:
-        try:
+        with contextlib.suppress(Exception):  # a display hook must never break a compile
             fn(state, kind, seconds)
-        except Exception:  # noqa: BLE001 — a display hook must never break a compile
-            pass
 
 
 @contextlib.contextmanager

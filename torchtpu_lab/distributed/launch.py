@@ -18,6 +18,7 @@ naming the collective they were waiting in), kills whatever is left after a grac
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import pickle
@@ -177,11 +178,9 @@ def _last_line(text: str) -> str:
 def _report_ranks(workdir: str, procs: list) -> None:
     """Read the ranks' progress (:mod:`.rank_status`) and tell the live displays (the JupyterLab panel) if it
     changed; never raises."""
-    try:
+    with contextlib.suppress(Exception):  # progress display must never break a launch
         if rank_status.poll(workdir, [p.poll() for p in procs]):
             telemetry.live_update()
-    except Exception:  # noqa: BLE001 — progress display must never break a launch
-        pass
 
 
 def _supervise(procs: list, abort_file: str, timeout: float, workdir: str = "") -> str | None:

@@ -11,6 +11,7 @@ here is needed for a launch to work: a rank that cannot write its file is just n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -67,10 +68,8 @@ class Reporter:
         threading.Thread(target=self._loop, name="torchtpu_lab-rank-status", daemon=True).start()
 
     def _write(self, state: str) -> None:
-        try:
+        with contextlib.suppress(Exception):  # reporting is a courtesy: it must never fail the rank
             write_row(self.workdir, rank_row(self.rank, state, self.started))
-        except Exception:  # noqa: BLE001 — reporting is a courtesy: it must never fail the rank
-            pass
 
     def _loop(self) -> None:
         while True:
