@@ -303,11 +303,22 @@ CELLS = [
     "%load_ext torchtpu_lab",
     "import torch\nx = torch.randn(128, 256, device='tpu')\ny = (x @ x.T).relu().sum()\nprint('result', y.item())",
     "%%tpu_profile --no-flame\nz = (x * 3).tanh().mean()\nprint('profiled', z.item())",
+    # issue 22: the panel's views, with a comparison
+    "%%tpu_profile --no-flame --compare -1\nw = (x @ x.T).relu()\nfor _ in range(3):\n    print('compared', w.sum().item())",
+    # issue 23 (9): a compile of seconds (one ~800-op graph) shows "compiling… N s" while it runs
+    ("v = x[:64, :64]\nfor i in range(400):\n    v = (v * 1.0001 + 0.5).sin() if i % 2 else (v @ v.T).tanh()\n"
+     "print('long compile done', v.sum().item())"),
 ]
 
+#: where screenshots go (kept by CI when set), else the test's tmp_path
+SHOTS = os.environ.get("TORCHTPU_LAB_SCREENSHOTS")
 
-@pytest.fixture
-def lab_server(tmp_path):
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory):
+    """One ``jupyter lab`` per module, serving THIS checkout's built extension (``torchtpu_lab/labextension``)
+    ahead of whatever a pip install put in the environment's share directory."""
+    tmp_path = tmp_path_factory.mktemp("lab")
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -329,9 +340,12 @@ def lab_server(tmp_path):
     notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)
     notification.write_text(json.dumps({"fetchNews": "false"}))
+    ours = tmp_path / "labextensions"
+    shutil.copytree(ROOT / "torchtpu_lab" / "labextension", ours / "torchtpu-lab")
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(
         [str(JUPYTER), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+         f"--LabApp.extra_labextensions_path={ours}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None"]
         + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
@@ -348,7 +362,102 @@ def lab_server(tmp_path):
         log.close()
 
 
-@pytest.mark.timeout(300)
+def _run_cell(page, index: int) -> None:
+    page.locator(".jp-Notebook .jp-Cell").nth(index).click()
+    page.keyboard.press("Shift+Enter")
+
+
+def _check_status_item_fits(page, status_item, width: int) -> None:
+    """Issue 23 (9): the item is as tall as the status bar, vertically centred in it, in JupyterLab's own font
+    size, and not cut (its text fits its box) at this window width."""
+    bar = page.locator("#jp-main-statusbar").bounding_box()
+    box = status_item.bounding_box()
+    assert box is not None and bar is not None
+    assert abs((box["y"] + box["height"] / 2) - (bar["y"] + bar["height"] / 2)) <= 2, (box, bar)
+    assert box["x"] + box["width"] <= width, (box, width)
+    fits = status_item.evaluate("n => [n, ...n.children].every(e => e.scrollWidth <= e.clientWidth + 1)")
+    assert fits, (width, status_item.inner_text())
+    sizes = page.evaluate("""() => {
+        const ours = document.querySelector('.jp-torchtpu-status');
+        const theirs = [...document.querySelectorAll('#jp-main-statusbar .jp-StatusBar-TextItem')]
+            .find(n => n.offsetParent !== null && !ours.contains(n));
+        return [getComputedStyle(ours).fontSize, theirs ? getComputedStyle(theirs).fontSize : null];
+    }""")
+    assert sizes[1] is None or sizes[0] == sizes[1], sizes
+
+
+def _new_views_compiling_and_links(page, panel, status_item, shots: Path) -> None:
+    """Issues 22 and 23 (7, 9) in the browser: the profile views and the comparison in the panel, the compile
+    share and the "compiling… N s" state in the status bar, the clear-cache confirmation, a report link that
+    jumps to its cell, and screenshots at 1024 and 1440 px."""
+    from playwright.sync_api import expect
+
+    assert re.search(r"compile \d+% of time", status_item.inner_text()), status_item.inner_text()
+    _run_cell(page, 3)  # %%tpu_profile --compare -1
+    expect(panel.locator(".jp-torchtpu-profile-summary")).to_contain_text("(cell [4])", timeout=120_000)
+    expect(panel.locator(".jp-torchtpu-compare")).to_contain_text("compared with -1")
+    assert re.search(r"syncs: \d+ → \d+", panel.locator(".jp-torchtpu-compare").inner_text())
+    expect(panel.locator(".jp-torchtpu-hardware")).to_contain_text("MFU")
+    expect(panel.locator(".jp-torchtpu-hardware")).to_contain_text("peaks:")
+    assert re.search(r"(compute|memory)-bound", panel.locator(".jp-torchtpu-programs").inner_text())
+    expect(panel.locator(".jp-torchtpu-owners")).to_contain_text("tensor")
+    expect(panel.locator(".jp-torchtpu-compile").first).to_contain_text("fused graph of")
+
+    # every text the status item shows while the long compile runs
+    page.evaluate("""() => {
+        window.__tpuTexts = [];
+        const n = document.querySelector('.jp-torchtpu-status');
+        new MutationObserver(() => window.__tpuTexts.push(n.textContent))
+            .observe(n, {childList: true, subtree: true, characterData: true});
+    }""")
+    _run_cell(page, 4)
+    expect(page.locator(".jp-Notebook .jp-OutputArea-output").filter(has_text="long compile done")).to_be_visible(
+        timeout=180_000)
+    texts = page.evaluate("window.__tpuTexts")
+    compiling = [t for t in texts if re.search(r"compiling… \d+ s", t)]
+    assert compiling, texts[-10:]
+    expect(status_item).not_to_contain_text("compiling", timeout=30_000)
+    expect(panel.locator(".jp-torchtpu-compiling")).to_be_hidden()
+
+    # clearing the compile cache asks first; Cancel changes nothing
+    panel.locator("button.jp-torchtpu-clear-cache").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Clear the compile cache?", timeout=10_000)
+    expect(dialog).to_contain_text("compiles again")
+    dialog.locator("button", has_text="Cancel").click()
+    expect(dialog).to_be_hidden()
+    assert "removed" not in panel.locator(".jp-torchtpu-message").inner_text()
+    panel.locator("button.jp-torchtpu-clear-cache").click()
+    page.locator(".jp-Dialog button", has_text="Clear").click()
+    expect(panel.locator(".jp-torchtpu-message")).to_contain_text("removed", timeout=30_000)
+
+    # issue 23 (7): "cell [N], line L" in the report jumps to that cell
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    link = page.locator(".jp-Notebook .jp-OutputArea-output a.ttl-goto[data-cell='4']").first
+    link.scroll_into_view_if_needed()
+    line = int(link.get_attribute("data-line"))
+    link.click()
+    active = page.locator(".jp-Notebook .jp-Cell.jp-mod-active")
+    expect(active.locator(".jp-InputPrompt")).to_contain_text("[4]", timeout=10_000)
+    cursor_line = page.evaluate("""() => {
+        const view = document.querySelector('.jp-Cell.jp-mod-active .cm-content');
+        const sel = window.getSelection();
+        const lineNode = sel && sel.anchorNode ? (sel.anchorNode.nodeType === 1 ? sel.anchorNode
+            : sel.anchorNode.parentElement).closest('.cm-line') : null;
+        return lineNode ? [...view.querySelectorAll('.cm-line')].indexOf(lineNode) + 1 : null;
+    }""")
+    assert cursor_line == line, (cursor_line, line)
+
+    for width in (1024, 1440):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(500)
+        _check_status_item_fits(page, status_item, width)
+        page.screenshot(path=str(shots / f"jupyterlab-panel-{width}.png"))
+    panel.locator(".jp-torchtpu-profile").scroll_into_view_if_needed()
+    panel.locator(".jp-torchtpu-profile").screenshot(path=str(shots / "jupyterlab-panel-profile-views.png"))
+
+
+@pytest.mark.timeout(480)
 def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
@@ -371,8 +480,7 @@ def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
             # before %load_ext the item is hidden (the kernel has no torchtpu_lab): no text, not visible
             assert status_item.count() == 0 or not status_item.is_visible()
 
-            page.locator(".jp-Notebook .jp-Cell").first.click()
-            page.keyboard.press("Shift+Enter")  # %load_ext torchtpu_lab
+            _run_cell(page, 0)  # %load_ext torchtpu_lab
             page.keyboard.press("Shift+Enter")  # compile and run a graph
             page.keyboard.press("Shift+Enter")  # %%tpu_profile another
             for printed in ("result", "profiled"):
@@ -383,8 +491,8 @@ def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
             expect(status_item).to_be_visible(timeout=30_000)
             expect(status_item).to_contain_text("fused", timeout=30_000)
             text = status_item.inner_text()
-            assert re.search(r"tpu XLA:\w+ · fused · [\d.]+ (B|KiB|MiB|GiB) / ", text), text
-            compiles = int(re.search(r"\((\d+) compiles\)", text).group(1))
+            assert re.search(r"tpu XLA:\w+ · fused · [\d.]+ (B|KiB|MiB|GiB) · ", text), text
+            compiles = int(re.search(r"(\d+) compiles?\b", text).group(1))
             assert compiles > 0, text
 
             # open the side panel from its tab in the right sidebar
@@ -410,6 +518,8 @@ def test_status_bar_and_panel_in_a_real_browser(lab_server, tmp_path):
             panel.locator("button.jp-torchtpu-mode[data-mode='fused']").click()
             expect(status_item).to_contain_text("fused", timeout=30_000)
             page.screenshot(path=str(shot))
+            _new_views_compiling_and_links(page, panel, status_item, Path(SHOTS) if SHOTS else tmp_path)
+            page.set_viewport_size({"width": 1500, "height": 950})
 
             # switching to a notebook whose kernel has no torchtpu_lab hides the item and empties the panel
             page.locator(".jp-DirListing-item", has_text="plain.ipynb").dblclick()
@@ -479,3 +589,170 @@ def test_status_is_pushed_live_while_a_cell_runs_throttled(fake_comm, monkeypatc
     per_call = (time.perf_counter() - t0) / 10000
     tpucomm._state["last_live"] = 0.0
     assert per_call < 20e-6
+
+
+# ---- issue 22 and 23 (9): the panel's views, the compiling state, peaks, ranks ---------------------------------
+
+def test_panel_views_of_a_profiled_cell_and_its_comparison(ip):
+    """The last %%tpu_profile's panel payload: FLOPs/MFU with the peaks' source, the costliest programs with
+    their bound and line, the owners of memory at the peak, and the --compare summary (only for that cell)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output():
+        ip.run_cell("%%tpu_profile --no-flame\nw = torch.randn(64, 64, device='tpu')\n"
+                    "for _ in range(3):\n    (w @ w).relu().sum().item()")
+        ip.run_cell("%%tpu_profile --no-flame --compare -1\nv = (w @ w).relu().sum()\nv.item()")
+    info = tpucomm._profile_info(ip)
+    views = info["views"]
+    json.dumps(views)
+    assert views["v"] == 1
+    hw = views["hardware"]
+    assert hw["flops"] > 0 and 0 < hw["mfu"] <= 1 and hw["peak_source"] and "MFU" in hw["text"]
+    assert views["programs"] and views["programs"][0]["bound"] in ("compute", "memory")
+    assert re.search(r"(compute|memory)-bound", views["programs"][0]["text"]), views["programs"][0]
+    assert views["programs"][0]["source"].startswith("cell [")
+    owners = views["memory_at_peak"]
+    assert owners and sum(o["bytes"] for o in owners) <= views["peak_bytes"] and owners[0]["source"]
+    rows = {r["what"]: r for r in views["compare"]["rows"]}
+    assert views["compare"]["before"] == "-1" and rows["syncs"]["before"] == "3" and rows["syncs"]["after"] == "1"
+    assert rows["syncs"]["change"].startswith("-2")
+    with capture_output():
+        ip.run_cell("%%tpu_profile --no-flame\n(w + 1).sum().item()")
+    assert tpucomm._profile_info(ip)["views"]["compare"] is None  # a cell without --compare shows none
+
+
+def test_a_long_compile_is_announced_once_and_its_end_follows(fake_comm, monkeypatch):
+    """Issue 23 (9): a compile still running after ANNOUNCE_AFTER_S sends compile/start (from the watcher thread,
+    while the compiling thread is busy) and compile/end; a short one sends nothing; statuses carry the state."""
+    from torchtpu_lab import telemetry
+    from torchtpu_lab.jupyter import compile_watch
+
+    monkeypatch.setattr(compile_watch, "ANNOUNCE_AFTER_S", 0.05)
+    compile_watch.start(tpucomm.broadcast)
+    try:
+        fake_comm.sent.clear()
+        with telemetry.compiling("graph"):
+            time.sleep(0.01)  # short: over before the watcher looks
+        time.sleep(0.1)
+        assert [m for m in fake_comm.sent if m.get("type") == "compile"] == []
+        with telemetry.compiling("graph"):
+            deadline = time.time() + 5
+            while not any(m.get("type") == "compile" for m in fake_comm.sent) and time.time() < deadline:
+                time.sleep(0.02)
+            during = tpucomm.snapshot(None)["compiling"]
+        msgs = [m for m in fake_comm.sent if m.get("type") == "compile"]
+        assert [(m["v"], m["state"], m["kind"]) for m in msgs] == [(1, "start", "graph"), (1, "end", "graph")]
+        assert msgs[0]["seconds"] >= 0.05 and msgs[1]["seconds"] >= msgs[0]["seconds"]
+        assert during["kind"] == "graph" and during["seconds"] > 0
+        assert tpucomm.snapshot(None)["compiling"] is None
+    finally:
+        compile_watch.stop()
+
+
+def test_every_xla_compile_is_marked_for_the_compiling_state():
+    """The runtime marks its compiles (compile_cache.executable) with their kind, on the compiling thread."""
+    import torch
+
+    from torchtpu_lab import telemetry
+
+    seen = []
+    hook = lambda state, kind, seconds: seen.append((state, kind, seconds))
+    telemetry.compile_hooks.append(hook)
+    try:
+        modes.set_eager_mode("fused")
+        (torch.ones(3, 37).to("tpu") * 2.5).exp().sum().item()  # a shape no other test compiles
+    finally:
+        telemetry.compile_hooks.remove(hook)
+    graph = [s for s in seen if s[1] == "graph"]
+    assert [s[0] for s in graph[-2:]] == ["start", "end"] and graph[-1][2] > 0, seen
+    assert not telemetry.compiling_now
+
+
+def test_memory_history_marks_a_peak_between_two_samples(fake_comm):
+    """The chart's top must be the true peak: a tensor created and freed between two status samples leaves a
+    peak marker on the second sample; graph compiles carry their ops for a readable label."""
+    import torch
+
+    modes.set_eager_mode("fused")
+    fake_comm.deliver({"v": 1, "id": "p0", "command": "status"})
+    big = torch.ones(512, 1024, device="tpu") * 3  # 2 MiB, more than anything alive now
+    big.sum().item()
+    del big
+    data = fake_comm.deliver({"v": 1, "id": "p1", "command": "status"})["data"]
+    _, allocated, peak = data["memory_history"][-1]
+    assert peak is not None and peak >= 2 * 1024 * 1024 > allocated
+    assert peak == data["memory"]["peak"]
+    data = fake_comm.deliver({"v": 1, "id": "p2", "command": "status"})["data"]
+    assert data["memory_history"][-1][2] is None  # no new peak since
+    graphs = [c for c in data["compilations"] if c["kind"] == "graph"]
+    assert graphs and graphs[-1]["ops"] and all(isinstance(n, str) and k >= 1 for n, k in graphs[-1]["ops"])
+    assert "compile_share" in data and "compile_seconds" in data and data["ranks"] is not None
+
+
+def test_rank_progress_files_become_rows(tmp_path):
+    """Ranks write their progress into the launch's directory; the launcher reads rows from it, and a process that
+    failed is shown failed whatever its last row said."""
+    from torchtpu_lab.distributed import rank_status
+
+    rank_status.begin(3)
+    assert [r["state"] for r in rank_status.rows()] == ["starting"] * 3
+    reporter = rank_status.Reporter(str(tmp_path), 0)
+    deadline = time.time() + 5
+    while not (tmp_path / "rank0.status.json").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    assert rank_status.poll(str(tmp_path), [None, None, None])
+    row = rank_status.rows()[0]
+    assert row["state"] == "running" and row["mode"] in modes.MODES and "compiles" in row
+    reporter.finish(ok=True)
+    rank_status.write_row(str(tmp_path), {**row, "rank": 1})
+    (tmp_path / "rank2.status.json").write_text("{not json")
+    assert rank_status.poll(str(tmp_path), [0, 3, None])
+    states = [r["state"] for r in rank_status.rows()]
+    assert states == ["done", "failed (exit 3)", "starting"], states
+    assert not rank_status.poll(str(tmp_path), [0, 3, None])  # nothing new
+
+
+def rank_job() -> float:
+    """Run on each launched rank: one all_reduce on a tpu tensor."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("tpu")
+    t = torch.ones(4, device="tpu") * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    return float(t.sum().item())
+
+
+@pytest.mark.sweep
+@pytest.mark.timeout(300)
+def test_launched_ranks_report_to_the_panel():
+    """End to end (slow: starts two Python processes): after launch() the status carries a done row per rank
+    with the rank's own compiles."""
+    from torchtpu_lab.distributed import launch
+
+    pushes = []
+    hook = lambda: pushes.append(1)
+    from torchtpu_lab import telemetry
+
+    telemetry.live_hooks.append(hook)
+    try:
+        results = launch(rank_job, nprocs=2, timeout=240)
+    finally:
+        telemetry.live_hooks.remove(hook)
+    assert [r.value for r in results] == [12.0, 12.0]
+    rows = tpucomm.snapshot(None)["ranks"]
+    assert [r["rank"] for r in rows] == [0, 1] and all(r["state"] == "done" for r in rows), rows
+    assert all(r["compiles"] + r["disk_loads"] > 0 and r["collectives"] >= 1 for r in rows), rows
+    assert pushes
+
+
+def test_report_lines_link_to_their_cell():
+    """Issue 23 (7): "cell [N], line L" in the HTML report is a link the extension handles; other labels and
+    user text stay escaped text."""
+    from torchtpu_lab.render.cell_link import line_html
+
+    html = line_html("cell [12], line 3")
+    assert 'class="ttl-goto"' in html and 'data-cell="12"' in html and 'data-line="3"' in html
+    assert "href" not in html  # inert without the extension: never navigates away
+    assert line_html("train.py:41") == "train.py:41"
+    assert line_html("<b>cell [2], line 1</b>").startswith("&lt;b&gt;<a ")

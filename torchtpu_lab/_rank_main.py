@@ -38,14 +38,17 @@ def main(workdir: str) -> None:
     with open(os.path.join(workdir, "spec.pkl"), "rb") as f:
         spec = pickle.load(f)
     import torchtpu_lab  # noqa: F401  (registers the device and the tpu process-group backend)
-    from torchtpu_lab.distributed import watchdog
+    from torchtpu_lab.distributed import rank_status, watchdog
 
     watchdog.start()  # also watches for the launcher's abort signal
+    reporter = rank_status.Reporter(workdir, rank)  # the notebook's panel shows each rank's progress
     result_path = os.path.join(workdir, f"rank{rank}.result")
     try:
         value = _to_cpu(_resolve(spec["fn"])(*spec["args"]))
         payload = pickle.dumps(("ok", value))
+        reporter.finish(ok=True)
     except BaseException:
+        reporter.finish(ok=False)
         with open(result_path, "wb") as f:
             pickle.dump(("error", traceback.format_exc()), f)
         sys.stdout.flush()

@@ -285,6 +285,52 @@ def _live() -> None:
             pass
 
 
+#: The XLA compiles running now: thread id -> (kind, start on the ``time.monotonic`` clock). A compile can take
+#: many seconds in which nothing else is reported; the JupyterLab status bar shows "compiling… N s" from this.
+compiling_now: dict[int, tuple[str, float]] = {}
+#: Callables ``fn(state, kind, seconds)`` told when an XLA compile starts (``"start"``, 0.0) and ends (``"end"``,
+#: its duration), on the compiling thread; each must be cheap and must never raise.
+compile_hooks: list = []
+
+
+def _tell_compile(state: str, kind: str, seconds: float) -> None:
+    for fn in compile_hooks:
+        with contextlib.suppress(Exception):  # a display hook must never break a compile
+            fn(state, kind, seconds)
+
+
+@contextlib.contextmanager
+def compiling(kind: str) -> Iterator[None]:
+    """Mark the block as an XLA compile of ``kind`` (``op``, ``graph``, ``compiled``) while it runs."""
+    key = threading.get_ident()
+    t0 = time.monotonic()
+    compiling_now[key] = (kind, t0)
+    if compile_hooks:
+        _tell_compile("start", kind, 0.0)
+    try:
+        yield
+    finally:
+        compiling_now.pop(key, None)
+        if compile_hooks:
+            _tell_compile("end", kind, time.monotonic() - t0)
+
+
+def compile_in_progress() -> tuple[str, float] | None:
+    """``(kind, seconds so far)`` of the longest-running compile now, or ``None`` when nothing compiles."""
+    running = list(compiling_now.values())
+    if not running:
+        return None
+    kind, t0 = min(running, key=lambda r: r[1])
+    return kind, time.monotonic() - t0
+
+
+def live_update() -> None:
+    """Tell the live hooks that something worth showing changed outside a compile or sync (the progress of
+    ranks a notebook launched, read while ``launch()`` waits)."""
+    if live_hooks:
+        _live()
+
+
 def count(key: str, amount: float = 1) -> None:
     counters[key] += amount
 

@@ -10,6 +10,7 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
+import { installGoto } from './goto';
 import { KernelLink } from './link';
 import { TpuPanel, TpuStatusItem } from './widgets';
 
@@ -77,6 +78,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       nb.sessionContext.ready.then(attach).catch(() => undefined);
       attach();
     });
+    installGoto(tracker); // "cell [N], line L" in a report jumps to the cell
     tracker.currentChanged.connect(follow);
     labShell?.currentChanged.connect(follow);
     follow();

@@ -10,7 +10,7 @@
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { COMM_TARGET, Command, makeRequest, parseKernelMessage, Status } from './model';
+import { COMM_TARGET, Command, Compiling, makeRequest, parseKernelMessage, Status } from './model';
 
 const POLL_MS = 4000;
 let linkCounter = 0;
@@ -30,6 +30,11 @@ export class KernelLink {
   /** The latest status from the kernel, or `null` when torchtpu_lab is not loaded there. */
   get status(): Status | null {
     return this._status;
+  }
+
+  /** The XLA compile running in the kernel now (announced after a moment; `null` when none is). */
+  get compiling(): Compiling | null {
+    return this._compiling;
   }
 
   /** The outcome of the last button action (a reply message or an error), as plain text. */
@@ -118,14 +123,18 @@ export class KernelLink {
     const msg = parseKernelMessage(data);
     switch (msg.type) {
       case 'status':
-        this._status = msg.status;
+        this._setStatus(msg.status);
+        break;
+      case 'compile':
+        // the kernel counts from the compile's start; we count on from there with our own clock
+        this._compiling = msg.state === 'start' ? { kind: msg.kind, since: Date.now() - 1000 * msg.seconds } : null;
         break;
       case 'reply':
         if (msg.id) {
           this._pending.delete(msg.id);
         }
         if (msg.status) {
-          this._status = msg.status;
+          this._setStatus(msg.status);
         }
         if (msg.command !== 'status' && msg.id?.startsWith(this._prefix)) {
           this._lastMessage = msg.message;
@@ -139,6 +148,7 @@ export class KernelLink {
         break;
       case 'unloaded':
         this._status = null;
+        this._compiling = null;
         break;
       case 'invalid':
         console.warn(`torchtpu-lab: ignored a comm message (${msg.reason})`);
@@ -147,9 +157,19 @@ export class KernelLink {
     this._changed.emit();
   }
 
+  /** A status says whether a compile runs right now: it replaces what the compile messages said (so a lost
+   *  `end`, say after an interrupt, cannot leave "compiling…" showing). */
+  private _setStatus(status: Status): void {
+    this._status = status;
+    const c = status.compiling;
+    const since = c ? Date.now() - 1000 * c.seconds : 0;
+    this._compiling = c ? { kind: c.kind, since: this._compiling ? Math.min(this._compiling.since, since) : since } : null;
+  }
+
   private _drop(): void {
     this._comm = null;
     this._status = null;
+    this._compiling = null;
     this._pending.clear();
     this._changed.emit();
   }
@@ -177,6 +197,7 @@ export class KernelLink {
 
   private _comm: Kernel.IComm | null = null;
   private _status: Status | null = null;
+  private _compiling: Compiling | null = null;
   private _lastMessage = '';
   private _seq = 0;
   private _prefix: string;

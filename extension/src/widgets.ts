@@ -3,6 +3,7 @@
  * (textContent / SVG attributes holding numbers we computed), never as HTML.
  */
 
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
@@ -10,15 +11,27 @@ import { Widget } from '@lumino/widgets';
 import { KernelLink } from './link';
 import {
   chartAxes,
+  chartTop,
+  clearCacheQuestion,
+  compareLines,
   compileLines,
+  compilingText,
   EAGER_MODES,
   formatBytes,
+  hardwareLines,
   memoryPolyline,
+  ownerLines,
+  peakMarkers,
   profileLines,
-  statusBarText,
+  programLines,
+  rankLine,
+  statusBarParts,
   statusBarTitle,
   summaryLines
 } from './model';
+
+/** How often a "compiling… N s" display counts on (ms). */
+const TICK_MS = 500;
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
@@ -71,8 +84,28 @@ abstract class LinkView extends Widget {
 
   protected abstract render(): void;
 
+  /** Re-render every TICK_MS while the kernel compiles (the seconds count on), and stop after. */
+  protected tickWhileCompiling(): void {
+    const compiling = this._link?.compiling ?? null;
+    if (compiling && this._tick === null) {
+      this._tick = setInterval(() => this.render(), TICK_MS);
+    } else if (!compiling && this._tick !== null) {
+      clearInterval(this._tick);
+      this._tick = null;
+    }
+  }
+
+  dispose(): void {
+    if (this._tick !== null) {
+      clearInterval(this._tick);
+      this._tick = null;
+    }
+    super.dispose();
+  }
+
   private _link: KernelLink | null = null;
   private _label = '';
+  private _tick: ReturnType<typeof setInterval> | null = null;
 }
 
 /** The status bar item: `tpu XLA:CPU · fused · 1.00 MiB / n/a · cache 50% (2 compiles)`; hidden when unloaded. */
@@ -94,13 +127,23 @@ export class TpuStatusItem extends LinkView {
 
   protected render(): void {
     const status = this.link?.status ?? null;
+    const compiling = status ? (this.link?.compiling ?? null) : null;
     if (status) {
-      this.node.textContent = statusBarText(status);
+      // one inline line of parts (the item itself is a flex box that centres it vertically)
+      const line = el('span', 'jp-torchtpu-status-text');
+      line.append(
+        ...statusBarParts(status, compiling).map((p, i) =>
+          el('span', p.optional ? 'jp-torchtpu-optional' : '', (i ? ' · ' : '') + p.text)
+        )
+      );
+      this.node.replaceChildren(line);
       this.node.title = statusBarTitle(status);
     } else {
       this.node.textContent = '';
       this.node.title = '';
     }
+    this.node.classList.toggle('jp-mod-compiling', compiling !== null);
+    this.tickWhileCompiling();
     if (this._wasActive !== this.active) {
       this._wasActive = this.active;
       this._activeStateChanged.emit();
@@ -137,7 +180,7 @@ export class TpuPanel extends LinkView {
       actions.appendChild(button);
     }
     const clear = el('button', 'jp-torchtpu-button jp-torchtpu-clear-cache', 'clear compile cache');
-    clear.addEventListener('click', () => this.link?.request('clear_cache'));
+    clear.addEventListener('click', () => void this._confirmClear());
     const refresh = el('button', 'jp-torchtpu-button jp-torchtpu-refresh', 'refresh');
     refresh.addEventListener('click', () => this.link?.request('status'));
     const actions2 = el('div', 'jp-torchtpu-actions');
@@ -167,6 +210,9 @@ export class TpuPanel extends LinkView {
       this._svg.appendChild(axis);
     }
     this._svg.appendChild(this._line);
+    this._peaks = document.createElementNS(SVG_NS, 'g');
+    this._peaks.setAttribute('class', 'jp-torchtpu-peaks');
+    this._svg.appendChild(this._peaks);
     this._yTop = el('div', 'jp-torchtpu-axis-label jp-torchtpu-y-top');
     this._yBottom = el('div', 'jp-torchtpu-axis-label jp-torchtpu-y-bottom');
     this._xLeft = el('span', 'jp-torchtpu-axis-label jp-torchtpu-x-left');
@@ -183,8 +229,12 @@ export class TpuPanel extends LinkView {
 
     this._compiles = el('ol', 'jp-torchtpu-compiles');
     this._profile = el('div', 'jp-torchtpu-profile');
+    this._compiling = el('div', 'jp-torchtpu-compiling');
+    this._ranksHead = el('h3', 'jp-torchtpu-h', 'ranks of the last launch()');
+    this._ranks = el('ul', 'jp-torchtpu-ranks');
 
     this._body.append(
+      this._compiling,
       this._summary,
       actions,
       actions2,
@@ -192,6 +242,8 @@ export class TpuPanel extends LinkView {
       el('h3', 'jp-torchtpu-h', 'device memory over time'),
       this._chart,
       this._chartCaption,
+      this._ranksHead,
+      this._ranks,
       el('h3', 'jp-torchtpu-h', 'recent compilations'),
       this._compiles,
       el('h3', 'jp-torchtpu-h', 'last %%tpu_profile'),
@@ -215,6 +267,10 @@ export class TpuPanel extends LinkView {
     }
     this._empty.hidden = true;
     this._body.hidden = false;
+    const compiling = link?.compiling ?? null;
+    this._compiling.textContent = compiling ? `${compilingText(compiling, Date.now())} (${compiling.kind})` : '';
+    this._compiling.hidden = compiling === null;
+    this.tickWhileCompiling();
     this._summary.textContent = summaryLines(status).join('\n');
     for (const button of this._modeButtons) {
       const current = button.dataset.mode === status.mode;
@@ -231,10 +287,33 @@ export class TpuPanel extends LinkView {
     this._xLeft.textContent = axes.xLeft;
     this._xRight.textContent = axes.xRight;
     const hist = status.memoryHistory;
-    const highest = hist.length ? Math.max(...hist.map(p => p.allocated)) : status.memory.allocated;
+    this._peaks.replaceChildren();
+    const markers = peakMarkers(hist, CHART_W, CHART_H);
+    for (const m of markers) {
+      // a short tick across the line at the peak's height, with its size as the hover text
+      const mark = document.createElementNS(SVG_NS, 'line');
+      mark.setAttribute('class', 'jp-torchtpu-peak');
+      mark.setAttribute('x1', String(Math.max(0, m.x - 4)));
+      mark.setAttribute('x2', String(Math.min(CHART_W, m.x + 4)));
+      mark.setAttribute('y1', String(Math.max(1, m.y)));
+      mark.setAttribute('y2', String(Math.max(1, m.y)));
+      mark.setAttribute('vector-effect', 'non-scaling-stroke');
+      const title = document.createElementNS(SVG_NS, 'title');
+      title.textContent = m.label;
+      mark.appendChild(title);
+      this._peaks.appendChild(mark);
+    }
+    const top = hist.length ? chartTop(hist) : status.memory.allocated;
     this._chartCaption.textContent =
-      `now ${formatBytes(status.memory.allocated)} · top of chart ${formatBytes(highest)} · ` +
-      `peak ${formatBytes(status.memory.peak)} · limit ${formatBytes(status.memory.limit)} · ${hist.length} samples`;
+      `now ${formatBytes(status.memory.allocated)} · top of chart ${formatBytes(top)} · ` +
+      `peak ${formatBytes(status.memory.peak)} · limit ${formatBytes(status.memory.limit)} · ${hist.length} samples` +
+      (markers.length ? ` · ${markers.length} peak marker${markers.length === 1 ? '' : 's'} (reached between samples)` : '');
+
+    this._ranks.replaceChildren();
+    this._ranksHead.hidden = this._ranks.hidden = status.ranks.length === 0;
+    for (const r of status.ranks) {
+      this._ranks.appendChild(el('li', 'jp-torchtpu-rank', rankLine(r)));
+    }
 
     this._compiles.replaceChildren();
     const recent = status.compilations.slice(-15).reverse();
@@ -251,6 +330,18 @@ export class TpuPanel extends LinkView {
     this._profile.replaceChildren();
     if (status.profile) {
       this._profile.appendChild(el('pre', 'jp-torchtpu-profile-summary', profileLines(status.profile).join('\n')));
+      const views = status.profile.views;
+      if (views) {
+        const hardware = hardwareLines(views);
+        if (hardware.length) {
+          this._profile.appendChild(el('pre', 'jp-torchtpu-hardware', hardware.join('\n')));
+        }
+        this._rows('costliest programs', 'jp-torchtpu-programs', programLines(views));
+        this._rows('memory at the peak', 'jp-torchtpu-owners', ownerLines(views));
+        if (views.compare) {
+          this._profile.appendChild(el('pre', 'jp-torchtpu-compare', compareLines(views.compare).join('\n')));
+        }
+      }
       if (status.profile.text) {
         const details = el('details', 'jp-torchtpu-profile-details');
         details.append(el('summary', '', 'full report'), el('pre', 'jp-torchtpu-profile-text', status.profile.text));
@@ -258,6 +349,38 @@ export class TpuPanel extends LinkView {
       }
     } else {
       this._profile.appendChild(el('div', 'jp-torchtpu-none', 'no %%tpu_profile run yet'));
+    }
+  }
+
+  /** A small titled list in the profile section: each row's text, then its source line (muted). */
+  private _rows(title: string, className: string, rows: [string, string][]): void {
+    if (!rows.length) {
+      return;
+    }
+    const list = el('ul', `jp-torchtpu-rows ${className}`);
+    for (const [text, source] of rows) {
+      const item = el('li', 'jp-torchtpu-row', text);
+      if (source) {
+        item.appendChild(el('div', 'jp-torchtpu-row-source', source));
+      }
+      list.appendChild(item);
+    }
+    this._profile.append(el('div', 'jp-torchtpu-subhead', title), list);
+  }
+
+  /** "clear compile cache" deletes disk entries other sessions may rely on: ask first (JupyterLab's dialog). */
+  private async _confirmClear(): Promise<void> {
+    const link = this.link;
+    if (!link) {
+      return;
+    }
+    const result = await showDialog({
+      title: 'Clear the compile cache?',
+      body: clearCacheQuestion(link.status),
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Clear' })]
+    });
+    if (result.button.accept && this.link === link) {
+      link.request('clear_cache');
     }
   }
 
@@ -269,6 +392,10 @@ export class TpuPanel extends LinkView {
   private _modeButtons: HTMLButtonElement[] = [];
   private _svg: SVGSVGElement;
   private _line: SVGPolylineElement;
+  private _peaks: SVGGElement;
+  private _compiling: HTMLDivElement;
+  private _ranksHead: HTMLHeadingElement;
+  private _ranks: HTMLUListElement;
   private _chart: HTMLDivElement;
   private _yTop: HTMLDivElement;
   private _yBottom: HTMLDivElement;

@@ -18,6 +18,7 @@ naming the collective they were waiting in), kills whatever is left after a grac
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import pickle
@@ -31,6 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .. import telemetry
+from . import rank_status
 
 _GRACE_S = 10.0
 
@@ -111,6 +115,7 @@ def launch(fn: Callable | str, nprocs: int = 2, *, args: tuple = (), timeout: fl
     procs, files = [], []
     with open(os.path.join(workdir, "spec.pkl"), "wb") as f:
         pickle.dump(spec, f)
+    rank_status.begin(nprocs)
     try:
         for rank in range(nprocs):
             out = open(os.path.join(workdir, f"rank{rank}.out"), "w+")
@@ -120,12 +125,13 @@ def launch(fn: Callable | str, nprocs: int = 2, *, args: tuple = (), timeout: fl
                 [sys.executable, "-m", "torchtpu_lab._rank_main", workdir],
                 env=_env(rank, nprocs, port, abort_file, env), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                 start_new_session=True))
-        failure = _supervise(procs, abort_file, timeout)
+        failure = _supervise(procs, abort_file, timeout, workdir)
     finally:
         for p in procs:  # nothing outlives the call, whatever happened
             if p.poll() is None:
                 p.kill()
             p.wait()
+        _report_ranks(workdir, procs)
     try:
         results = _collect(workdir, procs, files)
     finally:
@@ -169,12 +175,24 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _supervise(procs: list, abort_file: str, timeout: float) -> str | None:
+def _report_ranks(workdir: str, procs: list) -> None:
+    """Read the ranks' progress (:mod:`.rank_status`) and tell the live displays (the JupyterLab panel) if it
+    changed; never raises."""
+    with contextlib.suppress(Exception):  # progress display must never break a launch
+        if rank_status.poll(workdir, [p.poll() for p in procs]):
+            telemetry.live_update()
+
+
+def _supervise(procs: list, abort_file: str, timeout: float, workdir: str = "") -> str | None:
     """Wait for every rank; on the first failure tell the others to stop. Returns why the run failed, if so."""
     deadline = time.monotonic() + timeout
     failed_at = None
     why = None
+    next_report = 0.0
     while True:
+        if workdir and time.monotonic() >= next_report:
+            _report_ranks(workdir, procs)
+            next_report = time.monotonic() + rank_status.REPORT_INTERVAL_S
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
             return why

@@ -9,7 +9,15 @@ kernel -> frontend
     cell, and while a cell runs at most every 0.5 s after a compile or a sync ("live")
     ``{"v": 1, "type": "reply", "id": ..., "command": ..., "message": "...", "data": {...}}`` a command's outcome
     ``{"v": 1, "type": "error", "id": ..., "error": "..."}`` a refused request (nothing was changed)
+    ``{"v": 1, "type": "compile", "state": "start" | "end", "kind": ..., "seconds": ...}`` an XLA compile that
+    is still running after a moment, and its end (see ``compile_watch.py``: the one message sent off the main
+    thread)
     ``{"v": 1, "type": "unloaded"}`` after ``%unload_ext torchtpu_lab`` (then the comm closes)
+
+The status ``data`` holds the session's figures (``payload``), the recent compilations, the memory history
+(``[t, allocated, peak or null]``: the peak reached since the previous sample when it moved, so the chart can
+mark peaks that fell between two samples), the compile running now, the rows of the last ``launch()``'s ranks,
+and the last ``%%tpu_profile`` with its panel views (``render/panel.py``, versioned on their own).
 frontend -> kernel
     ``{"v": 1, "id": "<str>", "command": "status" | "set_mode" | "clear_cache", "args": {...}}``
 
@@ -27,9 +35,12 @@ import time
 from collections.abc import Callable
 
 from .. import telemetry
+from ..distributed import rank_status
+from ..ops.registry import op_name
 from ..records import Status
 from ..runtime.modes import MODES
 from ..telemetry import Counter
+from . import compile_watch
 
 TARGET = "torchtpu_lab"
 VERSION = 1
@@ -41,7 +52,10 @@ MAX_ID = 100  # characters in a request id
 _lock = threading.Lock()
 #: ``loaded``: the extension's own "am I still loaded?" (handed over by :func:`setup`; the session module
 #: imports this one, so this one cannot import it back)
-_state: dict = {"shell": None, "comms": {}, "history": [], "profile": (None, None), "loaded": lambda: False}
+_state: dict = {"shell": None, "comms": {}, "history": [], "profile": (None, None), "loaded": lambda: False,
+                "comparison": (None, None), "last_peak": None}
+#: distinct ops named in a graph compile's label
+MAX_LABEL_OPS = 4
 
 
 # ---- status payload ------------------------------------------------------------------------------------------
@@ -55,10 +69,33 @@ def _compile_rows() -> list[dict]:
             code = linecache.getline(src.filename, src.lineno).strip()[:200]
         cause = e.detail.get("cause")
         rows.append({"name": str(e.name)[:200], "kind": str(e.detail.get("kind", "")), "n_ops": e.detail.get("n_ops"),
+                     "ops": _op_counts(e.detail.get("ops")),
                      "seconds": float(e.dur), "cause": "" if cause is None else str(cause)[:500],
                      "recompile": bool(e.detail.get("recompile")), "disk": bool(e.detail.get("disk")),
                      "where": telemetry.describe(src), "code": code})
     return rows
+
+
+def _short_op(op) -> str:
+    """``aten::mul.Tensor`` -> ``mul``: what a panel row has room for."""
+    name = op_name(op).split("::", 1)[-1]
+    name = name.removeprefix("aten.")
+    return name.split(".", 1)[0] or name
+
+
+def _op_counts(ops) -> list[list]:
+    """The most frequent ops of a compiled graph as ``[[short name, count], ...]`` (empty when unknown)."""
+    if not ops:
+        return []
+    from collections import Counter as Tally
+
+    return [[name[:40], n] for name, n in Tally(_short_op(o) for o in ops).most_common(MAX_LABEL_OPS)]
+
+
+def note_comparison(prof, comparison) -> None:
+    """``%%tpu_profile --compare`` compared ``prof`` with a saved profile: the panel shows the comparison with
+    that profile (and only with it: the next profiled cell without ``--compare`` shows none)."""
+    _state["comparison"] = (prof, comparison)
 
 
 def _profile_info(shell) -> dict | None:
@@ -69,8 +106,10 @@ def _profile_info(shell) -> dict | None:
     prof = getattr(shell, "user_ns", {}).get("_tpu_profile") if shell is not None else None
     if not isinstance(prof, (Profile, Repeated)):  # one run, or the medians of --repeat N
         return None
-    cached_prof, cached = _state["profile"]
-    if cached_prof is prof:
+    compared, comparison = _state["comparison"]
+    key = (prof, comparison if compared is prof else None)  # a comparison noted later makes new views
+    cached_key, cached = _state["profile"]
+    if cached_key is not None and cached_key[0] is key[0] and cached_key[1] is key[1]:
         return cached
     summary = {k: v for k, v in prof.summary().items() if isinstance(v, (str, int, float, bool, type(None)))}
     try:
@@ -78,9 +117,36 @@ def _profile_info(shell) -> dict | None:
     except Exception as e:  # noqa: BLE001 — a report that cannot render must not stop the status
         text = f"(report unavailable: {type(e).__name__})"
     count = _state.get("count")
-    info = {"summary": summary, "text": text[:20000], "cell": f"cell [{count}]" if count is not None else ""}
-    _state["profile"] = (prof, info)
+    info = {"summary": summary, "text": text[:20000], "cell": f"cell [{count}]" if count is not None else "",
+            "views": _views(prof)}
+    _state["profile"] = (key, info)
     return info
+
+
+def _views(prof) -> dict | None:
+    """The panel's views of the profile (``render/panel.py``), with the comparison when the cell made one."""
+    from ..render.panel import panel_views
+
+    try:
+        compared, comparison = _state["comparison"]
+        report = comparison.report() if comparison is not None and compared is prof else None
+        return panel_views(prof.report(), report)
+    except Exception:  # noqa: BLE001 — the views are extras: a failure leaves the summary and the text
+        return None
+
+
+def _sample(s: Status) -> tuple:
+    """One memory history point: ``(t, allocated, peak)`` where ``peak`` is the session's peak when it moved since
+    the previous sample (the highest point between the two, which sampling alone would miss), else ``None``."""
+    last = _state["last_peak"]
+    _state["last_peak"] = s.memory_peak
+    moved = last is not None and s.memory_peak != last and s.memory_peak > s.memory_allocated
+    return round(time.time(), 3), int(s.memory_allocated), int(s.memory_peak) if moved else None
+
+
+def _compiling() -> dict | None:
+    running = telemetry.compile_in_progress()
+    return None if running is None else {"kind": running[0], "seconds": round(running[1], 3)}
 
 
 def snapshot(shell=None) -> dict:
@@ -90,11 +156,11 @@ def snapshot(shell=None) -> dict:
     s = status()
     with _lock:
         history = _state["history"]
-        history.append((round(time.time(), 3), int(s.memory_allocated)))
+        history.append(_sample(s))
         del history[:-HISTORY]
         history = [list(p) for p in history]
-    return {**payload(s), "compilations": _compile_rows(), "memory_history": history,
-            "profile": _profile_info(shell if shell is not None else _state["shell"])}
+    return {**payload(s), "compilations": _compile_rows(), "memory_history": history, "compiling": _compiling(),
+            "ranks": rank_status.rows(), "profile": _profile_info(shell if shell is not None else _state["shell"])}
 
 
 def payload(s: Status) -> dict:
@@ -113,6 +179,9 @@ def payload(s: Status) -> dict:
         "pending_ops": s.pending_ops,
         "cache_dir": s.cache_dir,
         "cache_entries": s.cache_entries,
+        "compile_seconds": s.compile_seconds,
+        "cell_seconds": s.cell_seconds,
+        "compile_share": s.compile_share,
     }
 
 
@@ -216,6 +285,14 @@ def _comms() -> list:
         return list(_state["comms"].values())
 
 
+def broadcast(message: dict) -> None:
+    """Send a small message built from plain values to every open comm, from any thread (ipykernel schedules the
+    send on its IOPub thread). Only :mod:`.compile_watch` uses it; statuses go through :func:`push`."""
+    payload = {"v": VERSION, **message}
+    for c in _comms():
+        _send(c, payload)
+
+
 def push(reason: str = "cell") -> None:
     """Send the status to every open comm (main thread only; cheap when nobody listens)."""
     if not _on_main_thread():
@@ -271,6 +348,7 @@ def setup(ip, loaded: Callable[[], bool]) -> bool:
         ip.events.register("post_run_cell", _post_run_cell)
         if live not in telemetry.live_hooks:
             telemetry.live_hooks.append(live)
+        compile_watch.start(broadcast)
         from comm import create_comm
 
         c = create_comm(target_name=TARGET, data={"v": VERSION, "type": "hello"})
@@ -301,4 +379,5 @@ def teardown() -> None:
             pass
     if live in telemetry.live_hooks:
         telemetry.live_hooks.remove(live)
+    compile_watch.stop()
     _state["shell"] = None

@@ -16,6 +16,7 @@ from ..device import memory
 from ..profiling import profile
 from ..runtime import compile_cache, cpu_fallback, modes
 from ..runtime import state as runtime_state
+from . import comm
 from .status import status, status_lines
 
 USAGE = """usage:
@@ -235,6 +236,7 @@ class TpuMagics(Magics):
             from ..profiling.compare import compare
 
             comparison = compare(baseline, prof_obj, (opts["compare"], "this cell"))
+            comm.note_comparison(prof_obj, comparison)  # the side panel shows it with this cell's profile
             display(TextAndHtml(comparison.text(), comparison._repr_html_()))
         if error is not None:
             raise error

@@ -9,7 +9,7 @@ from .roofline import fmt_rate
 from .text import fmt_bytes, fmt_pct, fmt_s
 
 
-def _value(name: str, what: str, v) -> str:
+def value_text(name: str, what: str, v) -> str:
     if v is None:
         return "n/a"
     if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -25,11 +25,11 @@ def _value(name: str, what: str, v) -> str:
     return f"{v:g}"
 
 
-def _change(r: CompareRow) -> str:
+def change_text(r: CompareRow) -> str:
     if r.delta is None or r.delta == 0:
         return "" if r.delta is None else "="
     sign = "+" if r.delta > 0 else "-"
-    amount = _value(r.name, r.what, abs(r.delta)) if r.name != "mfu" else f"{100 * abs(r.delta):.1f} points"
+    amount = value_text(r.name, r.what, abs(r.delta)) if r.name != "mfu" else f"{100 * abs(r.delta):.1f} points"
     ratio = f" (x{r.ratio:.2f})" if r.ratio is not None else " (new)"
     return f"{sign}{amount}{ratio}"
 
@@ -39,8 +39,8 @@ def _lines(title: str, rows: tuple[CompareRow, ...], label, key_width: int = 34)
         return []
     out = [title]
     for r in rows:
-        out.append(f"  {label(r):<{key_width}} {_value(r.name, r.what, r.before):>12} -> "
-                   f"{_value(r.name, r.what, r.after):>12}  {_change(r)}")
+        out.append(f"  {label(r):<{key_width}} {value_text(r.name, r.what, r.before):>12} -> "
+                   f"{value_text(r.name, r.what, r.after):>12}  {change_text(r)}")
     return out
 
 
@@ -58,9 +58,9 @@ def _table(title: str, rows: tuple[CompareRow, ...], c: CompareReport) -> str:
         return ""
     body = "".join(
         f"<tr><td>{escape(r.what if title == 'Headline' else r.name)}</td>"
-        f'<td class="num">{escape(_value(r.name, r.what, r.before))}</td>'
-        f'<td class="num">{escape(_value(r.name, r.what, r.after))}</td>'
-        f'<td class="num">{escape(_change(r))}</td></tr>' for r in rows)
+        f'<td class="num">{escape(value_text(r.name, r.what, r.before))}</td>'
+        f'<td class="num">{escape(value_text(r.name, r.what, r.after))}</td>'
+        f'<td class="num">{escape(change_text(r))}</td></tr>' for r in rows)
     return (f"<h4>{escape(title)}</h4><table><tr><th></th><th>{escape(c.before_label)}</th>"
             f"<th>{escape(c.after_label)}</th><th>change</th></tr>{body}</table>")
 

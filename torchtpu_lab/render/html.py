@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from ..records import Report, Status
+from .cell_link import line_html
 from .text import fmt_bytes, fmt_s
 
 _STYLE = """
@@ -33,6 +34,8 @@ _STYLE = """
 .ttl-muted{color:#777}
 .ttl-report code{font-size:12px}
 .ttl-findings{margin:2px 0 6px 0}
+.ttl-goto{cursor:pointer;text-decoration:underline dotted;color:inherit}
+.ttl-goto:hover{color:var(--jp-brand-color1,#1976d2)}
 </style>
 """
 
@@ -74,7 +77,7 @@ def _table_html(headers, rows, classes=None, details=None) -> str:
 
 
 def _line(line: str) -> tuple[str, str]:
-    return escape(line), "line"
+    return line_html(line), "line"
 
 
 def profile_html(r: Report) -> str:
@@ -124,7 +127,8 @@ def profile_html(r: Report) -> str:
                                    (escape(fmt_s(o.mean_s)), "num"), _line(o.line),
                                    (_code_cell(o.code), "code")) for o in ops.by_time]))
         parts.append("<h4>Top ops by count</h4>")
-        parts.append(_table(("op", "calls", "line"), [(o.op, o.count, o.line) for o in ops.by_count]))
+        parts.append(_table_html(("op", "calls", "line"), [((escape(o.op), ""), (str(o.count), "num"), _line(o.line))
+                                                           for o in ops.by_count]))
     if r.compile_groups:
         parts.append(f"<h4>Compilations</h4><div class=\"ttl-muted\">{escape(cache_text(s))}; grouped by cause, "
                      "costliest first</div>")

@@ -5,9 +5,10 @@ from __future__ import annotations
 from html import escape
 
 from ..units import fmt_bytes
+from .cell_link import line_html
 
 
-def _what(o: dict) -> str:
+def owner_what(o: dict) -> str:
     if o.get("shape") is not None:
         return f"{o['dtype']}{o['shape']}"
     return o.get("program", "")
@@ -18,7 +19,7 @@ def memory_at_peak_text(owners, top: int = 8) -> list[str]:
         return []
     out = [f"memory at the peak ({fmt_bytes(sum(o['bytes'] for o in owners))} in {len(owners)} owners):"]
     for o in owners[:top]:
-        out.append(f"  {fmt_bytes(o['bytes']):>10}  {o['kind']:<20} {_what(o):<24} {o['source']}")
+        out.append(f"  {fmt_bytes(o['bytes']):>10}  {o['kind']:<20} {owner_what(o):<24} {o['source']}")
     if len(owners) > top:
         out.append(f"  ... {len(owners) - top} more ({fmt_bytes(sum(o['bytes'] for o in owners[top:]))})")
     return out
@@ -48,7 +49,7 @@ def memory_at_peak_html(owners, points=(), top: int = 10) -> str:
     if not owners:
         return ""
     rows = "".join(f'<tr><td class="num">{escape(fmt_bytes(o["bytes"]))}</td><td>{escape(o["kind"])}</td>'
-                   f"<td>{escape(_what(o))}</td><td>{escape(o['source'])}</td></tr>" for o in owners[:top])
+                   f"<td>{escape(owner_what(o))}</td><td>{line_html(o['source'])}</td></tr>" for o in owners[:top])
     more = (f'<div class="ttl-muted">{len(owners) - top} more owners</div>' if len(owners) > top else "")
     return ('<h4>Memory at the peak</h4><table class="ttl-memory-peak"><tr><th>size</th><th>kind</th>'
             f"<th>what</th><th>created at</th></tr>{rows}</table>{more}" + timeline_svg(points))

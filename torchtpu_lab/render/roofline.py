@@ -8,6 +8,7 @@ from html import escape
 
 from ..records import ProgramRow, Roofline
 from ..units import fmt_s
+from .cell_link import line_html
 
 
 def fmt_rate(value: float | None, unit: str) -> str:
@@ -95,7 +96,8 @@ def roofline_html(r: Roofline | None, top: int = 10) -> str:
     for p in r.programs[:top]:
         cells = _row_cells(p)
         rows.append("<tr>" + "".join(f'<td class="num">{escape(str(c))}</td>' if isinstance(c, int) else
-                                     f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+                                     f"<td>{escape(str(c))}</td>" for c in cells[:-1])
+                    + f'<td class="line">{line_html(cells[-1])}</td></tr>')
     return (f'<h4>Programs against the roofline</h4><div class="ttl-muted ttl-roofline">peak '
             f"{escape(fmt_rate(r.peak_flops, 'FLOP/s'))}, {escape(fmt_rate(r.peak_bandwidth, 'B/s'))} &middot; "
             f"{escape(r.source)}</div><table>{'<tr>' + head + '</tr>'}{''.join(rows)}</table>")

@@ -401,6 +401,7 @@ def executable(fn, args: list, kind: str, signature, device, donate: tuple = (),
                 checks[:] = found
             return loaded, True
         telemetry.count("persistent_cache_misses")
-    compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+    with telemetry.compiling(kind):
+        compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
     store(key, compiled, checks or ())
     return compiled, False

@@ -198,6 +198,8 @@ def note_compile(kind: str, key, nodes, cause: Cause, seconds: float, reason: st
     event = telemetry.record_compile(kind, name, cause, seconds, n_ops, reason, disk=disk)
     if site is not None:
         event.detail["site"] = site
+    if kind == "graph":
+        event.detail["ops"] = [n.op.op for n in key.nodes]  # what the graph does, for labels (by reference)
     if kind == "graph" and nodes:
         times, period = _unrolled(key.nodes)
         if times >= 3:
