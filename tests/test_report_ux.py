@@ -11,8 +11,6 @@ import pytest
 from IPython.utils.capture import capture_output
 
 
-
-
 def run(ip, code: str, store_history: bool = False):
     with capture_output() as cap:
         result = ip.run_cell(code, store_history=store_history)
@@ -305,3 +303,38 @@ def test_status_says_the_share_of_cell_time_spent_compiling(ip):
     assert 0 < after.compile_share <= 1
     _, text, _ = run(ip, "%tpu")
     assert re.search(r"compile time\s+[\d.]+ (s|ms|us) = \d+% of the time cells ran", text), text
+
+
+def test_dynamos_raw_graph_break_warning_gives_way_to_the_finding_in_a_profiled_cell(ip):
+    """Dynamo prints a dozen stderr lines per ``.item()`` break; in a profiled cell the finding says it instead."""
+    import logging
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    kept = Kept()
+    dynamo_log = logging.getLogger("torch._dynamo")
+    dynamo_log.addHandler(kept)
+    try:
+        ip.run_cell("import torch\ntorch._dynamo.reset()\n"
+                    "def reads(x):\n    return (x * 2).sum().item() + 1\n"
+                    "def reads_too(x):\n    return (x * 3).sum().item() + 1\n"
+                    "reads_c = torch.compile(reads, backend='tpu')\n"
+                    "reads_too_c = torch.compile(reads_too, backend='tpu')\n"
+                    "unprofiled = reads_too_c(torch.ones(4, device='tpu'))\n")
+        assert any("Graph break" in line for line in kept.lines), "Dynamo warns outside a profile"
+        kept.lines.clear()
+        _, text, _ = run(ip, "%%tpu_profile --no-flame\nrv = reads_c(torch.ones(4, device='tpu'))\n")
+        assert ip.user_ns["rv"] == 9.0 and not [line for line in kept.lines if "Graph break" in line], kept.lines
+        assert "torch.compile graph break" in text and "capture_scalar_outputs" in text
+        # a warning that no recorded break accounts for is handed back to Dynamo's handlers, not lost
+        ip.user_ns["_probe_log"] = logging.getLogger("torch._dynamo.test_probe")
+        run(ip, "%%tpu_profile --no-flame\n_probe_log.warning('Graph break: a probe no profile records')\n")
+        assert kept.lines == ["Graph break: a probe no profile records"]
+    finally:
+        dynamo_log.removeHandler(kept)

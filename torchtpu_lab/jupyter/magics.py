@@ -16,7 +16,7 @@ from ..device import memory
 from ..profiling import profile
 from ..runtime import compile_cache, cpu_fallback, modes
 from ..runtime import state as runtime_state
-from . import comm
+from . import comm, dynamo_warnings
 from .status import status, status_lines
 
 USAGE = """usage:
@@ -217,11 +217,14 @@ class TpuMagics(Magics):
         except ValueError as e:
             raise UsageError(f"%%tpu_profile: {e}\n{USAGE}") from None
         runs = []
-        for _ in range(opts["repeat"]):
-            prof_obj, error = self._profile_once(cell, opts)
-            runs.append(prof_obj)
-            if error is not None:
-                break
+        with dynamo_warnings.held() as graph_break_warnings:
+            for _ in range(opts["repeat"]):
+                prof_obj, error = self._profile_once(cell, opts)
+                runs.append(prof_obj)
+                if error is not None:
+                    break
+        if not any(r.graph_breaks for r in runs):  # the report has no finding for them: Dynamo's words stay
+            dynamo_warnings.release(graph_break_warnings)
         if len(runs) > 1 and error is None:
             from ..profiling.repeat import Repeated
 

@@ -17,9 +17,9 @@ from IPython.display import display
 
 from .. import telemetry
 from ..device import memory
+from ..records import Status
 from ..runtime import compile_cache, fused, modes
 from . import comm
-from ..records import Status
 from .status import CELL_SECONDS, banner_lines, status
 
 _state: dict = {"loaded": False}

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from .. import distributed, native, platform, telemetry
-from ..telemetry import Counter
 from ..device import memory
 from ..records import Status
 from ..runtime import compile_cache, executor, fused, modes
-
+from ..telemetry import Counter
 
 #: the counter ``%load_ext``'s cell hooks add each cell's wall time to
 CELL_SECONDS = "cell_seconds"
