@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 
 from ..records import GenerationStats
-from .text import fmt_s
+from ..units import fmt_s
 
 
 def generation_parts(g: GenerationStats) -> list[tuple[str, str]]:
