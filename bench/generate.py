@@ -10,7 +10,8 @@ Rows per model (tiny random-init Llama and GPT-2 from ``transformers``, one 7-to
 - ``cpu eager``: PyTorch CPU, default cache; ``cpu inductor``: PyTorch CPU, static cache, the forward compiled by
   ``torch.compile`` (Inductor).
 
-Every row's tokens are checked against CPU eager's. Usage::
+Every row's tokens are checked against CPU eager's. The warm calls of the rows are interleaved (round robin), so a
+shared machine's changing load falls on all rows alike. Usage::
 
     python bench/generate.py [--tokens 32] [--models llama,gpt2] [--reps 3] [--width 64]
 """
@@ -56,29 +57,49 @@ def programs() -> int:
     return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
 
 
-def run_row(model, prompt, tokens: int, reps: int, kwargs: dict, expected) -> tuple:
-    """(cold tokens/s, warm tokens/s, programs built by the first call, by the later ones, tokens equal)."""
+def call(model, prompt, tokens: int, kwargs: dict) -> tuple:
+    """(output tokens on the CPU, seconds) of one ``generate``."""
     device = next(model.parameters()).device
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(prompt.to(device), max_new_tokens=tokens, do_sample=False, **kwargs)
+    if device.type == "tpu":
+        torchtpu_lab.sync()
+    return out.cpu(), time.perf_counter() - t0
 
-    def call():
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(prompt.to(device), max_new_tokens=tokens, do_sample=False, **kwargs)
-        if device.type == "tpu":
-            torchtpu_lab.sync()
-        return out.cpu(), time.perf_counter() - t0
 
-    before = programs()
-    out, cold = call()
-    first = programs() - before
-    equal = expected is None or torch.equal(out, expected)
-    before = programs()
-    warm = []
+def measure(rows: dict, prompt, tokens: int, reps: int) -> dict:
+    """Per row: (cold tokens/s, warm tokens/s, programs built by the first call, by the later ones, tokens equal
+    CPU eager's), or a string saying why the row could not run.
+
+    Every row's first call runs first (cold, in order); then the warm calls go round the rows ``reps`` times, so
+    a change in the machine's load (other processes on a shared machine) falls on every row alike and the ratios
+    to CPU eager stay comparable."""
+    results: dict = {}
+    expected = None
+    for name, (model, kwargs) in rows.items():
+        try:
+            before = programs()
+            out, cold = call(model, prompt, tokens, kwargs)
+        except Exception as e:  # noqa: BLE001 — reported in the table, not hidden
+            results[name] = f"n/a ({type(e).__name__}: {str(e)[:60]})"
+            continue
+        expected = out if expected is None else expected  # the first row is CPU eager
+        results[name] = {"cold": cold, "first": programs() - before, "later": 0, "warm": [],
+                         "equal": torch.equal(out, expected)}
     for _ in range(reps):
-        out, dt = call()
-        warm.append(dt)
-        equal = equal and (expected is None or torch.equal(out, expected))
-    return tokens / cold, tokens / statistics.median(warm), first, programs() - before, equal, out
+        for name, (model, kwargs) in rows.items():
+            r = results[name]
+            if isinstance(r, str):
+                continue
+            before = programs()
+            out, dt = call(model, prompt, tokens, kwargs)
+            r["later"] += programs() - before
+            r["warm"].append(dt)
+            r["equal"] = r["equal"] and torch.equal(out, expected)
+    return {name: r if isinstance(r, str) else
+            (tokens / r["cold"], tokens / statistics.median(r["warm"]), r["first"], r["later"], r["equal"])
+            for name, r in results.items()}
 
 
 def main() -> None:
@@ -92,32 +113,22 @@ def main() -> None:
     rows = []
     for kind in args.models.split(","):
         prompt = torch.randint(1, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
-        cpu_model = build(kind, args.width)
-        cpu = run_row(cpu_model, prompt, args.tokens, args.reps, {}, None)
-        expected = cpu[-1]
-        results = {"cpu eager": cpu}
-        try:
-            inductor = build(kind, args.width)
-            inductor.forward = torch.compile(inductor.forward, backend="inductor")
-            results["cpu inductor"] = run_row(inductor, prompt, args.tokens, args.reps,
-                                              {**static, "disable_compile": True}, expected)
-        except Exception as e:  # noqa: BLE001 — a machine without a C++ compiler still gets the other rows
-            results["cpu inductor"] = f"n/a ({type(e).__name__})"
+        inductor = build(kind, args.width)
+        inductor.forward = torch.compile(inductor.forward, backend="inductor")
         tpu = build(kind, args.width).to("tpu")
-        results["tpu default cache"] = run_row(tpu, prompt, args.tokens, args.reps, {}, expected)
-        results["tpu static cache"] = run_row(tpu, prompt, args.tokens, args.reps,
-                                              {**static, "disable_compile": True}, expected)
-        try:
-            results["tpu torch.compile"] = run_row(build(kind, args.width).to("tpu"), prompt, args.tokens,
-                                                   args.reps, static, expected)
-        except Exception as e:  # noqa: BLE001 — reported in the table, not hidden
-            results["tpu torch.compile"] = f"n/a ({type(e).__name__}: {str(e)[:60]})"
-        base = cpu[1]
+        results = measure({
+            "cpu eager": (build(kind, args.width), {}),
+            "cpu inductor": (inductor, {**static, "disable_compile": True}),
+            "tpu default cache": (tpu, {}),
+            "tpu static cache": (tpu, {**static, "disable_compile": True}),
+            "tpu torch.compile": (build(kind, args.width).to("tpu"), static),
+        }, prompt, args.tokens, args.reps)
+        base = results["cpu eager"][1]
         for name, r in results.items():
             if isinstance(r, str):
                 rows.append((kind, name, r, "", "", "", "", ""))
                 continue
-            cold, warm, first, later, equal = r[:5]
+            cold, warm, first, later, equal = r
             rows.append((kind, name, f"{cold:.2f}", f"{warm:.2f}", f"{warm / base:.2f}x", f"{warm / cold:.1f}x",
                          f"{first} + {later}", "yes" if equal else "NO"))
         print(table(f"{kind}: {args.tokens} new tokens, prompt {PROMPT}, width {args.width}", rows[-len(results):],
@@ -125,7 +136,7 @@ def main() -> None:
                      "programs (first + later)", "tokens = cpu")), flush=True)
     print()
     print(table(f"generate: {args.tokens} new tokens (cold: first call, empty persistent cache; warm: median of "
-                f"{args.reps})", rows,
+                f"{args.reps}, the rows' warm calls interleaved)", rows,
                 ("model", "row", "cold tok/s", "warm tok/s", "warm vs cpu eager", "warm/cold",
                  "programs (first + later)", "tokens = cpu")))
 

@@ -66,13 +66,24 @@ def test_only_the_inputs_that_need_a_gradient_get_one(seeded):
     torch.testing.assert_close(tpu.bias.grad.cpu(), torch.full((3,), 5.0))
 
 
-def test_no_grad_and_inference_take_pytorchs_decomposition(seeded):
-    _, tpu = _pair(6, 3, True)
-    x = torch.randn(5, 6, device="tpu")
-    with torch.no_grad():
-        assert tpu(x).grad_fn is None
-    y = tpu(x)
-    assert type(y.grad_fn).__name__ == "_LinearBackward"  # the kernel is installed and used
+@pytest.mark.parametrize("shape", [(5, 6), (2, 1, 6), (6,)], ids=["2d", "3d", "1d"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_no_grad_linear_is_one_op_equal_to_cpu(eager_mode, seeded, shape, bias):
+    """Without a gradient (inference, ``generate``) a linear is one recorded op, not the decomposition's
+    ``t``/``view``/``mm``/``_unsafe_view`` (each a dispatcher round trip): values equal CPU's, bit for bit here."""
+    cpu, tpu = _pair(6, 3, bias)
+    x = torch.randn(*shape)
+    with torch.no_grad(), torchtpu_lab.profile() as prof:
+        y = tpu(x.to("tpu"))
+        got = y.cpu()
+    assert y.grad_fn is None
+    ops = [e.name for e in prof.events if e.kind == "op" and e.name.startswith("aten::")]
+    assert ops.count("aten::linear") == 1 and not any("mm" in o for o in ops), ops
+    torch.testing.assert_close(got, cpu(x).detach(), atol=ATOL, rtol=1e-5)
+    with torch.inference_mode():
+        torch.testing.assert_close(tpu(x.to("tpu")).cpu(), got, atol=0, rtol=0)
+    y = tpu(x.to("tpu"))
+    assert type(y.grad_fn).__name__ == "_LinearBackward"  # the autograd kernel is installed and used
 
 
 def test_double_backward_equals_cpu(seeded):
@@ -96,6 +107,12 @@ def test_forward_mode_ad_equals_cpu(seeded):
         with fwad.dual_level():
             dual = fwad.make_dual(x.to(device), t.to(device))
             tangents.append(fwad.unpack_dual(F.linear(dual, w.to(device).requires_grad_())).tangent.cpu())
+    torch.testing.assert_close(tangents[1], tangents[0], atol=ATOL, rtol=1e-5)
+    tangents = []  # a dual input and a weight that needs no gradient: not the no-grad fast path
+    for device in ("cpu", "tpu"):
+        with fwad.dual_level():
+            dual = fwad.make_dual(x.to(device), t.to(device))
+            tangents.append(fwad.unpack_dual(F.linear(dual, w.to(device))).tangent.cpu())
     torch.testing.assert_close(tangents[1], tangents[0], atol=ATOL, rtol=1e-5)
 
 

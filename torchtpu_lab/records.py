@@ -278,6 +278,23 @@ class Roofline:
 
 
 @dataclass(frozen=True)
+class GenerationStats:
+    """A token loop in a profiled block (``profiling/generation.py``): ``tokens`` new positions of the token
+    stream; ``tokens_per_s`` over the block's wall time; ``first_token_s`` from the block's start to the first
+    token's append (the prompt's forward and its compiles included); ``decode_tokens_per_s`` from the first
+    token's append to the last's (the steady decode rate, ``None`` for fewer than two tokens); ``programs``
+    compiled or loaded from disk in the block, and ``programs_per_token``."""
+
+    tokens: int
+    wall_s: float
+    tokens_per_s: float
+    first_token_s: float
+    programs: int
+    programs_per_token: float
+    decode_tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything a renderer shows, computed once. ``time_labels`` says what each time column measures (keys
     ``python``, ``tracing``, ``compiling``, ``waiting``); ``*_hidden``: groups left out past ``top``."""
@@ -302,6 +319,7 @@ class Report:
     roofline: Roofline | None = None  # the programs and the device's roofs
     memory_at_peak: tuple = ()  # dicts: bytes, kind, shape, dtype, source (see Profile.memory_at_peak)
     memory_timeline: tuple = ()  # (seconds, bytes, what changed and at which line) points
+    generation: GenerationStats | None = None  # a token loop's rates, when the block generated
 
 
 @dataclass(frozen=True)

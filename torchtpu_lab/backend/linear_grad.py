@@ -33,9 +33,14 @@ this kernel stays because it keeps the fused step's program free of the transpos
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from ..device.tensor import TpuTensor, has_data
+from ..ops.precision import matmul_precision
+from ..ops.registry import Lowering
+from ..runtime.executor import execute
 
 aten = torch.ops.aten
 _linear = aten.linear.default
@@ -94,12 +99,33 @@ class _Linear(torch.autograd.Function):
         return out
 
 
+def _product(x, w, b=None):
+    """``x @ w.T + b`` in one lowering: a ``dot_general`` contracting the last dims (the transpose is folded)."""
+    y = jnp.matmul(x, w.T, precision=matmul_precision())
+    return y if b is None else y + b
+
+
+#: not in the op table (``linear`` is CompositeImplicitAutograd: nothing else dispatches it to the tpu key)
+_PRODUCT = Lowering(_linear, _product)
+
+
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """The ``AutogradPrivateUse1`` kernel: :class:`_Linear` where it applies, PyTorch's decomposition elsewhere."""
-    if (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
-            and w.dim() == 2 and not w.is_complex() and _is_real(x) and _is_real(w) and _is_real(b)
-            and not torch._C._are_functorch_transforms_active()):
-        return _Linear.apply(x, w, b)
+    """The ``AutogradPrivateUse1`` kernel: :class:`_Linear` where it applies, one fused op where no gradient is
+    needed, PyTorch's decomposition elsewhere.
+
+    Without a gradient (inference, ``generate``) a ``linear`` of real tpu tensors is one recorded op instead of
+    the decomposition's four (``t``, ``view``, ``mm``/``addmm``, ``_unsafe_view``, plus ``add`` for a batched
+    bias): each op is a dispatcher round trip and a recording in Python, and a decode step of a small model is
+    mostly those (a tiny Llama's token: 15 linears of ~100 ops). The output has no autograd history, as the
+    decomposition's would not either."""
+    real = _is_real(x) and _is_real(w) and _is_real(b) and not torch._C._are_functorch_transforms_active()
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
+                                              or (b is not None and b.requires_grad))
+    if real and w.dim() == 2 and not w.is_complex():
+        if needs_grad:
+            return _Linear.apply(x, w, b)
+        if x.dim() >= 1 and x.dtype.is_floating_point and _forward_ad._current_level < 0:  # no dual tensors
+            return execute(_PRODUCT, (x, w, b), {})
     return _linear.decompose(x, w, b)
 
 

@@ -12,24 +12,12 @@ block that generated nothing).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
+from ..records import GenerationStats
 from ..runtime.growth import APPEND
 from ..telemetry import EventKind
 
-
-@dataclass(frozen=True)
-class GenerationStats:
-    """``tokens`` new positions of the token stream; ``tokens_per_s`` over the block's wall time;
-    ``first_token_s`` from the block's start to the first token's append (the prompt's forward included);
-    ``programs`` compiled or loaded from disk in the block, and ``programs_per_token``."""
-
-    tokens: int
-    wall_s: float
-    tokens_per_s: float
-    first_token_s: float
-    programs: int
-    programs_per_token: float
+__all__ = ["GenerationStats", "generation_stats", "growth_hint"]
 
 
 def generation_stats(prof) -> GenerationStats | None:
@@ -41,8 +29,21 @@ def generation_stats(prof) -> GenerationStats | None:
     lineage, tokens = Counter(e.detail["lineage"] for e in appends).most_common(1)[0]
     if tokens < 2:
         return None
-    first = min(e.t for e in appends if e.detail["lineage"] == lineage)
+    times = [e.t for e in appends if e.detail["lineage"] == lineage]
+    first, last = min(times), max(times)
     programs = len(prof.compiles)
     wall = prof.wall_s
+    decode = (tokens - 1) / (last - first) if last > first else None
     return GenerationStats(tokens, wall, tokens / wall if wall > 0 else 0.0, max(first - prof.t0, 0.0), programs,
-                           programs / tokens)
+                           programs / tokens, decode)
+
+
+def growth_hint(op: str, arg: str, dim: int) -> str:
+    """The fix for a program per token: ``dim`` of ``op``'s ``arg`` grew by one every step, which is a tensor
+    appended to each step (a KV cache, a token sequence) read at its full length."""
+    return (f"dim {dim} of {op} {arg} grows by one every step (a KV cache or a token sequence extended with "
+            "torch.cat, as in generate()), so every step is a new program: read the growing tensor with "
+            "F.scaled_dot_product_attention (transformers: attn_implementation=\"sdpa\"), which reads its padded "
+            "storage with the length as an input (one program per capacity bucket), or allocate it once at its "
+            "maximum length and write each step at a moving offset (buf[:, pos] = x; transformers: "
+            "cache_implementation=\"static\"), which compiles once for any number of steps")

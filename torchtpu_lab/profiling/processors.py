@@ -19,6 +19,7 @@ from ..telemetry import EventKind, SyncReason, code_text, describe
 from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
                        OpRow, OpTable, Report, Summary, SyncGroup)
 from . import memory_owners, programs
+from .generation import generation_stats, growth_hint
 
 
 #: labels of the source lines seen while building one report (a 10,000-op profile names the same few lines
@@ -279,9 +280,7 @@ def compile_groups(prof) -> list[CompileGroup]:
                 what = f"dim {d} of {op} {arg} took {len(set(values))} values {_span(values)} in this cell"
                 steps = [b - a for a, b in zip(values, values[1:])]
                 if len(values) > 2 and all(s == 1 for s in steps):
-                    hint = ("the size grows by one each step (a growing KV cache or sequence, as in generate()): "
-                            "allocate it once at its maximum length and write into it (index_copy_ / a slice), "
-                            "so every step has the same shapes")
+                    hint = growth_hint(op, arg, d)
                 else:
                     hint = advice.bucket_hint(values, d)
         elif kind in ("scalar", "static"):
@@ -620,6 +619,7 @@ def build_report(prof, top: int = 10) -> Report:
         roofline=programs.roofline(rows, programs.device_peaks(prof)),
         memory_at_peak=tuple(memory_owners.at_peak(prof)),
         memory_timeline=tuple(memory_owners.timeline(prof)),
+        generation=generation_stats(prof),
     )
 
 

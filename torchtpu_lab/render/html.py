@@ -81,6 +81,7 @@ def _line(line: str) -> tuple[str, str]:
 
 
 def profile_html(r: Report) -> str:
+    from .generation import generation_html
     from .text import NO_ISSUE, cache_text, finding_text, fmt_pct, time_rows
 
     s = r.summary
@@ -100,6 +101,7 @@ def profile_html(r: Report) -> str:
              _chip("peak memory", fmt_bytes(s.peak_bytes)), "</div>"]
     if s.error:
         parts.append(f'<div class="ttl-error">The cell raised {escape(s.error)} &mdash; partial report.</div>')
+    parts.append(generation_html(r.generation))
     parts.append("<h4>Findings</h4>")
     actionable = [f for f in r.findings if f.actionable]
     if actionable:

@@ -161,11 +161,14 @@ def _code(code: str) -> str:
 
 
 def profile_text(r: Report) -> str:
+    from .generation import generation_text
+
     s = r.summary
     mode = f" \u00b7 {s.mode} mode" if s.mode else ""
     out = [f"torchtpu_lab profile ({s.platform}){mode}", summary_line(s)]
     if s.error:
         out.append(f"the block raised {s.error} (partial report)")
+    out += generation_text(r.generation)
     out.append(f"findings: (steady state compiles {s.steady_compiles})")
     out += [f"  {line}" for line in finding_lines(r.findings)]
     out.append("time:")

@@ -1,0 +1,54 @@
+"""``%%tpu_profile`` on a cell that generates, in a real IPython shell: the report (text and HTML) shows the
+token loop's tokens/s, time to first token and programs per token (collector: profiling/generation.py,
+renderer: render/generation.py), and a loop that recompiles every token gets a finding naming the growing
+dimension and the fix."""
+
+import re
+
+from IPython.utils.capture import capture_output
+
+LOOP = """%%tpu_profile --no-flame
+ids = torch.tensor([[3, 4, 5]], device='tpu')
+cache = torch.ones(1, 3, 4, device='tpu')
+for i in range(5):
+    cache = torch.cat([cache, torch.ones(1, 1, 4, device='tpu')], 1)  # a KV cache, one position per token
+    weights = cache.softmax(1)  # read at its full length: a new shape every token
+    ids = torch.cat([ids, (ids[:, -1:] * 7 + 1) % 97 + weights[:, -1:, 0].long()], -1)
+    torchtpu_lab.sync()
+"""
+
+
+def _run(ip, code: str):
+    with capture_output() as cap:
+        result = ip.run_cell(code)
+    texts = [o.data.get("text/plain", "") for o in cap.outputs]
+    htmls = [o.data.get("text/html", "") for o in cap.outputs]
+    return result, cap.stdout + "\n".join(texts), "\n".join(h for h in htmls if h)
+
+
+def test_a_generating_cell_reports_tokens_per_second_first_token_and_programs_per_token(ip):
+    result, text, html = _run(ip, LOOP)
+    assert result.error_in_exec is None, result.error_in_exec
+    expected = [5]
+    for _ in range(5):
+        expected.append((expected[-1] * 7 + 1) % 97)
+    assert ip.user_ns["ids"].cpu().tolist()[0][3:] == expected[1:]
+    stats = ip.user_ns["_tpu_profile"].report().generation
+    assert stats is not None and stats.tokens == 5 and stats.programs >= 5, stats
+    line = next(ln for ln in text.splitlines() if ln.startswith("generation:"))
+    assert re.search(r"tokens 5 · tokens/s \d+\.\d · decode tokens/s \d+\.\d · time to first token [\d.]+ \w?s · "
+                     r"programs built \d+ · programs per token \d+\.\d\d$", line), line
+    assert f"programs built {stats.programs} " in line and f"programs per token {stats.programs_per_token:.2f}" in line
+    assert "<h4>Generation</h4>" in html and re.search(r"programs per token <b>\d+\.\d\d</b>", html), html[:3000]
+    assert re.search(r"tokens/s <b>\d+\.\d</b>", html) and "time to first token <b>" in html
+    # the per-token recompile: a finding naming the growing dimension and the fix
+    findings = text[text.index("findings:"):text.index("time:")]
+    assert re.search(r"recompilations? cost .*dim 1 of aten::_softmax input 0 took \d values 5[,…]", findings), findings
+    assert "grows by one every step" in findings and "scaled_dot_product_attention" in findings, findings
+    assert 'cache_implementation="static"' in findings and "moving offset" in findings, findings
+
+
+def test_a_cell_that_does_not_generate_has_no_generation_section(ip):
+    _, text, html = _run(ip, "%%tpu_profile --no-flame\nx = torch.ones(3, device='tpu').sum().item()\n")
+    assert "findings:" in text and "generation:" not in text
+    assert "<h4>Findings</h4>" in html and "Generation</h4>" not in html
