@@ -1,6 +1,6 @@
 """Profiling overhead and report cost.
 
-    python bench/profile_overhead.py [--reps 7] [--iters 10]
+    python bench/profile_overhead.py [--reps 7] [--iters 10] [--clock cpu] [--steps-only]
 
 * the fused MLP training step of ``bench/train_step.py`` with and without ``torchtpu_lab.profile()`` around the
   loop (target: profiled <= 1.15x unprofiled), and the same for a tiny transformer's AdamW step (2 layers, d 64,
@@ -82,8 +82,12 @@ def _transformer_step():
 def step_overhead(iters: int, reps: int, make_step=_mlp_step) -> tuple[float, float]:
     step = make_step()
 
+    from common import clock
+
+    now = clock()
+
     def loop(profiled: bool) -> float:
-        t0 = time.perf_counter()
+        t0 = now()
         if profiled:
             with torchtpu_lab.profile():
                 for _ in range(iters):
@@ -93,7 +97,7 @@ def step_overhead(iters: int, reps: int, make_step=_mlp_step) -> tuple[float, fl
             for _ in range(iters):
                 step()
             torch.tpu.synchronize()
-        return (time.perf_counter() - t0) / iters
+        return (now() - t0) / iters
 
     plain, profiled = [], []
     for _ in range(reps):  # interleaved, so drift on a noisy machine hits both alike
@@ -153,12 +157,15 @@ def live_update_cost(iters: int, reps: int) -> tuple[float, float, float, int]:
 
 
 def main(argv=None) -> None:
-    from common import table
+    from common import add_clock_option, set_clock, table
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--steps-only", action="store_true", help="only the profiled-vs-unprofiled step tables")
+    add_clock_option(p)
     args = p.parse_args(argv)
+    set_clock(args.clock)
     for name, make_step in (("fused MLP training step", _mlp_step),
                             ("fused tiny transformer AdamW step", _transformer_step)):
         plain, profiled = step_overhead(args.iters, args.reps, make_step)
@@ -166,6 +173,8 @@ def main(argv=None) -> None:
                     [("unprofiled", f"{plain * 1e3:.2f}", "1.00x"),
                      ("inside torchtpu_lab.profile()", f"{profiled * 1e3:.2f}", f"{profiled / plain:.2f}x")],
                     ("", "ms/step", "ratio")) + "\n")
+    if args.steps_only:
+        return
     seconds, n = report_cost()
     print(f"\nbuilding + rendering the report of {n} recorded ops: {seconds:.3f} s")
     from torchtpu_lab.jupyter import comm

@@ -155,18 +155,19 @@ def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
         frame = sys._getframe(depth)
     except ValueError:
         return None
-    internal = _internal_code
+    internal, sources = _internal_code, _sources
     out: list[Source] = []
-    while frame is not None and len(out) < limit:
+    while frame is not None:
         code = frame.f_code
         skip = internal.get(code)
         if skip is None:
             skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
         if not skip:
-            out.append(_source(code, frame.f_lineno))
+            lineno = frame.f_lineno
+            out.append(sources.get((code, lineno)) or _source(code, lineno))  # per op while profiling: inlined
             # the outermost frame that matters: a notebook cell's or a script's module level (not the driver
             # that runs it, e.g. pytest calling IPython)
-            if code.co_name == "<module>":
+            if code.co_name == "<module>" or len(out) == limit:
                 break
         frame = frame.f_back
     return tuple(reversed(out)) or None
