@@ -1,9 +1,10 @@
 """Profiling overhead and report cost.
 
-    python bench/profile_overhead.py [--reps 7] [--iters 10]
+    python bench/profile_overhead.py [--reps 7] [--iters 10] [--clock cpu] [--steps-only]
 
 * the fused MLP training step of ``bench/train_step.py`` with and without ``torchtpu_lab.profile()`` around the
-  loop (target: profiled <= 1.15x unprofiled);
+  loop (target: profiled <= 1.15x unprofiled), and the same for a tiny transformer's AdamW step (2 layers, d 64,
+  batch 2, 16 tokens: many small ops, so the per-op cost of profiling shows; target: under 1.10x);
 * building and rendering (text + HTML + flame figure) the report of a profile holding 10,000 recorded ops
   (target: under one second);
 * the live status updates a JupyterLab frontend receives while a cell runs (at most one push every
@@ -55,11 +56,38 @@ def _mlp_step():
     return step
 
 
-def step_overhead(iters: int, reps: int) -> tuple[float, float]:
-    step = _mlp_step()
+def _transformer_step():
+    import torch.nn.functional as F
+    from train_step import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(vocab=128, d=64, seq=16).to("tpu")
+    idx = torch.randint(0, 128, (2, 16))
+    x, y = idx.to("tpu"), torch.roll(idx, -1, 1).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+        opt.step()
+        torchtpu_lab.sync()
+
+    for _ in range(3):
+        step()
+    torch.tpu.synchronize()
+    return step
+
+
+def step_overhead(iters: int, reps: int, make_step=_mlp_step) -> tuple[float, float]:
+    step = make_step()
+
+    from common import clock
+
+    now = clock()
 
     def loop(profiled: bool) -> float:
-        t0 = time.perf_counter()
+        t0 = now()
         if profiled:
             with torchtpu_lab.profile():
                 for _ in range(iters):
@@ -69,7 +97,7 @@ def step_overhead(iters: int, reps: int) -> tuple[float, float]:
             for _ in range(iters):
                 step()
             torch.tpu.synchronize()
-        return (time.perf_counter() - t0) / iters
+        return (now() - t0) / iters
 
     plain, profiled = [], []
     for _ in range(reps):  # interleaved, so drift on a noisy machine hits both alike
@@ -129,18 +157,25 @@ def live_update_cost(iters: int, reps: int) -> tuple[float, float, float, int]:
 
 
 def main(argv=None) -> None:
-    from common import table
+    from common import add_clock_option, set_clock, table
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--steps-only", action="store_true", help="only the profiled-vs-unprofiled step tables")
+    add_clock_option(p)
     args = p.parse_args(argv)
-    plain, profiled = step_overhead(args.iters, args.reps)
+    set_clock(args.clock)
+    for name, make_step in (("fused MLP training step", _mlp_step),
+                            ("fused tiny transformer AdamW step", _transformer_step)):
+        plain, profiled = step_overhead(args.iters, args.reps, make_step)
+        print(table(f"profiling overhead, {name} (medians)",
+                    [("unprofiled", f"{plain * 1e3:.2f}", "1.00x"),
+                     ("inside torchtpu_lab.profile()", f"{profiled * 1e3:.2f}", f"{profiled / plain:.2f}x")],
+                    ("", "ms/step", "ratio")) + "\n")
+    if args.steps_only:
+        return
     seconds, n = report_cost()
-    print(table("profiling overhead, fused MLP training step (medians)",
-                [("unprofiled", f"{plain * 1e3:.2f}", "1.00x"),
-                 ("inside torchtpu_lab.profile()", f"{profiled * 1e3:.2f}", f"{profiled / plain:.2f}x")],
-                ("", "ms/step", "ratio")))
     print(f"\nbuilding + rendering the report of {n} recorded ops: {seconds:.3f} s")
     from torchtpu_lab.jupyter import comm
 

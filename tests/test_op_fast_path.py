@@ -146,3 +146,54 @@ def test_telemetry_recorders_is_what_the_short_paths_read():
     assert isinstance(telemetry.recorders, list)
     with torchtpu_lab.profile():
         assert telemetry.recorders and telemetry.recording()
+
+
+@pytest.mark.parametrize("mode", ("strict", "fused"))
+def test_op_events_are_batched_while_recording_and_expanded_on_close(mode):
+    """The short paths append one tuple per op (no Event object, no second stack walk) to every open recorder;
+    closing a recorder turns them into the same Events the general path makes, nested recorders included."""
+    a = torch.randn(4, 4).to("tpu")
+    with torchtpu_lab.eager_mode(mode):
+        _ = a + a  # first run: the general path
+        torchtpu_lab.sync()
+        with telemetry.Recorder() as outer:
+            with telemetry.Recorder() as inner:
+                y = a + a  # BATCHED_LINE
+                live = [e for e in inner if isinstance(e, telemetry.OpRecord)]
+            torchtpu_lab.sync()
+    assert len(live) == 1  # batched while the recorder was open
+    for events in (outer, inner):
+        assert not any(isinstance(e, telemetry.OpRecord) for e in events)
+        ops = [e for e in events if e.kind == "op"]
+        assert [e.name for e in ops] == ["aten::add.Tensor"]
+        event = ops[0]
+        assert isinstance(event, telemetry.Event) and event.dur >= 0
+        assert event.detail == {"cache_hit": True if mode == "strict" else None}
+        assert event.source.filename == __file__ and event.source.function == event.stack[-1].function
+        assert event.stack[-1] == event.source  # the user's stack ends at the op's own line
+    torch.testing.assert_close(y.cpu(), a.cpu() * 2)
+
+
+def test_fused_op_reads_the_user_line_once_for_node_event_and_storage():
+    """Inside a profile (allocation sources on), the graph node, the op event and the output's memory record of
+    a fused op name the same line, and it is the user's."""
+    a = torch.randn(4, 4).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        _ = a * 3
+        torchtpu_lab.sync()
+        with torchtpu_lab.profile() as prof:
+            y = a * 3
+            node_source = y.tpu_storage.held.node.source
+            storage_source = y.tpu_storage.source
+        ops = [e for e in prof.events if e.kind == "op"]
+    assert node_source is storage_source is ops[-1].source
+    assert node_source.filename == __file__ and node_source.function.startswith("test_fused_op_reads")
+
+
+def test_sources_are_interned_and_bounded(monkeypatch):
+    first = [telemetry.user_source(1) for _ in range(2)]
+    assert first[0] is first[1]  # the same line: one object, built once
+    monkeypatch.setattr(telemetry, "_MAX_SOURCES", len(telemetry._sources) + 1)
+    telemetry.user_source(1)
+    telemetry.user_source(1)  # another line: the table is full, so it starts over rather than grow
+    assert len(telemetry._sources) <= telemetry._MAX_SOURCES

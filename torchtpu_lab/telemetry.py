@@ -74,6 +74,18 @@ class Source:
 
 
 _internal_code: dict = {}  # code object -> whether it belongs to torch/jax/stdlib/us (cached: walks are hot)
+_sources: dict = {}  # (code object, line) -> its Source: a per-op walk builds no new object for a line seen before
+_MAX_SOURCES = 1 << 16
+
+
+def _source(code, lineno: int) -> Source:
+    """The (interned) :class:`Source` of line ``lineno`` of ``code``."""
+    src = _sources.get((code, lineno))
+    if src is None:
+        if len(_sources) >= _MAX_SOURCES:  # bounded: generated code (new code objects per cell) must not grow it
+            _sources.clear()
+        src = _sources[(code, lineno)] = Source(code.co_filename, lineno, code.co_name)
+    return src
 
 
 def user_source(depth: int = 2) -> Source | None:
@@ -89,7 +101,7 @@ def user_source(depth: int = 2) -> Source | None:
         if skip is None:
             skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
         if not skip:
-            return Source(code.co_filename, frame.f_lineno, code.co_name)
+            return _source(code, frame.f_lineno)
         frame = frame.f_back
     return BACKWARD if threading.current_thread() is not threading.main_thread() else None
 
@@ -143,19 +155,19 @@ def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
         frame = sys._getframe(depth)
     except ValueError:
         return None
-    internal = _internal_code
+    internal, sources = _internal_code, _sources
     out: list[Source] = []
-    while frame is not None and len(out) < limit:
+    while frame is not None:
         code = frame.f_code
         skip = internal.get(code)
         if skip is None:
             skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
         if not skip:
-            src = Source(code.co_filename, frame.f_lineno, code.co_name)
-            out.append(src)
+            lineno = frame.f_lineno
+            out.append(sources.get((code, lineno)) or _source(code, lineno))  # per op while profiling: inlined
             # the outermost frame that matters: a notebook cell's or a script's module level (not the driver
             # that runs it, e.g. pytest calling IPython)
-            if code.co_name == "<module>":
+            if code.co_name == "<module>" or len(out) == limit:
                 break
         frame = frame.f_back
     return tuple(reversed(out)) or None
@@ -352,6 +364,42 @@ def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes:
     return event
 
 
+class OpRecord(tuple):
+    """An op event as the per-op hot path records it: a tuple ``(name, t, dur, cache_hit, source, stack)``
+    appended to every open recorder's list in place of an :class:`Event` (an Event per op is a Python object
+    with a dict; a profile that records thousands of ops a step paid for each). The recorder expands them into
+    the same Events when it closes (:meth:`Recorder.__exit__`), so readers never see one."""
+
+    __slots__ = ()
+
+    def expand(self) -> Event:
+        name, t, dur, hit, source, stack = self
+        return Event(EventKind.OP, name, t, dur, 0, source, {"cache_hit": hit}, stack)
+
+
+def record_op(name: str, t: float, dur: float, cache_hit: bool | None, source: Source | None,
+              stack: tuple | None) -> None:
+    """Record one op event for every open recorder, batched (see :class:`OpRecord`); the caller checked
+    :data:`recorders` and took ``source``/``stack`` (:func:`user_stack`) once for everything the op notes."""
+    record = OpRecord((name, t, dur, cache_hit, source, stack))
+    for sink in recorders:
+        sink.append(record)
+
+
+def op_sources(depth: int) -> tuple[Source | None, tuple | None]:
+    """``(source, stack)`` of an op while a profile records: one walk of the stack serves both (the user line is
+    the innermost frame of the user's stack)."""
+    stack = user_stack(depth + 1)
+    return (stack[-1] if stack else user_source(depth + 1)), stack
+
+
+def expand(events: list) -> list:
+    """``events`` with every batched op record expanded into its :class:`Event`, in place (also returned)."""
+    if any(type(e) is OpRecord for e in events):
+        events[:] = [e.expand() if type(e) is OpRecord else e for e in events]
+    return events
+
+
 def _log(log: deque, event: Event) -> Event:
     log.append(event)
     if recorders and event.stack is None:
@@ -458,7 +506,8 @@ def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list 
 
 
 class Recorder:
-    """Collect every event emitted while open: ``with Recorder() as events: ...``."""
+    """Collect every event emitted while open: ``with Recorder() as events: ...``. Read the list after the
+    block: while open it may hold batched op records (:class:`OpRecord`), which closing expands."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
@@ -472,7 +521,8 @@ class Recorder:
         for i in range(len(recorders) - 1, -1, -1):
             if recorders[i] is self.events:
                 del recorders[i]
-                return
+                break
+        expand(self.events)
 
 
 def reset() -> None:

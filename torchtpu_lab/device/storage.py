@@ -51,16 +51,20 @@ class Storage:
             self.array = array
 
     @classmethod
-    def output(cls, shape: tuple, dtype: torch.dtype, device_index: int, value) -> Storage:
+    def output(cls, shape: tuple, dtype: torch.dtype, device_index: int, value, source=None) -> Storage:
         """A storage for an op's output — a JAX array, or a runtime placeholder — whose shape the runtime has
-        already checked: the per-op path, so it skips the size check ``__init__`` makes."""
+        already checked: the per-op path, so it skips the size check ``__init__`` makes. ``source``: the user
+        line, when the caller has it already (else looked up here, if allocation sources are tracked)."""
         s = object.__new__(cls)
         s._array = None
         s.shape = shape
         s.dtype = dtype
         s.device_index = device_index
         s.nbytes = math.prod(shape) * dtype.itemsize
-        s.source = telemetry.user_source(2) if memory.TRACK_SOURCES.value else None
+        if memory.TRACK_SOURCES.value:
+            s.source = source if source is not None else telemetry.user_source(2)
+        else:
+            s.source = None
         if isinstance(value, jax.Array):
             memory.acquire(value, device_index, s.nbytes, (shape, dtype, s.source))
         s._array = value

@@ -34,14 +34,15 @@ from . import compile_cache, compile_events, fast_keys, fused, pending_errors
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
-_precision = torch.get_float32_matmul_precision  # part of every op signature: lowerings read it when traced
+# part of every op signature (lowerings read it when traced); torch's own getter is a Python wrapper of this
+_precision = getattr(torch._C, "_get_float32_matmul_precision", torch.get_float32_matmul_precision)
 _MODE = config.eager_mode  # read per op: a module global and a slot, no call
 _TRACK_SOURCES = config.track_sources
 
 
-def _wrap(out, meta, device_index: int):
+def _wrap(out, meta, device_index: int, source=None):
     if type(meta) is torch.Tensor:  # the usual case: one output, its shape checked against PyTorch's metadata
-        storage = Storage.output(out.shape, meta.dtype, device_index, out)
+        storage = Storage.output(out.shape, meta.dtype, device_index, out, source)
         if type(out) is fused.LazyValue:
             fused.track_new(storage)
         return tensor.make_base(storage)
@@ -49,7 +50,7 @@ def _wrap(out, meta, device_index: int):
         return None
     if isinstance(out, (list, tuple)):
         metas = meta if isinstance(meta, (list, tuple)) else [None] * len(out)
-        wrapped = [_wrap(o, m, device_index) for o, m in zip(out, metas)]
+        wrapped = [_wrap(o, m, device_index, source) for o, m in zip(out, metas)]
         return tuple(wrapped) if isinstance(out, tuple) else wrapped
     dtype = meta.dtype if isinstance(meta, torch.Tensor) else dtypes.to_torch(out.dtype)
     t = tensor.from_array(out, dtype, device_index)
@@ -226,6 +227,9 @@ def _debug_check(name: str, out) -> None:
 OPS = caches.cache("ops", 4096)
 #: The same executables by a repeated call's flat key (:mod:`.fast_keys`): found without building a template.
 _FAST = fast_keys.EXECUTABLES
+#: op id -> its :func:`.encode.op_plan` (ops live as long as the process; a plain dict, read once per op)
+_PLANS: dict = {}
+_COUNTERS = telemetry.counters
 #: Every lowered op compiled in this process (the CI conformance subset checks it covers the whole op table);
 #: filled on cache misses only, so the hot path never touches it.
 OPS_SEEN: set = set()
@@ -243,7 +247,10 @@ def _generator(args, kwargs) -> torch.Generator | None:
 def execute(low: Lowering, args: tuple, kwargs: dict):
     """Run ``low.op`` on ``args``/``kwargs`` (tpu tensors and Python values); return wrapped tpu results."""
     op = low.op
-    positions, names, host = op_plan(op)
+    plan = _PLANS.get(id(op))
+    if plan is None:
+        plan = _PLANS[id(op)] = op_plan(op)
+    positions, names, host = plan
     precision = _precision()
     fast = None if low.rng else fast_keys.key(id(op), positions, names, not low.static_scalars, args, kwargs)
     compiled = None
@@ -298,27 +305,38 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
             compiled.ran_eagerly = True
             compile_events.note_compile("op", key, None, compile_events.op_cause(key),
                                         time.perf_counter() - (t0 if fresh else t_launch), disk=compiled.from_disk)
-    if telemetry.recording():
-        t0 = t_launch if not fresh else t0
-        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=hit)
-    result = _wrap(out, compiled.meta, device_index)
+    result = _outputs(compiled, out, device_index, t_launch if not fresh else t0, hit)
     if fused.over_limit():
         fused.sync(SyncReason.GRAPH_LIMIT)
     return result
 
 
+def _outputs(compiled: OpExecutable, out, device_index: int, t0: float, hit: bool | None, source=None,
+             stack=None):
+    """The end of every op the executor runs or records: its op event (batched, only while a profile records:
+    :func:`telemetry.record_op`) and its outputs wrapped as tpu tensors. ``source``/``stack``: the user's line
+    and stack when the caller took them already."""
+    if telemetry.recorders:
+        if stack is None:
+            source, stack = telemetry.op_sources(3)
+        telemetry.record_op(compiled.name, t0, time.perf_counter() - t0, hit, source, stack)
+    return _wrap(out, compiled.meta, device_index, source)
+
+
 def _record_single(compiled: OpExecutable, dyn: list, device_index: int):
     """Fused mode's usual op — recorded before, one tensor output, no checks — recorded and wrapped with what
-    :func:`execute`, :func:`_launch` and :func:`_wrap` do for it, without their branches for the rare cases."""
+    :func:`execute`, :func:`_launch` and :func:`_wrap` do for it, without their branches for the rare cases.
+    The user's line is read once and serves the graph node, the op event and the output's memory record."""
     t0 = time.perf_counter()
-    source = telemetry.user_source(3) if _TRACK_SOURCES.value else None
+    if telemetry.recorders:
+        source, stack = telemetry.op_sources(3)
+    else:
+        source, stack = (telemetry.user_source(3) if _TRACK_SOURCES.value else None), None
     if fused.PENDING.device != device_index:
         fused.on_device(device_index)
-    value = fused.record(compiled.signature, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name,
-                         source, compiled.uid)
-    if telemetry.recorders:
-        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=None)
-    result = _wrap(value, compiled.meta, device_index)
+    value = fused.record_one(compiled.signature, compiled.run, dyn, compiled.avals, compiled.treedef,
+                             compiled.name, source, compiled.uid)
+    result = _outputs(compiled, value, device_index, t0, None, source, stack)
     if fused.over_limit():
         fused.sync(SyncReason.GRAPH_LIMIT)
     return result
@@ -329,10 +347,8 @@ def _run_repeated(compiled: OpExecutable, dyn: list, device_index: int):
     outputs, without :func:`execute` and :func:`_launch`'s branches for first runs, checks and pending work."""
     t0 = time.perf_counter()
     out = run_now(compiled, compiled.signature, dyn, device_index, True)
-    telemetry.counters["op_cache_hits"] += 1
-    if telemetry.recorders:
-        telemetry.emit("op", compiled.name, t=t0, dur=time.perf_counter() - t0, cache_hit=True)
-    return _wrap(out, compiled.meta, device_index)
+    _COUNTERS["op_cache_hits"] += 1
+    return _outputs(compiled, out, device_index, t0, True)
 
 
 def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:

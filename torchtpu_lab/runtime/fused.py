@@ -141,6 +141,19 @@ def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=N
         treedef, outs)
 
 
+def record_one(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None, uid=None) -> LazyValue:
+    """:func:`record` for an op with exactly one output (the per-op short path): its one placeholder."""
+    pending = PENDING
+    pending.seq += 1
+    node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq, uid)
+    aval = out_leaves[0]
+    out = LazyValue(node, 0, aval.shape, aval.dtype)
+    pending.recorded += 1
+    pending.segment.add(node, LazyValue)
+    CUTS.note(id(fn))
+    return out
+
+
 def on_device(device_index: int) -> None:
     """About to record work for ``tpu:device_index``: a graph runs on one device, so what is pending for another
     runs first (a sync point)."""
