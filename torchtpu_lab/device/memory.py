@@ -163,6 +163,12 @@ def is_held(array) -> bool:
     return id(array) in _live
 
 
+def holders(array) -> int:
+    """How many live storages hold ``array`` (0 for one no storage holds)."""
+    entry = _live.get(id(array))
+    return 0 if entry is None else entry[1]
+
+
 def allocated(device_index: int = 0) -> int:
     """Bytes of device buffers held by live tpu tensors on ``tpu:device_index``."""
     return _allocated.get(device_index, 0)
