@@ -83,3 +83,54 @@ def test_fullgraph_is_left_alone_for_cpu_optimizers():
     with torch._dynamo.config.patch(trace_autograd_ops=True), pytest.raises(Exception, match="graph_break"):
         torch.compile(step, backend="eager", fullgraph=True)(torch.randn(2, 3))
     assert any("Optimizer.step" in k for k, v in torchtpu_lab.global_changes().items() if v)
+
+
+def _state_tensors(opt) -> list:
+    return [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.is_tpu]
+
+
+@pytest.mark.parametrize("hold_old_values", [False, True])
+def test_whole_step_donates_parameters_and_optimizer_state(hold_old_values):
+    """The compiled step's program writes the new parameters and AdamW state into their old buffers: the old
+    arrays are deleted, and the memory peak of a step grows by less than the model and its state (without
+    donation it grows by at least that: the old and new values are both on the device). Holding another
+    reference to the parameters' buffers turns donation off for those inputs, and the peak shows it."""
+    from torchtpu_lab.device.tensor import from_array
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64)).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    x = torch.randn(4, 64).to("tpu")
+
+    def step(x):
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    fn = torch.compile(step, backend="tpu", fullgraph=True)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        for _ in range(2):  # the first step creates the state, the second is the steady step
+            opt.zero_grad()
+            fn(x)
+        opt.zero_grad()
+        params = list(model.parameters())
+        # another storage holding the same arrays (``detach()`` shares the parameter's storage: not one)
+        held = [from_array(p.tpu_storage.array, p.dtype, 0) for p in params] if hold_old_values else []
+        old = [p.tpu_storage.array for p in params] + [s.tpu_storage.array for s in _state_tensors(opt)]
+        model_and_state = sum(a.nbytes for a in old)
+        torch.tpu.reset_peak_memory_stats()
+        before = torch.tpu.memory_allocated()
+        fn(x).item()
+        growth = torch.tpu.max_memory_allocated() - before
+    deleted = [a.is_deleted() for a in old]
+    param_bytes = sum(a.nbytes for a in old[:len(params)])
+    print(f"peak growth of a step: {growth} B; parameters {param_bytes} B, with AdamW state {model_and_state} B")
+    if hold_old_values:  # the new gradients, and the parameters twice
+        assert not any(deleted[:len(params)]) and all(deleted[len(params):])
+        assert growth >= 2 * param_bytes, growth
+        assert all(torch.equal(h.cpu(), h.cpu()) for h in held)  # the held old values are still readable
+    else:  # the new gradients and the program's temporaries: not the model and its state again
+        assert all(deleted), deleted
+        assert growth < model_and_state, (growth, model_and_state)

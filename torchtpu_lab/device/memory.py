@@ -78,10 +78,13 @@ def release(array) -> None:
             return
         del _live[id(array)]
         key = id(array)
-        try:
-            ref = weakref.ref(array, lambda _r, key=key: _gone(key))
-        except TypeError:  # not weak-referenceable: count it free now
+        if array.is_deleted():  # donated to a program that ran: its buffer is gone already
             ref = None
+        else:
+            try:
+                ref = weakref.ref(array, lambda _r, key=key: _gone(key))
+            except TypeError:  # not weak-referenceable: count it free now
+                ref = None
         if ref is not None:
             _deferred[key] = [ref, entry[2], entry[3], entry[4]]
             return
