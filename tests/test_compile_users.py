@@ -202,10 +202,10 @@ def _train_steps(make_opt, compiled: bool, steps: int = 4):
 def test_compiled_training_step_matches_eager_step_for_step(name):
     """``torch.compile(train_step)`` with backward and the optimizer inside (PyTorch's compiled autograd): the
     losses follow eager's, the step is a few programs (forward, backward, the optimizer), and steady state
-    compiles nothing. ``fullgraph=True`` is not possible: PyTorch's ``Optimizer.step`` calls
-    ``torch._dynamo.graph_break()`` itself (``torch.optim.optimizer._use_grad``). Dynamo's ``trace_autograd_ops``
-    is not used: in torch 2.13 it silently drops ``loss.backward()`` when the forward has a graph break (GPT-2
-    trains with a constant loss, on the CPU with ``backend="eager"`` too)."""
+    compiles nothing. (``fullgraph=True`` with Dynamo's ``trace_autograd_ops``, one program:
+    tests/test_compile_whole_step.py; ``trace_autograd_ops`` is not used here: in torch 2.13 it silently drops
+    ``loss.backward()`` when the forward has a graph break, GPT-2 training with a constant loss, on the CPU with
+    ``backend="eager"`` too.)"""
     torch._dynamo.reset()
     eager, _, _ = _train_steps(STEP_OPTIMIZERS[name], compiled=False)
     with torch._dynamo.config.patch(compiled_autograd=True):
