@@ -1,7 +1,7 @@
 """Training steps of real models, eager and compiled, on the tpu device and on the CPU, in one run.
 
     python bench/compile_step.py [--reps 3] [--iters 5] [--models gpt2,llama,bert,t5,resnet,vit,transformer]
-                                 [--paths fused,compiled-forward,compiled-step,cpu,inductor]
+                                 [--paths fused,compiled-forward,compiled-step,fullgraph-step,cpu,inductor]
 
 Per model (the tiny random-init Hugging Face configs of ``tests/test_compile_users.py``, and the 2-layer
 transformer of ``bench/train_step.py``), one AdamW step (forward, ``loss.backward()``, ``opt.step()``) as:
@@ -12,6 +12,10 @@ transformer of ``bench/train_step.py``), one AdamW step (forward, ``loss.backwar
   (``torch._dynamo.config.compiled_autograd``): forward, backward and the optimizer as compiled programs
   (Dynamo's ``trace_autograd_ops`` is not used: in torch 2.13 it silently drops ``loss.backward()`` when the
   forward has a graph break, as GPT-2's does);
+* **fullgraph step**: the whole step under ``torch.compile(backend="tpu", fullgraph=True)`` with Dynamo's
+  ``trace_autograd_ops`` (no graph break, so the backward is traced): one XLA program per step, parameters and
+  AdamW state donated (``torchtpu_lab/compile/whole_step.py``). A model whose forward has a graph break cannot
+  be traced so; the table then says why in place of a time;
 * **torch CPU eager** and **Inductor CPU** (``torch.compile(model)`` on the CPU: forward and backward compiled);
 * for ``transformer`` also **jax.jit AdamW, donated**: the same model and AdamW update hand-written in JAX, its
   parameters and optimizer state donated, the reference of the issue's 1.1x target.
@@ -39,7 +43,11 @@ import torchtpu_lab
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 LR, BETAS, EPS, WD = 1e-3, (0.9, 0.999), 1e-8, 0.01
-PATHS = ("fused", "compiled-forward", "compiled-step", "cpu", "inductor")
+PATHS = ("fused", "compiled-forward", "compiled-step", "fullgraph-step", "cpu", "inductor")
+#: Dynamo's settings while each compiled step runs (read when it is traced): compiled autograd for the
+#: compiled step's ``loss.backward()``, Dynamo's own backward tracing for the fullgraph step
+COMPILED_AUTOGRAD = {"compiled_autograd": True}
+TRACED_BACKWARD = {"trace_autograd_ops": True, "compiled_autograd": False}
 
 
 def _model(name: str):
@@ -54,8 +62,9 @@ def _model(name: str):
     return build().train(), lambda m, b: m(**b).loss, make_batch(torch.Generator().manual_seed(1))
 
 
-def _step(model, loss_fn, batch, *, compile_step=False, finish=lambda: None):
+def _step(model, loss_fn, batch, *, compile_step=False, fullgraph=False, finish=lambda: None):
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=True)
+    settings = TRACED_BACKWARD if fullgraph else COMPILED_AUTOGRAD
 
     def step():
         loss = loss_fn(model, batch)
@@ -63,11 +72,12 @@ def _step(model, loss_fn, batch, *, compile_step=False, finish=lambda: None):
         opt.step()
         return loss.detach()
 
-    inner = torch.compile(step, backend="tpu") if compile_step else step
+    inner = torch.compile(step, backend="tpu", fullgraph=fullgraph) if compile_step else step
 
     def run():
         opt.zero_grad(set_to_none=True)
-        out = inner()
+        with torch._dynamo.config.patch(settings):
+            out = inner()
         finish()
         return out
 
@@ -103,11 +113,12 @@ def _jax_adamw(model, batch):
     return run
 
 
-def measure(name: str, iters: int, reps: int, paths: tuple) -> dict[str, float]:
+def measure(name: str, iters: int, reps: int, paths: tuple) -> dict[str, float | str]:
+    """Seconds per step by path (a path that cannot run this model: why, as a string)."""
     base, loss_fn, batch = _model(name)
     tpu_batch = {k: v.to("tpu") for k, v in batch.items()}
     tpu_wait = lambda o: torch.tpu.synchronize()
-    runs = []
+    runs, skipped = [], {}
     if name == "transformer":
         runs.append(ts.Path("jax.jit AdamW, donated", _jax_adamw(base, batch), lambda o: o.block_until_ready()))
     if "fused" in paths:
@@ -121,13 +132,20 @@ def measure(name: str, iters: int, reps: int, paths: tuple) -> dict[str, float]:
     if "compiled-step" in paths:
         step = _step(copy.deepcopy(base).to("tpu"), loss_fn, tpu_batch, compile_step=True)
         runs.append(ts.Path("compiled step", step, tpu_wait, "strict"))
+    if "fullgraph-step" in paths:
+        step = _step(copy.deepcopy(base).to("tpu"), loss_fn, tpu_batch, compile_step=True, fullgraph=True)
+        try:
+            with torchtpu_lab.eager_mode("strict"):
+                step()  # traced and compiled here; a graph break is an error
+            runs.append(ts.Path("fullgraph step", step, tpu_wait, "strict"))
+        except Exception as e:  # noqa: BLE001 — reported in the table instead of a time
+            skipped["fullgraph step"] = f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
     if "cpu" in paths:
         runs.append(ts.Path("torch CPU eager", _step(copy.deepcopy(base), loss_fn, batch), lambda o: None))
     if "inductor" in paths:
         runs.append(ts.Path("Inductor CPU", _step(torch.compile(copy.deepcopy(base)), loss_fn, batch),
                             lambda o: None))
-    with torch._dynamo.config.patch(compiled_autograd=True):  # the compiled step's loss.backward()
-        return ts.median_interleaved(runs, iters, reps)
+    return {**ts.median_interleaved(runs, iters, reps), **skipped}
 
 
 def main(argv=None) -> None:
@@ -147,7 +165,7 @@ def main(argv=None) -> None:
         cpu = r.get("torch CPU eager")
         jx = r.get("jax.jit AdamW, donated")
         rows = [(k, f"{v * 1e3:.2f}", f"{v / cpu:.2f}x" if cpu else "-", f"{v / jx:.2f}x" if jx else "-")
-                for k, v in r.items()]
+                if isinstance(v, float) else (k, v, "-", "-") for k, v in r.items()]
         print(table(f"\n{name}: AdamW training step", rows, ("path", "ms/step", "vs CPU eager", "vs jax.jit")),
               flush=True)
 

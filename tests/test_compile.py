@@ -413,8 +413,8 @@ def test_a_matmul_precision_change_recompiles_the_graph_under_the_new_setting():
         f(a.to("tpu"), b.to("tpu")).cpu()  # the new executable is reused
     (event,) = _compiled_graphs(prof)
     assert "matmul precision changed 'highest' -> 'medium'" in str(event.detail["cause"])
-    graph = next(g for g in backend._DYNAMO_GRAPHS.values() if {p for p, _ in g.executables} == {"highest", "medium"})
-    hlo = {p: exe.as_text() for (p, _), (exe, _) in graph.executables.items()}
+    graph = next(g for g in backend._DYNAMO_GRAPHS.values() if {k[0] for k in g.executables} == {"highest", "medium"})
+    hlo = {k[0]: built.exe.as_text() for k, built in graph.executables.items()}
     assert "operand_precision={highest,highest}" in hlo["highest"]
     assert "operand_precision={highest" not in hlo["medium"]  # traced again: one bf16 pass, not the old program
     torch.testing.assert_close(first, (a @ b).relu(), rtol=1e-5, atol=1e-5)

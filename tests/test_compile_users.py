@@ -202,10 +202,10 @@ def _train_steps(make_opt, compiled: bool, steps: int = 4):
 def test_compiled_training_step_matches_eager_step_for_step(name):
     """``torch.compile(train_step)`` with backward and the optimizer inside (PyTorch's compiled autograd): the
     losses follow eager's, the step is a few programs (forward, backward, the optimizer), and steady state
-    compiles nothing. ``fullgraph=True`` is not possible: PyTorch's ``Optimizer.step`` calls
-    ``torch._dynamo.graph_break()`` itself (``torch.optim.optimizer._use_grad``). Dynamo's ``trace_autograd_ops``
-    is not used: in torch 2.13 it silently drops ``loss.backward()`` when the forward has a graph break (GPT-2
-    trains with a constant loss, on the CPU with ``backend="eager"`` too)."""
+    compiles nothing. (``fullgraph=True`` with Dynamo's ``trace_autograd_ops``, one program:
+    tests/test_compile_whole_step.py; ``trace_autograd_ops`` is not used here: in torch 2.13 it silently drops
+    ``loss.backward()`` when the forward has a graph break, GPT-2 training with a constant loss, on the CPU with
+    ``backend="eager"`` too.)"""
     torch._dynamo.reset()
     eager, _, _ = _train_steps(STEP_OPTIMIZERS[name], compiled=False)
     with torch._dynamo.config.patch(compiled_autograd=True):
@@ -261,15 +261,20 @@ MODELS = {
 }
 
 
-@pytest.mark.sweep
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_hf_model_compiles_and_matches_eager(name):
+def _twins(name: str):
+    """Two identical tpu copies of a tiny model (one to run eagerly, one to compile) and a batch for them."""
     build, make_batch = MODELS[name]
     torch.manual_seed(0)
     model = build().train()
     compiled_model = copy.deepcopy(model).to("tpu")
     model.to("tpu")
-    inputs = {k: v.to("tpu") for k, v in make_batch(torch.Generator().manual_seed(1)).items()}
+    return model, compiled_model, {k: v.to("tpu") for k, v in make_batch(torch.Generator().manual_seed(1)).items()}
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_hf_model_compiles_and_matches_eager(name):
+    model, compiled_model, inputs = _twins(name)
     eager_out = model(**inputs)
     eager_out.loss.backward()
     torch._dynamo.reset()
@@ -312,12 +317,7 @@ def _trainer(model):
 def test_hf_model_whole_step_compiles_matches_eager_and_settles(name):
     """forward + backward + AdamW compiled as one function (compiled autograd): losses follow eager step for step,
     and the steps after the first two compile nothing (Dynamo, AOTAutograd and XLA)."""
-    build, make_batch = MODELS[name]
-    torch.manual_seed(0)
-    model = build().train()
-    compiled_model = copy.deepcopy(model).to("tpu")
-    model.to("tpu")
-    inputs = {k: v.to("tpu") for k, v in make_batch(torch.Generator().manual_seed(1)).items()}
+    model, compiled_model, inputs = _twins(name)
     results = []
     for m, compile_it in ((model, False), (compiled_model, True)):
         opt, step = _trainer(m)

@@ -39,8 +39,12 @@ _installed = False
 
 def _clean_meta(t: torch.Tensor) -> torch.Tensor:
     """``t`` (a meta tensor carrying tpu dispatch keys) as a plain meta tensor over the same storage."""
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
     # Built below every Python mode (FunctionalTensorMode, proxy tracing): this tensor is plumbing, not an op.
-    with torch._C._DisableTorchDispatch(), torch.no_grad():
+    # With symbolic sizes (compiled autograd traces the backward so) ``set_``'s bounds check compares SymInts,
+    # which a proxy tracer would try to record: none is active while the plumbing is built.
+    with torch._C._DisableTorchDispatch(), torch.no_grad(), disable_proxy_modes_tracing():
         clean = torch.empty((0,), dtype=t.dtype, device="meta")
         clean.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
     clean.requires_grad_(t.requires_grad)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..backend.after_import import when_imported
-from . import batch_norm, default_backend, plain_tensor
+from . import batch_norm, default_backend, plain_tensor, whole_step
 
 BACKEND_NAME = "tpu"
 
@@ -45,6 +45,7 @@ def _register_with_dynamo() -> None:
     default_backend.install()
     batch_norm.install()
     plain_tensor.install()
+    whole_step.install()
 
 
 def changes() -> dict:
@@ -64,6 +65,9 @@ def changes() -> dict:
         "statistics are empty compiled, as eager": batch_norm.installed(),
         "torch._dynamo.variables.builder.infer_subclass_type wrapped: Dynamo traces a TpuTensor as a plain tensor "
         "(its .grad can be read in a compiled training step)": plain_tensor.installed(),
+        "torch._dynamo's graph_break() in Optimizer.step and its _init_group check of pending .grad mutations: "
+        "skipped while tracing fullgraph=True an optimizer of tpu parameters (one-graph training steps)":
+            whole_step.installed(),
     }
 
 

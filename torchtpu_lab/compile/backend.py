@@ -31,20 +31,21 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import caches, dtypes, platform, telemetry
+from .. import caches, dtypes, interrupts, platform, telemetry
 from ..backend import dispatch
 from ..causes import Cause, CauseKind
-from ..device import rng, tensor
+from ..device import memory, rng, tensor
 from ..ops import precision
 from ..runtime import compile_cache, fused, program_cost, values
 from ..telemetry import SyncReason
-from . import events, lowering, specialize, spmd
+from . import donation, events, lowering, specialize, spmd
 
 #: The signature of a graph whose text does not determine its program (constants, ops defined outside this
 #: package): no stable encoding, so the executable cache keeps it in memory only, never on disk.
@@ -62,8 +63,8 @@ class CompiledGraph:
         self.plan = plan
         self.fn = fn
         self.signature = signature  # what identifies the program across processes (see _disk_signature)
-        #: (matmul precision, device index) -> (executable, the function object it was traced from); the
-        #: precision is read while the graph is traced
+        #: (matmul precision, device index, donated inputs) -> :class:`_Built`; the precision is read while the
+        #: graph is traced
         self.executables: dict = {}
         self.built_precision: str | None = None  # the matmul precision of the latest executable built
         self.name = f"compiled {kind} [{plan.n_ops} ops]"
@@ -71,19 +72,28 @@ class CompiledGraph:
     def __call__(self, args: list) -> list:
         plan = self.plan
         inputs, device_index = _input_arrays(args)
+        donate = donation.donatable(args, inputs, plan.mutations) if plan.group is None else ()
         if plan.uses_rng:
             inputs.extend(rng.next_seed_and_counter(device_index, n=plan.n_rng))
         if plan.group is not None:
             inputs = spmd.as_global(inputs, plan.group)
-        built = self.executables.get((precision.key(), device_index)) or self._build(inputs, device_index)
+        built = (self.executables.get((precision.key(), device_index, donate))
+                 or self._build(inputs, device_index, donate))
         t0 = time.perf_counter()
-        if plan.group is None:
-            outs = _call(built, inputs)
-            program_cost.wait_if_profiled(outs)
-        else:
-            outs = spmd.as_local(spmd.run(plan.group, self.name, _call, [built, inputs]), plan.scalar_outputs)
-        for index, position in plan.mutations:
-            _write_back(args[index], outs[position])
+        # from the call until every mutated input holds its new value, donated buffers exist nowhere else
+        with interrupts.deferred():
+            if plan.group is None:
+                memory.executing(built.memory, device_index, self.name)
+                outs = _call(built, inputs)
+                program_cost.wait_if_profiled(outs)
+                if built.order is not None:
+                    outs = donation.restore(outs, built.order)
+            else:
+                outs = spmd.as_local(spmd.run(plan.group, self.name, _call, [built, inputs]), plan.scalar_outputs)
+            for index, position in plan.mutations:
+                _write_back(args[index], outs[position])
+        if donate:
+            memory.settle()  # the donated old values are gone
         result, k = [], 0
         for slot in plan.outputs:
             if slot[0] == "tensor":
@@ -92,42 +102,59 @@ class CompiledGraph:
             else:
                 result.append(slot[1])
         args.clear()
-        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops, **program_cost.run_detail(built[0]))
+        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops, **program_cost.run_detail(built.exe))
         return result
 
-    def _build(self, inputs: list, device_index: int):
+    def _build(self, inputs: list, device_index: int, donate: tuple = ()) -> _Built:
         """Compile (or load from the persistent cache) the executable for the current matmul precision on this
-        device, and report it (a disk load is reported as one, not as a compile)."""
+        device, donating the inputs at ``donate`` (:mod:`.donation`), and report it (a disk load is reported as
+        one, not as a compile)."""
         prec = precision.key()
         group = self.plan.group
         device = platform.jax_device(device_index) if group is None else group.devices[group.position]
         signature = self.signature
         if signature is not _IN_MEMORY_ONLY:
             signature = (signature, prec, _avals(inputs))
-        cause = self._cause(prec, device_index)
+        cause = self._cause(prec, device_index, donate)
         # JAX reuses a function's trace by the function's identity (across jit wrappers), and the precision is
         # read while tracing: a new function object per executable makes it traced under the current setting.
-        fn = functools.partial(self.fn)
+        fn, order = functools.partial(self.fn), None
+        if donate:
+            n_outputs = sum(slot[0] == "tensor" for slot in self.plan.outputs) + len(self.plan.mutations)
+            order = donation.output_order(n_outputs, self.plan.mutations, donate)
+            fn = donation.reordered(self.fn, order)
         t0 = time.perf_counter()
         with jax.default_device(device):  # a graph without tpu inputs (factories only) runs on its device too
-            exe, disk = compile_cache.executable(fn, inputs, "compiled", signature, device)
+            exe, disk = compile_cache.executable(fn, inputs, "compiled", signature, device, donate)
         events.graph_compiled(self, time.perf_counter() - t0, cause, disk)
-        built = self.executables[(prec, device_index)] = (exe, fn)
+        built = self.executables[(prec, device_index, donate)] = _Built(exe, fn, order, memory.analysis(exe))
         self.built_precision = prec
         return built
 
-    def _cause(self, prec: str, device_index: int) -> Cause:
+    def _cause(self, prec: str, device_index: int, donate: tuple) -> Cause:
         """Why this graph needs another executable (the compile event's cause)."""
         what = f"{self.kind} of {self.label}"
         if not self.executables:
             return Cause(CauseKind.FIRST_COMPILED, detail=what)
         if prec != self.built_precision:
             return Cause(CauseKind.PRECISION, old=self.built_precision, new=prec, detail=what)
+        if any(p == prec and d == device_index for p, d, _ in self.executables):
+            return Cause(CauseKind.DONATION, detail=what)
         return Cause(CauseKind.DEVICE, new=device_index, detail=what)
 
 
-def _call(built: tuple, inputs: list):
-    exe, fn = built
+class _Built(NamedTuple):
+    """One executable of a graph: the program, the function it was traced from, the order it returns the
+    graph's outputs in when it donates inputs (``None``: the graph's own), and XLA's memory analysis of it."""
+
+    exe: object
+    fn: object
+    order: tuple | None
+    memory: dict
+
+
+def _call(built: _Built, inputs: list):
+    exe, fn = built.exe, built.fn
     try:
         return exe(*inputs)  # the executable itself, not jax.jit's dispatch
     except TypeError:  # an input's dtype or weak type differs from those it was compiled for: let jit decide

@@ -78,10 +78,13 @@ def release(array) -> None:
             return
         del _live[id(array)]
         key = id(array)
-        try:
-            ref = weakref.ref(array, lambda _r, key=key: _gone(key))
-        except TypeError:  # not weak-referenceable: count it free now
+        if array.is_deleted():  # donated to a program that ran: its buffer is gone already
             ref = None
+        else:
+            try:
+                ref = weakref.ref(array, lambda _r, key=key: _gone(key))
+            except TypeError:  # not weak-referenceable: count it free now
+                ref = None
         if ref is not None:
             _deferred[key] = [ref, entry[2], entry[3], entry[4]]
             return
@@ -161,6 +164,12 @@ def _notify(kind: str, nbytes: int, device_index: int) -> None:
 def is_held(array) -> bool:
     """Whether some live storage holds ``array``."""
     return id(array) in _live
+
+
+def holders(array) -> int:
+    """How many live storages hold ``array`` (0 for one no storage holds)."""
+    entry = _live.get(id(array))
+    return 0 if entry is None else entry[1]
 
 
 def allocated(device_index: int = 0) -> int:

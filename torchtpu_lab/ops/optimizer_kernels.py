@@ -12,6 +12,8 @@ was, selected with ``where`` rather than read on the host).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .registry import aten, kernel
@@ -30,8 +32,10 @@ def _unscale(grad: torch.Tensor, grad_scale, found_inf) -> torch.Tensor:
     return grad
 
 
-def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
-          weight_decay, eps, amsgrad, maximize, grad_scale, found_inf, decoupled):
+def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, decoupled: bool, lr, beta1, beta2,
+          weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    """``aten::_fused_adam_`` (``decoupled=False``) and ``_fused_adamw_`` (``True``): the same arguments, differing
+    only in how weight decay applies."""
     if amsgrad and len(max_exp_avg_sqs) != len(params):
         raise RuntimeError("_fused_adam_: amsgrad needs one max_exp_avg_sq per parameter")
     if not amsgrad and max_exp_avg_sqs:
@@ -63,20 +67,8 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *,
         p.copy_(_skip_if_inf(found_inf, new_p, p))
 
 
-@kernel(aten._fused_adam_.default, aten._fused_adam_.tensor_lr)
-def fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
-                weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-    _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
-          weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize, grad_scale=grad_scale,
-          found_inf=found_inf, decoupled=False)
-
-
-@kernel(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr)
-def fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
-                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-    _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
-          weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize, grad_scale=grad_scale,
-          found_inf=found_inf, decoupled=True)
+fused_adam_ = kernel(aten._fused_adam_.default, aten._fused_adam_.tensor_lr)(functools.partial(_adam, decoupled=False))
+fused_adamw_ = kernel(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr)(functools.partial(_adam, decoupled=True))
 
 
 @kernel(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr)
