@@ -127,7 +127,7 @@ export class KernelLink {
         break;
       case 'compile':
         // the kernel counts from the compile's start; we count on from there with our own clock
-        this._compiling = msg.state === 'start' ? { kind: msg.kind, since: Date.now() - 1000 * msg.seconds } : null;
+        this._compiling = msg.phase === 'start' ? { kind: msg.kind, since: Date.now() - 1000 * msg.seconds } : null;
         break;
       case 'reply':
         if (msg.id) {

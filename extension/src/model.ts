@@ -138,7 +138,7 @@ export type KernelMessage =
   | { type: 'status'; reason: string; status: Status }
   | { type: 'reply'; id: string | null; command: string; message: string; status: Status | null }
   | { type: 'error'; id: string | null; error: string }
-  | { type: 'compile'; state: 'start' | 'end'; kind: string; seconds: number }
+  | { type: 'compile'; phase: 'start' | 'end'; kind: string; seconds: number }
   | { type: 'unloaded' }
   | { type: 'invalid'; reason: string };
 
@@ -348,10 +348,10 @@ export function parseKernelMessage(data: unknown): KernelMessage {
     case 'error':
       return { type: 'error', id: idOf(data.id), error: str(data.error, 'error', 1000) };
     case 'compile':
-      if (data.state !== 'start' && data.state !== 'end') {
-        return { type: 'invalid', reason: 'compile message without a start/end state' };
+      if (data.phase !== 'start' && data.phase !== 'end') {
+        return { type: 'invalid', reason: 'compile message without a start/end phase' };
       }
-      return { type: 'compile', state: data.state, kind: str(data.kind, '', 20), seconds: num(data.seconds) };
+      return { type: 'compile', phase: data.phase, kind: str(data.kind, '', 20), seconds: num(data.seconds) };
     case 'unloaded':
       return { type: 'unloaded' };
     default:

@@ -257,9 +257,9 @@ test('the profile views parse and read as lines with their source', () => {
 });
 
 test('compile messages parse; the status bar shows compiling… N s in place of the compile share', () => {
-  assert.deepEqual(parseKernelMessage({ v: 1, type: 'compile', state: 'start', kind: 'graph', seconds: 0.3 }),
-    { type: 'compile', state: 'start', kind: 'graph', seconds: 0.3 });
-  assert.equal(parseKernelMessage({ v: 1, type: 'compile', state: 'maybe' }).type, 'invalid');
+  assert.deepEqual(parseKernelMessage({ v: 1, type: 'compile', phase: 'start', kind: 'graph', seconds: 0.3 }),
+    { type: 'compile', phase: 'start', kind: 'graph', seconds: 0.3 });
+  assert.equal(parseKernelMessage({ v: 1, type: 'compile', phase: 'maybe' }).type, 'invalid');
   const s = parseStatus({ ...STATUS, compile_seconds: 4.1, cell_seconds: 10, compile_share: 0.41 })!;
   assert.equal(statusBarText(s), 'tpu XLA:CPU · fused · 3.00 MiB · compile 41% of time · 2 compiles');
   assert.deepEqual(statusBarParts(s).map(p => p.optional), [false, false, false, false, true]);

@@ -9,7 +9,7 @@ kernel -> frontend
     cell, and while a cell runs at most every 0.5 s after a compile or a sync ("live")
     ``{"v": 1, "type": "reply", "id": ..., "command": ..., "message": "...", "data": {...}}`` a command's outcome
     ``{"v": 1, "type": "error", "id": ..., "error": "..."}`` a refused request (nothing was changed)
-    ``{"v": 1, "type": "compile", "state": "start" | "end", "kind": ..., "seconds": ...}`` an XLA compile that
+    ``{"v": 1, "type": "compile", "phase": "start" | "end", "kind": ..., "seconds": ...}`` an XLA compile that
     is still running after a moment, and its end (see ``compile_watch.py``: the one message sent off the main
     thread)
     ``{"v": 1, "type": "unloaded"}`` after ``%unload_ext torchtpu_lab`` (then the comm closes)

@@ -40,7 +40,7 @@ def _announce_if_due() -> float:
         if seconds < ANNOUNCE_AFTER_S:  # a compile that started while we slept for an earlier one
             return ANNOUNCE_AFTER_S - seconds
         _state["announced"] = kind
-        send({"type": "compile", "state": "start", "kind": kind, "seconds": round(seconds, 3)})
+        send({"type": "compile", "phase": "start", "kind": kind, "seconds": round(seconds, 3)})
         return 0.0
 
 
@@ -71,7 +71,7 @@ def _on_compile(state: str, kind: str, seconds: float) -> None:
         if _state["announced"] is None or telemetry.compiling_now or send is None:
             return
         _state["announced"] = None
-        send({"type": "compile", "state": "end", "kind": kind, "seconds": round(seconds, 3)})
+        send({"type": "compile", "phase": "end", "kind": kind, "seconds": round(seconds, 3)})
 
 
 def start(send: Callable[[dict], None]) -> None:
