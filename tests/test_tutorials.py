@@ -387,7 +387,8 @@ _LAYOUT_JS = """() => {
   return {page_overflow: document.documentElement.scrollWidth - window.innerWidth,
           right_aligned_text: texts,
           line_rows: [...report.querySelectorAll('td.line')].filter(td => td.innerText.trim()).map(td => {
-            const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; })};
+            const r = document.createRange(); r.selectNodeContents(td);  // rows: distinct tops (a link adds a box)
+            return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; })};
 }"""
 
 
