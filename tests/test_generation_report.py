@@ -5,7 +5,7 @@ dimension and the fix."""
 
 import re
 
-from IPython.utils.capture import capture_output
+from cells import run_cell as _run
 
 LOOP = """%%tpu_profile --no-flame
 ids = torch.tensor([[3, 4, 5]], device='tpu')
@@ -18,12 +18,6 @@ for i in range(5):
 """
 
 
-def _run(ip, code: str):
-    with capture_output() as cap:
-        result = ip.run_cell(code)
-    texts = [o.data.get("text/plain", "") for o in cap.outputs]
-    htmls = [o.data.get("text/html", "") for o in cap.outputs]
-    return result, cap.stdout + "\n".join(texts), "\n".join(h for h in htmls if h)
 
 
 def test_a_generating_cell_reports_tokens_per_second_first_token_and_programs_per_token(ip):

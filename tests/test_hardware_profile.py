@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+from cells import run_cell as _run
 
 import torchtpu_lab
 from torchtpu_lab.profiling import peaks as peaks_mod
@@ -258,14 +259,6 @@ def test_to_perfetto_and_speedscope(matmul_profile, tmp_path):
 
 
 
-def _run(ip, code):
-    from IPython.utils.capture import capture_output
-
-    with capture_output() as cap:
-        result = ip.run_cell(code)
-    texts = [o.data.get("text/plain", "") for o in cap.outputs]
-    htmls = [o.data.get("text/html", "") for o in cap.outputs]
-    return result, cap.stdout + "\n".join(texts), "\n".join(h for h in htmls if h)
 
 
 def test_magic_repeat_history_and_compare(ip):

@@ -3,17 +3,7 @@
 import re
 
 import pytest
-from IPython.utils.capture import capture_output
-
-
-
-
-def run(ip, code: str):
-    with capture_output() as cap:
-        result = ip.run_cell(code)
-    texts = [o.data.get("text/plain", "") for o in cap.outputs]
-    htmls = [o.data.get("text/html", "") for o in cap.outputs]
-    return result, cap.stdout + "\n".join(texts), "\n".join(h for h in htmls if h)
+from cells import run_cell as run
 
 
 def test_loading_twice_is_harmless_and_reload_shows_the_banner(ip):

@@ -8,15 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from IPython.utils.capture import capture_output
-
-
-def run(ip, code: str, store_history: bool = False):
-    with capture_output() as cap:
-        result = ip.run_cell(code, store_history=store_history)
-    texts = [o.data.get("text/plain", "") for o in cap.outputs]
-    htmls = [o.data.get("text/html", "") for o in cap.outputs]
-    return result, cap.stdout + "\n".join(texts), "\n".join(h for h in htmls if h)
+from cells import run_cell as run
 
 
 def test_expression_ending_profiled_cell_keeps_its_own_number(ip):
