@@ -676,14 +676,16 @@ def test_memory_history_marks_a_peak_between_two_samples(fake_comm):
     import torch
 
     modes.set_eager_mode("fused")
+    earlier = torch.ones(4096, 1024, device="tpu") * 2  # 16 MiB: the session's peak, set before this chart's samples
+    earlier.sum().item()
+    del earlier
     fake_comm.deliver({"v": 1, "id": "p0", "command": "status"})
-    big = torch.ones(512, 1024, device="tpu") * 3  # 2 MiB, more than anything alive now
+    big = torch.ones(512, 1024, device="tpu") * 3  # 2 MiB, more than anything alive now, less than the peak
     big.sum().item()
     del big
     data = fake_comm.deliver({"v": 1, "id": "p1", "command": "status"})["data"]
     _, allocated, peak = data["memory_history"][-1]
-    assert peak is not None and peak >= 2 * 1024 * 1024 > allocated
-    assert peak == data["memory"]["peak"]
+    assert peak is not None and data["memory"]["peak"] > peak >= 2 * 1024 * 1024 > allocated
     data = fake_comm.deliver({"v": 1, "id": "p2", "command": "status"})["data"]
     assert data["memory_history"][-1][2] is None  # no new peak since
     graphs = [c for c in data["compilations"] if c["kind"] == "graph"]

@@ -29,6 +29,7 @@ from .. import config, interrupts, platform, telemetry
 _live: dict[int, list] = {}
 _allocated: dict[int, int] = {}
 _peak: dict[int, int] = {}
+_since_sample: dict[int, int] = {}  # the most allocated since the sampler's last look (see take_sample_peak)
 _counts = {"alloc": 0, "free": 0}
 # id(array) -> [weakref to the array, device index, bytes]: released by every storage, still alive on device
 _deferred: dict[int, list] = {}
@@ -61,6 +62,8 @@ def acquire(array, device_index: int, nbytes: int, origin: tuple | None = None) 
         _allocated[device_index] = total
         if total > _peak.get(device_index, 0):
             _peak[device_index] = total
+        if total > _since_sample.get(device_index, 0):
+            _since_sample[device_index] = total
         _counts["alloc"] += 1
     if listeners:
         _notify("alloc", nbytes, device_index)
@@ -139,6 +142,8 @@ def executing(stats: dict, device_index: int, name: str = "") -> None:
         total = _allocated.get(device_index, 0) + extra
         if total > _peak.get(device_index, 0):
             _peak[device_index] = total
+        if total > _since_sample.get(device_index, 0):
+            _since_sample[device_index] = total
     if listeners:
         _notify("exec", extra, device_index)
     if extra and telemetry.recording():
@@ -180,6 +185,17 @@ def allocated(device_index: int = 0) -> int:
 def peak(device_index: int = 0) -> int:
     """The most :func:`allocated` has been since the start or the last :func:`reset_peak`."""
     return _peak.get(device_index, 0)
+
+
+def take_sample_peak(device_index: int = 0) -> int:
+    """The most :func:`allocated` has been since the previous call (since the start, the first time); the next
+    call counts from what is allocated now. For one sampler, the side panel's memory chart, which must see peaks
+    that fall between its samples long after the session's :func:`peak` (which the user may reset) was set."""
+    with _lock:
+        now = _allocated.get(device_index, 0)
+        value = max(_since_sample.get(device_index, 0), now)
+        _since_sample[device_index] = now
+    return value
 
 
 def reset_peak(device_index: int = 0) -> None:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 
 from .. import telemetry
+from ..device import memory
 from ..distributed import rank_status
 from ..ops.registry import op_name
 from ..records import Status
@@ -53,7 +54,7 @@ _lock = threading.Lock()
 #: ``loaded``: the extension's own "am I still loaded?" (handed over by :func:`setup`; the session module
 #: imports this one, so this one cannot import it back)
 _state: dict = {"shell": None, "comms": {}, "history": [], "profile": (None, None), "loaded": lambda: False,
-                "comparison": (None, None), "last_peak": None}
+                "comparison": (None, None)}
 #: distinct ops named in a graph compile's label
 MAX_LABEL_OPS = 4
 
@@ -136,12 +137,10 @@ def _views(prof) -> dict | None:
 
 
 def _sample(s: Status) -> tuple:
-    """One memory history point: ``(t, allocated, peak)`` where ``peak`` is the session's peak when it moved since
-    the previous sample (the highest point between the two, which sampling alone would miss), else ``None``."""
-    last = _state["last_peak"]
-    _state["last_peak"] = s.memory_peak
-    moved = last is not None and s.memory_peak != last and s.memory_peak > s.memory_allocated
-    return round(time.time(), 3), int(s.memory_allocated), int(s.memory_peak) if moved else None
+    """One memory history point: ``(t, allocated, peak)`` where ``peak`` is the highest point since the previous
+    sample when it was above what is allocated now (a peak that sampling alone would miss), else ``None``."""
+    between = memory.take_sample_peak(0)
+    return round(time.time(), 3), int(s.memory_allocated), int(between) if between > s.memory_allocated else None
 
 
 def _compiling() -> dict | None:
