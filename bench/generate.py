@@ -20,6 +20,7 @@ Every row's tokens are checked against CPU eager's. The warm calls of the rows a
 shared machine's changing load falls on all rows alike. Usage::
 
     python bench/generate.py [--tokens 32] [--models llama,gpt2] [--reps 3] [--width 64]
+    python bench/generate.py --kernels   # host microseconds per call of a decode step's generation kernels
 """
 
 from __future__ import annotations
@@ -116,13 +117,53 @@ def measure(rows: dict, prompt, tokens: int, reps: int) -> dict:
             for name, r in results.items()}
 
 
+def kernels(reps: int) -> None:
+    """Host CPU time per call (fused eager: recorded, run at the sync after the timing) of the kernels a decode step
+    adds per layer — a KV append into padded storage and attention over it — next to a plain ``add``, in one
+    process, the kinds interleaved (round robin) so a changing load falls on all alike."""
+    F = torch.nn.functional
+    piece, q = torch.ones(1, 4, 1, 16, device="tpu"), torch.ones(1, 4, 1, 16, device="tpu")
+    cache = [None]
+
+    def fresh():  # a cache of 7 positions in padded storage (capacity 64): 40 appends stay in one bucket
+        cache[0] = torch.cat([torch.tensor([], device="tpu"), torch.zeros(1, 4, 7, 16, device="tpu")], -2)
+
+    def append():
+        cache[0] = torch.cat([cache[0], piece], -2)
+
+    calls = {"append (torch.cat into padded storage)": append,
+             "attention (F.scaled_dot_product_attention over it)": lambda: F.scaled_dot_product_attention(
+                 q, cache[0], cache[0]),
+             "add (a plain op, for scale)": lambda: piece.add(1.0)}
+    samples: dict = {name: [] for name in calls}
+    with torch.no_grad():
+        for rep in range(reps + 2):  # the first two rounds compile and warm up
+            for name, fn in calls.items():
+                fresh()
+                torchtpu_lab.sync()
+                t0 = time.process_time()  # CPU time of this process: what the neighbours' load does not inflate
+                for _ in range(40):
+                    fn()
+                dt = (time.process_time() - t0) / 40
+                torchtpu_lab.sync()
+                if rep >= 2:
+                    samples[name].append(dt)
+    rows = [(name, f"{statistics.median(v) * 1e6:.1f}") for name, v in samples.items()]
+    print(table(f"generation kernels: host CPU us per call, median of {reps} x 40 (load average "
+                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows, ("kernel", "us per call")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--models", default="llama,gpt2")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--kernels", action="store_true", help="time the generation kernels per call instead")
     args = parser.parse_args()
+    if args.kernels:
+        kernels(max(args.reps, 5))
+        return
     static = {"cache_implementation": "static", "max_cache_len": 128}
     load0 = " ".join(f"{x:.1f}" for x in os.getloadavg())
     rows = []
