@@ -22,6 +22,12 @@ they run beside), and a storage over :data:`MAX_PADDED_BYTES` is not padded at a
 A grown tensor's consumers read its first ``n`` positions — a view, whose shape changes every step — unless
 they can mask the rest: attention over a padded KV cache reads the whole storage with ``n`` as a graph input
 (:func:`padded_length`, runtime/padded_attention.py), so a decode step is one program per capacity bucket.
+
+Not bounded (yet): values *derived* from the length by other ops. ``transformers`` rebuilds a left-padded
+batch's 4-d mask every step from the grown ``[batch, n]`` mask and ``torch.arange(n)`` (a cast, a masked
+``sum``, broadcasting compares, a gather, ``expand``), so that batch still compiles its forward per token. Bounding
+it means carrying the padded extent through those generic ops — a factory with no padded input among them — on
+the per-op recording path, not here.
 """
 
 from __future__ import annotations
