@@ -7,13 +7,20 @@ Rows per model (tiny random-init Llama and GPT-2 from ``transformers``, one 7-to
 - ``tpu static cache``: fused eager, ``cache_implementation="static"`` (``disable_compile=True``);
 - ``tpu torch.compile``: static cache with ``transformers``' own ``torch.compile`` of the forward, which on a
   tpu device uses ``backend="tpu"``;
-- ``cpu eager``: PyTorch CPU, default cache; ``cpu inductor``: PyTorch CPU, static cache, the forward compiled by
-  ``torch.compile`` (Inductor).
+- ``cpu eager``: PyTorch CPU, default cache, PyTorch's default intra-op threads; ``cpu eager 1 thread``: the same
+  with ``torch.set_num_threads(1)`` for its calls; ``cpu inductor``: PyTorch CPU, static cache, the forward compiled
+  by ``torch.compile`` (Inductor).
+
+"warm vs cpu eager" divides by the *faster* of the two CPU eager rows: on a machine whose cores other processes
+also use, PyTorch's intra-op threads wait on each other (measured at load 6 on 2 cores: 27-37 tok/s with 2
+threads, 159 with 1), and a ratio against that would flatter the tpu rows. The load average is printed with
+the tables.
 
 Every row's tokens are checked against CPU eager's. The warm calls of the rows are interleaved (round robin), so a
 shared machine's changing load falls on all rows alike. Usage::
 
     python bench/generate.py [--tokens 32] [--models llama,gpt2] [--reps 3] [--width 64]
+    python bench/generate.py --kernels   # host microseconds per call of a decode step's generation kernels
 """
 
 from __future__ import annotations
@@ -58,14 +65,22 @@ def programs() -> int:
 
 
 def call(model, prompt, tokens: int, kwargs: dict) -> tuple:
-    """(output tokens on the CPU, seconds) of one ``generate``."""
+    """(output tokens on the CPU, seconds) of one ``generate`` (``kwargs["threads"]``: PyTorch's intra-op threads
+    for this call only)."""
+    kwargs = dict(kwargs)
+    threads, before = kwargs.pop("threads", None), torch.get_num_threads()
     device = next(model.parameters()).device
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(prompt.to(device), max_new_tokens=tokens, do_sample=False, **kwargs)
-    if device.type == "tpu":
-        torchtpu_lab.sync()
-    return out.cpu(), time.perf_counter() - t0
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(prompt.to(device), max_new_tokens=tokens, do_sample=False, **kwargs)
+        if device.type == "tpu":
+            torchtpu_lab.sync()
+        return out.cpu(), time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(before)
 
 
 def measure(rows: dict, prompt, tokens: int, reps: int) -> dict:
@@ -102,28 +117,71 @@ def measure(rows: dict, prompt, tokens: int, reps: int) -> dict:
             for name, r in results.items()}
 
 
+def kernels(reps: int) -> None:
+    """Host CPU time per call (fused eager: recorded, run at the sync after the timing) of the kernels a decode step
+    adds per layer — a KV append into padded storage and attention over it — next to a plain ``add``, in one
+    process, the kinds interleaved (round robin) so a changing load falls on all alike."""
+    F = torch.nn.functional
+    piece, q = torch.ones(1, 4, 1, 16, device="tpu"), torch.ones(1, 4, 1, 16, device="tpu")
+    cache = [None]
+
+    def fresh():  # a cache of 7 positions in padded storage (capacity 64): 40 appends stay in one bucket
+        cache[0] = torch.cat([torch.tensor([], device="tpu"), torch.zeros(1, 4, 7, 16, device="tpu")], -2)
+
+    def append():
+        cache[0] = torch.cat([cache[0], piece], -2)
+
+    calls = {"append (torch.cat into padded storage)": append,
+             "attention (F.scaled_dot_product_attention over it)": lambda: F.scaled_dot_product_attention(
+                 q, cache[0], cache[0]),
+             "add (a plain op, for scale)": lambda: piece.add(1.0)}
+    samples: dict = {name: [] for name in calls}
+    with torch.no_grad():
+        for rep in range(reps + 2):  # the first two rounds compile and warm up
+            for name, fn in calls.items():
+                fresh()
+                torchtpu_lab.sync()
+                t0 = time.process_time()  # CPU time of this process: what the neighbours' load does not inflate
+                for _ in range(40):
+                    fn()
+                dt = (time.process_time() - t0) / 40
+                torchtpu_lab.sync()
+                if rep >= 2:
+                    samples[name].append(dt)
+    rows = [(name, f"{statistics.median(v) * 1e6:.1f}") for name, v in samples.items()]
+    print(table(f"generation kernels: host CPU us per call, median of {reps} x 40 (load average "
+                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows, ("kernel", "us per call")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--models", default="llama,gpt2")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--kernels", action="store_true", help="time the generation kernels per call instead")
     args = parser.parse_args()
+    if args.kernels:
+        kernels(max(args.reps, 5))
+        return
     static = {"cache_implementation": "static", "max_cache_len": 128}
+    load0 = " ".join(f"{x:.1f}" for x in os.getloadavg())
     rows = []
     for kind in args.models.split(","):
         prompt = torch.randint(1, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
         inductor = build(kind, args.width)
         inductor.forward = torch.compile(inductor.forward, backend="inductor")
         tpu = build(kind, args.width).to("tpu")
+        eager = build(kind, args.width)
         results = measure({
-            "cpu eager": (build(kind, args.width), {}),
+            "cpu eager": (eager, {}),
+            "cpu eager 1 thread": (eager, {"threads": 1}),
             "cpu inductor": (inductor, {**static, "disable_compile": True}),
             "tpu default cache": (tpu, {}),
             "tpu static cache": (tpu, {**static, "disable_compile": True}),
             "tpu torch.compile": (build(kind, args.width).to("tpu"), static),
         }, prompt, args.tokens, args.reps)
-        base = results["cpu eager"][1]
+        base = max(r[1] for name, r in results.items() if name.startswith("cpu eager") and not isinstance(r, str))
         for name, r in results.items():
             if isinstance(r, str):
                 rows.append((kind, name, r, "", "", "", "", ""))
@@ -136,7 +194,8 @@ def main() -> None:
                      "programs (first + later)", "tokens = cpu")), flush=True)
     print()
     print(table(f"generate: {args.tokens} new tokens (cold: first call, empty persistent cache; warm: median of "
-                f"{args.reps}, the rows' warm calls interleaved)", rows,
+                f"{args.reps}, the rows' warm calls interleaved; vs the faster CPU eager row; load average "
+                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end, {load0} at the start)", rows,
                 ("model", "row", "cold tok/s", "warm tok/s", "warm vs cpu eager", "warm/cold",
                  "programs (first + later)", "tokens = cpu")))
 

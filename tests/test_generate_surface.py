@@ -48,6 +48,25 @@ def test_batched_prompts_with_left_padding_and_a_mask_give_cpus_tokens(llama):
     assert torch.equal(got.cpu(), want)
 
 
+@pytest.mark.sweep  # ~20 s under load
+def test_a_batch_of_equal_length_prompts_without_a_mask_builds_programs_per_capacity_not_per_token(llama):
+    """What the report advises for a batch while a padding mask rebuilt from the length is not bounded (README,
+    issue 21): prompts of equal length and no attention_mask give the CPU's tokens, and a longer call builds
+    nothing new (the mask transformers makes is all ones, so the attention takes none)."""
+    from torchtpu_lab import telemetry
+
+    def programs() -> int:
+        return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
+
+    cpu, tpu = llama
+    ids = _prompts(2, 6, 5)
+    for tokens, most in ((8, 12), (16, 0)):
+        before = programs()
+        got = tpu.generate(ids.to("tpu"), max_new_tokens=tokens, do_sample=False)
+        assert torch.equal(got.cpu(), cpu.generate(ids, max_new_tokens=tokens, do_sample=False))
+        assert programs() - before <= most, (tokens, programs() - before)
+
+
 @pytest.mark.sweep  # ~1.5 min under load: strict mode compiles every op of the model once
 def test_sampling_is_reproducible_from_a_seed_across_runs_and_eager_modes(llama):
     cpu, tpu = llama

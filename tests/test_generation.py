@@ -292,3 +292,29 @@ def test_fused_attention_matches_cpu_and_training_keeps_its_gradients(mode):
         F.scaled_dot_product_attention(q, k, k).square().sum().backward()
         F.scaled_dot_product_attention(q_tpu, k.to("tpu"), k.to("tpu")).square().sum().backward()
         torch.testing.assert_close(q_tpu.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_inference_attention_is_seen_by_a_dispatch_mode_and_skips_the_second_dispatch_without_one():
+    """Inference attention calls the tpu kernel straight from its autograd kernel (one trip through the
+    dispatcher per layer of a decode step, not two) only when no ``TorchDispatchMode`` is active: a user's mode
+    (an op logger) still sees ``aten.scaled_dot_product_attention``, and the values are the CPU's either way."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    F = torch.nn.functional
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 3, 8, generator=gen) for _ in range(3))
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with torch.no_grad():
+        direct = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True)
+        with Log():
+            logged = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True)
+    assert torch.ops.aten.scaled_dot_product_attention.default in seen, seen
+    torch.testing.assert_close(direct.cpu(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(logged.cpu(), want, rtol=1e-5, atol=1e-6)

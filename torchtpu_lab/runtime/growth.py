@@ -22,10 +22,17 @@ they run beside), and a storage over :data:`MAX_PADDED_BYTES` is not padded at a
 A grown tensor's consumers read its first ``n`` positions — a view, whose shape changes every step — unless
 they can mask the rest: attention over a padded KV cache reads the whole storage with ``n`` as a graph input
 (:func:`padded_length`, runtime/padded_attention.py), so a decode step is one program per capacity bucket.
+
+Not bounded (yet): values *derived* from the length by other ops. ``transformers`` rebuilds a left-padded
+batch's 4-d mask every step from the grown ``[batch, n]`` mask and ``torch.arange(n)`` (a cast, a masked
+``sum``, broadcasting compares, a gather, ``expand``), so that batch still compiles its forward per token. Bounding
+it means carrying the padded extent through those generic ops — a factory with no padded input among them — on
+the per-op recording path, not here.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import weakref
@@ -36,11 +43,12 @@ from jax import lax
 
 from .. import caches, dtypes, telemetry
 from ..device import tensor, views
+from ..device.storage import Storage
 from ..ops import LOWERINGS
+from . import fused
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, execute, launch
 from .signatures import OpSignature
-from .values import set_array
 
 aten = torch.ops.aten
 
@@ -72,9 +80,10 @@ def cat(tensors, dim: int = 0):
 
 
 def _appendable(tensors, dim: int):
-    """``(x, piece, d)`` when ``cat`` is an append along ``d``: of a piece to a tensor already grown along ``d``,
-    of a smaller piece to a whole tensor (a first append), or of a piece to an empty accumulator (``x`` is
-    ``None`` then: ``torch.cat([torch.tensor([]), piece])``, as a ``DynamicCache`` starts); else ``None``."""
+    """``(x, piece, d, padded)`` when ``cat`` is an append along ``d``: of a piece to a tensor already grown
+    along ``d`` (``padded``: ``x`` is the front of its padded storage, :func:`padded_length`), of a smaller piece
+    to a whole tensor (a first append), or of a piece to an empty accumulator (``x`` is ``None`` then:
+    ``torch.cat([torch.tensor([]), piece])``, as a ``DynamicCache`` starts); else ``None``."""
     if not isinstance(tensors, (list, tuple)) or len(tensors) != 2:
         return None
     x, piece = tensors
@@ -84,15 +93,16 @@ def _appendable(tensors, dim: int):
         return None
     d = dim % piece.ndim
     if x.numel() == 0 and (x.ndim == 1 or x.shape == piece.shape[:d] + (0,) + piece.shape[d + 1:]):
-        return (None, tensor.adopt(piece), d) if piece.numel() else None
+        return (None, tensor.adopt(piece), d, False) if piece.numel() else None
     if piece.ndim != x.ndim:
         return None
     if any(a != b for i, (a, b) in enumerate(zip(x.shape, piece.shape)) if i != d) or piece.shape[d] == 0:
         return None
     x = tensor.adopt(x)
-    if padded_length(x, d) is None and piece.shape[d] >= x.shape[d]:
+    padded = padded_length(x, d) is not None
+    if not padded and piece.shape[d] >= x.shape[d]:
         return None  # two halves, not an append
-    return x, tensor.adopt(piece), d
+    return x, tensor.adopt(piece), d, padded
 
 
 def padded_length(t, dim: int) -> int | None:
@@ -112,11 +122,17 @@ def padded_length(t, dim: int) -> int | None:
     if view is None:
         return storage.shape[d]
     base = storage.shape  # a view of the first n positions of the padded storage, and nothing else
-    if len(view.size) != len(base) or view.offset != 0 or view.stride != views.contiguous_strides(base):
+    if len(view.size) != len(base) or view.offset != 0 or view.stride != _strides(base):
         return None
     if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
         return None
     return view.size[d]
+
+
+@functools.lru_cache(maxsize=256)
+def _strides(shape: tuple) -> tuple:
+    """A padded storage's contiguous strides (a handful of shapes per generation, looked up every step)."""
+    return views.contiguous_strides(shape)
 
 
 def _capacity(n: int, row_bytes: int) -> int:
@@ -125,12 +141,12 @@ def _capacity(n: int, row_bytes: int) -> int:
     return max(MIN_CAPACITY, free, 1 << max(2 * n - 1, 1).bit_length())
 
 
-def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int):
+def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded: bool):
     n, k = (0 if x is None else x.shape[d]), piece.shape[d]
     storage = None if x is None else x.tpu_storage
     dyn: list = []
     x_base = x_key = None
-    if x is None or padded_length(x, d) is None or n + k > storage.shape[d]:
+    if not padded or n + k > storage.shape[d]:
         # not padded yet, or out of room: a new buffer, once per doubling
         shape = list(piece.shape)
         shape[d] = _capacity(n + k, math.prod(shape) // max(k, 1) * piece.dtype.itemsize)
@@ -155,22 +171,19 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int):
     program = _program(*sig)
     out = launch(program, OpSignature("append", sig + (leaf_dtype(p_storage.array),), ()), dyn,
                  p_storage.device_index, True)
-    result = tensor.make(_new_storage(shape, piece.dtype, p_storage.device_index),
-                         views.View(tuple(piece.shape[:d]) + (n + k,) + tuple(piece.shape[d + 1:]),
-                                    views.contiguous_strides(shape), 0))
-    set_array(result.tpu_storage, out)
-    _GROWING[result.tpu_storage] = d
+    # the storage holds the new array (or placeholder) from its first line, like any op's output (executor._wrap)
+    new = Storage.output(shape, piece.dtype, p_storage.device_index, out)
+    if type(out) is fused.LazyValue:
+        fused.track_new(new)
+    size = list(shape)
+    size[d] = n + k
+    result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
+    _GROWING[new] = d
     lineage = _LINEAGE.get(storage) if storage is not None else None
-    _LINEAGE[result.tpu_storage] = lineage = next(_LINEAGES) if lineage is None else lineage
+    _LINEAGE[new] = lineage = next(_LINEAGES) if lineage is None else lineage
     if telemetry.recording():
         telemetry.emit("op", APPEND, dim=d, length=n + k, appended=k, lineage=lineage)
     return result
-
-
-def _new_storage(shape: tuple, dtype: torch.dtype, device_index: int):
-    from ..device.storage import Storage
-
-    return Storage(shape, dtype, device_index)
 
 
 @caches.memoize("append_programs", 1024)

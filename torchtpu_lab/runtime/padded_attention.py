@@ -41,6 +41,7 @@ import torch
 from .. import caches, dtypes
 from ..device import tensor, views
 from ..ops.nn.attention import attend
+from . import fused
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, _wrap, launch
 from .growth import padded_length
@@ -57,6 +58,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if not _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+    return _fused(query, key, value, attn_mask, is_causal, scale)
+
+
+def _fused(query, key, value, attn_mask, is_causal: bool, scale):
+    """The fused op for a call :func:`_covered` accepts: padded keys and values read whole, with their length
+    as an input, when both are the front of storages grown by appends (and no mask has their length)."""
     query, key, value = tensor.adopt(query), tensor.adopt(key), tensor.adopt(value)
     n = padded_length(key, 2) if attn_mask is None else None
     if n is not None and padded_length(value, 2) != n:
@@ -95,12 +102,19 @@ def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, attn_mask)):
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+    if _len_dispatch_stack() == 0 and _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        # the tpu kernel called directly, as the dispatcher would below autograd (no gradients, no dispatch mode
+        # that must see the op): saves the second trip through the dispatcher, once per layer of a decode step
+        return _FUSED(query, key, value, attn_mask, is_causal, scale)
     with torch._C._AutoDispatchBelowAutograd():
         return aten.scaled_dot_product_attention.default(query, key, value, attn_mask, dropout_p, is_causal,
                                                          scale=scale, enable_gqa=enable_gqa)
 
 
 _SDPA = aten.scaled_dot_product_attention.default
+#: :func:`_fused` under the runtime's lock with the interrupt checkpoint, as every tpu kernel runs
+_FUSED = fused.entry_point(_fused)
+_len_dispatch_stack = torch._C._len_torch_dispatch_stack
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
