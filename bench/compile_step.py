@@ -84,6 +84,11 @@ def _step(model, loss_fn, batch, *, compile_step=False, fullgraph=False, finish=
         opt.step()
         return loss.detach()
 
+    if fullgraph:
+        # Dynamo keeps its compiled entries per code object, and its guards do not tell this closure from the
+        # compiled step's (same code, different model): sharing the code, the fullgraph path ran the compiled
+        # step's graphs with its backward left eager. A code object of its own keeps the two apart.
+        step.__code__ = step.__code__.replace(co_name="fullgraph_step")
     inner = torch.compile(step, backend="tpu", fullgraph=fullgraph) if compile_step else step
 
     def run():
