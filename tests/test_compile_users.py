@@ -288,14 +288,17 @@ def test_hf_model_compiles_and_matches_eager(name):
     assert grads and grads.keys() == compiled_grads.keys()
     for n, g in grads.items():
         torch.testing.assert_close(compiled_grads[n].cpu(), g.cpu(), rtol=1e-4, atol=1e-5, msg=n)
-    # steady state: the same compiled forward and its backward again compile nothing
+    # steady state: the same compiled forward and its backward compile nothing again. (The vision models' loss sets
+    # config.problem_type on the first call, which Dynamo guards on: one recompile, the model's own doing.)
     from torchtpu_lab import telemetry
 
-    before = telemetry.counters["compiles"]
-    for _ in range(2):
+    compiles = []
+    for _ in range(3):
+        before = telemetry.counters["compiles"]
         compiled_model.zero_grad()
         compiled(**inputs).loss.backward()
-    assert telemetry.counters["compiles"] == before
+        compiles.append(telemetry.counters["compiles"] - before)
+    assert compiles[-2:] == [0, 0], compiles
 
 
 def _steps(model, inputs, step_fn, steps: int) -> tuple[list[float], list[int], list[int]]:
