@@ -178,8 +178,8 @@ def _wrap_init_group(optimizer_variable) -> None:
 
 
 def install() -> None:
-    """Wrap Dynamo's handling of ``graph_break()`` and of the optimizer's ``_init_group`` (idempotent; Dynamo
-    must be imported)."""
+    """Wrap Dynamo's handling of ``graph_break()``, of the ``torch.compiler.disable`` around the fused step
+    functions and of the optimizer's ``_init_group`` (idempotent; Dynamo must be imported)."""
     from torch._dynamo.variables.functions import SkipFunctionVariable
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
