@@ -17,12 +17,16 @@ OPTIMIZERS = {
     "adam_foreach": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
     "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, foreach=True),
+    # Dynamo wraps torch.optim's _fused_* step functions in torch.compiler.disable; traced through for tpu
+    # parameters under fullgraph=True, their ops calling our torch-level kernels (compile/fused_optimizers.py)
+    "sgd_fused": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+    "sgd_fused_no_momentum": lambda p: torch.optim.SGD(p, lr=0.1, fused=True),
+    "adam_fused": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True),
+    "adamw_fused": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, fused=True),
+    "adamw_fused_amsgrad": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, amsgrad=True, fused=True),
 }
-#: ``fused=True`` is not in the list: Dynamo wraps ``torch.optim``'s ``_fused_*`` step functions in
-#: ``torch.compiler.disable`` ("don't trace into fused optimizer"), so a fullgraph step with a fused optimizer
-#: stops there (the compiled-autograd step of tests/test_compile_users.py runs fused optimizers)
 #: in every run; the other flavours are the sweep
-_QUICK = {"sgd", "adamw_foreach"}
+_QUICK = {"sgd", "adamw_foreach", "sgd_fused", "adamw_fused"}
 
 
 def _run(make_opt, compiled: bool, steps: int = 4):
@@ -134,3 +138,23 @@ def test_whole_step_donates_parameters_and_optimizer_state(hold_old_values):
     else:  # the new gradients and the program's temporaries: not the model and its state again
         assert all(deleted), deleted
         assert growth < model_and_state, (growth, model_and_state)
+
+
+def test_fused_sgd_step_fakes_on_tpu_and_checks_its_lists():
+    """Dynamo runs a fused step on fake tensors while tracing: ``_fused_sgd_`` (no Meta kernel in PyTorch) has
+    ours, which leaves the fake tensors as they are and rejects lists that do not match the parameters."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import torchtpu_lab.compile  # noqa: F401  (Dynamo is imported by this file's other tests; install now)
+
+    torch._dynamo.reset()
+    options = {"weight_decay": 0.0, "momentum": 0.9, "lr": 0.1, "dampening": 0.0, "nesterov": False,
+               "maximize": False, "is_first_step": False}
+    with FakeTensorMode():
+        p, g, buf = (torch.randn(3, device="tpu") for _ in range(3))
+        torch._fused_sgd_([p], [g], [buf], **options)
+        assert p.device.type == "tpu" and tuple(p.shape) == (3,)
+        with pytest.raises(RuntimeError, match="1 parameters but a list of 2 tensors"):
+            torch._fused_sgd_([p], [g], [buf, buf], **options)
+    said = [k for k, v in torchtpu_lab.global_changes().items() if k.startswith("aten._fused_sgd_")]
+    assert len(said) == 1 and torchtpu_lab.global_changes()[said[0]] is True

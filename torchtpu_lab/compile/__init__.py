@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..backend.after_import import when_imported
-from . import batch_norm, default_backend, plain_tensor, whole_step
+from . import batch_norm, default_backend, fused_optimizers, plain_tensor, whole_step
 
 BACKEND_NAME = "tpu"
 
@@ -46,6 +46,7 @@ def _register_with_dynamo() -> None:
     batch_norm.install()
     plain_tensor.install()
     whole_step.install()
+    fused_optimizers.install()
 
 
 def changes() -> dict:
@@ -66,8 +67,12 @@ def changes() -> dict:
         "torch._dynamo.variables.builder.infer_subclass_type wrapped: Dynamo traces a TpuTensor as a plain tensor "
         "(its .grad can be read in a compiled training step)": plain_tensor.installed(),
         "torch._dynamo's graph_break() in Optimizer.step and its _init_group check of pending .grad mutations: "
-        "skipped while tracing fullgraph=True an optimizer of tpu parameters (one-graph training steps)":
+        "skipped, and its torch.compiler.disable around torch.optim's _fused_adam/_fused_sgd step functions: traced "
+        "through, while tracing fullgraph=True an optimizer of tpu parameters (one-graph training steps)":
             whole_step.installed(),
+        "aten._fused_sgd_ and the tensor_lr overloads of _fused_adam_/_fused_adamw_: Meta kernels registered where "
+        "PyTorch has none (a fake tpu tensor reached the eager kernel while Dynamo traced a fused=True step)":
+            bool(fused_optimizers.meta_kernels()),
     }
 
 

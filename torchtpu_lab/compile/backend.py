@@ -45,7 +45,7 @@ from ..device import memory, rng, tensor
 from ..ops import precision
 from ..runtime import compile_cache, fused, program_cost, values
 from ..telemetry import SyncReason
-from . import donation, events, lowering, specialize, spmd
+from . import donation, events, fused_optimizers, lowering, specialize, spmd
 
 #: The signature of a graph whose text does not determine its program (constants, ops defined outside this
 #: package): no stable encoding, so the executable cache keeps it in memory only, never on disk.
@@ -355,6 +355,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 
     t0 = time.perf_counter()
     event = events.dynamo_graph(gm)
+    fused_optimizers.inline(gm)  # before AOTAutograd, which cannot functionalize them
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),

@@ -15,11 +15,15 @@ PyTorch's own code that assume the optimizer step is a graph of its own.
   ("optimizer: pending mutation on parameter"): a ``.grad`` set by ``loss.backward()`` earlier in the same graph
   is not on the real parameter yet, so ``_init_group`` would not see it.
 
-What. Two narrow wrappers around Dynamo, active only while Dynamo traces with ``fullgraph=True`` (or under
+What. Narrow wrappers around Dynamo, active only while Dynamo traces with ``fullgraph=True`` (or under
 ``torch._dynamo.error_on_graph_break(True)``) an optimizer whose parameters are all tpu tensors; every other
 trace (CPU and CUDA optimizers, steps with graph breaks allowed) runs Dynamo's code unchanged:
 
 * ``torch._dynamo.graph_break()`` called from ``_use_grad`` is a no-op;
+* ``torch.optim``'s ``_fused_adam``/``_fused_adamw``/``_fused_sgd`` (the ``fused=True`` step functions, which
+  Dynamo wraps in ``torch.compiler.disable`` with the reason "don't trace into fused optimizer", so that a
+  ``fused=True`` step would break the graph there) are traced through: their one ``_fused_*_`` op joins the
+  graph, and the backend has it call our torch-level kernel (:mod:`.fused_optimizers`);
 * ``_init_group`` runs with a stand-in ``.grad`` (an uninitialised tensor like the parameter) on each parameter
   whose ``.grad`` the traced backward set, so it selects and initialises the same parameters as the eager step
   would; where it hands a stand-in to the traced step, the traced gradient (the pending value) is used instead.
@@ -34,10 +38,14 @@ backward). The whole step is then one Dynamo graph, lowered as one program (:mod
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 
 _MARK = "__torchtpu_lab_original__"
+#: the reason ``torch._dynamo`` gives when it wraps ``torch.optim``'s ``_fused_adam``/``_fused_sgd``... in
+#: ``torch.compiler.disable`` (``torch/_dynamo/eval_frame.py``)
+_FUSED_DISABLE_REASON = "don't trace into fused optimizer"
 
 
 def _use_grad_code():
@@ -64,15 +72,38 @@ def _optimizer_of(tx):
     return var.value if isinstance(var, OptimizerVariable) else None
 
 
+def _stepping_optimizer(tx, code):
+    """The optimizer whose step ``tx`` (or a frame it was inlined from) traces, or ``None``."""
+    while tx is not None:
+        if getattr(tx, "f_code", None) is code:
+            return _optimizer_of(tx)
+        tx = getattr(tx, "parent", None)
+    return None
+
+
+def _fused_step_function(value):
+    """The function under a ``torch.compiler.disable`` that Dynamo put around ``torch.optim``'s ``_fused_*``
+    step functions, or ``None`` for any other function."""
+    if inspect.getattr_static(value, "_torchdynamo_disable_msg", None) != _FUSED_DISABLE_REASON:
+        return None
+    return getattr(value, "_torchdynamo_orig_callable", None)
+
+
 def _wrap_graph_break(skip_function_variable, code) -> None:
     original = skip_function_variable.call_function
 
     def call_function(self, tx, args, kwargs):
-        if (self.value is torch._dynamo.graph_break and getattr(tx, "f_code", None) is code and _one_graph(tx)
-                and _on_tpu(_optimizer_of(tx))):
-            from torch._dynamo.variables.constant import ConstantVariable
+        if self.value is torch._dynamo.graph_break:
+            if getattr(tx, "f_code", None) is code and _one_graph(tx) and _on_tpu(_optimizer_of(tx)):
+                from torch._dynamo.variables.constant import ConstantVariable
 
-            return ConstantVariable.create(None)
+                return ConstantVariable.create(None)
+        else:
+            fused_step = _fused_step_function(self.value)
+            if fused_step is not None and _one_graph(tx) and _on_tpu(_stepping_optimizer(tx, code)):
+                from torch._dynamo.variables.functions import UserFunctionVariable
+
+                return UserFunctionVariable(fused_step).call_function(tx, args, kwargs)
         return original(self, tx, args, kwargs)
 
     setattr(call_function, _MARK, original)
@@ -147,8 +178,8 @@ def _wrap_init_group(optimizer_variable) -> None:
 
 
 def install() -> None:
-    """Wrap Dynamo's handling of ``graph_break()`` and of the optimizer's ``_init_group`` (idempotent; Dynamo
-    must be imported)."""
+    """Wrap Dynamo's handling of ``graph_break()``, of the ``torch.compiler.disable`` around the fused step
+    functions and of the optimizer's ``_init_group`` (idempotent; Dynamo must be imported)."""
     from torch._dynamo.variables.functions import SkipFunctionVariable
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
