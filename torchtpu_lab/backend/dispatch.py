@@ -22,7 +22,8 @@ import torch._decomp
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import Lowering, op_name
-from ..runtime import core_kernels, cpu_fallback, executor, fused, growth, mutation, padded_attention, view_kernels
+from ..runtime import (core_kernels, cpu_fallback, executor, fused, growth, mutation, padded_attention, recording,
+                       view_kernels)
 from . import serialization
 
 aten = torch.ops.aten
@@ -58,6 +59,7 @@ def _lowered(low: Lowering) -> Callable:
 
     kernel.__name__ = f"lowered_{low.op}"
     kernel.owns = fused.LOCK
+    kernel.lowering = low  # the recording kernel may serve it (see install)
     return kernel
 
 
@@ -176,14 +178,23 @@ def _fallback(keyset, op, *args, **kwargs):
     return cpu_fallback.run(op, args, kwargs)
 
 
-def install() -> None:
-    """Register all kernels (idempotent)."""
+def install(core=None) -> None:
+    """Register all kernels (idempotent). With the native core's recording kernel (``core``), the ops the
+    executor lowers get it as their kernel, in front of their Python kernel (:mod:`..runtime.recording`)."""
     if _libs:
         return
     KERNELS.update(_collect())
     lib = torch.library.Library("aten", "IMPL")
+    native: dict = {}
     for op, fn in KERNELS.items():
-        lib.impl(op, tpu_kernel(fn), _KEY)
+        kernel = tpu_kernel(fn)
+        low = getattr(kernel, "lowering", None)
+        if core is not None and low is not None and not low.rng and recording.recordable(op):
+            native[op] = kernel
+        else:
+            lib.impl(op, kernel, _KEY)
+    if native:
+        recording.install(core, native)
     for op, fn in padded_attention.AUTOGRAD_KERNELS.items():
         lib.impl(op, fn, "Autograd" + _KEY)
     fallback = torch.library.Library("_", "IMPL")

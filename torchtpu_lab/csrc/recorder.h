@@ -1,0 +1,25 @@
+// The recording kernel (recorder.cpp): fused eager's common op recorded without entering Python.
+#pragma once
+
+#include <Python.h>
+
+namespace torchtpu {
+
+// Hands the recorder the Python objects it reads and writes (fused.PENDING, the config states, the classes of
+// the pending graph's objects, ...), by name in a dict; once, before install_recording_kernels.
+void configure_recorder(PyObject* config);
+
+// Registers a RecordingKernel as the PrivateUse1 kernel of each (schema name, overload, python kernel).
+void install_recording_kernels(PyObject* ops);
+
+// Whether the innermost kernel call that fell back to Python has a key to learn under.
+bool lesson_pending();
+
+// Files `compiled` (an executor OpExecutable) under the key of the innermost fallback call of op
+// name.overload; `sources`: per dynamic input, the argument position it comes from (-1: the constant in dyn).
+bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
+
+void clear_recorded();
+PyObject* recorder_stats();
+
+}  // namespace torchtpu
