@@ -72,7 +72,7 @@ def test_recorded_nodes_carry_the_users_line():
     with torchtpu_lab.eager_mode("fused"):
         torchtpu_lab.sync()
         for _ in range(3):
-            y = torch.exp(a); line = inspect.currentframe().f_lineno  # noqa: E702
+            y = torch.exp(a); line = inspect.currentframe().f_lineno
             if _ == 1:
                 torchtpu_lab.sync()
                 before = _recorded()
@@ -91,7 +91,7 @@ def test_views_are_keyed_by_their_geometry_and_strict_mode_and_profiles_take_the
             gram = (xt.t() @ xt).cpu()
             if it == 1:
                 before = _recorded()
-        assert _recorded() == before + 5
+        assert _recorded() == before + 10  # 4 row views (select) and their mul; the transpose view and the mm
     for i, r in enumerate(rows):
         torch.testing.assert_close(r, x[i] * 2)
     torch.testing.assert_close(gram, x.t() @ x)
@@ -99,14 +99,21 @@ def test_views_are_keyed_by_their_geometry_and_strict_mode_and_profiles_take_the
         before = _recorded()
         torch.testing.assert_close((xt + xt).cpu(), x + x)
         assert _recorded() == before
+
+def test_under_a_profile_recorded_ops_keep_their_events_lines_and_stacks():
+    xt = torch.randn(4, 5).to("tpu")
     with torchtpu_lab.eager_mode("fused"):
         for _ in range(2):
             xt - xt
         with torchtpu_lab.profile() as prof:
             before = _recorded()
-            torch.testing.assert_close((xt - xt).cpu(), x - x)
-            assert _recorded() == before
-    assert [e for e in prof.events if e.kind == "op" and "sub" in e.name]  # the op is in the profile's trace
+            d = xt - xt; line = inspect.currentframe().f_lineno
+            assert _recorded() == before + 1
+            torch.testing.assert_close(d.cpu(), torch.zeros(4, 5))
+    [event] = [e for e in prof.events if e.kind == "op" and "sub" in e.name]
+    assert event.source.lineno == line and event.source.filename == __file__
+    assert event.stack and event.stack[-1] == event.source
+    assert d.tpu_storage.source == event.source  # a profile tracks allocation sources
 
 
 def test_wrapped_scalars_are_keyed_by_value():

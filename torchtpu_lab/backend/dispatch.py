@@ -22,8 +22,17 @@ import torch._decomp
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import Lowering, op_name
-from ..runtime import (core_kernels, cpu_fallback, executor, fused, growth, mutation, padded_attention, recording,
-                       view_kernels)
+from ..runtime import (
+    core_kernels,
+    cpu_fallback,
+    executor,
+    fused,
+    growth,
+    mutation,
+    padded_attention,
+    recording,
+    view_kernels,
+)
 from . import serialization
 
 aten = torch.ops.aten
@@ -185,12 +194,14 @@ def install(core=None) -> None:
         return
     KERNELS.update(_collect())
     lib = torch.library.Library("aten", "IMPL")
-    native: dict = {}
+    native: dict = {}  # op -> (its Python kernel, whether it is a view op)
     for op, fn in KERNELS.items():
         kernel = tpu_kernel(fn)
         low = getattr(kernel, "lowering", None)
         if core is not None and low is not None and not low.rng and recording.recordable(op):
-            native[op] = kernel
+            native[op] = (kernel, False)
+        elif core is not None and view_kernels.single_output_view(op, fn):
+            native[op] = (kernel, True)
         else:
             lib.impl(op, kernel, _KEY)
     if native:

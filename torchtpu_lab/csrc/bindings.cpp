@@ -77,6 +77,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("learn", [](py::handle name, py::handle overload, py::handle compiled, py::list dyn, py::sequence sources) {
     return torchtpu::learn(name.ptr(), overload.ptr(), compiled.ptr(), dyn.ptr(), sources.ptr());
   }, "File an executable under the key of the innermost recording-kernel call that fell back to Python.");
+  m.def("learn_view", [](py::handle name, py::handle overload, py::handle view, py::handle size, py::handle stride,
+                         long offset, bool reported) {
+    return torchtpu::learn_view(name.ptr(), overload.ptr(), view.ptr(), size.ptr(), stride.ptr(), offset, reported);
+  }, "File a view op's output geometry under the key of the innermost recording-kernel call that fell back.");
   m.def("clear_recorded", &torchtpu::clear_recorded, "Forget every learned entry.");
   m.def("recorder_stats", [] { return py::reinterpret_steal<py::object>(torchtpu::recorder_stats()); },
         "Calls recorded in C++, handed to Python, entries learned.");

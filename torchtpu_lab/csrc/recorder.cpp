@@ -6,9 +6,10 @@
 // `fused.PENDING` (its graph-key segment, cut-point tail and storage tracking included), a `Storage` around the
 // placeholder and the output tensor, the user's line read from the current frame. These are the same Python
 // objects the Python path makes, so the sync, the cause analysis and the lab read one pending graph whichever
-// path recorded an op. Everything else — a first call, a view argument, strict or debug mode, a profile
-// recording, a pending interrupt, another thread inside the runtime, an op with checks or several outputs —
-// goes to the op's Python kernel, which on a recordable call teaches this table its entry (`learn`).
+// path recorded an op. Everything else — a first call, strict or debug mode, a pending interrupt, another
+// thread inside the runtime, an op with checks or several outputs, config.native_recording off — goes to the
+// op's Python kernel, which on a recordable call teaches this table its entry (`learn`). While a profile
+// records, the op's line, stack and op record come from telemetry's own functions (Python, but no kernel).
 //
 // The kernel never runs Python that can raise on the recorded path (no bytecode runs there at all); the
 // Python kernel it falls back to and the graph-size flush may raise, as any kernel may: the error reaches the
@@ -21,6 +22,7 @@
 #include <structmember.h>
 
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,11 +31,13 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
+#include "geometry.h"
 #include "python_kernel.h"
 #include "tensor_factory.h"
 
@@ -72,6 +76,9 @@ struct Runtime {
   PyObject* interrupt = nullptr;       // interrupts._pending ([bool])
   PyObject* lock_acquire = nullptr;    // fused.LOCK.acquire / .release
   PyObject* lock_release = nullptr;
+  PyObject* lock_is_owned = nullptr;
+  PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.record_op (while a profile records)
+  PyObject* record_op = nullptr;
   PyObject* pending = nullptr;         // fused.PENDING
   PyObject* cuts = nullptr;            // fused.CUTS
   PyObject* flush = nullptr;           // fused.flush_if_over_limit()
@@ -103,6 +110,12 @@ struct Runtime {
 };
 
 Runtime rt;
+
+double monotonic() {  // time.perf_counter's clock on Linux
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 struct Stats {
   uint64_t recorded = 0;  // calls recorded here
@@ -159,6 +172,11 @@ struct Entry {
   c10::ScalarType scalar_type = c10::ScalarType::Undefined;
   std::vector<int64_t> sizes, strides;
   std::vector<Source> dyn;
+  // a view op's entry: the output's View (or None: the whole base) and the geometry its TensorImpl reports
+  PyObject* view = nullptr;
+  bool reported = false;
+  std::vector<int64_t> view_stride;
+  int64_t view_offset = 0;
 };
 
 using Table = std::unordered_map<std::string, std::unique_ptr<Entry>>;
@@ -175,6 +193,7 @@ thread_local std::vector<Miss> misses;
 // The key of the call being looked at and its tensors' arrays: per thread (a kernel object serves every thread).
 thread_local std::string key_scratch;
 thread_local std::vector<PyObject*> arrays_scratch;
+thread_local std::vector<PyObject*> storages_scratch;  // the tensors' Storage objects (borrowed)
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
@@ -189,7 +208,7 @@ void put(std::string& key, T v) {
 // Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
 // returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
 // TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
-PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key) {
+PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out) {
   if (t.device().index() != pending_device) return nullptr;
   PyObject* obj = THPVariable_Wrap(t);
   if (obj == nullptr) throw python_error();
@@ -201,6 +220,7 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
     PyObject* held = storage != nullptr && Py_TYPE(storage) == rt.storage_type ? rt.st_array.get(storage) : nullptr;
     if (held != nullptr && (Py_TYPE(held) == rt.lazy_type || Py_TYPE(held) == rt.array_type)) {
       array = held;  // the storage (owned by the tensor) keeps it alive for this call
+      *storage_out = storage;
       key.push_back(kTensor);
       put(key, static_cast<int8_t>(t.scalar_type()));
       put(key, static_cast<int8_t>(t.dim()));
@@ -236,13 +256,14 @@ PyObject* wrapped_number(const at::Tensor& t) {
 // The key of a call, and the arrays of its tensor arguments by position; false where the recorded path does
 // not apply to these arguments.
 bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, std::string& key,
-               std::vector<PyObject*>& arrays, long pending_device) {
+               std::vector<PyObject*>& arrays, std::vector<PyObject*>& storages, long pending_device) {
   const auto& formals = op.schema().arguments();
   const size_t n = formals.size();
   const size_t base = stack.size() - n;
   key.clear();
   put(key, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));
   arrays.assign(n, nullptr);
+  storages.assign(n, nullptr);
   bool any_tensor = false;
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = stack[base + i];
@@ -250,7 +271,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       const at::Tensor& t = v.toTensor();
       if (!t.defined()) return false;
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
-        PyObject* array = tensor_input(t, pending_device, key);
+        PyObject* array = tensor_input(t, pending_device, key, &storages[i]);
         if (array == nullptr) return false;
         arrays[i] = array;
         any_tensor = true;
@@ -435,7 +456,7 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
 
 // The recorded path proper, under fused.LOCK. Returns the output tensor (a new reference).
 PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays,
-                 long device, PyObject* source) {
+                 long device, PyObject* source, PyObject* alloc_source) {
   PyObject* pending = rt.pending;
   const Py_ssize_t n = static_cast<Py_ssize_t>(e.dyn.size());
   PyObject* inputs = PyList_New(n);
@@ -500,7 +521,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     if (index == nullptr) throw python_error();
     rt.st_device.set_new(storage, index);
     rt.st_nbytes.set(storage, e.nbytes);
-    rt.st_source.set(storage, Py_None);  // allocation sources are off on this path
+    rt.st_source.set(storage, alloc_source);
     rt.st_array.set(storage, lazy);
 
     PyObject* id = PyLong_FromVoidPtr(storage);  // fused.track_new(storage)
@@ -540,8 +561,8 @@ long as_long(PyObject* v) {
 
 class RecordingKernel final : public c10::OperatorKernel {
  public:
-  RecordingKernel(std::string name, std::string overload, PyObject* python)
-      : name_(std::move(name)), overload_(std::move(overload)), python_(python) {}
+  RecordingKernel(std::string name, std::string overload, PyObject* python, bool view)
+      : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(view) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     pybind11::gil_scoped_acquire gil;
@@ -561,6 +582,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool named(const std::string& name, const std::string& overload) const {
     return name == name_ && overload == overload_;
   }
+  bool is_view() const { return view_; }
   Table& table() { return table_; }
 
  private:
@@ -573,41 +595,78 @@ class RecordingKernel final : public c10::OperatorKernel {
       PyErr_Clear();
       return false;
     }
-    if (PyList_GET_SIZE(rt.recorders) != 0 || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None ||
-        PyList_GET_ITEM(rt.interrupt, 0) != Py_False || flag(rt.track_alloc)) {
-      return false;
-    }
+    if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
     const long device = as_long(rt.pw_device.get(rt.pending));
-    if (!build_key(op, *stack, key_scratch, arrays_scratch, device)) {
+    if (view_ && (c10::InferenceMode::is_enabled() || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None)) {
+      return false;  // the Python view kernel's special cases: inference mode, a profile timing entry points
+    }
+    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device)) {
       key_scratch.clear();
       return false;
     }
     auto found = table_.find(key_scratch);
     if (found == table_.end()) return false;
     const Entry& e = *found->second;
+    if (view_) return make_view(e, op, stack);
+    // While a profile records: the op's line and stack from one walk (telemetry.op_sources), its op record,
+    // and (outermost calls only) its span at the runtime's door, as the Python path gives them.
+    const bool profiling = PyList_GET_SIZE(rt.recorders) != 0;
+    PyObject* spans = PyList_GET_ITEM(rt.entry_spans, 0);
+    const double t0 = profiling || spans != Py_None ? monotonic() : 0.0;
+    PyObject* sources = nullptr;  // (source, stack) while profiling
     PyObject* source = Py_None;
-    if (flag(rt.track_sources)) {
+    if (profiling) {
+      sources = PyObject_CallOneArg(rt.op_sources, rt.zero);
+      if (sources == nullptr) throw python_error();
+      source = PyTuple_GET_ITEM(sources, 0);
+    } else if (flag(rt.track_sources)) {
       source = user_source();
       if (source == nullptr) return false;  // a line Python has not seen: it interns it (and learns nothing new)
     }
+    PyObject* alloc_source = Py_None;  // Storage.output's: the op's line, or its own look-up
+    if (flag(rt.track_alloc)) {
+      alloc_source = source != Py_None ? source : user_source();
+      if (alloc_source == nullptr) {
+        Py_XDECREF(sources);
+        return false;
+      }
+    }
+    bool outermost = false;
+    if (spans != Py_None) {
+      PyObject* owned = PyObject_CallNoArgs(rt.lock_is_owned);
+      if (owned == nullptr) {
+        Py_XDECREF(sources);
+        throw python_error();
+      }
+      outermost = owned == Py_False;
+      Py_DECREF(owned);
+    }
     PyObject* got = PyObject_CallOneArg(rt.lock_acquire, Py_False);
-    if (got == nullptr) throw python_error();
-    const bool owned = got == Py_True;
+    if (got == nullptr) {
+      Py_XDECREF(sources);
+      throw python_error();
+    }
+    const bool acquired = got == Py_True;
     Py_DECREF(got);
-    if (!owned) return false;  // another thread is inside the runtime: the Python kernel waits for it
+    if (!acquired) {  // another thread is inside the runtime: the Python kernel waits for it
+      Py_XDECREF(sources);
+      return false;
+    }
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
     PyObject* out = nullptr;
     try {
-      out = record(e, *stack, base, arrays_scratch, device, source);
+      out = record(e, *stack, base, arrays_scratch, device, source, alloc_source);
     } catch (...) {
       PyObject* released = PyObject_CallNoArgs(rt.lock_release);
       Py_XDECREF(released);
+      Py_XDECREF(sources);
       throw;
     }
     PyObject* released = PyObject_CallNoArgs(rt.lock_release);
     if (released == nullptr) {
       Py_DECREF(out);
+      Py_XDECREF(sources);
       throw python_error();
     }
     Py_DECREF(released);
@@ -615,8 +674,57 @@ class RecordingKernel final : public c10::OperatorKernel {
     torch::jit::push(stack, THPVariable_Unpack(out));
     Py_DECREF(out);
     ++stats.recorded;
+    if (profiling || outermost) note_profiled(e, t0, sources, outermost ? spans : nullptr);
     flush_if_needed(e);
     return true;
+  }
+
+  // A view op's output: a tensor over its input's storage with the learned geometry (view_kernels.py's
+  // make_view_kernel for one output). No pending work changes, so no lock.
+  bool make_view(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    const size_t base = stack->size() - n;
+    const at::Tensor& self = (*stack)[base].toTensor();
+    PyObject* storage = storages_scratch[0];
+    PyObject* out = make_tensor(rt.tensor_type, e.sizes, e.strides, self.scalar_type(), self.device().index(),
+                                storage, e.view);
+    if (out == nullptr) throw python_error();
+    at::Tensor result = THPVariable_Unpack(out);
+    Py_DECREF(out);  // the TensorImpl keeps its Python object (and the attributes on it)
+    if (e.reported) {
+      const long nbytes = as_long(rt.st_nbytes.get(storage));
+      set_geometry(result.unsafeGetTensorImpl(), e.sizes, e.view_stride, e.view_offset, static_cast<size_t>(nbytes));
+    }
+    torch::jit::drop(*stack, n);
+    torch::jit::push(stack, std::move(result));
+    ++stats.recorded;
+    return true;
+  }
+
+  // The op record a profile reads (telemetry.record_op) and the entry span (t0, now); steals `sources`.
+  static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans) {
+    const double t1 = monotonic();
+    PyObject* start = PyFloat_FromDouble(t0);
+    PyObject* end = PyFloat_FromDouble(t1);
+    PyObject* result = nullptr;
+    bool failed = start == nullptr || end == nullptr;
+    if (!failed && sources != nullptr) {
+      PyObject* dur = PyFloat_FromDouble(t1 - t0);
+      PyObject* args[] = {e.name, start, dur, Py_None, PyTuple_GET_ITEM(sources, 0), PyTuple_GET_ITEM(sources, 1)};
+      result = dur == nullptr ? nullptr : PyObject_Vectorcall(rt.record_op, args, 6, nullptr);
+      Py_XDECREF(dur);
+      failed = result == nullptr;
+      Py_XDECREF(result);
+    }
+    if (!failed && spans != nullptr) {
+      PyObject* span = PyTuple_Pack(2, start, end);
+      failed = span == nullptr || PyList_Append(spans, span) < 0;
+      Py_XDECREF(span);
+    }
+    Py_XDECREF(start);
+    Py_XDECREF(end);
+    Py_XDECREF(sources);
+    if (failed) throw python_error();
   }
 
   // fused.over_limit()'s cheap half: at the size limit, or at an op that ends a remembered cut point; the
@@ -639,12 +747,13 @@ class RecordingKernel final : public c10::OperatorKernel {
 
   std::string name_, overload_;
   PyObject* python_;  // the op's Python kernel (owned, never freed)
+  bool view_;         // a view op: outputs share the input's storage, nothing is recorded
   Table table_;
 };
 
 void clear_entry(Entry& e) {
   for (PyObject* o : {e.compiled, e.signature, e.run, e.avals, e.treedef, e.name, e.uid, e.fn_id, e.shape,
-                      e.aval_dtype, e.dtype, e.nbytes}) {
+                      e.aval_dtype, e.dtype, e.nbytes, e.view}) {
     Py_XDECREF(o);
   }
   for (auto& s : e.dyn) Py_XDECREF(s.constant);
@@ -665,7 +774,12 @@ void configure_recorder(PyObject* config) {
   PyObject* lock = item(config, "lock");
   rt.lock_acquire = PyObject_GetAttrString(lock, "acquire");
   rt.lock_release = PyObject_GetAttrString(lock, "release");
-  if (rt.lock_acquire == nullptr || rt.lock_release == nullptr) throw python_error();
+  rt.lock_is_owned = PyObject_GetAttrString(lock, "_is_owned");
+  if (rt.lock_acquire == nullptr || rt.lock_release == nullptr || rt.lock_is_owned == nullptr) {
+    throw python_error();
+  }
+  rt.op_sources = item(config, "op_sources");
+  rt.record_op = item(config, "record_op");
   rt.pending = item(config, "pending");
   rt.cuts = item(config, "cuts");
   rt.flush = item(config, "flush");
@@ -742,7 +856,7 @@ void install_recording_kernels(PyObject* ops) {
   // one Library for the process's life: its registrations must outlive every call
   static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
                                         __LINE__);
-  PyObject* seq = PySequence_Fast(ops, "install_recording_kernels: a sequence of (name, overload, kernel)");
+  PyObject* seq = PySequence_Fast(ops, "install_recording_kernels: a sequence of (name, overload, kernel, view)");
   if (seq == nullptr) throw python_error();
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -750,12 +864,13 @@ void install_recording_kernels(PyObject* ops) {
     const char* name = nullptr;
     const char* overload = nullptr;
     PyObject* fn = nullptr;
-    if (!PyArg_ParseTuple(entry, "ssO", &name, &overload, &fn)) {
+    int view = 0;
+    if (!PyArg_ParseTuple(entry, "ssOp", &name, &overload, &fn, &view)) {
       Py_DECREF(seq);
       throw python_error();
     }
     Py_INCREF(fn);
-    auto kernel = std::make_unique<RecordingKernel>(name, overload, fn);
+    auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, view != 0);
     kernels.push_back(kernel.get());
     std::string qualified = std::string(name).substr(std::strlen("aten::"));
     if (*overload) qualified += std::string(".") + overload;
@@ -766,18 +881,71 @@ void install_recording_kernels(PyObject* ops) {
 
 bool lesson_pending() { return !misses.empty() && !misses.back().key.empty(); }
 
-bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
-  if (misses.empty() || misses.back().key.empty()) return false;
+namespace {
+
+// The innermost fallback call, if it is one of op name.overload with a key, else nullptr.
+Miss* lesson_for(PyObject* name, PyObject* overload, bool view) {
+  if (misses.empty() || misses.back().key.empty()) return nullptr;
   Miss& miss = misses.back();
   const char* n = PyUnicode_AsUTF8(name);
   const char* o = PyUnicode_AsUTF8(overload);
   if (n == nullptr || o == nullptr) throw python_error();
-  if (!miss.kernel->named(n, o)) return false;  // the Python kernel of another op (called directly)
+  if (!miss.kernel->named(n, o) || miss.kernel->is_view() != view) return nullptr;  // another op's kernel
+  return &miss;
+}
+
+void file(Miss& miss, std::unique_ptr<Entry> e) {
   Table& table = miss.kernel->table();
   if (table.size() >= kMaxEntriesPerOp) {
     for (auto& kv : table) clear_entry(*kv.second);
     table.clear();
   }
+  auto& slot = table[miss.key];
+  if (slot) clear_entry(*slot);
+  slot = std::move(e);
+  ++stats.learned;
+}
+
+std::vector<int64_t> ints_of(PyObject* seq) {
+  PyObject* fast = PySequence_Fast(seq, "a sequence of ints");
+  if (fast == nullptr) throw python_error();
+  std::vector<int64_t> out;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      throw python_error();
+    }
+    out.push_back(v);
+  }
+  Py_DECREF(fast);
+  return out;
+}
+
+}  // namespace
+
+bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride,
+                long offset, bool reported) {
+  Miss* miss = lesson_for(name, overload, true);
+  if (miss == nullptr) return false;
+  auto e = std::make_unique<Entry>();
+  e->view = Py_NewRef(view);
+  e->sizes = ints_of(size);
+  e->strides.assign(e->sizes.size(), 1);
+  for (int64_t i = static_cast<int64_t>(e->sizes.size()) - 2; i >= 0; --i) {
+    e->strides[i] = e->strides[i + 1] * std::max<int64_t>(e->sizes[i + 1], 1);
+  }
+  e->view_stride = ints_of(stride);
+  e->view_offset = offset;
+  e->reported = reported;
+  TORCH_CHECK(e->view_stride.size() == e->sizes.size(), "learn_view: one stride per size");
+  file(*miss, std::move(e));
+  return true;
+}
+
+bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
+  Miss* miss = lesson_for(name, overload, false);
+  if (miss == nullptr) return false;
   auto e = std::make_unique<Entry>();
   auto attr = [&](PyObject* obj, const char* a) {
     PyObject* v = PyObject_GetAttrString(obj, a);
@@ -839,10 +1007,7 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
     clear_entry(*e);
     throw;
   }
-  auto& slot = table[miss.key];
-  if (slot) clear_entry(*slot);
-  slot = std::move(e);
-  ++stats.learned;
+  file(*miss, std::move(e));
   return true;
 }
 

@@ -9,7 +9,8 @@ namespace torchtpu {
 // the pending graph's objects, ...), by name in a dict; once, before install_recording_kernels.
 void configure_recorder(PyObject* config);
 
-// Registers a RecordingKernel as the PrivateUse1 kernel of each (schema name, overload, python kernel).
+// Registers a RecordingKernel as the PrivateUse1 kernel of each (schema name, overload, python kernel, view):
+// a view op's kernel makes its output over the input's storage from a learned geometry.
 void install_recording_kernels(PyObject* ops);
 
 // Whether the innermost kernel call that fell back to Python has a key to learn under.
@@ -18,6 +19,11 @@ bool lesson_pending();
 // Files `compiled` (an executor OpExecutable) under the key of the innermost fallback call of op
 // name.overload; `sources`: per dynamic input, the argument position it comes from (-1: the constant in dyn).
 bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
+
+// The same for a view op: the output's View (or None), size, the stride and offset its TensorImpl reports,
+// and whether those differ from the contiguous ones (then they are set on it).
+bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride, long offset,
+                bool reported);
 
 void clear_recorded();
 PyObject* recorder_stats();

@@ -1,5 +1,9 @@
 """The native core's recording kernel, seen from Python: what it is given, which ops it serves, what it learns.
 
+View ops (``view``, ``t``, ``transpose``, ``expand``, ``detach``, ...; one output) are served the same way in
+every mode: the output tensor over the input's storage, with the geometry the Python view kernel computed for
+the same input geometry and arguments (:func:`learn_view`).
+
 In fused mode most ops are calls seen before: the same op on base tensors of the same shapes and dtypes with
 the same other arguments. The native core (``csrc/recorder.cpp``) records those into :data:`.fused.PENDING`
 itself — the same ``Node``, ``LazyValue``, ``Storage`` and tensor objects :func:`.executor._record_single`
@@ -61,6 +65,8 @@ def configure(core) -> None:
         "internal_code": telemetry._internal_code,
         "sources": telemetry._sources,
         "backward": telemetry.BACKWARD,
+        "op_sources": telemetry.op_sources,
+        "record_op": telemetry.record_op,
         "main_thread": threading.main_thread().ident,
         "Node": fused.Node,
         "LazyValue": fused.LazyValue,
@@ -83,9 +89,10 @@ def recordable(op: torch._ops.OpOverload) -> bool:
 
 
 def install(core, kernels: dict) -> None:
-    """Make the recording kernel the PrivateUse1 kernel of each op in ``kernels`` (op -> its Python kernel,
-    which the recording kernel calls for everything it does not record itself)."""
-    core.install_recording_kernels([(op._schema.name, op._schema.overload_name, fn) for op, fn in kernels.items()])
+    """Make the recording kernel the PrivateUse1 kernel of each op in ``kernels`` (op -> (its Python kernel,
+    which the recording kernel calls for everything it does not serve itself; whether it is a view op))."""
+    core.install_recording_kernels([(op._schema.name, op._schema.overload_name, fn, view)
+                                    for op, (fn, view) in kernels.items()])
 
 
 def learn(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: dict, positions: frozenset,
@@ -103,6 +110,19 @@ def learn(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: d
             return
     if len(sources) == len(dyn):
         _core[0].learn(op._schema.name, op._schema.overload_name, compiled, dyn, sources)
+
+
+def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:
+    """A view op's Python kernel made its output (over ``storage``, of ``geometry``: a
+    :class:`~torchtpu_lab.device.views.View`, or ``None`` for the whole base) for a call the recording kernel
+    keyed: teach it the output's geometry, which its key (the input's geometry and the arguments) determines."""
+    if geometry is None:
+        size = tuple(storage.shape)
+        stride, offset, reported = views.contiguous_strides(size), 0, False
+    else:
+        size, stride, offset = geometry
+        reported = bool(offset) or tuple(stride) != views.contiguous_strides(size)
+    _core[0].learn_view(op._schema.name, op._schema.overload_name, geometry, size, stride, offset, reported)
 
 
 _NUMBERS = (bool, int, float)
