@@ -172,3 +172,48 @@ def test_the_switch_sends_every_op_to_the_python_path():
             y = torch.tanh(a)
             assert _recorded() == before
         torch.testing.assert_close(y.cpu(), torch.tanh(a.cpu()))
+
+
+def test_in_place_updates_are_recorded_and_training_matches_cpu():
+    """An optimizer's in-place updates (``add_``, ``mul_``, ``lerp_``, ``addcmul_``, ``addcdiv_``) are recorded
+    as their functional op's node written into the parameter's storage; losses and parameters equal CPU's."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    tpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    tpu.load_state_dict(cpu.state_dict())
+    tpu.to("tpu")
+    x, y = torch.randn(5, 6), torch.randn(5, 1)
+    xt, yt = x.to("tpu"), y.to("tpu")
+    opt_c = torch.optim.AdamW(cpu.parameters(), lr=0.01)
+    opt_t = torch.optim.AdamW(tpu.parameters(), lr=0.01)
+    recorded = []
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(4):
+            for model, opt, a, b in ((cpu, opt_c, x, y), (tpu, opt_t, xt, yt)):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(a), b)
+                loss.backward()
+                before = _recorded()
+                opt.step()
+                if model is tpu:
+                    recorded.append(_recorded() - before)
+                    torch.testing.assert_close(loss.cpu(), loss_c, rtol=1e-5, atol=1e-6)
+                else:
+                    loss_c = loss.detach()
+    assert recorded[-1] >= 4 * 5  # every parameter's five in-place updates, from the third step on
+    for p_c, p_t in zip(cpu.parameters(), tpu.parameters()):
+        torch.testing.assert_close(p_t.detach().cpu(), p_c.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_through_a_view_and_bad_dtypes_keep_pytorchs_semantics():
+    x = torch.zeros(3, 4)
+    xt = x.to("tpu")
+    i = torch.ones(3, dtype=torch.int64).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            xt[0].add_(1)  # a view: written through into the base
+            xt.mul_(2)
+            with pytest.raises(RuntimeError, match="can't be cast"):
+                i.add_(0.5)
+    torch.testing.assert_close(xt.cpu(), torch.tensor([[14.0] * 4, [0.0] * 4, [0.0] * 4]))
+    torch.testing.assert_close(i.cpu(), torch.ones(3, dtype=torch.int64))

@@ -40,6 +40,9 @@ _KEY = "PrivateUse1"
 
 #: Every kernel we registered, by OpOverload, so variants can call functionals without re-dispatching.
 KERNELS: dict = {}
+#: In-place op -> the functional op its kernel runs and writes back (``x.add_(y)``: ``add``), for the recording
+#: kernel, which records the functional op's node for a repeated in-place call.
+INPLACE_OF: dict = {}
 #: Ops that run as PyTorch's decomposition on tpu (op -> decomposition): ``torch.compile(backend="tpu")`` hands
 #: the same table to AOTAutograd, so compiled and eager code take the same route.
 DECOMPOSED: dict = {}
@@ -168,6 +171,7 @@ def _collect() -> dict:
         if functional in kernels and inplace not in kernels:
             kernels[inplace] = mutation.make_inplace_kernel(kernels[functional], inplace._schema)
     functionals = {mutation.signature(op._schema): k for op, k in kernels.items() if not op._schema.is_mutable}
+    functional_ops = {mutation.signature(op._schema): op for op in kernels if not op._schema.is_mutable}
     for base in {s[0] for s in functionals}:
         for op in _overloads(base) + _overloads(base + "_"):
             if op in kernels or not op._schema.is_mutable or _is_composite_implicit(op):
@@ -180,7 +184,15 @@ def _collect() -> dict:
                 kernels[op] = mutation.make_out_kernel(functional, names, op._schema)
             elif mutation.is_inplace(op._schema):
                 kernels[op] = mutation.make_inplace_kernel(functional, op._schema)
+                INPLACE_OF[op] = functional_ops[mutation.signature(op._schema)]
     return kernels
+
+
+def _records(op, kernel) -> bool:
+    """Whether the recording kernel can record ``op`` (run by ``kernel``): a lowered, non-random op with one
+    tensor output."""
+    low = getattr(kernel, "lowering", None)
+    return low is not None and not low.rng and recording.recordable(op)
 
 
 def _fallback(keyset, op, *args, **kwargs):
@@ -194,14 +206,15 @@ def install(core=None) -> None:
         return
     KERNELS.update(_collect())
     lib = torch.library.Library("aten", "IMPL")
-    native: dict = {}  # op -> (its Python kernel, whether it is a view op)
+    native: dict = {}  # op -> (its Python kernel, recording.RECORD/VIEW/INPLACE, the op that teaches it)
     for op, fn in KERNELS.items():
         kernel = tpu_kernel(fn)
-        low = getattr(kernel, "lowering", None)
-        if core is not None and low is not None and not low.rng and recording.recordable(op):
-            native[op] = (kernel, False)
+        if core is not None and _records(op, kernel):
+            native[op] = (kernel, recording.RECORD, op)
         elif core is not None and view_kernels.single_output_view(op, fn):
-            native[op] = (kernel, True)
+            native[op] = (kernel, recording.VIEW, op)
+        elif core is not None and op in INPLACE_OF and _records(INPLACE_OF[op], tpu_kernel(KERNELS[INPLACE_OF[op]])):
+            native[op] = (kernel, recording.INPLACE, INPLACE_OF[op])
         else:
             lib.impl(op, kernel, _KEY)
     if native:

@@ -33,16 +33,106 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
 #include "geometry.h"
-#include "python_kernel.h"
 #include "tensor_factory.h"
 
 namespace torchtpu {
 namespace {
+
+// ---- the fallback: one of our Python kernels called from the boxed kernel ----
+//
+// PyTorch gives a Python kernel (torch.library) its arguments as: positional arguments up to the first
+// keyword-only one, less a tail of positional arguments equal to their defaults; keyword-only arguments as
+// keywords, less those equal to their defaults; dtypes, layouts and memory formats as their Python objects
+// (wrapped scalars as Python numbers). Our kernels and their cache keys were written against that, so the
+// fallback gives them the same. (In this unit rather than one of its own: it needs the same heavy PyTorch
+// headers, and each unit costs the 2-core build a minute or more.)
+
+
+bool is_kind(const c10::Argument& arg, c10::TypeKind kind) {
+  const auto& t = arg.real_type();
+  if (t->kind() == kind) return true;
+  auto opt = t->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == kind;
+}
+
+PyObject* to_python(const c10::Argument& arg, const c10::IValue& v) {
+  if (v.isNone()) Py_RETURN_NONE;
+  if (is_kind(arg, c10::ScalarTypeType::Kind)) {
+    return Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(v.toInt()))));
+  }
+  if (is_kind(arg, c10::LayoutType::Kind)) {
+    return Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(v.toInt()))));
+  }
+  if (is_kind(arg, c10::MemoryFormatType::Kind)) {
+    return Py_NewRef(torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(v.toInt())));
+  }
+  return torch::jit::toPyObject(v).release().ptr();
+}
+
+bool is_default(const c10::Argument& arg, const c10::IValue& v) {
+  return arg.default_value().has_value() && *arg.default_value() == v;
+}
+
+
+// Pops the op's arguments off `stack`, calls `fn(*args, **kwargs)` and pushes its results; the GIL is held.
+void call_python_kernel(PyObject* fn, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& formals = schema.arguments();
+  const size_t n = formals.size();
+  auto actuals = torch::jit::last(*stack, n);
+
+  size_t kwarg_only = n;
+  while (kwarg_only > 0 && formals[kwarg_only - 1].kwarg_only()) --kwarg_only;
+  size_t positional = kwarg_only;
+  while (positional > 0 && is_default(formals[positional - 1], actuals[positional - 1])) --positional;
+
+  PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(positional));
+  if (args == nullptr) throw python_error();
+  PyObject* kwargs = nullptr;
+  PyObject* out = nullptr;
+  try {
+    for (size_t i = 0; i < positional; ++i) PyTuple_SET_ITEM(args, i, to_python(formals[i], actuals[i]));
+    for (size_t i = kwarg_only; i < n; ++i) {
+      if (is_default(formals[i], actuals[i])) continue;
+      if (kwargs == nullptr && (kwargs = PyDict_New()) == nullptr) throw python_error();
+      PyObject* value = to_python(formals[i], actuals[i]);
+      int rc = PyDict_SetItemString(kwargs, formals[i].name().c_str(), value);
+      Py_DECREF(value);
+      if (rc < 0) throw python_error();
+    }
+    torch::jit::drop(*stack, n);
+    out = PyObject_Call(fn, args, kwargs);
+    if (out == nullptr) throw python_error();
+    const auto& returns = schema.returns();
+    if (returns.size() == 1) {
+      torch::jit::push(stack, torch::jit::toIValue(out, returns[0].real_type()));
+    } else if (!returns.empty()) {
+      py::sequence seq = py::reinterpret_borrow<py::sequence>(out);
+      TORCH_CHECK(static_cast<size_t>(seq.size()) == returns.size(), op.operator_name(), " returned ",
+                  seq.size(), " values, its schema says ", returns.size());
+      for (size_t i = 0; i < returns.size(); ++i) {
+        torch::jit::push(stack, torch::jit::toIValue(seq[i], returns[i].real_type()));
+      }
+    }
+  } catch (...) {
+    Py_DECREF(args);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(out);
+    throw;
+  }
+  Py_DECREF(args);
+  Py_XDECREF(kwargs);
+  Py_DECREF(out);
+}
+
 
 // ---- Python objects the recorded path reads (set once by configure) ----
 
@@ -79,6 +169,7 @@ struct Runtime {
   PyObject* lock_is_owned = nullptr;
   PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.record_op (while a profile records)
   PyObject* record_op = nullptr;
+  PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
   PyObject* pending = nullptr;         // fused.PENDING
   PyObject* cuts = nullptr;            // fused.CUTS
   PyObject* flush = nullptr;           // fused.flush_if_over_limit()
@@ -194,6 +285,7 @@ thread_local std::vector<Miss> misses;
 thread_local std::string key_scratch;
 thread_local std::vector<PyObject*> arrays_scratch;
 thread_local std::vector<PyObject*> storages_scratch;  // the tensors' Storage objects (borrowed)
+thread_local std::vector<char> views_scratch;          // whether each tensor argument is a view
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
@@ -208,7 +300,8 @@ void put(std::string& key, T v) {
 // Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
 // returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
 // TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
-PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out) {
+PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
+                       char* view_out) {
   if (t.device().index() != pending_device) return nullptr;
   PyObject* obj = THPVariable_Wrap(t);
   if (obj == nullptr) throw python_error();
@@ -225,6 +318,7 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       put(key, static_cast<int8_t>(t.scalar_type()));
       put(key, static_cast<int8_t>(t.dim()));
       for (int64_t s : t.sizes()) put(key, s);
+      *view_out = view != Py_None;
       if (view != Py_None) {  // the geometry the executable was built for: strides, offset, base shape
         key.push_back(kView);
         for (int64_t s : t.strides()) put(key, s);
@@ -264,6 +358,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   put(key, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));
   arrays.assign(n, nullptr);
   storages.assign(n, nullptr);
+  views_scratch.assign(n, 0);
   bool any_tensor = false;
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = stack[base + i];
@@ -271,7 +366,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       const at::Tensor& t = v.toTensor();
       if (!t.defined()) return false;
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
-        PyObject* array = tensor_input(t, pending_device, key, &storages[i]);
+        PyObject* array = tensor_input(t, pending_device, key, &storages[i], &views_scratch[i]);
         if (array == nullptr) return false;
         arrays[i] = array;
         any_tensor = true;
@@ -455,8 +550,10 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
 }
 
 // The recorded path proper, under fused.LOCK. Returns the output tensor (a new reference).
+// `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
+// result is None then. Otherwise the result is a new output tensor.
 PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays,
-                 long device, PyObject* source, PyObject* alloc_source) {
+                 long device, PyObject* source, PyObject* alloc_source, PyObject* write_to) {
   PyObject* pending = rt.pending;
   const Py_ssize_t n = static_cast<Py_ssize_t>(e.dyn.size());
   PyObject* inputs = PyList_New(n);
@@ -513,6 +610,16 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     if (appended == nullptr) throw python_error();
     Py_DECREF(appended);
 
+    if (write_to != nullptr) {
+      PyObject* args[] = {write_to, lazy};
+      PyObject* r = PyObject_Vectorcall(rt.set_array, args, 2, nullptr);
+      if (r == nullptr) throw python_error();
+      Py_DECREF(r);
+      Py_DECREF(lazy);
+      Py_DECREF(node);
+      return Py_NewRef(Py_None);
+    }
+
     storage = alloc(rt.storage_type);  // Storage.output(shape, dtype, device, placeholder)
     rt.st_array.set(storage, Py_None);
     rt.st_shape.set(storage, e.shape);
@@ -559,10 +666,16 @@ long as_long(PyObject* v) {
   return x;
 }
 
+// What a kernel serves: a lowered op it records, a view op, or an in-place op whose functional op it records
+// and writes into `self` (entries are learned from that functional op's Python path).
+enum class Kind { kRecord = 0, kView = 1, kInplace = 2 };
+
 class RecordingKernel final : public c10::OperatorKernel {
  public:
-  RecordingKernel(std::string name, std::string overload, PyObject* python, bool view)
-      : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(view) {}
+  RecordingKernel(std::string name, std::string overload, PyObject* python, Kind kind, std::string learns,
+                  std::string learns_overload)
+      : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(kind == Kind::kView),
+        inplace_(kind == Kind::kInplace), learns_(std::move(learns)), learns_overload_(std::move(learns_overload)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     pybind11::gil_scoped_acquire gil;
@@ -579,8 +692,9 @@ class RecordingKernel final : public c10::OperatorKernel {
     misses.pop_back();
   }
 
-  bool named(const std::string& name, const std::string& overload) const {
-    return name == name_ && overload == overload_;
+  // Whether the Python path of op name.overload teaches this kernel (its own op; an in-place op's functional).
+  bool learns(const std::string& name, const std::string& overload) const {
+    return name == learns_ && overload == learns_overload_;
   }
   bool is_view() const { return view_; }
   Table& table() { return table_; }
@@ -654,9 +768,21 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
+    PyObject* write_to = nullptr;
+    if (inplace_) {  // the usual update: a base `self` whose storage the result replaces whole
+      const at::Tensor& self = (*stack)[base].toTensor();
+      if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
+        PyObject* released = PyObject_CallNoArgs(rt.lock_release);
+        Py_XDECREF(released);
+        Py_XDECREF(sources);
+        if (released == nullptr) throw python_error();
+        return false;
+      }
+      write_to = storages_scratch[0];
+    }
     PyObject* out = nullptr;
     try {
-      out = record(e, *stack, base, arrays_scratch, device, source, alloc_source);
+      out = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to);
     } catch (...) {
       PyObject* released = PyObject_CallNoArgs(rt.lock_release);
       Py_XDECREF(released);
@@ -670,8 +796,14 @@ class RecordingKernel final : public c10::OperatorKernel {
       throw python_error();
     }
     Py_DECREF(released);
-    torch::jit::drop(*stack, n);
-    torch::jit::push(stack, THPVariable_Unpack(out));
+    if (inplace_) {
+      at::Tensor self = (*stack)[base].toTensor();
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(self));
+    } else {
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, THPVariable_Unpack(out));
+    }
     Py_DECREF(out);
     ++stats.recorded;
     if (profiling || outermost) note_profiled(e, t0, sources, outermost ? spans : nullptr);
@@ -748,6 +880,8 @@ class RecordingKernel final : public c10::OperatorKernel {
   std::string name_, overload_;
   PyObject* python_;  // the op's Python kernel (owned, never freed)
   bool view_;         // a view op: outputs share the input's storage, nothing is recorded
+  bool inplace_;      // an in-place op: the functional op's node, written into self's storage
+  std::string learns_, learns_overload_;
   Table table_;
 };
 
@@ -780,6 +914,7 @@ void configure_recorder(PyObject* config) {
   }
   rt.op_sources = item(config, "op_sources");
   rt.record_op = item(config, "record_op");
+  rt.set_array = item(config, "set_array");
   rt.pending = item(config, "pending");
   rt.cuts = item(config, "cuts");
   rt.flush = item(config, "flush");
@@ -856,7 +991,8 @@ void install_recording_kernels(PyObject* ops) {
   // one Library for the process's life: its registrations must outlive every call
   static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
                                         __LINE__);
-  PyObject* seq = PySequence_Fast(ops, "install_recording_kernels: a sequence of (name, overload, kernel, view)");
+  PyObject* seq = PySequence_Fast(
+      ops, "install_recording_kernels: a sequence of (name, overload, kernel, kind, learns, learns_overload)");
   if (seq == nullptr) throw python_error();
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -864,13 +1000,17 @@ void install_recording_kernels(PyObject* ops) {
     const char* name = nullptr;
     const char* overload = nullptr;
     PyObject* fn = nullptr;
-    int view = 0;
-    if (!PyArg_ParseTuple(entry, "ssOp", &name, &overload, &fn, &view)) {
+    int kind = 0;
+    const char* learns = nullptr;
+    const char* learns_overload = nullptr;
+    if (!PyArg_ParseTuple(entry, "ssOiss", &name, &overload, &fn, &kind, &learns, &learns_overload)) {
       Py_DECREF(seq);
       throw python_error();
     }
     Py_INCREF(fn);
-    auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, view != 0);
+    TORCH_CHECK(kind >= 0 && kind <= 2, "install_recording_kernels: kind ", kind);
+    auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, static_cast<Kind>(kind), learns,
+                                                    learns_overload);
     kernels.push_back(kernel.get());
     std::string qualified = std::string(name).substr(std::strlen("aten::"));
     if (*overload) qualified += std::string(".") + overload;
@@ -890,7 +1030,7 @@ Miss* lesson_for(PyObject* name, PyObject* overload, bool view) {
   const char* n = PyUnicode_AsUTF8(name);
   const char* o = PyUnicode_AsUTF8(overload);
   if (n == nullptr || o == nullptr) throw python_error();
-  if (!miss.kernel->named(n, o) || miss.kernel->is_view() != view) return nullptr;  // another op's kernel
+  if (!miss.kernel->learns(n, o) || miss.kernel->is_view() != view) return nullptr;  // another op's kernel
   return &miss;
 }
 

@@ -9,8 +9,10 @@ namespace torchtpu {
 // the pending graph's objects, ...), by name in a dict; once, before install_recording_kernels.
 void configure_recorder(PyObject* config);
 
-// Registers a RecordingKernel as the PrivateUse1 kernel of each (schema name, overload, python kernel, view):
-// a view op's kernel makes its output over the input's storage from a learned geometry.
+// Registers a RecordingKernel as the PrivateUse1 kernel of each (schema name, overload, python kernel, kind,
+// learns, learns_overload): kind 0 records a lowered op; 1, a view op, makes its output over the input's
+// storage from a learned geometry; 2, an in-place op, records its functional op (`learns`, whose Python path
+// teaches it) and writes the result into self's storage.
 void install_recording_kernels(PyObject* ops);
 
 // Whether the innermost kernel call that fell back to Python has a key to learn under.

@@ -1,5 +1,10 @@
 """The native core's recording kernel, seen from Python: what it is given, which ops it serves, what it learns.
 
+In-place ops whose functional op it records (``p.add_(g, alpha=-lr)``, ``mul_``, ``addcmul_``: an
+optimizer's update) are recorded as that functional op's node, and the result becomes ``self``'s storage's array
+through :func:`.values.set_array` (the one Python call on that path: memory accounting), when ``self`` is a base
+tensor of the result's shape and dtype; the functional op's Python path inside the in-place kernel teaches it.
+
 View ops (``view``, ``t``, ``transpose``, ``expand``, ``detach``, ...; one output) are served the same way in
 every mode: the output tensor over the input's storage, with the geometry the Python view kernel computed for
 the same input geometry and arguments (:func:`learn_view`).
@@ -49,6 +54,8 @@ def configure(core) -> None:
     global lesson_pending
     from jax._src.array import ArrayImpl
 
+    from . import values  # imports the executor, which imports this module
+
     core.configure_recorder({
         "enabled": config.native_recording,
         "eager_mode": config.eager_mode,
@@ -67,6 +74,7 @@ def configure(core) -> None:
         "backward": telemetry.BACKWARD,
         "op_sources": telemetry.op_sources,
         "record_op": telemetry.record_op,
+        "set_array": values.set_array,
         "main_thread": threading.main_thread().ident,
         "Node": fused.Node,
         "LazyValue": fused.LazyValue,
@@ -88,11 +96,18 @@ def recordable(op: torch._ops.OpOverload) -> bool:
             and returns[0].alias_info is None)
 
 
+#: What a recording kernel serves (csrc/recorder.cpp ``Kind``): a lowered op it records, a view op, an in-place
+#: op whose functional op it records and writes into ``self``.
+RECORD, VIEW, INPLACE = 0, 1, 2
+
+
 def install(core, kernels: dict) -> None:
     """Make the recording kernel the PrivateUse1 kernel of each op in ``kernels`` (op -> (its Python kernel,
-    which the recording kernel calls for everything it does not serve itself; whether it is a view op))."""
-    core.install_recording_kernels([(op._schema.name, op._schema.overload_name, fn, view)
-                                    for op, (fn, view) in kernels.items()])
+    which the recording kernel calls for everything it does not serve itself; its kind; the op whose Python
+    path teaches it: itself, or an in-place op's functional op))."""
+    core.install_recording_kernels([(op._schema.name, op._schema.overload_name, fn, kind, teacher._schema.name,
+                                     teacher._schema.overload_name)
+                                    for op, (fn, kind, teacher) in kernels.items()])
 
 
 def learn(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: dict, positions: frozenset,
