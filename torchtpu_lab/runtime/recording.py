@@ -49,12 +49,12 @@ def available(core) -> bool:
     return core is not None and hasattr(core, "install_recording_kernels")
 
 
-def configure(core) -> None:
-    """Give the core the objects its recorded path reads and writes (once, before :func:`install`)."""
+def configure(core, set_array) -> None:
+    """Give the core the objects its recorded path reads and writes (once, before :func:`install`);
+    ``set_array``: :func:`.values.set_array`, an in-place op's write (passed in: ``values`` imports the executor,
+    which imports this module)."""
     global lesson_pending
     from jax._src.array import ArrayImpl
-
-    from . import values  # imports the executor, which imports this module
 
     core.configure_recorder({
         "enabled": config.native_recording,
@@ -74,7 +74,7 @@ def configure(core) -> None:
         "backward": telemetry.BACKWARD,
         "op_sources": telemetry.op_sources,
         "record_op": telemetry.record_op,
-        "set_array": values.set_array,
+        "set_array": set_array,
         "main_thread": threading.main_thread().ident,
         "Node": fused.Node,
         "LazyValue": fused.LazyValue,
