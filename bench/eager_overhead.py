@@ -5,7 +5,8 @@
 * strict mode, cache hit: one small op (64x64 float32) as a tpu tensor op vs one call of the same jitted JAX
   function (target: at most 1.5x);
 * fused mode capture: the cost of recording one op into the lazy graph (no execution) on tiny 8x8 tensors, next
-  to the same op in PyTorch's CPU eager on the same sizes (target: at most 2x);
+  to the same op in PyTorch's CPU eager on the same sizes (target: at most 2x), and the same capture with the
+  native core's recording kernel off (``config.native_recording``: every op through its Python kernel);
 * a tiny transformer's training step (2 layers, d 64, batch 2, 16 tokens; forward, backward, AdamW) in fused
   mode — recording, the sync (graph key, lookup, execution on XLA:CPU) and the whole step — vs the same step in
   PyTorch CPU eager with one intra-op thread (target: host time no more than CPU eager's whole step);
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import torch
 
 import torchtpu_lab
-from torchtpu_lab.runtime import fused
+from torchtpu_lab.runtime import fused, recording
 
 OPS = {
     "add": (lambda a, b: a + b, lambda a, b: a + b),
@@ -99,8 +100,10 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
                 fused.PENDING.segment.reset()
 
             t = median_time(record, finish, iters, reps)
+            with torchtpu_lab.config.native_recording(False):
+                t_py = median_time(record, finish, iters, reps)
             t_cpu = median_time(lambda f=tfn: f(ca, ca), lambda o: None, iters, reps)
-            rows.append((name, f"{t * 1e6:.1f}", f"{t_cpu * 1e6:.1f}", f"{t / t_cpu:.1f}x"))
+            rows.append((name, f"{t * 1e6:.1f}", f"{t_py * 1e6:.1f}", f"{t_cpu * 1e6:.1f}", f"{t / t_cpu:.1f}x"))
     return rows
 
 
@@ -130,7 +133,7 @@ def step_rows(steps: int) -> list[tuple]:
         F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
         opt.step()
 
-    record, sync, whole, cpu = [], [], [], []
+    record, sync, whole, cpu, python = [], [], [], [], []
     threads = torch.get_num_threads()
     # one intra-op thread for the CPU step: on a small shared machine OpenMP's workers spin while they wait, which
     # --clock cpu would count as the step's time (and the tiny model gains nothing from a second thread)
@@ -144,15 +147,21 @@ def step_rows(steps: int) -> list[tuple]:
             t2 = now()
             step(cpu_model, cpu_opt, idx, target)
             t3 = now()
+            with torchtpu_lab.config.native_recording(False):
+                step(tpu_model, tpu_opt, idx_t, target_t)
+                t4 = now()
+                torchtpu_lab.sync()
             if i >= 3:
                 record.append(t1 - t0)
                 sync.append(t2 - t1)
                 whole.append(t2 - t0)
                 cpu.append(t3 - t2)
+                python.append(t4 - t3)
     torch.set_num_threads(threads)
     ms = {k: statistics.median(v) * 1e3 for k, v in
-          {"record": record, "sync": sync, "whole": whole, "cpu": cpu}.items()}
+          {"record": record, "sync": sync, "whole": whole, "cpu": cpu, "python": python}.items()}
     return [("fused: recording (host)", f"{ms['record']:.2f}", f"{ms['record'] / ms['cpu']:.2f}x"),
+            ("fused: recording, Python path only", f"{ms['python']:.2f}", f"{ms['python'] / ms['cpu']:.2f}x"),
             ("fused: sync (key, lookup, XLA:CPU run)", f"{ms['sync']:.2f}", f"{ms['sync'] / ms['cpu']:.2f}x"),
             ("fused: whole step", f"{ms['whole']:.2f}", f"{ms['whole'] / ms['cpu']:.2f}x"),
             ("PyTorch CPU eager: whole step", f"{ms['cpu']:.2f}", "1.00x")]
@@ -172,7 +181,9 @@ def main(argv=None) -> None:
     print(table("\nstrict mode, per op (cache hit), 64x64 float32",
                 strict_rows(args.iters, args.reps), ("op", "tpu us", "jax.jit us", "ratio")))
     print(table("\nfused mode, capture cost per recorded op (8x8 float32) vs PyTorch CPU eager",
-                capture_rows(args.iters, args.reps), ("op", "tpu fused us", "CPU eager us", "ratio")))
+                capture_rows(args.iters, args.reps),
+                ("op", "tpu fused us", "Python path us", "CPU eager us", "fused vs CPU")))
+    print(f"recording kernel: {recording.stats() or 'not built (pure-Python mode)'}")
     print(table(f"\ntiny transformer AdamW step (median of {args.steps}) vs PyTorch CPU eager",
                 step_rows(args.steps), ("part", "ms/step", "vs CPU step")))
     print(table("\nfloor: PyTorch dispatch to a Python PrivateUse1 kernel", floor_rows(args.iters, args.reps),

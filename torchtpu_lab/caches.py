@@ -142,8 +142,20 @@ def resize(name: str, maxsize: int) -> None:
     _REGISTRY[name].resize(maxsize)
 
 
+_ON_CLEAR: list[Callable[[], None]] = []
+
+
+def on_clear(fn: Callable[[], None]) -> None:
+    """Have :func:`clear_all` also call ``fn`` (a cache kept outside this registry, e.g. in the native core)."""
+    if fn not in _ON_CLEAR:
+        _ON_CLEAR.append(fn)
+
+
 def clear_all() -> int:
-    """Empty every registered cache; returns the number of entries dropped."""
+    """Empty every registered cache (and those registered with :func:`on_clear`); returns the number of
+    registry entries dropped."""
+    for fn in _ON_CLEAR:
+        fn()
     return sum(c.clear() for c in _REGISTRY.values())
 
 

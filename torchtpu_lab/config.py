@@ -143,13 +143,16 @@ max_graph_ops = State("max_graph_ops", 2000, "a fused graph is flushed once it h
                       _positive_int)
 data_checks = State("data_checks", True, "compile ops with their data-dependent error flags (off: silent wrong "
                     "answers, for measuring what the checks cost)", bool, env="TORCHTPU_LAB_CHECKS", parse=_env_flag)
+native_recording = State("native_recording", True, "repeated fused ops are recorded by the native core's C++ "
+                         "kernel (off: every op takes the Python path; for comparisons)", bool,
+                         env="TORCHTPU_LAB_NATIVE_RECORDING", parse=_env_flag)
 matmul_precision = _TorchMatmulPrecision("matmul_precision", torch.get_float32_matmul_precision(),
                                          "torch.get_float32_matmul_precision(), read by the matmul lowerings",
                                          _one_of(("highest", "high", "medium")))
 
 STATES: dict[str, State] = {s.name: s for s in (eager_mode, check_finite, cpu_fallback, track_sources,
                                                 track_allocation_sources, max_graph_ops, data_checks,
-                                                matmul_precision)}
+                                                native_recording, matmul_precision)}
 
 
 def snapshot() -> dict[str, Any]:

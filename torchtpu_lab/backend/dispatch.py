@@ -22,7 +22,17 @@ import torch._decomp
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import Lowering, op_name
-from ..runtime import core_kernels, cpu_fallback, executor, fused, growth, mutation, padded_attention, view_kernels
+from ..runtime import (
+    core_kernels,
+    cpu_fallback,
+    executor,
+    fused,
+    growth,
+    mutation,
+    padded_attention,
+    recording,
+    view_kernels,
+)
 from . import serialization
 
 aten = torch.ops.aten
@@ -30,6 +40,9 @@ _KEY = "PrivateUse1"
 
 #: Every kernel we registered, by OpOverload, so variants can call functionals without re-dispatching.
 KERNELS: dict = {}
+#: In-place op -> the functional op its kernel runs and writes back (``x.add_(y)``: ``add``), for the recording
+#: kernel, which records the functional op's node for a repeated in-place call.
+INPLACE_OF: dict = {}
 #: Ops that run as PyTorch's decomposition on tpu (op -> decomposition): ``torch.compile(backend="tpu")`` hands
 #: the same table to AOTAutograd, so compiled and eager code take the same route.
 DECOMPOSED: dict = {}
@@ -58,6 +71,7 @@ def _lowered(low: Lowering) -> Callable:
 
     kernel.__name__ = f"lowered_{low.op}"
     kernel.owns = fused.LOCK
+    kernel.lowering = low  # the recording kernel may serve it (see install)
     return kernel
 
 
@@ -157,6 +171,7 @@ def _collect() -> dict:
         if functional in kernels and inplace not in kernels:
             kernels[inplace] = mutation.make_inplace_kernel(kernels[functional], inplace._schema)
     functionals = {mutation.signature(op._schema): k for op, k in kernels.items() if not op._schema.is_mutable}
+    functional_ops = {mutation.signature(op._schema): op for op in kernels if not op._schema.is_mutable}
     for base in {s[0] for s in functionals}:
         for op in _overloads(base) + _overloads(base + "_"):
             if op in kernels or not op._schema.is_mutable or _is_composite_implicit(op):
@@ -169,21 +184,41 @@ def _collect() -> dict:
                 kernels[op] = mutation.make_out_kernel(functional, names, op._schema)
             elif mutation.is_inplace(op._schema):
                 kernels[op] = mutation.make_inplace_kernel(functional, op._schema)
+                INPLACE_OF[op] = functional_ops[mutation.signature(op._schema)]
     return kernels
+
+
+def _records(op, kernel) -> bool:
+    """Whether the recording kernel can record ``op`` (run by ``kernel``): a lowered, non-random op with one
+    tensor output."""
+    low = getattr(kernel, "lowering", None)
+    return low is not None and not low.rng and recording.recordable(op)
 
 
 def _fallback(keyset, op, *args, **kwargs):
     return cpu_fallback.run(op, args, kwargs)
 
 
-def install() -> None:
-    """Register all kernels (idempotent)."""
+def install(core=None) -> None:
+    """Register all kernels (idempotent). With the native core's recording kernel (``core``), the ops the
+    executor lowers get it as their kernel, in front of their Python kernel (:mod:`..runtime.recording`)."""
     if _libs:
         return
     KERNELS.update(_collect())
     lib = torch.library.Library("aten", "IMPL")
+    native: dict = {}  # op -> (its Python kernel, recording.RECORD/VIEW/INPLACE, the op that teaches it)
     for op, fn in KERNELS.items():
-        lib.impl(op, tpu_kernel(fn), _KEY)
+        kernel = tpu_kernel(fn)
+        if core is not None and _records(op, kernel):
+            native[op] = (kernel, recording.RECORD, op)
+        elif core is not None and view_kernels.single_output_view(op, fn):
+            native[op] = (kernel, recording.VIEW, op)
+        elif core is not None and op in INPLACE_OF and _records(INPLACE_OF[op], tpu_kernel(KERNELS[INPLACE_OF[op]])):
+            native[op] = (kernel, recording.INPLACE, INPLACE_OF[op])
+        else:
+            lib.impl(op, kernel, _KEY)
+    if native:
+        recording.install(core, native)
     for op, fn in padded_attention.AUTOGRAD_KERNELS.items():
         lib.impl(op, fn, "Autograd" + _KEY)
     fallback = torch.library.Library("_", "IMPL")

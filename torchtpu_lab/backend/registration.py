@@ -16,6 +16,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from .. import interrupts, native, platform
 from ..device import tensor
+from ..runtime import recording, values
 from . import accelerator, dispatch, fake, hf_accelerate, linear_grad, serialization, shallow_copy, tpu_module
 
 _BACKEND = "tpu"
@@ -82,7 +83,10 @@ def register() -> None:
     _guard_gc_callbacks()
     interrupts.ensure_installed()
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
-    dispatch.install()
+    recorder = core if recording.available(core) else None
+    if recorder is not None:
+        recording.configure(recorder, values.set_array)
+    dispatch.install(recorder)
     linear_grad.install()  # after the PrivateUse1 kernels: its forward runs through them
     shallow_copy.install()  # Module.to("tpu") moves parameters in place: tied weights stay tied
     fake.install()

@@ -8,6 +8,7 @@
 #include "device.h"
 #include "generator.h"
 #include "geometry.h"
+#include "recorder.h"
 
 namespace torchtpu {
 void register_guard();
@@ -20,7 +21,13 @@ namespace py = pybind11;
 namespace {
 
 // Functions on the per-op hot path, bound without pybind11's argument conversion (METH_FASTCALL).
+PyObject* lesson_pending(PyObject* /*module*/, PyObject* /*unused*/) {
+  return PyBool_FromLong(torchtpu::lesson_pending());
+}
+
 PyMethodDef fast_methods[] = {
+    {"lesson_pending", &lesson_pending, METH_NOARGS,
+     "Whether the innermost recording-kernel call that fell back to Python can learn an entry (recorder.h)."},
     {"new_tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::new_tensor)),
      METH_FASTCALL,
      "new_tensor(cls, sizes, strides, dtype, device_index, storage, view): a tpu tensor of class cls over "
@@ -63,6 +70,20 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_Wrap(torchtpu::default_generator(static_cast<c10::DeviceIndex>(i))));
   }, "The default torch.Generator of tpu:i.");
+  m.def("configure_recorder", [](py::dict config) { torchtpu::configure_recorder(config.ptr()); },
+        "Hand the recording kernel the Python objects it reads and writes (runtime/recording.py).");
+  m.def("install_recording_kernels", [](py::sequence ops) { torchtpu::install_recording_kernels(ops.ptr()); },
+        "Make each (schema name, overload, python kernel)'s PrivateUse1 kernel a recording kernel.");
+  m.def("learn", [](py::handle name, py::handle overload, py::handle compiled, py::list dyn, py::sequence sources) {
+    return torchtpu::learn(name.ptr(), overload.ptr(), compiled.ptr(), dyn.ptr(), sources.ptr());
+  }, "File an executable under the key of the innermost recording-kernel call that fell back to Python.");
+  m.def("learn_view", [](py::handle name, py::handle overload, py::handle view, py::handle size, py::handle stride,
+                         long offset, bool reported) {
+    return torchtpu::learn_view(name.ptr(), overload.ptr(), view.ptr(), size.ptr(), stride.ptr(), offset, reported);
+  }, "File a view op's output geometry under the key of the innermost recording-kernel call that fell back.");
+  m.def("clear_recorded", &torchtpu::clear_recorded, "Forget every learned entry.");
+  m.def("recorder_stats", [] { return py::reinterpret_steal<py::object>(torchtpu::recorder_stats()); },
+        "Calls recorded in C++, handed to Python, entries learned.");
   m.def("set_geometry", [](py::handle t, const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
                            int64_t offset, size_t nbytes) {
     TORCH_CHECK(THPVariable_Check(t.ptr()), "torchtpu_lab: set_geometry expects a tensor");

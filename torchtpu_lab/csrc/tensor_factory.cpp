@@ -20,6 +20,8 @@
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "tensor_factory.h"
+
 
 namespace torchtpu {
 namespace {
@@ -50,14 +52,40 @@ c10::SmallVector<int64_t, 6> int_list(PyObject* seq, const char* what) {
 
 }  // namespace
 
+PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
+                      c10::DeviceIndex index, PyObject* storage_obj, PyObject* view) {
+  static PyObject* s_storage = interned("tpu_storage");
+  static PyObject* s_view = interned("tpu_view");
+  static PyObject* s_ref = interned("_tpu_ref");
+  const auto meta = c10::scalarTypeToTypeMeta(dtype);
+  const auto device = c10::Device(c10::DeviceType::PrivateUse1, index);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), /*allocator=*/nullptr,
+                       /*resizable=*/false);
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), meta);
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+
+  PyObject* obj = THPVariable_Wrap(tensor, cls);
+  if (obj == nullptr) return nullptr;
+  PyObject* py_storage = THPStorage_Wrap(tensor.storage());
+  PyObject* ref = py_storage == nullptr ? nullptr : PyTuple_Pack(2, storage_obj, view);
+  if (ref == nullptr || PyObject_SetAttr(obj, s_storage, storage_obj) < 0 || PyObject_SetAttr(obj, s_view, view) < 0 ||
+      PyObject_SetAttr(py_storage, s_ref, ref) < 0) {
+    Py_XDECREF(ref);
+    Py_XDECREF(py_storage);
+    Py_DECREF(obj);
+    return nullptr;
+  }
+  Py_DECREF(ref);
+  Py_DECREF(py_storage);
+  return obj;
+}
+
 // new_tensor(cls, sizes, strides, dtype, device_index, storage, view) -> a `cls` instance on tpu:device_index
 // with t.tpu_storage = storage, t.tpu_view = view and t.untyped_storage()._tpu_ref = (storage, view).
 // Sizes are validated by the caller (device/sizes.py gives PyTorch's CPU messages).
 PyObject* new_tensor(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  static PyObject* s_storage = interned("tpu_storage");
-  static PyObject* s_view = interned("tpu_view");
-  static PyObject* s_ref = interned("_tpu_ref");
   if (nargs != 7) {
     PyErr_SetString(PyExc_TypeError, "new_tensor(cls, sizes, strides, dtype, device_index, storage, view)");
     return nullptr;
@@ -79,28 +107,8 @@ PyObject* new_tensor(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   long index = PyLong_AsLong(args[4]);
   if (index == -1 && PyErr_Occurred()) return nullptr;
 
-  const auto meta = c10::scalarTypeToTypeMeta(dtype);
-  const auto device = c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), /*allocator=*/nullptr,
-                       /*resizable=*/false);
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
-                                                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), meta);
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
-
-  PyObject* obj = THPVariable_Wrap(tensor, reinterpret_cast<PyTypeObject*>(args[0]));
-  if (obj == nullptr) return nullptr;
-  PyObject* py_storage = THPStorage_Wrap(tensor.storage());
-  PyObject* ref = py_storage == nullptr ? nullptr : PyTuple_Pack(2, args[5], args[6]);
-  if (ref == nullptr || PyObject_SetAttr(obj, s_storage, args[5]) < 0 || PyObject_SetAttr(obj, s_view, args[6]) < 0 ||
-      PyObject_SetAttr(py_storage, s_ref, ref) < 0) {
-    Py_XDECREF(ref);
-    Py_XDECREF(py_storage);
-    Py_DECREF(obj);
-    return nullptr;
-  }
-  Py_DECREF(ref);
-  Py_DECREF(py_storage);
-  return obj;
+  return make_tensor(reinterpret_cast<PyTypeObject*>(args[0]), sizes, strides, dtype,
+                     static_cast<c10::DeviceIndex>(index), args[5], args[6]);
   END_HANDLE_TH_ERRORS
 }
 

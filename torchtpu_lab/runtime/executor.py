@@ -30,7 +30,7 @@ from ..device import rng, sizes, tensor
 from ..device.storage import Storage
 from ..ops import error_flags as op_checks
 from ..ops.registry import Lowering, op_name
-from . import compile_cache, compile_events, fast_keys, fused, pending_errors
+from . import compile_cache, compile_events, fast_keys, fused, pending_errors, recording
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
@@ -288,6 +288,9 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     if has_tensors:
         mode = _MODE.value
         if compiled.single and mode == "fused":
+            lesson = recording.lesson_pending
+            if lesson is not None and lesson():  # the recording kernel keyed this call: teach it the entry
+                recording.learn(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
             return _record_single(compiled, dyn, device_index)
         if mode == "strict" and compiled.ran_eagerly and compiled.checks is None and not fused.has_pending():
             return _run_repeated(compiled, dyn, device_index)

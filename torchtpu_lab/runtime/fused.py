@@ -217,6 +217,13 @@ def over_limit() -> bool:
     return False
 
 
+@entry_point
+def flush_if_over_limit() -> None:
+    """Sync if :func:`over_limit` says so (the recording kernel's check after each op it records)."""
+    if over_limit():
+        sync(SyncReason.GRAPH_LIMIT)
+
+
 def _topo(targets: list[LazyValue]) -> list[Node]:
     order: list[Node] = []
     seen: set[int] = set()

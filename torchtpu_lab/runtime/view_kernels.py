@@ -18,6 +18,7 @@ import torch
 
 from .. import caches
 from ..device import tensor, views
+from . import recording
 
 aten = torch.ops.aten
 
@@ -107,10 +108,22 @@ def make_view_kernel(op):
                 outs = [tensor.make(storage, g) for g in geoms]
         else:
             outs = [tensor.make(storage, g) for g in geoms]
-        return outs if multi else outs[0]
+        if multi:
+            return outs
+        lesson = recording.lesson_pending
+        if lesson is not None and lesson():  # the recording kernel keyed this call: teach it the geometry
+            recording.learn_view(op, storage, geoms[0])
+        return outs[0]
 
     kernel.__name__ = f"view_kernel_{op}"
+    kernel.single_output_view = not multi
     return kernel
+
+
+def single_output_view(op, kernel) -> bool:
+    """Whether ``kernel`` is this module's view kernel of ``op`` with one output (the recording kernel can serve
+    it from a learned geometry: :func:`..runtime.recording.learn_view`)."""
+    return op in VIEW_OPS and getattr(kernel, "single_output_view", False)
 
 
 def make_inplace_view_kernel(op):

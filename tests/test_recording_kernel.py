@@ -1,0 +1,219 @@
+"""The native core's recording kernel (issue 26; csrc/recorder.cpp, runtime/recording.py): fused eager's repeated
+op recorded without entering Python. What it records must be exactly what the Python path records — the same
+pending graph (so the same compiled graph), the same user lines, the same values — and everything it does not
+cover must still reach the Python path."""
+
+import inspect
+
+import pytest
+import torch
+
+import torchtpu_lab
+from torchtpu_lab import caches, config, native, telemetry
+from torchtpu_lab.device import memory
+from torchtpu_lab.runtime import fused, recording
+
+pytestmark = pytest.mark.skipif(not recording.available(native.module()),
+                                reason=f"no recording kernel: {native.status().describe()}")
+
+
+def _recorded() -> int:
+    return recording.stats()["recorded"]
+
+
+def _python_path():
+    """A block in which the recording kernel hands every call to Python (allocation sources on)."""
+    return memory.TRACK_SOURCES(True)
+
+
+def _step(a, b, w):
+    h = torch.tanh(a @ w + b)
+    return (h * 0.5 - a).relu().sum(dim=1, keepdim=True)
+
+
+def test_repeated_ops_are_recorded_in_cpp_and_compute_what_cpu_does():
+    a, b, w = torch.randn(4, 8), torch.randn(8), torch.randn(8, 8)
+    ta, tb, tw = a.to("tpu"), b.to("tpu"), w.to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        _step(ta, tb, tw)  # the first call of each signature: compiled and learned by the Python path
+        _step(ta, tb, tw)
+        before = _recorded()
+        out = _step(ta, tb, tw)
+        recorded = _recorded() - before
+        torch.testing.assert_close(out.cpu(), _step(a, b, w))
+    assert recorded >= 6, recorded  # mm, add, tanh, mul by a wrapped scalar, sub, relu, sum
+
+
+def test_both_paths_build_the_same_graph():
+    """The pending graph the kernel builds has the key the Python path's has: the graph compiled from a step
+    the Python path recorded is a cache hit for the same step recorded by the kernel."""
+    a, b, w = (torch.randn(4, 8).to("tpu"), torch.randn(8).to("tpu"), torch.randn(8, 8).to("tpu"))
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        caches.clear_all()
+        before = _recorded()
+        with _python_path():
+            out = _step(a, b, w)
+            torchtpu_lab.sync()  # compiles the step's graph from the Python path's recording
+        out = _step(a, b, w)  # the kernel keys each call, misses, and the Python path teaches it
+        torchtpu_lab.sync()
+        assert _recorded() == before
+        before, hits = _recorded(), telemetry.counters["graph_cache_hits"]
+        out = _step(a, b, w)
+        assert _recorded() - before >= 6
+        torchtpu_lab.sync()
+        assert telemetry.counters["graph_cache_hits"] == hits + 1
+        torch.testing.assert_close(out.cpu(), _step(a.cpu(), b.cpu(), w.cpu()))
+
+
+def test_recorded_nodes_carry_the_users_line():
+    a = torch.randn(3, 3).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        for _ in range(3):
+            y = torch.exp(a); line = inspect.currentframe().f_lineno
+            if _ == 1:
+                torchtpu_lab.sync()
+                before = _recorded()
+        assert _recorded() == before + 1
+        node = y.tpu_storage.held.node
+        assert node.source is not None and node.source.lineno == line and node.source.filename == __file__
+        torch.testing.assert_close(y.cpu(), torch.exp(a.cpu()))
+
+
+def test_views_are_keyed_by_their_geometry_and_strict_mode_and_profiles_take_the_python_path():
+    x = torch.randn(4, 5)
+    xt = x.to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for it in range(3):  # each row's offset is its own entry; each is taught once
+            rows = [(xt[i] * 2).cpu() for i in range(4)]
+            gram = (xt.t() @ xt).cpu()
+            if it == 1:
+                before = _recorded()
+        assert _recorded() == before + 10  # 4 row views (select) and their mul; the transpose view and the mm
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(r, x[i] * 2)
+    torch.testing.assert_close(gram, x.t() @ x)
+    with torchtpu_lab.eager_mode("strict"):
+        before = _recorded()
+        torch.testing.assert_close((xt + xt).cpu(), x + x)
+        assert _recorded() == before
+
+def test_under_a_profile_recorded_ops_keep_their_events_lines_and_stacks():
+    xt = torch.randn(4, 5).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):
+            xt - xt
+        with torchtpu_lab.profile() as prof:
+            before = _recorded()
+            d = xt - xt; line = inspect.currentframe().f_lineno
+            assert _recorded() == before + 1
+            torch.testing.assert_close(d.cpu(), torch.zeros(4, 5))
+    [event] = [e for e in prof.events if e.kind == "op" and "sub" in e.name]
+    assert event.source.lineno == line and event.source.filename == __file__
+    assert event.stack and event.stack[-1] == event.source
+    assert d.tpu_storage.source == event.source  # a profile tracks allocation sources
+
+
+def test_wrapped_scalars_are_keyed_by_value():
+    x = torch.randn(5)
+    xt = x.to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            outs = [xt * 0.5, xt * 0.25, xt + 3, xt * 0.5]
+        for o, w in zip(outs, [x * 0.5, x * 0.25, x + 3, x * 0.5]):
+            assert o.dtype == w.dtype
+            torch.testing.assert_close(o.cpu(), w)
+
+
+def test_the_graph_size_limit_still_cuts_graphs():
+    a = torch.ones(4).to("tpu")
+    with torchtpu_lab.eager_mode("fused"), config.max_graph_ops(16):
+        torchtpu_lab.sync()
+        y = a
+        for _ in range(100):
+            y = y + a
+            assert fused.pending_ops() <= 16
+        torch.testing.assert_close(y.cpu(), torch.full((4,), 101.0))
+
+
+def test_clearing_the_caches_forgets_the_learned_entries():
+    a = torch.randn(3).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):
+            torch.sin(a)
+        assert recording.stats()["entries"] > 0
+        caches.clear_all()
+        assert recording.stats()["entries"] == 0
+        before = _recorded()
+        torch.testing.assert_close(torch.sin(a).cpu(), torch.sin(a.cpu()))
+        assert _recorded() == before
+
+
+def test_an_error_in_a_recorded_graph_still_names_the_op_and_keeps_earlier_tensors():
+    a = torch.randn(3, 3).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):
+            torch.cos(a)
+        kept = (a * 2).cpu()
+        y = torch.cos(a)
+        torch.testing.assert_close(y.cpu(), torch.cos(a.cpu()))
+        torch.testing.assert_close(kept, a.cpu() * 2)
+
+
+def test_the_switch_sends_every_op_to_the_python_path():
+    a = torch.randn(3).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            torch.tanh(a)
+        with config.native_recording(False):
+            before = _recorded()
+            y = torch.tanh(a)
+            assert _recorded() == before
+        torch.testing.assert_close(y.cpu(), torch.tanh(a.cpu()))
+
+
+def test_in_place_updates_are_recorded_and_training_matches_cpu():
+    """An optimizer's in-place updates (``add_``, ``mul_``, ``lerp_``, ``addcmul_``, ``addcdiv_``) are recorded
+    as their functional op's node written into the parameter's storage; losses and parameters equal CPU's."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    tpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    tpu.load_state_dict(cpu.state_dict())
+    tpu.to("tpu")
+    x, y = torch.randn(5, 6), torch.randn(5, 1)
+    xt, yt = x.to("tpu"), y.to("tpu")
+    opt_c = torch.optim.AdamW(cpu.parameters(), lr=0.01)
+    opt_t = torch.optim.AdamW(tpu.parameters(), lr=0.01)
+    recorded = []
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(4):
+            for model, opt, a, b in ((cpu, opt_c, x, y), (tpu, opt_t, xt, yt)):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(a), b)
+                loss.backward()
+                before = _recorded()
+                opt.step()
+                if model is tpu:
+                    recorded.append(_recorded() - before)
+                    torch.testing.assert_close(loss.cpu(), loss_c, rtol=1e-5, atol=1e-6)
+                else:
+                    loss_c = loss.detach()
+    assert recorded[-1] >= 4 * 5  # every parameter's five in-place updates, from the third step on
+    for p_c, p_t in zip(cpu.parameters(), tpu.parameters()):
+        torch.testing.assert_close(p_t.detach().cpu(), p_c.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_through_a_view_and_bad_dtypes_keep_pytorchs_semantics():
+    x = torch.zeros(3, 4)
+    xt = x.to("tpu")
+    i = torch.ones(3, dtype=torch.int64).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            xt[0].add_(1)  # a view: written through into the base
+            xt.mul_(2)
+            with pytest.raises(RuntimeError, match="can't be cast"):
+                i.add_(0.5)
+    torch.testing.assert_close(xt.cpu(), torch.tensor([[14.0] * 4, [0.0] * 4, [0.0] * 4]))
+    torch.testing.assert_close(i.cpu(), torch.ones(3, dtype=torch.int64))

@@ -1,0 +1,1170 @@
+// The recording kernel: fused eager mode's common op recorded into the pending graph without entering Python.
+//
+// Every lowered op's PrivateUse1 kernel is a `RecordingKernel`. A call it has seen before — the same op on base
+// tpu tensors of the same shapes and dtypes, with the same other arguments — is recorded here exactly as
+// runtime/executor.py's `_record_single` records it: a `Node` and its `LazyValue` placeholder appended to
+// `fused.PENDING` (its graph-key segment, cut-point tail and storage tracking included), a `Storage` around the
+// placeholder and the output tensor, the user's line read from the current frame. These are the same Python
+// objects the Python path makes, so the sync, the cause analysis and the lab read one pending graph whichever
+// path recorded an op. Everything else — a first call, strict or debug mode, a pending interrupt, another
+// thread inside the runtime, an op with checks or several outputs, config.native_recording off — goes to the
+// op's Python kernel, which on a recordable call teaches this table its entry (`learn`). While a profile
+// records, the op's line, stack and op record come from telemetry's own functions (Python, but no kernel).
+//
+// The kernel never runs Python that can raise on the recorded path (no bytecode runs there at all); the
+// Python kernel it falls back to and the graph-size flush may raise, as any kernel may: the error reaches the
+// caller through the dispatcher.
+#include "recorder.h"
+
+#include <Python.h>
+#include <descrobject.h>
+#include <frameobject.h>
+#include <structmember.h>
+
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/TensorImpl.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/library.h>
+
+#include "geometry.h"
+#include "tensor_factory.h"
+
+namespace torchtpu {
+namespace {
+
+// ---- the fallback: one of our Python kernels called from the boxed kernel ----
+//
+// PyTorch gives a Python kernel (torch.library) its arguments as: positional arguments up to the first
+// keyword-only one, less a tail of positional arguments equal to their defaults; keyword-only arguments as
+// keywords, less those equal to their defaults; dtypes, layouts and memory formats as their Python objects
+// (wrapped scalars as Python numbers). Our kernels and their cache keys were written against that, so the
+// fallback gives them the same. (In this unit rather than one of its own: it needs the same heavy PyTorch
+// headers, and each unit costs the 2-core build a minute or more.)
+
+
+bool is_kind(const c10::Argument& arg, c10::TypeKind kind) {
+  const auto& t = arg.real_type();
+  if (t->kind() == kind) return true;
+  auto opt = t->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == kind;
+}
+
+PyObject* to_python(const c10::Argument& arg, const c10::IValue& v) {
+  if (v.isNone()) Py_RETURN_NONE;
+  if (is_kind(arg, c10::ScalarTypeType::Kind)) {
+    return Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(v.toInt()))));
+  }
+  if (is_kind(arg, c10::LayoutType::Kind)) {
+    return Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(v.toInt()))));
+  }
+  if (is_kind(arg, c10::MemoryFormatType::Kind)) {
+    return Py_NewRef(torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(v.toInt())));
+  }
+  return torch::jit::toPyObject(v).release().ptr();
+}
+
+bool is_default(const c10::Argument& arg, const c10::IValue& v) {
+  return arg.default_value().has_value() && *arg.default_value() == v;
+}
+
+
+// Pops the op's arguments off `stack`, calls `fn(*args, **kwargs)` and pushes its results; the GIL is held.
+void call_python_kernel(PyObject* fn, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& formals = schema.arguments();
+  const size_t n = formals.size();
+  auto actuals = torch::jit::last(*stack, n);
+
+  size_t kwarg_only = n;
+  while (kwarg_only > 0 && formals[kwarg_only - 1].kwarg_only()) --kwarg_only;
+  size_t positional = kwarg_only;
+  while (positional > 0 && is_default(formals[positional - 1], actuals[positional - 1])) --positional;
+
+  PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(positional));
+  if (args == nullptr) throw python_error();
+  PyObject* kwargs = nullptr;
+  PyObject* out = nullptr;
+  try {
+    for (size_t i = 0; i < positional; ++i) PyTuple_SET_ITEM(args, i, to_python(formals[i], actuals[i]));
+    for (size_t i = kwarg_only; i < n; ++i) {
+      if (is_default(formals[i], actuals[i])) continue;
+      if (kwargs == nullptr && (kwargs = PyDict_New()) == nullptr) throw python_error();
+      PyObject* value = to_python(formals[i], actuals[i]);
+      int rc = PyDict_SetItemString(kwargs, formals[i].name().c_str(), value);
+      Py_DECREF(value);
+      if (rc < 0) throw python_error();
+    }
+    torch::jit::drop(*stack, n);
+    out = PyObject_Call(fn, args, kwargs);
+    if (out == nullptr) throw python_error();
+    const auto& returns = schema.returns();
+    if (returns.size() == 1) {
+      torch::jit::push(stack, torch::jit::toIValue(out, returns[0].real_type()));
+    } else if (!returns.empty()) {
+      py::sequence seq = py::reinterpret_borrow<py::sequence>(out);
+      TORCH_CHECK(static_cast<size_t>(seq.size()) == returns.size(), op.operator_name(), " returned ",
+                  seq.size(), " values, its schema says ", returns.size());
+      for (size_t i = 0; i < returns.size(); ++i) {
+        torch::jit::push(stack, torch::jit::toIValue(seq[i], returns[i].real_type()));
+      }
+    }
+  } catch (...) {
+    Py_DECREF(args);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(out);
+    throw;
+  }
+  Py_DECREF(args);
+  Py_XDECREF(kwargs);
+  Py_DECREF(out);
+}
+
+
+// ---- Python objects the recorded path reads (set once by configure) ----
+
+struct Slot {  // one __slots__ attribute of a Python class, read and written through its member offset
+  Py_ssize_t offset = -1;
+  PyObject* get(PyObject* obj) const { return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset); }
+  void set(PyObject* obj, PyObject* value) const {  // steals nothing: takes a new reference to value
+    PyObject** at = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
+    PyObject* old = *at;
+    Py_INCREF(value);
+    *at = value;
+    Py_XDECREF(old);
+  }
+  void set_new(PyObject* obj, PyObject* value) const {  // steals value
+    PyObject** at = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
+    PyObject* old = *at;
+    *at = value;
+    Py_XDECREF(old);
+  }
+};
+
+struct Runtime {
+  bool ready = false;
+  PyObject* enabled = nullptr;         // config.native_recording (a State: .value)
+  PyObject* mode = nullptr;            // config.eager_mode
+  PyObject* track_sources = nullptr;   // config.track_sources
+  PyObject* track_alloc = nullptr;     // memory.TRACK_SOURCES
+  PyObject* max_ops = nullptr;         // config.max_graph_ops
+  PyObject* recorders = nullptr;       // telemetry.recorders (list)
+  PyObject* entry_spans = nullptr;     // interrupts.entry_spans ([None] unless a profile times entry points)
+  PyObject* interrupt = nullptr;       // interrupts._pending ([bool])
+  PyObject* lock_acquire = nullptr;    // fused.LOCK.acquire / .release
+  PyObject* lock_release = nullptr;
+  PyObject* lock_is_owned = nullptr;
+  PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.record_op (while a profile records)
+  PyObject* record_op = nullptr;
+  PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
+  PyObject* pending = nullptr;         // fused.PENDING
+  PyObject* cuts = nullptr;            // fused.CUTS
+  PyObject* flush = nullptr;           // fused.flush_if_over_limit()
+  PyObject* internal_code = nullptr;   // telemetry._internal_code: code -> bool (skip)
+  PyObject* sources = nullptr;         // telemetry._sources: (code, line) -> Source
+  PyObject* backward = nullptr;        // telemetry.BACKWARD
+  unsigned long main_thread = 0;
+  PyTypeObject* node_type = nullptr;
+  PyTypeObject* lazy_type = nullptr;
+  PyTypeObject* storage_type = nullptr;
+  PyTypeObject* tensor_type = nullptr;
+  PyTypeObject* array_type = nullptr;  // jax's concrete array class
+  PyObject* fused_str = nullptr;       // "fused"
+  PyObject* one = nullptr;             // 0, -1, False: constants for new objects' slots
+  PyObject* zero = nullptr;
+  PyObject* minus_one = nullptr;
+  Slot state_value;
+  Slot pw_storages, pw_prior, pw_recorded, pw_seq, pw_segment, pw_device;
+  Slot seg_token, seg_refs, seg_node_keys, seg_leaves, seg_leaf_sigs, seg_leaf_pos, seg_regular;
+  Slot cut_tail, cut_last_ids;
+  Slot n_key, n_uid, n_fn, n_inputs, n_treedef, n_avals, n_name, n_source, n_seq, n_segment, n_position, n_used;
+  Slot lv_node, lv_index, lv_shape, lv_dtype, lv_value;
+  Slot st_array, st_shape, st_dtype, st_device, st_nbytes, st_source;
+  PyObject* s_tpu_storage = nullptr;
+  PyObject* s_tpu_view = nullptr;
+  PyObject* s_shape = nullptr;
+  PyObject* s_dtype = nullptr;
+  PyObject* s_append = nullptr;
+};
+
+Runtime rt;
+
+double monotonic() {  // time.perf_counter's clock on Linux
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Stats {
+  uint64_t recorded = 0;  // calls recorded here
+  uint64_t python = 0;    // calls handed to the Python kernel
+  uint64_t learned = 0;   // entries taught by the Python path
+} stats;
+
+Slot slot_of(PyObject* type, const char* name) {
+  PyObject* descr = PyObject_GetAttrString(type, name);
+  if (descr == nullptr) throw python_error();
+  if (Py_TYPE(descr) != &PyMemberDescr_Type) {
+    Py_DECREF(descr);
+    TORCH_CHECK(false, "torchtpu_lab recorder: ", name, " is not a __slots__ attribute of ",
+                reinterpret_cast<PyTypeObject*>(type)->tp_name);
+  }
+  PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr)->d_member;
+  TORCH_CHECK(member->type == T_OBJECT_EX || member->type == T_OBJECT, "torchtpu_lab recorder: ", name,
+              " is not an object slot");
+  Slot s;
+  s.offset = member->offset;
+  Py_DECREF(descr);
+  return s;
+}
+
+PyObject* item(PyObject* dict, const char* name) {
+  PyObject* v = PyDict_GetItemString(dict, name);  // borrowed
+  TORCH_CHECK(v != nullptr, "torchtpu_lab recorder: configure() needs ", name);
+  Py_INCREF(v);  // kept for the process's life
+  return v;
+}
+
+// ---- the learned calls ----
+
+// A dynamic input of a recorded call: the array of the tensor at a stack position, the Python number at one,
+// or a constant the Python path made, fixed by the key (a host scalar's device array, a view's offset).
+struct Source {
+  int position;        // argument index, or -1 for `constant`
+  PyObject* constant;  // owned
+};
+
+struct Entry {
+  PyObject* compiled = nullptr;   // the executor's OpExecutable (kept alive)
+  PyObject* signature = nullptr;  // its fields the node and output need, read once
+  PyObject* run = nullptr;
+  PyObject* avals = nullptr;
+  PyObject* treedef = nullptr;
+  PyObject* name = nullptr;
+  PyObject* uid = nullptr;
+  PyObject* fn_id = nullptr;      // id(run): the cut points' token
+  PyObject* shape = nullptr;      // the output's shape tuple and JAX dtype (the placeholder's), torch dtype
+  PyObject* aval_dtype = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* nbytes = nullptr;
+  c10::ScalarType scalar_type = c10::ScalarType::Undefined;
+  std::vector<int64_t> sizes, strides;
+  std::vector<Source> dyn;
+  // a view op's entry: the output's View (or None: the whole base) and the geometry its TensorImpl reports
+  PyObject* view = nullptr;
+  bool reported = false;
+  std::vector<int64_t> view_stride;
+  int64_t view_offset = 0;
+};
+
+using Table = std::unordered_map<std::string, std::unique_ptr<Entry>>;
+constexpr size_t kMaxEntriesPerOp = 1024;  // a loop over ever-new scalar values must not grow it without bound
+
+class RecordingKernel;
+
+// The call the Python kernel is running for a kernel that missed: what `learn` files its entry under.
+struct Miss {
+  RecordingKernel* kernel;
+  std::string key;
+};
+thread_local std::vector<Miss> misses;
+// The key of the call being looked at and its tensors' arrays: per thread (a kernel object serves every thread).
+thread_local std::string key_scratch;
+thread_local std::vector<PyObject*> arrays_scratch;
+thread_local std::vector<PyObject*> storages_scratch;  // the tensors' Storage objects (borrowed)
+thread_local std::vector<char> views_scratch;          // whether each tensor argument is a view
+std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
+
+// Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
+enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n', kInts = 'L',
+                  kString = 's', kDevice = 'D' };
+
+template <typename T>
+void put(std::string& key, T v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+// Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
+// returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
+// TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
+PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
+                       char* view_out) {
+  if (t.device().index() != pending_device) return nullptr;
+  PyObject* obj = THPVariable_Wrap(t);
+  if (obj == nullptr) throw python_error();
+  PyObject* array = nullptr;
+  if (Py_TYPE(obj) == rt.tensor_type) {
+    PyObject* view = PyObject_GetAttr(obj, rt.s_tpu_view);
+    PyObject* storage = view == nullptr ? nullptr : PyObject_GetAttr(obj, rt.s_tpu_storage);
+    if (storage == nullptr) PyErr_Clear();
+    PyObject* held = storage != nullptr && Py_TYPE(storage) == rt.storage_type ? rt.st_array.get(storage) : nullptr;
+    if (held != nullptr && (Py_TYPE(held) == rt.lazy_type || Py_TYPE(held) == rt.array_type)) {
+      array = held;  // the storage (owned by the tensor) keeps it alive for this call
+      *storage_out = storage;
+      key.push_back(kTensor);
+      put(key, static_cast<int8_t>(t.scalar_type()));
+      put(key, static_cast<int8_t>(t.dim()));
+      for (int64_t s : t.sizes()) put(key, s);
+      *view_out = view != Py_None;
+      if (view != Py_None) {  // the geometry the executable was built for: strides, offset, base shape
+        key.push_back(kView);
+        for (int64_t s : t.strides()) put(key, s);
+        put(key, t.storage_offset());
+        PyObject* base = rt.st_shape.get(storage);
+        const Py_ssize_t n = PyTuple_GET_SIZE(base);
+        put(key, static_cast<int8_t>(n));
+        for (Py_ssize_t i = 0; i < n; ++i) put(key, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(base, i))));
+      }
+    }
+    Py_XDECREF(view);
+    Py_XDECREF(storage);
+  }
+  Py_DECREF(obj);
+  return array;
+}
+
+// The Python number a wrapped scalar tensor stands for (what the Python kernel receives in its place).
+PyObject* wrapped_number(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Double: return PyFloat_FromDouble(*t.const_data_ptr<double>());
+    case c10::ScalarType::Float: return PyFloat_FromDouble(*t.const_data_ptr<float>());
+    case c10::ScalarType::Long: return PyLong_FromLongLong(*t.const_data_ptr<int64_t>());
+    case c10::ScalarType::Bool: return PyBool_FromLong(*t.const_data_ptr<bool>());
+    default: TORCH_CHECK(false, "torchtpu_lab recorder: a wrapped scalar of type ", t.scalar_type());
+  }
+}
+
+// The key of a call, and the arrays of its tensor arguments by position; false where the recorded path does
+// not apply to these arguments.
+bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, std::string& key,
+               std::vector<PyObject*>& arrays, std::vector<PyObject*>& storages, long pending_device) {
+  const auto& formals = op.schema().arguments();
+  const size_t n = formals.size();
+  const size_t base = stack.size() - n;
+  key.clear();
+  put(key, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));
+  arrays.assign(n, nullptr);
+  storages.assign(n, nullptr);
+  views_scratch.assign(n, 0);
+  bool any_tensor = false;
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = stack[base + i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) return false;
+      if (t.device().type() == c10::DeviceType::PrivateUse1) {
+        PyObject* array = tensor_input(t, pending_device, key, &storages[i], &views_scratch[i]);
+        if (array == nullptr) return false;
+        arrays[i] = array;
+        any_tensor = true;
+      } else if (t.unsafeGetTensorImpl()->is_wrapped_number() && t.device().is_cpu() && t.dim() == 0) {
+        key.push_back(kWrapped);  // a Python number PyTorch wrapped (x * 0.5): keyed by its value
+        put(key, static_cast<int8_t>(t.scalar_type()));
+        switch (t.scalar_type()) {
+          case c10::ScalarType::Double: put(key, *t.const_data_ptr<double>()); break;
+          case c10::ScalarType::Float: put(key, *t.const_data_ptr<float>()); break;
+          case c10::ScalarType::Long: put(key, *t.const_data_ptr<int64_t>()); break;
+          case c10::ScalarType::Bool: put(key, *t.const_data_ptr<bool>()); break;
+          default: return false;
+        }
+      } else {
+        return false;
+      }
+    } else if (v.isNone()) {
+      key.push_back(kNone);
+    } else if (v.isBool()) {
+      key.push_back(kBool);
+      put(key, v.toBool());
+    } else if (v.isInt()) {
+      key.push_back(kInt);
+      put(key, v.toInt());
+    } else if (v.isDouble()) {
+      key.push_back(kDouble);
+      put(key, v.toDouble());
+    } else if (v.isIntList()) {
+      key.push_back(kInts);
+      const auto ints = v.toIntList();
+      put(key, static_cast<int64_t>(ints.size()));
+      for (int64_t x : ints) put(key, x);
+    } else if (v.isString()) {
+      const auto& s = v.toStringRef();
+      key.push_back(kString);
+      put(key, static_cast<int64_t>(s.size()));
+      key.append(s);
+    } else if (v.isDevice()) {
+      key.push_back(kDevice);
+      put(key, static_cast<int8_t>(v.toDevice().type()));
+      put(key, static_cast<int8_t>(v.toDevice().index()));
+    } else {
+      return false;  // tensor lists, generators, complex numbers, ...: the Python kernel
+    }
+  }
+  return any_tensor;
+}
+
+// ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----
+
+PyObject* user_source() {
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  if (frame == nullptr) return rt.backward;
+  Py_INCREF(frame);
+  PyObject* found = nullptr;
+  bool known = true;
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    PyObject* skip = PyDict_GetItem(rt.internal_code, reinterpret_cast<PyObject*>(code));
+    if (skip == nullptr) {
+      known = false;
+    } else if (skip == Py_False) {
+      PyObject* where = Py_BuildValue("(Oi)", code, PyFrame_GetLineNumber(frame));
+      found = where == nullptr ? nullptr : PyDict_GetItem(rt.sources, where);
+      Py_XDECREF(where);
+      if (found == nullptr) known = false;
+    }
+    Py_DECREF(code);
+    if (!known || found != nullptr) {
+      Py_DECREF(frame);
+      break;
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  if (!known) return nullptr;
+  if (found != nullptr) return found;
+  return PyThread_get_thread_ident() == rt.main_thread ? Py_None : rt.backward;
+}
+
+// ---- the pending graph (fused.py's record_one + graph_key.Segment.add + track_new) ----
+
+PyObject* alloc(PyTypeObject* type) {
+  PyObject* obj = type->tp_alloc(type, 0);
+  if (obj == nullptr) throw python_error();
+  return obj;
+}
+
+PyObject* increment(const Slot& slot, PyObject* obj) {  // obj.slot += 1; returns the new value (borrowed)
+  PyObject* now = PyNumber_Add(slot.get(obj), rt.one);
+  if (now == nullptr) throw python_error();
+  slot.set_new(obj, now);
+  return now;
+}
+
+void check(int rc) {
+  if (rc < 0) throw python_error();
+}
+
+// graph_key.Segment.add(node, LazyValue), the same steps in the same order.
+void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* uid) {
+  if (rt.seg_regular.get(segment) != Py_True) return;
+  PyObject* token = rt.seg_token.get(segment);
+  PyObject* leaves = rt.seg_leaves.get(segment);
+  PyObject* leaf_sigs = rt.seg_leaf_sigs.get(segment);
+  PyObject* leaf_pos = rt.seg_leaf_pos.get(segment);
+  const Py_ssize_t n = PyList_GET_SIZE(inputs);
+  PyObject* refs = PyTuple_New(n);
+  if (refs == nullptr) throw python_error();
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* v = PyList_GET_ITEM(inputs, i);
+      PyObject* ref = nullptr;
+      if (Py_TYPE(v) == rt.lazy_type) {
+        PyObject* src = rt.lv_node.get(v);
+        if (rt.n_segment.get(src) != token) {
+          rt.seg_regular.set(segment, Py_False);
+          Py_DECREF(refs);
+          return;
+        }
+        rt.n_used.set(src, Py_True);
+        ref = PyTuple_Pack(2, rt.n_position.get(src), rt.lv_index.get(v));
+      } else if (Py_TYPE(v) == rt.array_type) {
+        PyObject* id = PyLong_FromVoidPtr(v);
+        if (id == nullptr) throw python_error();
+        PyObject* p = PyDict_GetItem(leaf_pos, id);
+        if (p == nullptr) {
+          p = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
+          PyObject* shape = p == nullptr ? nullptr : PyObject_GetAttr(v, rt.s_shape);
+          PyObject* dtype = shape == nullptr ? nullptr : PyObject_GetAttr(v, rt.s_dtype);
+          PyObject* sig = dtype == nullptr ? nullptr : PyTuple_Pack(2, shape, dtype);
+          Py_XDECREF(shape);
+          Py_XDECREF(dtype);
+          if (sig == nullptr || PyDict_SetItem(leaf_pos, id, p) < 0 || PyList_Append(leaves, v) < 0 ||
+              PyList_Append(leaf_sigs, sig) < 0) {
+            Py_XDECREF(sig);
+            Py_XDECREF(p);
+            Py_DECREF(id);
+            throw python_error();
+          }
+          Py_DECREF(sig);
+          Py_DECREF(p);  // the dict holds it
+        }
+        Py_DECREF(id);
+        ref = PyTuple_Pack(2, rt.minus_one, p);
+      } else {  // a dynamic Python number: one input per use
+        PyObject* p = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
+        ref = p == nullptr ? nullptr : PyTuple_Pack(2, rt.minus_one, p);
+        Py_XDECREF(p);
+        if (ref != nullptr && (PyList_Append(leaves, v) < 0 ||
+                               PyList_Append(leaf_sigs, reinterpret_cast<PyObject*>(Py_TYPE(v))) < 0)) {
+          Py_DECREF(ref);
+          throw python_error();
+        }
+      }
+      if (ref == nullptr) throw python_error();
+      PyTuple_SET_ITEM(refs, i, ref);
+    }
+    PyObject* node_refs = rt.seg_refs.get(segment);
+    rt.n_segment.set(node, token);
+    PyObject* position = PyLong_FromSsize_t(PyList_GET_SIZE(node_refs));
+    if (position == nullptr) throw python_error();
+    rt.n_position.set_new(node, position);
+    PyObject* weak = PyWeakref_NewRef(node, nullptr);
+    if (weak == nullptr) throw python_error();
+    int rc = PyList_Append(node_refs, weak);
+    Py_DECREF(weak);
+    check(rc);
+    PyObject* node_key = PyTuple_Pack(2, uid, refs);
+    if (node_key == nullptr) throw python_error();
+    rc = PyList_Append(rt.seg_node_keys.get(segment), node_key);
+    Py_DECREF(node_key);
+    check(rc);
+  } catch (...) {
+    Py_DECREF(refs);
+    throw;
+  }
+  Py_DECREF(refs);
+}
+
+// The recorded path proper, under fused.LOCK. Returns the output tensor (a new reference).
+// `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
+// result is None then. Otherwise the result is a new output tensor.
+PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays,
+                 long device, PyObject* source, PyObject* alloc_source, PyObject* write_to) {
+  PyObject* pending = rt.pending;
+  const Py_ssize_t n = static_cast<Py_ssize_t>(e.dyn.size());
+  PyObject* inputs = PyList_New(n);
+  if (inputs == nullptr) throw python_error();
+  for (Py_ssize_t j = 0; j < n; ++j) {
+    const Source& s = e.dyn[j];
+    PyObject* v;
+    if (s.position < 0) {
+      v = Py_NewRef(s.constant);
+    } else if (arrays[s.position] != nullptr) {
+      v = Py_NewRef(arrays[s.position]);
+    } else {
+      const c10::IValue& iv = stack[base + s.position];
+      v = iv.isTensor() ? wrapped_number(iv.toTensor())
+          : iv.isBool() ? PyBool_FromLong(iv.toBool())
+          : iv.isInt()  ? PyLong_FromLongLong(iv.toInt())
+                        : PyFloat_FromDouble(iv.toDouble());
+      if (v == nullptr) {
+        Py_DECREF(inputs);
+        throw python_error();
+      }
+    }
+    PyList_SET_ITEM(inputs, j, v);
+  }
+  PyObject* node = nullptr;
+  PyObject* lazy = nullptr;
+  PyObject* storage = nullptr;
+  try {
+    PyObject* seq = increment(rt.pw_seq, pending);
+    node = alloc(rt.node_type);
+    rt.n_key.set(node, e.signature);
+    rt.n_uid.set(node, e.uid);
+    rt.n_fn.set(node, e.run);
+    rt.n_inputs.set_new(node, inputs);
+    inputs = nullptr;
+    rt.n_treedef.set(node, e.treedef);
+    rt.n_avals.set(node, e.avals);
+    rt.n_name.set(node, e.name);
+    rt.n_source.set(node, source);
+    rt.n_seq.set(node, seq);
+    rt.n_segment.set(node, Py_None);
+    rt.n_position.set(node, rt.minus_one);
+    rt.n_used.set(node, Py_False);
+    lazy = alloc(rt.lazy_type);
+    rt.lv_node.set(lazy, node);
+    rt.lv_index.set(lazy, rt.zero);
+    rt.lv_shape.set(lazy, e.shape);
+    rt.lv_dtype.set(lazy, e.aval_dtype);
+    rt.lv_value.set(lazy, Py_None);
+    increment(rt.pw_recorded, pending);
+    segment_add(rt.pw_segment.get(pending), node, rt.n_inputs.get(node), e.uid);
+    PyObject* tail = rt.cut_tail.get(rt.cuts);
+    PyObject* appended = PyObject_CallMethodOneArg(tail, rt.s_append, e.fn_id);
+    if (appended == nullptr) throw python_error();
+    Py_DECREF(appended);
+
+    if (write_to != nullptr) {
+      PyObject* args[] = {write_to, lazy};
+      PyObject* r = PyObject_Vectorcall(rt.set_array, args, 2, nullptr);
+      if (r == nullptr) throw python_error();
+      Py_DECREF(r);
+      Py_DECREF(lazy);
+      Py_DECREF(node);
+      return Py_NewRef(Py_None);
+    }
+
+    storage = alloc(rt.storage_type);  // Storage.output(shape, dtype, device, placeholder)
+    rt.st_array.set(storage, Py_None);
+    rt.st_shape.set(storage, e.shape);
+    rt.st_dtype.set(storage, e.dtype);
+    PyObject* index = PyLong_FromLong(device);
+    if (index == nullptr) throw python_error();
+    rt.st_device.set_new(storage, index);
+    rt.st_nbytes.set(storage, e.nbytes);
+    rt.st_source.set(storage, alloc_source);
+    rt.st_array.set(storage, lazy);
+
+    PyObject* id = PyLong_FromVoidPtr(storage);  // fused.track_new(storage)
+    PyObject* weak = id == nullptr ? nullptr : PyWeakref_NewRef(storage, nullptr);
+    int rc = weak == nullptr ? -1 : PyDict_SetItem(rt.pw_storages.get(pending), id, weak);
+    Py_XDECREF(weak);
+    if (rc == 0) {
+      PyObject* prior = rt.pw_prior.get(pending);
+      if (PyDict_Contains(prior, id) == 1) rc = PyDict_DelItem(prior, id);
+    }
+    Py_XDECREF(id);
+    check(rc);
+
+    PyObject* out = make_tensor(rt.tensor_type, e.sizes, e.strides, e.scalar_type,
+                                static_cast<c10::DeviceIndex>(device), storage, Py_None);
+    if (out == nullptr) throw python_error();
+    Py_DECREF(storage);
+    Py_DECREF(lazy);
+    Py_DECREF(node);
+    return out;
+  } catch (...) {
+    Py_XDECREF(inputs);
+    Py_XDECREF(node);
+    Py_XDECREF(lazy);
+    Py_XDECREF(storage);
+    throw;
+  }
+}
+
+bool flag(PyObject* state) { return rt.state_value.get(state) == Py_True; }
+
+long as_long(PyObject* v) {
+  long x = PyLong_AsLong(v);
+  if (x == -1 && PyErr_Occurred()) throw python_error();
+  return x;
+}
+
+// What a kernel serves: a lowered op it records, a view op, or an in-place op whose functional op it records
+// and writes into `self` (entries are learned from that functional op's Python path).
+enum class Kind { kRecord = 0, kView = 1, kInplace = 2 };
+
+class RecordingKernel final : public c10::OperatorKernel {
+ public:
+  RecordingKernel(std::string name, std::string overload, PyObject* python, Kind kind, std::string learns,
+                  std::string learns_overload)
+      : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(kind == Kind::kView),
+        inplace_(kind == Kind::kInplace), learns_(std::move(learns)), learns_overload_(std::move(learns_overload)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    pybind11::gil_scoped_acquire gil;
+    if (try_record(op, stack)) return;
+    misses.push_back({this, std::move(key_scratch)});
+    key_scratch = std::string();
+    ++stats.python;
+    try {
+      call_python_kernel(python_, op, stack);
+    } catch (...) {
+      misses.pop_back();
+      throw;
+    }
+    misses.pop_back();
+  }
+
+  // Whether the Python path of op name.overload teaches this kernel (its own op; an in-place op's functional).
+  bool learns(const std::string& name, const std::string& overload) const {
+    return name == learns_ && overload == learns_overload_;
+  }
+  bool is_view() const { return view_; }
+  Table& table() { return table_; }
+
+ private:
+  // Whether this call was recorded here; leaves the call's key in key_scratch (empty when it has none).
+  bool try_record(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    key_scratch.clear();
+    if (!rt.ready || !flag(rt.enabled)) return false;
+    PyObject* mode = rt.state_value.get(rt.mode);
+    if (mode != rt.fused_str && PyUnicode_Compare(mode, rt.fused_str) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
+    const long device = as_long(rt.pw_device.get(rt.pending));
+    if (view_ && (c10::InferenceMode::is_enabled() || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None)) {
+      return false;  // the Python view kernel's special cases: inference mode, a profile timing entry points
+    }
+    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device)) {
+      key_scratch.clear();
+      return false;
+    }
+    auto found = table_.find(key_scratch);
+    if (found == table_.end()) return false;
+    const Entry& e = *found->second;
+    if (view_) return make_view(e, op, stack);
+    // While a profile records: the op's line and stack from one walk (telemetry.op_sources), its op record,
+    // and (outermost calls only) its span at the runtime's door, as the Python path gives them.
+    const bool profiling = PyList_GET_SIZE(rt.recorders) != 0;
+    PyObject* spans = PyList_GET_ITEM(rt.entry_spans, 0);
+    const double t0 = profiling || spans != Py_None ? monotonic() : 0.0;
+    PyObject* sources = nullptr;  // (source, stack) while profiling
+    PyObject* source = Py_None;
+    if (profiling) {
+      sources = PyObject_CallOneArg(rt.op_sources, rt.zero);
+      if (sources == nullptr) throw python_error();
+      source = PyTuple_GET_ITEM(sources, 0);
+    } else if (flag(rt.track_sources)) {
+      source = user_source();
+      if (source == nullptr) return false;  // a line Python has not seen: it interns it (and learns nothing new)
+    }
+    PyObject* alloc_source = Py_None;  // Storage.output's: the op's line, or its own look-up
+    if (flag(rt.track_alloc)) {
+      alloc_source = source != Py_None ? source : user_source();
+      if (alloc_source == nullptr) {
+        Py_XDECREF(sources);
+        return false;
+      }
+    }
+    bool outermost = false;
+    if (spans != Py_None) {
+      PyObject* owned = PyObject_CallNoArgs(rt.lock_is_owned);
+      if (owned == nullptr) {
+        Py_XDECREF(sources);
+        throw python_error();
+      }
+      outermost = owned == Py_False;
+      Py_DECREF(owned);
+    }
+    PyObject* got = PyObject_CallOneArg(rt.lock_acquire, Py_False);
+    if (got == nullptr) {
+      Py_XDECREF(sources);
+      throw python_error();
+    }
+    const bool acquired = got == Py_True;
+    Py_DECREF(got);
+    if (!acquired) {  // another thread is inside the runtime: the Python kernel waits for it
+      Py_XDECREF(sources);
+      return false;
+    }
+    const size_t n = op.schema().arguments().size();
+    const size_t base = stack->size() - n;
+    PyObject* write_to = nullptr;
+    if (inplace_) {  // the usual update: a base `self` whose storage the result replaces whole
+      const at::Tensor& self = (*stack)[base].toTensor();
+      if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
+        PyObject* released = PyObject_CallNoArgs(rt.lock_release);
+        Py_XDECREF(released);
+        Py_XDECREF(sources);
+        if (released == nullptr) throw python_error();
+        return false;
+      }
+      write_to = storages_scratch[0];
+    }
+    PyObject* out = nullptr;
+    try {
+      out = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to);
+    } catch (...) {
+      PyObject* released = PyObject_CallNoArgs(rt.lock_release);
+      Py_XDECREF(released);
+      Py_XDECREF(sources);
+      throw;
+    }
+    PyObject* released = PyObject_CallNoArgs(rt.lock_release);
+    if (released == nullptr) {
+      Py_DECREF(out);
+      Py_XDECREF(sources);
+      throw python_error();
+    }
+    Py_DECREF(released);
+    if (inplace_) {
+      at::Tensor self = (*stack)[base].toTensor();
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(self));
+    } else {
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, THPVariable_Unpack(out));
+    }
+    Py_DECREF(out);
+    ++stats.recorded;
+    if (profiling || outermost) note_profiled(e, t0, sources, outermost ? spans : nullptr);
+    flush_if_needed(e);
+    return true;
+  }
+
+  // A view op's output: a tensor over its input's storage with the learned geometry (view_kernels.py's
+  // make_view_kernel for one output). No pending work changes, so no lock.
+  bool make_view(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    const size_t base = stack->size() - n;
+    const at::Tensor& self = (*stack)[base].toTensor();
+    PyObject* storage = storages_scratch[0];
+    PyObject* out = make_tensor(rt.tensor_type, e.sizes, e.strides, self.scalar_type(), self.device().index(),
+                                storage, e.view);
+    if (out == nullptr) throw python_error();
+    at::Tensor result = THPVariable_Unpack(out);
+    Py_DECREF(out);  // the TensorImpl keeps its Python object (and the attributes on it)
+    if (e.reported) {
+      const long nbytes = as_long(rt.st_nbytes.get(storage));
+      set_geometry(result.unsafeGetTensorImpl(), e.sizes, e.view_stride, e.view_offset, static_cast<size_t>(nbytes));
+    }
+    torch::jit::drop(*stack, n);
+    torch::jit::push(stack, std::move(result));
+    ++stats.recorded;
+    return true;
+  }
+
+  // The op record a profile reads (telemetry.record_op) and the entry span (t0, now); steals `sources`.
+  static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans) {
+    const double t1 = monotonic();
+    PyObject* start = PyFloat_FromDouble(t0);
+    PyObject* end = PyFloat_FromDouble(t1);
+    PyObject* result = nullptr;
+    bool failed = start == nullptr || end == nullptr;
+    if (!failed && sources != nullptr) {
+      PyObject* dur = PyFloat_FromDouble(t1 - t0);
+      PyObject* args[] = {e.name, start, dur, Py_None, PyTuple_GET_ITEM(sources, 0), PyTuple_GET_ITEM(sources, 1)};
+      result = dur == nullptr ? nullptr : PyObject_Vectorcall(rt.record_op, args, 6, nullptr);
+      Py_XDECREF(dur);
+      failed = result == nullptr;
+      Py_XDECREF(result);
+    }
+    if (!failed && spans != nullptr) {
+      PyObject* span = PyTuple_Pack(2, start, end);
+      failed = span == nullptr || PyList_Append(spans, span) < 0;
+      Py_XDECREF(span);
+    }
+    Py_XDECREF(start);
+    Py_XDECREF(end);
+    Py_XDECREF(sources);
+    if (failed) throw python_error();
+  }
+
+  // fused.over_limit()'s cheap half: at the size limit, or at an op that ends a remembered cut point; the
+  // Python side decides and syncs (this may raise, like any sync).
+  static void flush_if_needed(const Entry& e) {
+    const long recorded = as_long(rt.pw_recorded.get(rt.pending));
+    const long limit = as_long(rt.state_value.get(rt.max_ops));
+    PyObject* last_ids = rt.cut_last_ids.get(rt.cuts);
+    bool maybe = recorded >= limit;
+    if (!maybe && PySet_GET_SIZE(last_ids) != 0) {
+      int has = PySet_Contains(last_ids, e.fn_id);
+      if (has < 0) throw python_error();
+      maybe = has == 1;
+    }
+    if (!maybe) return;
+    PyObject* r = PyObject_CallNoArgs(rt.flush);
+    if (r == nullptr) throw python_error();
+    Py_DECREF(r);
+  }
+
+  std::string name_, overload_;
+  PyObject* python_;  // the op's Python kernel (owned, never freed)
+  bool view_;         // a view op: outputs share the input's storage, nothing is recorded
+  bool inplace_;      // an in-place op: the functional op's node, written into self's storage
+  std::string learns_, learns_overload_;
+  Table table_;
+};
+
+void clear_entry(Entry& e) {
+  for (PyObject* o : {e.compiled, e.signature, e.run, e.avals, e.treedef, e.name, e.uid, e.fn_id, e.shape,
+                      e.aval_dtype, e.dtype, e.nbytes, e.view}) {
+    Py_XDECREF(o);
+  }
+  for (auto& s : e.dyn) Py_XDECREF(s.constant);
+}
+
+}  // namespace
+
+void configure_recorder(PyObject* config) {
+  TORCH_CHECK(PyDict_Check(config), "configure: a dict");
+  rt.enabled = item(config, "enabled");
+  rt.mode = item(config, "eager_mode");
+  rt.track_sources = item(config, "track_sources");
+  rt.track_alloc = item(config, "track_allocation_sources");
+  rt.max_ops = item(config, "max_graph_ops");
+  rt.recorders = item(config, "recorders");
+  rt.entry_spans = item(config, "entry_spans");
+  rt.interrupt = item(config, "interrupt_pending");
+  PyObject* lock = item(config, "lock");
+  rt.lock_acquire = PyObject_GetAttrString(lock, "acquire");
+  rt.lock_release = PyObject_GetAttrString(lock, "release");
+  rt.lock_is_owned = PyObject_GetAttrString(lock, "_is_owned");
+  if (rt.lock_acquire == nullptr || rt.lock_release == nullptr || rt.lock_is_owned == nullptr) {
+    throw python_error();
+  }
+  rt.op_sources = item(config, "op_sources");
+  rt.record_op = item(config, "record_op");
+  rt.set_array = item(config, "set_array");
+  rt.pending = item(config, "pending");
+  rt.cuts = item(config, "cuts");
+  rt.flush = item(config, "flush");
+  rt.internal_code = item(config, "internal_code");
+  rt.sources = item(config, "sources");
+  rt.backward = item(config, "backward");
+  rt.main_thread = PyLong_AsUnsignedLong(PyDict_GetItemString(config, "main_thread"));
+  if (PyErr_Occurred()) throw python_error();
+  auto type = [&](const char* name) { return reinterpret_cast<PyTypeObject*>(item(config, name)); };
+  rt.node_type = type("Node");
+  rt.lazy_type = type("LazyValue");
+  rt.storage_type = type("Storage");
+  rt.tensor_type = type("TpuTensor");
+  rt.array_type = type("ArrayImpl");
+  PyObject* state_type = reinterpret_cast<PyObject*>(Py_TYPE(rt.mode));
+  rt.state_value = slot_of(state_type, "value");
+  PyObject* pw = reinterpret_cast<PyObject*>(Py_TYPE(rt.pending));
+  rt.pw_storages = slot_of(pw, "storages");
+  rt.pw_prior = slot_of(pw, "prior");
+  rt.pw_recorded = slot_of(pw, "recorded");
+  rt.pw_seq = slot_of(pw, "seq");
+  rt.pw_segment = slot_of(pw, "segment");
+  rt.pw_device = slot_of(pw, "device");
+  PyObject* seg = reinterpret_cast<PyObject*>(Py_TYPE(rt.pw_segment.get(rt.pending)));
+  rt.seg_token = slot_of(seg, "token");
+  rt.seg_refs = slot_of(seg, "refs");
+  rt.seg_node_keys = slot_of(seg, "node_keys");
+  rt.seg_leaves = slot_of(seg, "leaves");
+  rt.seg_leaf_sigs = slot_of(seg, "leaf_sigs");
+  rt.seg_leaf_pos = slot_of(seg, "leaf_pos");
+  rt.seg_regular = slot_of(seg, "regular");
+  PyObject* cut = reinterpret_cast<PyObject*>(Py_TYPE(rt.cuts));
+  rt.cut_tail = slot_of(cut, "tail");
+  rt.cut_last_ids = slot_of(cut, "last_ids");
+  PyObject* node = reinterpret_cast<PyObject*>(rt.node_type);
+  rt.n_key = slot_of(node, "key");
+  rt.n_uid = slot_of(node, "uid");
+  rt.n_fn = slot_of(node, "fn");
+  rt.n_inputs = slot_of(node, "inputs");
+  rt.n_treedef = slot_of(node, "treedef");
+  rt.n_avals = slot_of(node, "avals");
+  rt.n_name = slot_of(node, "name");
+  rt.n_source = slot_of(node, "source");
+  rt.n_seq = slot_of(node, "seq");
+  rt.n_segment = slot_of(node, "segment");
+  rt.n_position = slot_of(node, "position");
+  rt.n_used = slot_of(node, "used");
+  PyObject* lazy = reinterpret_cast<PyObject*>(rt.lazy_type);
+  rt.lv_node = slot_of(lazy, "node");
+  rt.lv_index = slot_of(lazy, "index");
+  rt.lv_shape = slot_of(lazy, "shape");
+  rt.lv_dtype = slot_of(lazy, "dtype");
+  rt.lv_value = slot_of(lazy, "value");
+  PyObject* st = reinterpret_cast<PyObject*>(rt.storage_type);
+  rt.st_array = slot_of(st, "_array");
+  rt.st_shape = slot_of(st, "shape");
+  rt.st_dtype = slot_of(st, "dtype");
+  rt.st_device = slot_of(st, "device_index");
+  rt.st_nbytes = slot_of(st, "nbytes");
+  rt.st_source = slot_of(st, "source");
+  rt.fused_str = PyUnicode_InternFromString("fused");
+  rt.one = PyLong_FromLong(1);
+  rt.zero = PyLong_FromLong(0);
+  rt.minus_one = PyLong_FromLong(-1);
+  rt.s_tpu_storage = PyUnicode_InternFromString("tpu_storage");
+  rt.s_tpu_view = PyUnicode_InternFromString("tpu_view");
+  rt.s_shape = PyUnicode_InternFromString("shape");
+  rt.s_dtype = PyUnicode_InternFromString("dtype");
+  rt.s_append = PyUnicode_InternFromString("append");
+  rt.ready = true;
+}
+
+void install_recording_kernels(PyObject* ops) {
+  // one Library for the process's life: its registrations must outlive every call
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                        __LINE__);
+  PyObject* seq = PySequence_Fast(
+      ops, "install_recording_kernels: a sequence of (name, overload, kernel, kind, learns, learns_overload)");
+  if (seq == nullptr) throw python_error();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* entry = PySequence_Fast_GET_ITEM(seq, i);
+    const char* name = nullptr;
+    const char* overload = nullptr;
+    PyObject* fn = nullptr;
+    int kind = 0;
+    const char* learns = nullptr;
+    const char* learns_overload = nullptr;
+    if (!PyArg_ParseTuple(entry, "ssOiss", &name, &overload, &fn, &kind, &learns, &learns_overload)) {
+      Py_DECREF(seq);
+      throw python_error();
+    }
+    Py_INCREF(fn);
+    TORCH_CHECK(kind >= 0 && kind <= 2, "install_recording_kernels: kind ", kind);
+    auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, static_cast<Kind>(kind), learns,
+                                                    learns_overload);
+    kernels.push_back(kernel.get());
+    std::string qualified = std::string(name).substr(std::strlen("aten::"));
+    if (*overload) qualified += std::string(".") + overload;
+    lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
+  }
+  Py_DECREF(seq);
+}
+
+bool lesson_pending() { return !misses.empty() && !misses.back().key.empty(); }
+
+namespace {
+
+// The innermost fallback call, if it is one of op name.overload with a key, else nullptr.
+Miss* lesson_for(PyObject* name, PyObject* overload, bool view) {
+  if (misses.empty() || misses.back().key.empty()) return nullptr;
+  Miss& miss = misses.back();
+  const char* n = PyUnicode_AsUTF8(name);
+  const char* o = PyUnicode_AsUTF8(overload);
+  if (n == nullptr || o == nullptr) throw python_error();
+  if (!miss.kernel->learns(n, o) || miss.kernel->is_view() != view) return nullptr;  // another op's kernel
+  return &miss;
+}
+
+void file(Miss& miss, std::unique_ptr<Entry> e) {
+  Table& table = miss.kernel->table();
+  if (table.size() >= kMaxEntriesPerOp) {
+    for (auto& kv : table) clear_entry(*kv.second);
+    table.clear();
+  }
+  auto& slot = table[miss.key];
+  if (slot) clear_entry(*slot);
+  slot = std::move(e);
+  ++stats.learned;
+}
+
+std::vector<int64_t> ints_of(PyObject* seq) {
+  PyObject* fast = PySequence_Fast(seq, "a sequence of ints");
+  if (fast == nullptr) throw python_error();
+  std::vector<int64_t> out;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      throw python_error();
+    }
+    out.push_back(v);
+  }
+  Py_DECREF(fast);
+  return out;
+}
+
+}  // namespace
+
+bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride,
+                long offset, bool reported) {
+  Miss* miss = lesson_for(name, overload, true);
+  if (miss == nullptr) return false;
+  auto e = std::make_unique<Entry>();
+  e->view = Py_NewRef(view);
+  e->sizes = ints_of(size);
+  e->strides.assign(e->sizes.size(), 1);
+  for (int64_t i = static_cast<int64_t>(e->sizes.size()) - 2; i >= 0; --i) {
+    e->strides[i] = e->strides[i + 1] * std::max<int64_t>(e->sizes[i + 1], 1);
+  }
+  e->view_stride = ints_of(stride);
+  e->view_offset = offset;
+  e->reported = reported;
+  TORCH_CHECK(e->view_stride.size() == e->sizes.size(), "learn_view: one stride per size");
+  file(*miss, std::move(e));
+  return true;
+}
+
+bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
+  Miss* miss = lesson_for(name, overload, false);
+  if (miss == nullptr) return false;
+  auto e = std::make_unique<Entry>();
+  auto attr = [&](PyObject* obj, const char* a) {
+    PyObject* v = PyObject_GetAttrString(obj, a);
+    if (v == nullptr) throw python_error();
+    return v;
+  };
+  try {
+    e->compiled = Py_NewRef(compiled);
+    e->signature = attr(compiled, "signature");
+    e->run = attr(compiled, "run");
+    e->avals = attr(compiled, "avals");
+    e->treedef = attr(compiled, "treedef");
+    e->name = attr(compiled, "name");
+    e->uid = attr(compiled, "uid");
+    e->fn_id = PyLong_FromVoidPtr(e->run);
+    PyObject* aval = PyList_GetItem(e->avals, 0);  // borrowed
+    if (aval == nullptr || e->fn_id == nullptr) throw python_error();
+    PyObject* shape = attr(aval, "shape");
+    e->shape = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
+    Py_DECREF(shape);
+    if (e->shape == nullptr) throw python_error();
+    e->aval_dtype = attr(aval, "dtype");
+    PyObject* meta = attr(compiled, "meta");
+    e->dtype = attr(meta, "dtype");
+    Py_DECREF(meta);
+    TORCH_CHECK(THPDtype_Check(e->dtype), "learn: the output's dtype is not a torch.dtype");
+    e->scalar_type = reinterpret_cast<THPDtype*>(e->dtype)->scalar_type;
+    int64_t numel = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e->shape); ++i) {
+      e->sizes.push_back(as_long(PyTuple_GET_ITEM(e->shape, i)));
+      numel *= e->sizes.back();
+    }
+    e->strides.assign(e->sizes.size(), 1);
+    for (int64_t i = static_cast<int64_t>(e->sizes.size()) - 2; i >= 0; --i) {
+      e->strides[i] = e->strides[i + 1] * std::max<int64_t>(e->sizes[i + 1], 1);
+    }
+    e->nbytes = PyLong_FromLongLong(numel * static_cast<int64_t>(c10::elementSize(e->scalar_type)));
+    if (e->nbytes == nullptr) throw python_error();
+    const Py_ssize_t k = PyList_Size(dyn);
+    TORCH_CHECK(k >= 0 && PySequence_Size(sources) == k, "learn: one source per dynamic input");
+    for (Py_ssize_t j = 0; j < k; ++j) {
+      PyObject* s = PySequence_GetItem(sources, j);
+      if (s == nullptr) throw python_error();
+      long position = PyLong_AsLong(s);
+      Py_DECREF(s);
+      if (position == -1 && PyErr_Occurred()) throw python_error();
+      PyObject* constant = nullptr;
+      if (position < 0) {
+        constant = PyList_GET_ITEM(dyn, j);
+        if (Py_TYPE(constant) != rt.array_type && !PyLong_CheckExact(constant)) {  // arrays and view offsets
+          clear_entry(*e);
+          return false;
+        }
+        Py_INCREF(constant);
+      }
+      e->dyn.push_back({static_cast<int>(position), constant});
+    }
+  } catch (...) {
+    clear_entry(*e);
+    throw;
+  }
+  file(*miss, std::move(e));
+  return true;
+}
+
+void clear_recorded() {
+  for (RecordingKernel* k : kernels) {
+    for (auto& kv : k->table()) clear_entry(*kv.second);
+    k->table().clear();
+  }
+}
+
+PyObject* recorder_stats() {
+  size_t entries = 0;
+  for (RecordingKernel* k : kernels) entries += k->table().size();
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:n}", "recorded", static_cast<unsigned long long>(stats.recorded),
+                       "python", static_cast<unsigned long long>(stats.python), "learned",
+                       static_cast<unsigned long long>(stats.learned), "entries", static_cast<Py_ssize_t>(entries),
+                       "kernels", static_cast<Py_ssize_t>(kernels.size()));
+}
+
+}  // namespace torchtpu

@@ -1,0 +1,33 @@
+// The recording kernel (recorder.cpp): fused eager's common op recorded without entering Python.
+#pragma once
+
+#include <Python.h>
+
+namespace torchtpu {
+
+// Hands the recorder the Python objects it reads and writes (fused.PENDING, the config states, the classes of
+// the pending graph's objects, ...), by name in a dict; once, before install_recording_kernels.
+void configure_recorder(PyObject* config);
+
+// Registers a RecordingKernel as the PrivateUse1 kernel of each (schema name, overload, python kernel, kind,
+// learns, learns_overload): kind 0 records a lowered op; 1, a view op, makes its output over the input's
+// storage from a learned geometry; 2, an in-place op, records its functional op (`learns`, whose Python path
+// teaches it) and writes the result into self's storage.
+void install_recording_kernels(PyObject* ops);
+
+// Whether the innermost kernel call that fell back to Python has a key to learn under.
+bool lesson_pending();
+
+// Files `compiled` (an executor OpExecutable) under the key of the innermost fallback call of op
+// name.overload; `sources`: per dynamic input, the argument position it comes from (-1: the constant in dyn).
+bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
+
+// The same for a view op: the output's View (or None), size, the stride and offset its TensorImpl reports,
+// and whether those differ from the contiguous ones (then they are set on it).
+bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride, long offset,
+                bool reported);
+
+void clear_recorded();
+PyObject* recorder_stats();
+
+}  // namespace torchtpu

@@ -1,0 +1,19 @@
+// The output tensor of every tpu op, made in one call (tensor_factory.cpp): shared by the Python-facing
+// `new_tensor` and the recording kernel (recorder.cpp), which makes its outputs without entering Python.
+#pragma once
+
+#include <Python.h>
+
+#include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/core/Device.h>
+
+namespace torchtpu {
+
+// A new reference to a `cls` instance (a torch.Tensor subclass) on tpu:index with the given sizes, strides and
+// dtype, `tpu_storage = storage`, `tpu_view = view` on it and `_tpu_ref = (storage, view)` on its torch
+// storage's Python object; nullptr with a Python error set on failure.
+PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
+                      c10::DeviceIndex index, PyObject* storage, PyObject* view);
+
+}  // namespace torchtpu

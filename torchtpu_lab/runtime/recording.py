@@ -1,0 +1,177 @@
+"""The native core's recording kernel, seen from Python: what it is given, which ops it serves, what it learns.
+
+In-place ops whose functional op it records (``p.add_(g, alpha=-lr)``, ``mul_``, ``addcmul_``: an
+optimizer's update) are recorded as that functional op's node, and the result becomes ``self``'s storage's array
+through :func:`.values.set_array` (the one Python call on that path: memory accounting), when ``self`` is a base
+tensor of the result's shape and dtype; the functional op's Python path inside the in-place kernel teaches it.
+
+View ops (``view``, ``t``, ``transpose``, ``expand``, ``detach``, ...; one output) are served the same way in
+every mode: the output tensor over the input's storage, with the geometry the Python view kernel computed for
+the same input geometry and arguments (:func:`learn_view`).
+
+In fused mode most ops are calls seen before: the same op on base tensors of the same shapes and dtypes with
+the same other arguments. The native core (``csrc/recorder.cpp``) records those into :data:`.fused.PENDING`
+itself — the same ``Node``, ``LazyValue``, ``Storage`` and tensor objects :func:`.executor._record_single`
+makes, the graph-key segment, cut points and storage tracking updated the same way — without entering Python:
+PyTorch's dispatch into a Python kernel alone costs more than PyTorch's whole CPU ``add`` (docs/perf.md).
+
+Everything else reaches the op's Python kernel, unchanged: the first call of a signature, strict and debug
+mode, a recording profile, allocation sources on, a pending interrupt, another thread inside the runtime, and
+``config.native_recording`` off (the switch for comparing the two paths).
+When the Python path records a call the C++ kernel keyed and did not know (:func:`learn`, from the executor),
+the kernel files the executable under that key, with where each of the executable's dynamic inputs comes from
+(an argument's array or number, or a constant the Python path made for a wrapped scalar, keyed by its value).
+A wrapped scalar (``x * 0.5``) reaches a Python kernel as the number, so it is a dynamic input taken from the
+call; a view's offset is keyed exactly and taken as a constant. The table is cleared with every other cache (:func:`torchtpu_lab.caches.clear_all`).
+
+Without the core (pure-Python mode) nothing here is active and every op takes the Python path.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .. import caches, config, interrupts, telemetry
+from ..device import memory, views
+from ..device.storage import Storage
+from ..device.tensor import TpuTensor
+from . import fused
+
+_core: list = [None]  # the native core, once configured
+#: ``core.lesson_pending`` (``None`` without the core): whether the call being run can teach the kernel
+lesson_pending = None
+
+
+def available(core) -> bool:
+    """Whether this build of the core has the recording kernel."""
+    return core is not None and hasattr(core, "install_recording_kernels")
+
+
+def configure(core, set_array) -> None:
+    """Give the core the objects its recorded path reads and writes (once, before :func:`install`);
+    ``set_array``: :func:`.values.set_array`, an in-place op's write (passed in: ``values`` imports the executor,
+    which imports this module)."""
+    global lesson_pending
+    from jax._src.array import ArrayImpl
+
+    core.configure_recorder({
+        "enabled": config.native_recording,
+        "eager_mode": config.eager_mode,
+        "track_sources": config.track_sources,
+        "track_allocation_sources": memory.TRACK_SOURCES,
+        "max_graph_ops": config.max_graph_ops,
+        "recorders": telemetry.recorders,
+        "entry_spans": interrupts.entry_spans,
+        "interrupt_pending": interrupts._pending,
+        "lock": fused.LOCK,
+        "pending": fused.PENDING,
+        "cuts": fused.CUTS,
+        "flush": fused.flush_if_over_limit,
+        "internal_code": telemetry._internal_code,
+        "sources": telemetry._sources,
+        "backward": telemetry.BACKWARD,
+        "op_sources": telemetry.op_sources,
+        "record_op": telemetry.record_op,
+        "set_array": set_array,
+        "main_thread": threading.main_thread().ident,
+        "Node": fused.Node,
+        "LazyValue": fused.LazyValue,
+        "Storage": Storage,
+        "TpuTensor": TpuTensor,
+        "ArrayImpl": ArrayImpl,
+    })
+    _core[0] = core
+    lesson_pending = core.lesson_pending
+    caches.on_clear(core.clear_recorded)
+    config.data_checks.before_change(lambda old, new: core.clear_recorded())  # entries are with/without checks
+
+
+def recordable(op: torch._ops.OpOverload) -> bool:
+    """Whether the recording kernel can serve ``op``: a functional op with exactly one tensor output."""
+    schema = op._schema
+    returns = schema.returns
+    return (not schema.is_mutable and len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
+            and returns[0].alias_info is None)
+
+
+#: What a recording kernel serves (csrc/recorder.cpp ``Kind``): a lowered op it records, a view op, an in-place
+#: op whose functional op it records and writes into ``self``.
+RECORD, VIEW, INPLACE = 0, 1, 2
+
+
+def install(core, kernels: dict) -> None:
+    """Make the recording kernel the PrivateUse1 kernel of each op in ``kernels`` (op -> (its Python kernel,
+    which the recording kernel calls for everything it does not serve itself; its kind; the op whose Python
+    path teaches it: itself, or an in-place op's functional op))."""
+    core.install_recording_kernels([(op._schema.name, op._schema.overload_name, fn, kind, teacher._schema.name,
+                                     teacher._schema.overload_name)
+                                    for op, (fn, kind, teacher) in kernels.items()])
+
+
+def learn(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: dict, positions: frozenset,
+          names: frozenset, dynamic_scalars: bool) -> None:
+    """The Python path is recording a call (``compiled``'s short path) that the recording kernel keyed and did
+    not know: teach it where each of ``dyn`` comes from. Arguments it cannot describe (a view, numbers inside a
+    list that are graph inputs) teach nothing; the call keeps taking the Python path."""
+    sources: list[int] = []
+    index = _argument_index(op)
+    for i, a in enumerate(args):
+        if not _source(a, i, dynamic_scalars and i in positions, sources):
+            return
+    for name, a in (kwargs or {}).items():
+        if not _source(a, index[name], dynamic_scalars and name in names, sources):
+            return
+    if len(sources) == len(dyn):
+        _core[0].learn(op._schema.name, op._schema.overload_name, compiled, dyn, sources)
+
+
+def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:
+    """A view op's Python kernel made its output (over ``storage``, of ``geometry``: a
+    :class:`~torchtpu_lab.device.views.View`, or ``None`` for the whole base) for a call the recording kernel
+    keyed: teach it the output's geometry, which its key (the input's geometry and the arguments) determines."""
+    if geometry is None:
+        size = tuple(storage.shape)
+        stride, offset, reported = views.contiguous_strides(size), 0, False
+    else:
+        size, stride, offset = geometry
+        reported = bool(offset) or tuple(stride) != views.contiguous_strides(size)
+    _core[0].learn_view(op._schema.name, op._schema.overload_name, geometry, size, stride, offset, reported)
+
+
+_NUMBERS = (bool, int, float)
+
+
+def _source(a, position: int, dynamic: bool, sources: list) -> bool:
+    """Append where ``a``'s dynamic inputs come from, in the encoder's order (:class:`.encode.Encoder`)."""
+    if type(a) is TpuTensor:
+        sources.append(position)
+        view = a.tpu_view
+        if view is not None and views.dynamic(a.tpu_storage.shape, view)[1] is not None:
+            sources.append(-1)  # the view's offset, an input of the executable (fixed by the kernel's key)
+    elif isinstance(a, torch.Tensor):  # a 0-dim host tensor: the encoder made a device array of its value
+        if a.device.type != "cpu":
+            return False
+        sources.append(-1)
+    elif isinstance(a, (list, tuple)):
+        return not any(isinstance(x, torch.Tensor) or (dynamic and type(x) in _NUMBERS) for x in a)
+    elif dynamic and type(a) in _NUMBERS:
+        sources.append(position)
+    return True
+
+
+_INDEX: dict = {}
+
+
+def _argument_index(op) -> dict:
+    index = _INDEX.get(op)
+    if index is None:
+        index = _INDEX[op] = {a.name: i for i, a in enumerate(op._schema.arguments)}
+    return index
+
+
+def stats() -> dict:
+    """Calls recorded by the kernel, calls it handed to Python, entries learned (empty without the core)."""
+    core = _core[0]
+    return core.recorder_stats() if core is not None else {}
