@@ -202,6 +202,19 @@ struct Runtime {
 
 Runtime rt;
 
+struct OwnedRef {  // a new reference, dropped at scope exit unless released
+  PyObject* p = nullptr;
+  OwnedRef() = default;
+  OwnedRef(const OwnedRef&) = delete;
+  OwnedRef& operator=(const OwnedRef&) = delete;
+  ~OwnedRef() { Py_XDECREF(p); }
+  PyObject* release() {
+    PyObject* r = p;
+    p = nullptr;
+    return r;
+  }
+};
+
 double monotonic() {  // time.perf_counter's clock on Linux
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -710,10 +723,23 @@ class RecordingKernel final : public c10::OperatorKernel {
       return false;
     }
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
-    const long device = as_long(rt.pw_device.get(rt.pending));
     if (view_ && (c10::InferenceMode::is_enabled() || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None)) {
       return false;  // the Python view kernel's special cases: inference mode, a profile timing entry points
     }
+    // While a profile records: the op's line and stack from one walk (telemetry.op_sources), its op record,
+    // and (outermost calls only) its span at the runtime's door, as the Python path gives them. The walk is
+    // Python, so it runs before the arguments are looked at: the borrowed arrays and storages the key collects
+    // must not meet any bytecode (another thread could replace them) before they are used.
+    const bool profiling = PyList_GET_SIZE(rt.recorders) != 0;
+    PyObject* spans = PyList_GET_ITEM(rt.entry_spans, 0);
+    const double t0 = profiling || spans != Py_None ? monotonic() : 0.0;
+    OwnedRef sources;  // (source, stack) while profiling
+    if (profiling) {
+      sources.p = PyObject_CallOneArg(rt.op_sources, rt.zero);
+      if (sources.p == nullptr) throw python_error();
+      spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
+    }
+    const long device = as_long(rt.pw_device.get(rt.pending));
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device)) {
       key_scratch.clear();
       return false;
@@ -722,17 +748,9 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (found == table_.end()) return false;
     const Entry& e = *found->second;
     if (view_) return make_view(e, op, stack);
-    // While a profile records: the op's line and stack from one walk (telemetry.op_sources), its op record,
-    // and (outermost calls only) its span at the runtime's door, as the Python path gives them.
-    const bool profiling = PyList_GET_SIZE(rt.recorders) != 0;
-    PyObject* spans = PyList_GET_ITEM(rt.entry_spans, 0);
-    const double t0 = profiling || spans != Py_None ? monotonic() : 0.0;
-    PyObject* sources = nullptr;  // (source, stack) while profiling
     PyObject* source = Py_None;
     if (profiling) {
-      sources = PyObject_CallOneArg(rt.op_sources, rt.zero);
-      if (sources == nullptr) throw python_error();
-      source = PyTuple_GET_ITEM(sources, 0);
+      source = PyTuple_GET_ITEM(sources.p, 0);
     } else if (flag(rt.track_sources)) {
       source = user_source();
       if (source == nullptr) return false;  // a line Python has not seen: it interns it (and learns nothing new)
@@ -740,59 +758,44 @@ class RecordingKernel final : public c10::OperatorKernel {
     PyObject* alloc_source = Py_None;  // Storage.output's: the op's line, or its own look-up
     if (flag(rt.track_alloc)) {
       alloc_source = source != Py_None ? source : user_source();
-      if (alloc_source == nullptr) {
-        Py_XDECREF(sources);
-        return false;
-      }
+      if (alloc_source == nullptr) return false;
     }
     bool outermost = false;
     if (spans != Py_None) {
       PyObject* owned = PyObject_CallNoArgs(rt.lock_is_owned);
-      if (owned == nullptr) {
-        Py_XDECREF(sources);
-        throw python_error();
-      }
+      if (owned == nullptr) throw python_error();
       outermost = owned == Py_False;
       Py_DECREF(owned);
     }
     PyObject* got = PyObject_CallOneArg(rt.lock_acquire, Py_False);
-    if (got == nullptr) {
-      Py_XDECREF(sources);
-      throw python_error();
-    }
+    if (got == nullptr) throw python_error();
     const bool acquired = got == Py_True;
     Py_DECREF(got);
-    if (!acquired) {  // another thread is inside the runtime: the Python kernel waits for it
-      Py_XDECREF(sources);
-      return false;
-    }
+    if (!acquired) return false;  // another thread is inside the runtime: the Python kernel waits for it
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
-    PyObject* write_to = nullptr;
+    OwnedRef write_to;  // held: recording may run bytecode (a new leaf's shape) before the write
     if (inplace_) {  // the usual update: a base `self` whose storage the result replaces whole
       const at::Tensor& self = (*stack)[base].toTensor();
       if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
         PyObject* released = PyObject_CallNoArgs(rt.lock_release);
         Py_XDECREF(released);
-        Py_XDECREF(sources);
         if (released == nullptr) throw python_error();
         return false;
       }
-      write_to = storages_scratch[0];
+      write_to.p = Py_NewRef(storages_scratch[0]);
     }
     PyObject* out = nullptr;
     try {
-      out = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to);
+      out = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p);
     } catch (...) {
       PyObject* released = PyObject_CallNoArgs(rt.lock_release);
       Py_XDECREF(released);
-      Py_XDECREF(sources);
       throw;
     }
     PyObject* released = PyObject_CallNoArgs(rt.lock_release);
     if (released == nullptr) {
       Py_DECREF(out);
-      Py_XDECREF(sources);
       throw python_error();
     }
     Py_DECREF(released);
@@ -806,7 +809,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
     Py_DECREF(out);
     ++stats.recorded;
-    if (profiling || outermost) note_profiled(e, t0, sources, outermost ? spans : nullptr);
+    if (profiling || outermost) note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
     flush_if_needed(e);
     return true;
   }
