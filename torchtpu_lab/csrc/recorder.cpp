@@ -1049,6 +1049,15 @@ void file(Miss& miss, std::unique_ptr<Entry> e) {
   ++stats.learned;
 }
 
+// PyTorch's contiguous strides of `sizes` (device/views.py's contiguous_strides).
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * std::max<int64_t>(sizes[i + 1], 1);
+  }
+  return strides;
+}
+
 std::vector<int64_t> ints_of(PyObject* seq) {
   PyObject* fast = PySequence_Fast(seq, "a sequence of ints");
   if (fast == nullptr) throw python_error();
@@ -1074,10 +1083,7 @@ bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* si
   auto e = std::make_unique<Entry>();
   e->view = Py_NewRef(view);
   e->sizes = ints_of(size);
-  e->strides.assign(e->sizes.size(), 1);
-  for (int64_t i = static_cast<int64_t>(e->sizes.size()) - 2; i >= 0; --i) {
-    e->strides[i] = e->strides[i + 1] * std::max<int64_t>(e->sizes[i + 1], 1);
-  }
+  e->strides = contiguous_strides(e->sizes);
   e->view_stride = ints_of(stride);
   e->view_offset = offset;
   e->reported = reported;
@@ -1121,10 +1127,7 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
       e->sizes.push_back(as_long(PyTuple_GET_ITEM(e->shape, i)));
       numel *= e->sizes.back();
     }
-    e->strides.assign(e->sizes.size(), 1);
-    for (int64_t i = static_cast<int64_t>(e->sizes.size()) - 2; i >= 0; --i) {
-      e->strides[i] = e->strides[i + 1] * std::max<int64_t>(e->sizes[i + 1], 1);
-    }
+    e->strides = contiguous_strides(e->sizes);
     e->nbytes = PyLong_FromLongLong(numel * static_cast<int64_t>(c10::elementSize(e->scalar_type)));
     if (e->nbytes == nullptr) throw python_error();
     const Py_ssize_t k = PyList_Size(dyn);
