@@ -23,6 +23,8 @@ import warnings
 import jax
 import torch
 import torch.distributed as dist
+import torch.optim.optimizer
+import torch.utils._foreach_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental import proxy_tensor
 
@@ -58,6 +60,8 @@ def snapshot() -> dict:
         snap.update(_attributes(label, obj))
     snap["torch.serialization._package_registry"] = [id(fn) for _, _, fn in torch.serialization._package_registry]
     snap["proxy_tensor.HANDLED_TYPES"] = [id(t) for t in proxy_tensor.HANDLED_TYPES]
+    for name in ("torch.optim.optimizer", "torch.utils._foreach_utils"):
+        snap[f"{name}._foreach_supported_types"] = [id(t) for t in sys.modules[name]._foreach_supported_types]
     snap["torch.__future__.swap_module_params_on_conversion"] = torch.__future__.get_swap_module_params_on_conversion()
     snap["privateuse1 backend name"] = torch._C._get_privateuse1_backend_name()
     snap["torch.distributed backends"] = sorted(dist.Backend._plugins)

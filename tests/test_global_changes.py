@@ -32,6 +32,8 @@ SAID_BY = {
     "torch.Tensor.is_tpu": "torch.privateuse1_backend",
     "torch.nn.Module.tpu": "torch.privateuse1_backend",
     "proxy_tensor.HANDLED_TYPES": "HANDLED_TYPES",
+    "torch.optim.optimizer._foreach_supported_types": "_foreach_supported_types",
+    "torch.utils._foreach_utils._foreach_supported_types": "_foreach_supported_types",
     "signal handler SIGINT": "SIGINT handler",
     "threads": "SIGINT handler",  # its redelivery thread (checked by name below)
     "sys.unraisablehook": "sys.unraisablehook",

@@ -217,3 +217,25 @@ def test_in_place_through_a_view_and_bad_dtypes_keep_pytorchs_semantics():
                 i.add_(0.5)
     torch.testing.assert_close(xt.cpu(), torch.tensor([[14.0] * 4, [0.0] * 4, [0.0] * 4]))
     torch.testing.assert_close(i.cpu(), torch.ones(3, dtype=torch.int64))
+
+
+def test_a_new_value_of_a_dynamic_number_finds_the_same_entry():
+    """Numbers the executable takes as graph inputs (a wrapped scalar divisor, ``addcdiv``'s ``value``: an
+    optimizer's step size changes every step) are keyed by type, as the Python path's fast key does: a new
+    value is recorded in C++ and computes with that value, instead of a new entry per value."""
+    x, y, z = torch.randn(8, 8), torch.randn(8, 8), torch.rand(8, 8) + 0.5
+    tx, ty, tz = x.to("tpu"), y.to("tpu"), z.to("tpu")
+    def update(s):
+        return (tx / s).addcdiv(ty, tz, value=-s)
+
+    with torchtpu_lab.eager_mode("fused"):
+        for s in (0.5, 0.25):  # the first calls compile and teach
+            update(s)
+        torchtpu_lab.sync()
+        before = recording.stats()
+        outs = [(update(s), s) for s in (0.125, 3.0, -7.5)]
+        after = recording.stats()
+        for out, s in outs:
+            torch.testing.assert_close(out.cpu(), (x / s).addcdiv(y, z, value=-s))
+    assert after["recorded"] - before["recorded"] == 6, (before, after)
+    assert after["learned"] == before["learned"], (before, after)

@@ -107,6 +107,9 @@ def global_changes() -> dict:
     * ``torch._TorchCompileInductorWrapper.__call__`` wrapped: ``torch.compile``'s default backend compiles a
       graph on tpu tensors with ``"tpu"`` and every other graph with Inductor (see
       :mod:`torchtpu_lab.compile.default_backend`).
+    * ``_foreach_supported_types`` of ``torch.optim.optimizer`` and ``torch.utils._foreach_utils``:
+      ``TpuTensor`` added, so optimizers (``foreach=None``) and ``clip_grad_norm_`` take their foreach path on
+      tpu tensors as on CUDA (see :mod:`torchtpu_lab.backend.foreach_types`).
     * ``sys.meta_path``: finders that wait for the import of ``torch._dynamo`` (to register the ``"tpu"`` backend
       right after it, Dynamo told to call, never trace, torchtpu_lab and JAX code) and of ``accelerate.state``;
       each wraps that one loader's ``exec_module`` and removes itself (see :mod:`torchtpu_lab.backend.after_import`).
@@ -132,7 +135,7 @@ def global_changes() -> dict:
     from . import interrupts
     from . import native as _native
     from .backend import accelerator as _accelerator
-    from .backend import after_import, fake, serialization
+    from .backend import after_import, fake, foreach_types, serialization
     from .backend import hf_accelerate as _hf_accelerate
     from .platform import x64_enabled
 
@@ -144,6 +147,8 @@ def global_changes() -> dict:
         "HANDLED_TYPES (TpuTensor is a plain tensor to proxy tracing and AOTAutograd)": fake.handled_types_patched(),
         "FakeTensorMode.avoid_device_init (the tpu backend is not a device to initialise: torch.tensor(..., "
         "device='tpu') lifts its data on the CPU)": fake.lifts_constants_on_cpu(),
+        "_foreach_supported_types (TpuTensor added: optimizers and clip_grad_norm_ take their foreach path on "
+        "tpu tensors)": foreach_types.installed(),
         "torch.accelerator (wrapped)": _accelerator.wrapped(),
         **interrupts.changes(),
         **after_import.changes(),

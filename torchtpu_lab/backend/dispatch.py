@@ -31,6 +31,7 @@ from ..runtime import (
     mutation,
     padded_attention,
     recording,
+    training_attention,
     view_kernels,
 )
 from . import serialization
@@ -149,6 +150,7 @@ def _collect() -> dict:
     kernels.update(core_kernels.NON_LOWERING_KERNELS)
     kernels.update(growth.APPEND_KERNELS)
     kernels.update(padded_attention.ATTENTION_KERNELS)
+    kernels.update(training_attention.KERNELS)
     kernels.update(serialization.STORAGE_KERNELS)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
@@ -206,15 +208,17 @@ def install(core=None) -> None:
         return
     KERNELS.update(_collect())
     lib = torch.library.Library("aten", "IMPL")
-    native: dict = {}  # op -> (its Python kernel, recording.RECORD/VIEW/INPLACE, the op that teaches it)
+    # op -> (its Python kernel, recording.RECORD/VIEW/INPLACE, the op that teaches it, its lowering takes numbers
+    # as graph inputs)
+    native: dict = {}
     for op, fn in KERNELS.items():
         kernel = tpu_kernel(fn)
         if core is not None and _records(op, kernel):
-            native[op] = (kernel, recording.RECORD, op)
+            native[op] = (kernel, recording.RECORD, op, not kernel.lowering.static_scalars)
         elif core is not None and view_kernels.single_output_view(op, fn):
-            native[op] = (kernel, recording.VIEW, op)
-        elif core is not None and op in INPLACE_OF and _records(INPLACE_OF[op], tpu_kernel(KERNELS[INPLACE_OF[op]])):
-            native[op] = (kernel, recording.INPLACE, INPLACE_OF[op])
+            native[op] = (kernel, recording.VIEW, op, False)
+        elif core is not None and op in INPLACE_OF and _records(INPLACE_OF[op], teacher := tpu_kernel(KERNELS[INPLACE_OF[op]])):
+            native[op] = (kernel, recording.INPLACE, INPLACE_OF[op], not teacher.lowering.static_scalars)
         else:
             lib.impl(op, kernel, _KEY)
     if native:

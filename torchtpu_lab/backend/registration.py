@@ -17,7 +17,17 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 from .. import interrupts, native, platform
 from ..device import tensor
 from ..runtime import recording, values
-from . import accelerator, dispatch, fake, hf_accelerate, linear_grad, serialization, shallow_copy, tpu_module
+from . import (
+    accelerator,
+    dispatch,
+    fake,
+    foreach_types,
+    hf_accelerate,
+    linear_grad,
+    serialization,
+    shallow_copy,
+    tpu_module,
+)
 
 _BACKEND = "tpu"
 
@@ -90,6 +100,7 @@ def register() -> None:
     linear_grad.install()  # after the PrivateUse1 kernels: its forward runs through them
     shallow_copy.install()  # Module.to("tpu") moves parameters in place: tied weights stay tied
     fake.install()
+    foreach_types.install()  # optimizers take their foreach path on tpu parameters
     accelerator.install()
     serialization.install()  # torch.load(map_location="tpu"); storage calls that cannot work raise, never crash
     hf_accelerate.install()

@@ -361,12 +361,17 @@ PyObject* wrapped_number(const at::Tensor& t) {
 }
 
 // The key of a call, and the arrays of its tensor arguments by position; false where the recorded path does
-// not apply to these arguments.
+// not apply to these arguments. `dynamic`: per argument, whether a number there is a graph input (the executor's
+// `dynamic_scalars` and `encode.op_plan` positions): keyed by its type only, as runtime/fast_keys.py keys it, so
+// a new value (an optimizer's step size, `x / scale`) finds the same entry.
 bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, std::string& key,
-               std::vector<PyObject*>& arrays, std::vector<PyObject*>& storages, long pending_device) {
+               std::vector<PyObject*>& arrays, std::vector<PyObject*>& storages, long pending_device,
+               const std::vector<char>& dynamic) {
   const auto& formals = op.schema().arguments();
   const size_t n = formals.size();
   const size_t base = stack.size() - n;
+  TORCH_CHECK(dynamic.size() == n, "torchtpu_lab recorder: ", op.schema().name(), " has ", n, " arguments, ",
+              dynamic.size(), " flags");
   key.clear();
   put(key, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));
   arrays.assign(n, nullptr);
@@ -384,8 +389,15 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         arrays[i] = array;
         any_tensor = true;
       } else if (t.unsafeGetTensorImpl()->is_wrapped_number() && t.device().is_cpu() && t.dim() == 0) {
-        key.push_back(kWrapped);  // a Python number PyTorch wrapped (x * 0.5): keyed by its value
-        put(key, static_cast<int8_t>(t.scalar_type()));
+        key.push_back(kWrapped);  // a Python number PyTorch wrapped (x * 0.5): a constant keyed by its value,
+        put(key, static_cast<int8_t>(t.scalar_type()));  // or a graph input keyed by its type
+        if (dynamic[i]) {
+          switch (t.scalar_type()) {
+            case c10::ScalarType::Double: case c10::ScalarType::Float: case c10::ScalarType::Long:
+            case c10::ScalarType::Bool: continue;
+            default: return false;
+          }
+        }
         switch (t.scalar_type()) {
           case c10::ScalarType::Double: put(key, *t.const_data_ptr<double>()); break;
           case c10::ScalarType::Float: put(key, *t.const_data_ptr<float>()); break;
@@ -400,13 +412,13 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       key.push_back(kNone);
     } else if (v.isBool()) {
       key.push_back(kBool);
-      put(key, v.toBool());
+      if (!dynamic[i]) put(key, v.toBool());
     } else if (v.isInt()) {
       key.push_back(kInt);
-      put(key, v.toInt());
+      if (!dynamic[i]) put(key, v.toInt());
     } else if (v.isDouble()) {
       key.push_back(kDouble);
-      put(key, v.toDouble());
+      if (!dynamic[i]) put(key, v.toDouble());
     } else if (v.isIntList()) {
       key.push_back(kInts);
       const auto ints = v.toIntList();
@@ -686,9 +698,10 @@ enum class Kind { kRecord = 0, kView = 1, kInplace = 2 };
 class RecordingKernel final : public c10::OperatorKernel {
  public:
   RecordingKernel(std::string name, std::string overload, PyObject* python, Kind kind, std::string learns,
-                  std::string learns_overload)
+                  std::string learns_overload, std::vector<char> dynamic)
       : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(kind == Kind::kView),
-        inplace_(kind == Kind::kInplace), learns_(std::move(learns)), learns_overload_(std::move(learns_overload)) {}
+        inplace_(kind == Kind::kInplace), learns_(std::move(learns)), learns_overload_(std::move(learns_overload)),
+        dynamic_(std::move(dynamic)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     pybind11::gil_scoped_acquire gil;
@@ -740,7 +753,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
     }
     const long device = as_long(rt.pw_device.get(rt.pending));
-    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device)) {
+    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
       key_scratch.clear();
       return false;
     }
@@ -885,6 +898,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool view_;         // a view op: outputs share the input's storage, nothing is recorded
   bool inplace_;      // an in-place op: the functional op's node, written into self's storage
   std::string learns_, learns_overload_;
+  std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
   Table table_;
 };
 
@@ -990,12 +1004,17 @@ void configure_recorder(PyObject* config) {
   rt.ready = true;
 }
 
+namespace {
+std::vector<int64_t> ints_of(PyObject* seq);
+}  // namespace
+
 void install_recording_kernels(PyObject* ops) {
   // one Library for the process's life: its registrations must outlive every call
   static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
                                         __LINE__);
   PyObject* seq = PySequence_Fast(
-      ops, "install_recording_kernels: a sequence of (name, overload, kernel, kind, learns, learns_overload)");
+      ops, "install_recording_kernels: a sequence of (name, overload, kernel, kind, learns, learns_overload, "
+      "a 0/1 flag per argument: a number there is a graph input)");
   if (seq == nullptr) throw python_error();
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -1006,14 +1025,23 @@ void install_recording_kernels(PyObject* ops) {
     int kind = 0;
     const char* learns = nullptr;
     const char* learns_overload = nullptr;
-    if (!PyArg_ParseTuple(entry, "ssOiss", &name, &overload, &fn, &kind, &learns, &learns_overload)) {
+    PyObject* dynamic_indices = nullptr;
+    if (!PyArg_ParseTuple(entry, "ssOissO", &name, &overload, &fn, &kind, &learns, &learns_overload,
+                          &dynamic_indices)) {
       Py_DECREF(seq);
       throw python_error();
+    }
+    std::vector<char> dynamic;
+    try {
+      for (int64_t flag : ints_of(dynamic_indices)) dynamic.push_back(flag != 0);
+    } catch (...) {
+      Py_DECREF(seq);
+      throw;
     }
     Py_INCREF(fn);
     TORCH_CHECK(kind >= 0 && kind <= 2, "install_recording_kernels: kind ", kind);
     auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, static_cast<Kind>(kind), learns,
-                                                    learns_overload);
+                                                    learns_overload, std::move(dynamic));
     kernels.push_back(kernel.get());
     std::string qualified = std::string(name).substr(std::strlen("aten::"));
     if (*overload) qualified += std::string(".") + overload;

@@ -100,9 +100,17 @@ def _concrete(dyn: list, op_label: str) -> list:
     return [v.value if isinstance(v, fused.LazyValue) else v for v in dyn]
 
 
-def _records(compiled: OpExecutable, has_tensor_inputs: bool) -> bool:
-    """Whether :func:`launch` records this call into the lazy graph rather than running it."""
-    return _MODE.value == "fused" and compiled.jitted is not None and has_tensor_inputs
+def _records(compiled: OpExecutable, has_tensor_inputs: bool, device_index: int) -> bool:
+    """Whether :func:`launch` records this call into the lazy graph rather than running it (fused mode).
+
+    A factory (``arange``, ``ones``, ``full``, ``scalar_tensor``: no tensor inputs) called while work is pending
+    for its device joins that graph, so a step's masks, positions and constants are part of its program instead
+    of programs of their own; one that would start a graph runs now, as before: its output is a concrete array
+    the graph after it reads (a tensor made at the top of a cell is allocated where it was made, and the first
+    tpu tensor of a process initialises the device)."""
+    if _MODE.value != "fused" or compiled.jitted is None:
+        return False
+    return has_tensor_inputs or (fused.has_pending() and fused.PENDING.device == device_index)
 
 
 def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tensor_inputs: bool,
@@ -110,7 +118,7 @@ def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tenso
     """Run (strict/debug) or record (fused) one compiled signature on its dynamic inputs (``records``: the
     caller's :func:`_records` answer, when it has one)."""
     if records is None:
-        records = _records(compiled, has_tensor_inputs)
+        records = _records(compiled, has_tensor_inputs, device_index)
     if records:
         if compiled.avals is None:
             # zero-size inputs: trace, so a lowering's own error for them (an empty reduction) is raised here,
@@ -296,7 +304,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
             return _run_repeated(compiled, dyn, device_index)
     key = compiled.signature
     t_launch = time.perf_counter()
-    records = _records(compiled, has_tensors)
+    records = _records(compiled, has_tensors, device_index)
     out = _launch(compiled, key, dyn, device_index, has_tensors, records)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
     hit = None

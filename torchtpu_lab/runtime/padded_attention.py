@@ -100,6 +100,8 @@ def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0
         return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                                enable_gqa=enable_gqa)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, attn_mask)):
+        if trainable(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):  # runtime/training_attention.py
+            return _TRAINABLE(query, key, value, attn_mask, 0.0, is_causal, False, scale=scale)[0]
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
     if _len_dispatch_stack() == 0 and _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
@@ -112,6 +114,8 @@ def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0
 
 
 _SDPA = aten.scaled_dot_product_attention.default
+#: one fused op forward and backward with PyTorch's autograd formula (kernels: runtime/training_attention.py)
+_TRAINABLE = aten._scaled_dot_product_fused_attention_overrideable.default
 #: :func:`_fused` under the runtime's lock with the interrupt checkpoint, as every tpu kernel runs
 _FUSED = fused.entry_point(_fused)
 _len_dispatch_stack = torch._C._len_torch_dispatch_stack
@@ -123,6 +127,15 @@ def _is_real(t) -> bool:
     if t is None or type(t) is tensor.TpuTensor:
         return True
     return type(t) in _PLAIN and t.device.type == "tpu" and tensor.has_data(t)
+
+
+def trainable(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:
+    """Whether an sdpa call that needs gradients takes the fused forward and backward (else the math
+    decomposition): 4-d inputs the fused kernel covers, no dropout, as many key heads as query heads, and no
+    forward-mode AD level active (the fused op has no forward derivative)."""
+    return (torch.autograd.forward_ad._current_level < 0
+            and _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+            and key.shape[1] == query.shape[1])
 
 
 def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:

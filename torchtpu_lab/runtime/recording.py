@@ -37,7 +37,7 @@ from .. import caches, config, interrupts, telemetry
 from ..device import memory, views
 from ..device.storage import Storage
 from ..device.tensor import TpuTensor
-from . import fused
+from . import encode, fused
 
 _core: list = [None]  # the native core, once configured
 #: ``core.lesson_pending`` (``None`` without the core): whether the call being run can teach the kernel
@@ -104,10 +104,24 @@ RECORD, VIEW, INPLACE = 0, 1, 2
 def install(core, kernels: dict) -> None:
     """Make the recording kernel the PrivateUse1 kernel of each op in ``kernels`` (op -> (its Python kernel,
     which the recording kernel calls for everything it does not serve itself; its kind; the op whose Python
-    path teaches it: itself, or an in-place op's functional op))."""
+    path teaches it: itself, or an in-place op's functional op; whether that op's lowering takes numbers as
+    graph inputs))."""
     core.install_recording_kernels([(op._schema.name, op._schema.overload_name, fn, kind, teacher._schema.name,
-                                     teacher._schema.overload_name)
-                                    for op, (fn, kind, teacher) in kernels.items()])
+                                     teacher._schema.overload_name, dynamic_numbers(op, teacher, dynamic))
+                                    for op, (fn, kind, teacher, dynamic) in kernels.items()])
+
+
+def dynamic_numbers(op: torch._ops.OpOverload, teacher: torch._ops.OpOverload, dynamic_scalars: bool) -> list[int]:
+    """Per argument of ``op``, 1 where a number is a graph input of the teacher's executable (so the kernel keys
+    it by type, as :mod:`.fast_keys` does, and takes its value from each call), else 0 (keyed by value)."""
+    n = len(op._schema.arguments)
+    if not dynamic_scalars:
+        return [0] * n
+    positions, names = encode.op_plan(teacher)[:2]
+    formals = teacher._schema.arguments
+    if len(formals) != n:  # an in-place op whose functional op's arguments differ: numbers keyed by value
+        return [0] * n
+    return [int(i in positions or (a.kwarg_only and a.name in names)) for i, a in enumerate(formals)]
 
 
 def learn(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: dict, positions: frozenset,
