@@ -22,6 +22,10 @@ bool lesson_pending();
 // name.overload; `sources`: per dynamic input, the argument position it comes from (-1: the constant in dyn).
 bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
 
+// The same for strict mode: `call` runs `compiled`'s executable (compiled for tpu:`device`) on the dynamic inputs.
+bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,
+                  PyObject* dyn, PyObject* sources);
+
 // The same for a view op: the output's View (or None), size, the stride and offset its TensorImpl reports,
 // and whether those differ from the contiguous ones (then they are set on it).
 bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride, long offset,
