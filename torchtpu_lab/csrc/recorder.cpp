@@ -6,14 +6,21 @@
 // `fused.PENDING` (its graph-key segment, cut-point tail and storage tracking included), a `Storage` around the
 // placeholder and the output tensor, the user's line read from the current frame. These are the same Python
 // objects the Python path makes, so the sync, the cause analysis and the lab read one pending graph whichever
-// path recorded an op. Everything else — a first call, strict or debug mode, a pending interrupt, another
-// thread inside the runtime, an op with checks or several outputs, config.native_recording off — goes to the
-// op's Python kernel, which on a recordable call teaches this table its entry (`learn`). While a profile
-// records, the op's line, stack and op record come from telemetry's own functions (Python, but no kernel).
+// path recorded an op. Everything else — a first call, debug mode, a pending interrupt, another thread
+// inside the runtime, an op with checks or several outputs, config.native_recording off — goes to the op's
+// Python kernel, which on a recordable call teaches this table its entry (`learn`). While a profile records,
+// the op's line, stack and op record come from telemetry's own functions (Python, but no kernel).
+//
+// Strict mode (`try_run`): a call seen before, under the same key, runs the op's cached executable from here —
+// JAX's C++ call of the compiled executable, on the arguments' arrays — and its output array becomes a
+// Storage (memory.acquire, as Storage.output) and a tensor, with op_cache_hits counted, as
+// executor._run_repeated does; the Python path teaches it (`learn_strict`). A profile, pending fused work,
+// another device, a TypeError from the executable (a weak type: jit decides) take the Python path.
 //
 // The kernel never runs Python that can raise on the recorded path (no bytecode runs there at all); the
-// Python kernel it falls back to and the graph-size flush may raise, as any kernel may: the error reaches the
-// caller through the dispatcher.
+// Python kernel it falls back to, the graph-size flush, and strict mode's executable and memory accounting
+// may raise, as any kernel may: the error (the same Python exception the Python path raises) reaches the
+// caller through the dispatcher, with fused.LOCK released.
 #include "recorder.h"
 
 #include <Python.h>

@@ -1,4 +1,5 @@
-// The recording kernel (recorder.cpp): fused eager's common op recorded without entering Python.
+// The recording kernel (recorder.cpp): fused eager's common op recorded, and strict mode's repeated op run,
+// without entering Python.
 #pragma once
 
 #include <Python.h>

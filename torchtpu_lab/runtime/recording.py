@@ -6,7 +6,7 @@ through :func:`.values.set_array` (the one Python call on that path: memory acco
 tensor of the result's shape and dtype; the functional op's Python path inside the in-place kernel teaches it.
 
 View ops (``view``, ``t``, ``transpose``, ``expand``, ``detach``, ...; one output) are served the same way in
-every mode: the output tensor over the input's storage, with the geometry the Python view kernel computed for
+fused and strict mode (debug mode stays Python): the output tensor over the input's storage, with the geometry the Python view kernel computed for
 the same input geometry and arguments (:func:`learn_view`).
 
 In fused mode most ops are calls seen before: the same op on base tensors of the same shapes and dtypes with
