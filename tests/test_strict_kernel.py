@@ -260,3 +260,46 @@ def test_pure_python_mode_runs_strict_ops_on_the_python_path():
     """, TORCHTPU_LAB_NATIVE="0")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ok" in out.stdout
+
+
+@needs_core
+def test_in_place_updates_run_in_cpp_and_training_matches_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    tpu_model = torch.nn.Linear(6, 3).to("tpu")
+    tpu_model.load_state_dict({k: v.to("tpu") for k, v in model.state_dict().items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    tpu_opt = torch.optim.AdamW(tpu_model.parameters(), lr=0.05)
+    x, y = torch.randn(5, 6), torch.randn(5, 3)
+    tx, ty = x.to("tpu"), y.to("tpu")
+    with torchtpu_lab.eager_mode("strict"):
+        for step in range(4):
+            for m, o, a, b in ((model, opt, x, y), (tpu_model, tpu_opt, tx, ty)):
+                o.zero_grad()
+                torch.nn.functional.mse_loss(m(a), b).backward()
+                o.step()
+            if step == 2:
+                ran = _ran()
+        assert _ran() - ran >= 10  # the last step's forward, backward and AdamW's in-place updates
+        for p, tp in zip(model.parameters(), tpu_model.parameters()):
+            torch.testing.assert_close(tp.detach().cpu(), p.detach())
+
+
+@needs_core
+def test_in_place_through_a_view_keeps_pytorchs_semantics():
+    x = torch.arange(12.0).reshape(3, 4)
+    tx = x.to("tpu")
+    with torchtpu_lab.eager_mode("strict"):
+        for _ in range(3):
+            tx.mul_(2)  # a base: from C++ after the first calls
+            tx[1].add_(1)  # a view: written back through the Python path
+            x.mul_(2)
+            x[1].add_(1)
+        ran, version = _ran(), tx._version
+        tx.mul_(2)
+        assert _ran() == ran + 1 and tx._version == version + 1  # autograd's version counter still moves
+        tx[1].add_(1)
+        assert _ran() == ran + 1
+        x.mul_(2)
+        x[1].add_(1)
+        torch.testing.assert_close(tx.cpu(), x)

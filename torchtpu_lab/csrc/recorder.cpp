@@ -14,7 +14,8 @@
 // Strict mode (`try_run`): a call seen before, under the same key, runs the op's cached executable from here —
 // JAX's C++ call of the compiled executable, on the arguments' arrays — and its output array becomes a
 // Storage (memory.acquire, as Storage.output) and a tensor, with op_cache_hits counted, as
-// executor._run_repeated does; the Python path teaches it (`learn_strict`). A profile, pending fused work,
+// executor._run_repeated does; an in-place update of a base tensor (an optimizer's) writes it into self's
+// storage (values.set_array). The Python path teaches it (`learn_strict`). A profile, pending fused work,
 // another device, a TypeError from the executable (a weak type: jit decides) take the Python path.
 //
 // The kernel never runs Python that can raise on the recorded path (no bytecode runs there at all); the
@@ -733,12 +734,14 @@ long first_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack)
 }
 
 // Strict mode's repeated call, as executor._run_repeated runs it: the op's executable (JAX's C++ call of it)
-// on the call's dynamic inputs, the output array in a Storage (Storage.output: memory.acquire, then the array)
-// and a tensor (tensor.make_base), the cache-hit counter counted. Under fused.LOCK. Returns the output tensor
-// (a new reference), or nullptr when the executable refused the inputs with a TypeError (a weak type it was
-// not compiled for: the Python path lets jax.jit decide); any other error propagates as the Python path's.
+// on the call's dynamic inputs, the cache-hit counter counted, the output array in a Storage (Storage.output:
+// memory.acquire, then the array) and a tensor (tensor.make_base); for an in-place op (`write_to`: self's
+// storage) the array becomes that storage's (values.set_array, as mutation.write_result does for a base of
+// the result's shape and dtype). Under fused.LOCK. Returns the output tensor or None (a new reference), or
+// nullptr when the executable refused the inputs with a TypeError (a weak type it was not compiled for: the
+// Python path lets jax.jit decide); any other error propagates as the Python path's.
 PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base,
-                     const std::vector<PyObject*>& arrays, PyObject* alloc_source) {
+                     const std::vector<PyObject*>& arrays, PyObject* alloc_source, PyObject* write_to) {
   const size_t n = e.dyn.size();
   PyObject* small[8];
   std::vector<PyObject*> big;
@@ -765,6 +768,19 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   array.p = out;
   TORCH_CHECK(Py_TYPE(out) == rt.array_type, "torchtpu_lab recorder: ", PyUnicode_AsUTF8(e.name),
               "'s executable returned a ", Py_TYPE(out)->tp_name, ", not one array");
+  PyObject* old = PyDict_GetItemWithError(rt.counters, rt.hits_key);  // counters["op_cache_hits"] += 1
+  PyObject* now = old != nullptr ? PyNumber_Add(old, rt.one) : PyErr_Occurred() ? nullptr : PyFloat_FromDouble(1.0);
+  if (now == nullptr || PyDict_SetItem(rt.counters, rt.hits_key, now) < 0) {
+    Py_XDECREF(now);
+    throw python_error();
+  }
+  Py_DECREF(now);
+  if (write_to != nullptr) {
+    PyObject* set_args[] = {write_to, out};
+    PyObject* none = PyObject_Vectorcall(rt.set_array, set_args, 2, nullptr);
+    if (none == nullptr) throw python_error();
+    return none;
+  }
   OwnedRef storage;
   storage.p = new_storage(e, e.exec_device, alloc_source);
   OwnedRef origin;
@@ -778,14 +794,6 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   PyObject* t = make_tensor(rt.tensor_type, e.sizes, e.strides, e.scalar_type,
                             static_cast<c10::DeviceIndex>(e.exec_device), storage.p, Py_None);
   if (t == nullptr) throw python_error();
-  PyObject* old = PyDict_GetItemWithError(rt.counters, rt.hits_key);  // counters["op_cache_hits"] += 1
-  PyObject* now = old != nullptr ? PyNumber_Add(old, rt.one) : PyErr_Occurred() ? nullptr : PyFloat_FromDouble(1.0);
-  if (now == nullptr || PyDict_SetItem(rt.counters, rt.hits_key, now) < 0) {
-    Py_XDECREF(now);
-    Py_DECREF(t);
-    throw python_error();
-  }
-  Py_DECREF(now);
   return t;
 }
 
@@ -836,8 +844,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (!rt.ready || !flag(rt.enabled)) return false;
     PyObject* mode = rt.state_value.get(rt.mode);
     const bool strict = !same_str(mode, rt.fused_str);
-    if (strict) {  // strict mode: a lowered op runs its learned executable; a view is served as in fused mode
-      if (inplace_ || !same_str(mode, rt.strict_str)) return false;  // debug mode stays Python
+    if (strict) {  // strict mode: a lowered or in-place op runs its learned executable; a view as in fused mode
+      if (!same_str(mode, rt.strict_str)) return false;  // debug mode stays Python
       if (!view_) return try_run(op, stack);
     }
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
@@ -956,8 +964,19 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (found == strict_.end()) return false;
     const Entry& e = *found->second;
     if (e.exec_device != device) return false;  // compiled for another device: jit's dispatch (Python)
+    const size_t n = op.schema().arguments().size();
+    const size_t base = stack->size() - n;
+    OwnedRef write_to;  // an in-place op's self storage (held: the write may run bytecode)
+    if (inplace_) {     // the usual update: a base `self` whose storage the result replaces whole
+      const at::Tensor& self = (*stack)[base].toTensor();
+      if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
+        key_scratch.clear();  // mutation.write_result's general case: the Python path
+        return false;
+      }
+      write_to.p = Py_NewRef(storages_scratch[0]);
+    }
     PyObject* alloc_source = Py_None;
-    if (flag(rt.track_alloc)) {
+    if (!inplace_ && flag(rt.track_alloc)) {
       alloc_source = user_source();
       if (alloc_source == nullptr) return false;  // a line Python has not seen yet
     }
@@ -966,10 +985,9 @@ class RecordingKernel final : public c10::OperatorKernel {
     const bool acquired = got == Py_True;
     Py_DECREF(got);
     if (!acquired) return false;  // another thread is inside the runtime: the Python kernel waits for it
-    const size_t n = op.schema().arguments().size();
     OwnedRef out;
     try {
-      out.p = run_strict(e, *stack, stack->size() - n, arrays_scratch, alloc_source);
+      out.p = run_strict(e, *stack, base, arrays_scratch, alloc_source, write_to.p);
     } catch (...) {
       unlock();
       throw;
@@ -979,8 +997,14 @@ class RecordingKernel final : public c10::OperatorKernel {
       key_scratch.clear();
       return false;
     }
-    torch::jit::drop(*stack, n);
-    torch::jit::push(stack, THPVariable_Unpack(out.p));
+    if (inplace_) {
+      at::Tensor self = (*stack)[base].toTensor();
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(self));
+    } else {
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, THPVariable_Unpack(out.p));
+    }
     ++stats.ran;
     return true;
   }
