@@ -3,7 +3,8 @@
     python bench/eager_overhead.py [--iters 2000] [--reps 7] [--steps 10] [--clock cpu]
 
 * strict mode, cache hit: one small op (64x64 float32) as a tpu tensor op vs one call of the same jitted JAX
-  function (target: at most 1.5x);
+  function (target: at most 1.5x), and the same op with the native core's kernel off (``config.native_recording``:
+  the Python kernel runs the executable);
 * fused mode capture: the cost of recording one op into the lazy graph (no execution) on tiny 8x8 tensors, next
   to the same op in PyTorch's CPU eager on the same sizes (target: at most 2x), and the same capture with the
   native core's recording kernel off (``config.native_recording``: every op through its Python kernel);
@@ -49,8 +50,11 @@ def strict_rows(iters: int, reps: int) -> list[tuple]:
         for name, (tfn, jfn) in OPS.items():
             jitted = jax.jit(jfn)
             t_tpu = median_time(lambda: tfn(a, b), lambda o: torch.tpu.synchronize(), iters, reps)
+            with torchtpu_lab.config.native_recording(False):
+                t_py = median_time(lambda: tfn(a, b), lambda o: torch.tpu.synchronize(), iters, reps)
             t_jax = median_time(lambda: jitted(aj, bj), lambda o: o.block_until_ready(), iters, reps)
-            rows.append((name, f"{t_tpu * 1e6:.1f}", f"{t_jax * 1e6:.1f}", f"{t_tpu / t_jax:.2f}x"))
+            rows.append((name, f"{t_tpu * 1e6:.1f}", f"{t_py * 1e6:.1f}", f"{t_jax * 1e6:.1f}",
+                         f"{t_tpu / t_jax:.2f}x", f"{t_py / t_jax:.2f}x"))
     return rows
 
 
@@ -179,7 +183,8 @@ def main(argv=None) -> None:
     set_clock(args.clock)
     print(f"platform: {torch.tpu.platform_name()}")
     print(table("\nstrict mode, per op (cache hit), 64x64 float32",
-                strict_rows(args.iters, args.reps), ("op", "tpu us", "jax.jit us", "ratio")))
+                strict_rows(args.iters, args.reps),
+                ("op", "tpu us", "Python path us", "jax.jit us", "ratio", "Python path ratio")))
     print(table("\nfused mode, capture cost per recorded op (8x8 float32) vs PyTorch CPU eager",
                 capture_rows(args.iters, args.reps),
                 ("op", "tpu fused us", "Python path us", "CPU eager us", "fused vs CPU")))

@@ -77,6 +77,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("learn", [](py::handle name, py::handle overload, py::handle compiled, py::list dyn, py::sequence sources) {
     return torchtpu::learn(name.ptr(), overload.ptr(), compiled.ptr(), dyn.ptr(), sources.ptr());
   }, "File an executable under the key of the innermost recording-kernel call that fell back to Python.");
+  m.def("learn_strict", [](py::handle name, py::handle overload, py::handle compiled, py::handle call, long device,
+                           py::list dyn, py::sequence sources) {
+    return torchtpu::learn_strict(name.ptr(), overload.ptr(), compiled.ptr(), call.ptr(), device, dyn.ptr(),
+                                  sources.ptr());
+  }, "File a strict-mode executable call under the key of the innermost recording-kernel call that fell back.");
   m.def("learn_view", [](py::handle name, py::handle overload, py::handle view, py::handle size, py::handle stride,
                          long offset, bool reported) {
     return torchtpu::learn_view(name.ptr(), overload.ptr(), view.ptr(), size.ptr(), stride.ptr(), offset, reported);

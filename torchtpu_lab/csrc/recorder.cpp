@@ -6,14 +6,22 @@
 // `fused.PENDING` (its graph-key segment, cut-point tail and storage tracking included), a `Storage` around the
 // placeholder and the output tensor, the user's line read from the current frame. These are the same Python
 // objects the Python path makes, so the sync, the cause analysis and the lab read one pending graph whichever
-// path recorded an op. Everything else — a first call, strict or debug mode, a pending interrupt, another
-// thread inside the runtime, an op with checks or several outputs, config.native_recording off — goes to the
-// op's Python kernel, which on a recordable call teaches this table its entry (`learn`). While a profile
-// records, the op's line, stack and op record come from telemetry's own functions (Python, but no kernel).
+// path recorded an op. Everything else — a first call, debug mode, a pending interrupt, another thread
+// inside the runtime, an op with checks or several outputs, config.native_recording off — goes to the op's
+// Python kernel, which on a recordable call teaches this table its entry (`learn`). While a profile records,
+// the op's line, stack and op record come from telemetry's own functions (Python, but no kernel).
+//
+// Strict mode (`try_run`): a call seen before, under the same key, runs the op's cached executable from here —
+// JAX's C++ call of the compiled executable, on the arguments' arrays — and its output array becomes a
+// Storage (memory.acquire, as Storage.output) and a tensor, with op_cache_hits counted, as
+// executor._run_repeated does; an in-place update of a base tensor (an optimizer's) writes it into self's
+// storage (values.set_array). The Python path teaches it (`learn_strict`). A profile, pending fused work,
+// another device, a TypeError from the executable (a weak type: jit decides) take the Python path.
 //
 // The kernel never runs Python that can raise on the recorded path (no bytecode runs there at all); the
-// Python kernel it falls back to and the graph-size flush may raise, as any kernel may: the error reaches the
-// caller through the dispatcher.
+// Python kernel it falls back to, the graph-size flush, and strict mode's executable and memory accounting
+// may raise, as any kernel may: the error (the same Python exception the Python path raises) reaches the
+// caller through the dispatcher, with fused.LOCK released.
 #include "recorder.h"
 
 #include <Python.h>
@@ -170,6 +178,9 @@ struct Runtime {
   PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.record_op (while a profile records)
   PyObject* record_op = nullptr;
   PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
+  PyObject* acquire = nullptr;         // memory.acquire(array, device, nbytes, origin): a strict output's bytes
+  PyObject* counters = nullptr;        // telemetry.counters (a defaultdict(float))
+  PyObject* hits_key = nullptr;        // "op_cache_hits"
   PyObject* pending = nullptr;         // fused.PENDING
   PyObject* cuts = nullptr;            // fused.CUTS
   PyObject* flush = nullptr;           // fused.flush_if_over_limit()
@@ -182,12 +193,13 @@ struct Runtime {
   PyTypeObject* storage_type = nullptr;
   PyTypeObject* tensor_type = nullptr;
   PyTypeObject* array_type = nullptr;  // jax's concrete array class
-  PyObject* fused_str = nullptr;       // "fused"
+  PyObject* fused_str = nullptr;       // "fused", "strict"
+  PyObject* strict_str = nullptr;
   PyObject* one = nullptr;             // 0, -1, False: constants for new objects' slots
   PyObject* zero = nullptr;
   PyObject* minus_one = nullptr;
   Slot state_value;
-  Slot pw_storages, pw_prior, pw_recorded, pw_seq, pw_segment, pw_device;
+  Slot pw_storages, pw_prior, pw_recorded, pw_seq, pw_segment, pw_device, pw_extra;
   Slot seg_token, seg_refs, seg_node_keys, seg_leaves, seg_leaf_sigs, seg_leaf_pos, seg_regular;
   Slot cut_tail, cut_last_ids;
   Slot n_key, n_uid, n_fn, n_inputs, n_treedef, n_avals, n_name, n_source, n_seq, n_segment, n_position, n_used;
@@ -225,6 +237,7 @@ struct Stats {
   uint64_t recorded = 0;  // calls recorded here
   uint64_t python = 0;    // calls handed to the Python kernel
   uint64_t learned = 0;   // entries taught by the Python path
+  uint64_t ran = 0;       // strict calls whose executable ran here
 } stats;
 
 Slot slot_of(PyObject* type, const char* name) {
@@ -276,6 +289,9 @@ struct Entry {
   c10::ScalarType scalar_type = c10::ScalarType::Undefined;
   std::vector<int64_t> sizes, strides;
   std::vector<Source> dyn;
+  // a strict entry's executable: what `run_now` calls (JAX's C++ call of the compiled executable), and its device
+  PyObject* call = nullptr;
+  long exec_device = -1;
   // a view op's entry: the output's View (or None: the whole base) and the geometry its TensorImpl reports
   PyObject* view = nullptr;
   bool reported = false;
@@ -574,6 +590,35 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
   Py_DECREF(refs);
 }
 
+// One dynamic input of a learned call, as the Python path passes it: the entry's constant, an argument's array,
+// or the Python number an argument stands for. A new reference, or nullptr with a Python error set.
+PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays) {
+  if (s.position < 0) return Py_NewRef(s.constant);
+  if (arrays[s.position] != nullptr) return Py_NewRef(arrays[s.position]);
+  const c10::IValue& iv = stack[base + s.position];
+  return iv.isTensor() ? wrapped_number(iv.toTensor())
+         : iv.isBool() ? PyBool_FromLong(iv.toBool())
+         : iv.isInt()  ? PyLong_FromLongLong(iv.toInt())
+                       : PyFloat_FromDouble(iv.toDouble());
+}
+
+// Storage.output's object for entry e's output on `device`, its array not set yet (a new reference).
+PyObject* new_storage(const Entry& e, long device, PyObject* alloc_source) {
+  PyObject* storage = alloc(rt.storage_type);
+  rt.st_array.set(storage, Py_None);
+  rt.st_shape.set(storage, e.shape);
+  rt.st_dtype.set(storage, e.dtype);
+  PyObject* index = PyLong_FromLong(device);
+  if (index == nullptr) {
+    Py_DECREF(storage);
+    throw python_error();
+  }
+  rt.st_device.set_new(storage, index);
+  rt.st_nbytes.set(storage, e.nbytes);
+  rt.st_source.set(storage, alloc_source);
+  return storage;
+}
+
 // The recorded path proper, under fused.LOCK. Returns the output tensor (a new reference).
 // `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
 // result is None then. Otherwise the result is a new output tensor.
@@ -584,22 +629,10 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
   PyObject* inputs = PyList_New(n);
   if (inputs == nullptr) throw python_error();
   for (Py_ssize_t j = 0; j < n; ++j) {
-    const Source& s = e.dyn[j];
-    PyObject* v;
-    if (s.position < 0) {
-      v = Py_NewRef(s.constant);
-    } else if (arrays[s.position] != nullptr) {
-      v = Py_NewRef(arrays[s.position]);
-    } else {
-      const c10::IValue& iv = stack[base + s.position];
-      v = iv.isTensor() ? wrapped_number(iv.toTensor())
-          : iv.isBool() ? PyBool_FromLong(iv.toBool())
-          : iv.isInt()  ? PyLong_FromLongLong(iv.toInt())
-                        : PyFloat_FromDouble(iv.toDouble());
-      if (v == nullptr) {
-        Py_DECREF(inputs);
-        throw python_error();
-      }
+    PyObject* v = dyn_input(e.dyn[j], stack, base, arrays);
+    if (v == nullptr) {
+      Py_DECREF(inputs);
+      throw python_error();
     }
     PyList_SET_ITEM(inputs, j, v);
   }
@@ -645,15 +678,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
       return Py_NewRef(Py_None);
     }
 
-    storage = alloc(rt.storage_type);  // Storage.output(shape, dtype, device, placeholder)
-    rt.st_array.set(storage, Py_None);
-    rt.st_shape.set(storage, e.shape);
-    rt.st_dtype.set(storage, e.dtype);
-    PyObject* index = PyLong_FromLong(device);
-    if (index == nullptr) throw python_error();
-    rt.st_device.set_new(storage, index);
-    rt.st_nbytes.set(storage, e.nbytes);
-    rt.st_source.set(storage, alloc_source);
+    storage = new_storage(e, device, alloc_source);  // Storage.output(shape, dtype, device, placeholder)
     rt.st_array.set(storage, lazy);
 
     PyObject* id = PyLong_FromVoidPtr(storage);  // fused.track_new(storage)
@@ -684,6 +709,105 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
 }
 
 bool flag(PyObject* state) { return rt.state_value.get(state) == Py_True; }
+
+bool same_str(PyObject* a, PyObject* b) {  // a config string equal to an interned one
+  if (a == b) return true;
+  if (!PyUnicode_Check(a)) return false;
+  const int c = PyUnicode_Compare(a, b);
+  if (c == -1 && PyErr_Occurred()) PyErr_Clear();
+  return c == 0;
+}
+
+// fused.LOCK.release(), keeping the Python error being raised, if any (releasing runs no bytecode).
+void unlock() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject* released = PyObject_CallNoArgs(rt.lock_release);
+  if (released == nullptr) {
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    throw python_error();
+  }
+  Py_DECREF(released);
+  PyErr_Restore(type, value, tb);
+}
+
+// The device of the call's first tpu tensor (strict mode runs where its inputs are), or -1.
+long first_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    if (stack[i].isTensor() && stack[i].toTensor().defined() &&
+        stack[i].toTensor().device().type() == c10::DeviceType::PrivateUse1) {
+      return stack[i].toTensor().device().index();
+    }
+  }
+  return -1;
+}
+
+// Strict mode's repeated call, as executor._run_repeated runs it: the op's executable (JAX's C++ call of it)
+// on the call's dynamic inputs, the cache-hit counter counted, the output array in a Storage (Storage.output:
+// memory.acquire, then the array) and a tensor (tensor.make_base); for an in-place op (`write_to`: self's
+// storage) the array becomes that storage's (values.set_array, as mutation.write_result does for a base of
+// the result's shape and dtype). Under fused.LOCK. Returns the output tensor or None (a new reference), or
+// nullptr when the executable refused the inputs with a TypeError (a weak type it was not compiled for: the
+// Python path lets jax.jit decide); any other error propagates as the Python path's.
+PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base,
+                     const std::vector<PyObject*>& arrays, PyObject* alloc_source, PyObject* write_to) {
+  const size_t n = e.dyn.size();
+  PyObject* small[8];
+  std::vector<PyObject*> big;
+  PyObject** args = small;
+  if (n > 8) {
+    big.resize(n);
+    args = big.data();
+  }
+  size_t made = 0;  // new references taken before any bytecode can run: the borrowed arrays are safe
+  for (; made < n; ++made) {
+    args[made] = dyn_input(e.dyn[made], stack, base, arrays);
+    if (args[made] == nullptr) break;
+  }
+  PyObject* out = made == n ? PyObject_Vectorcall(e.call, args, n, nullptr) : nullptr;
+  for (size_t j = 0; j < made; ++j) Py_DECREF(args[j]);
+  if (out == nullptr) {
+    if (made == n && PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    throw python_error();
+  }
+  OwnedRef array;
+  array.p = out;
+  TORCH_CHECK(Py_TYPE(out) == rt.array_type, "torchtpu_lab recorder: ", PyUnicode_AsUTF8(e.name),
+              "'s executable returned a ", Py_TYPE(out)->tp_name, ", not one array");
+  PyObject* old = PyDict_GetItemWithError(rt.counters, rt.hits_key);  // counters["op_cache_hits"] += 1
+  PyObject* now = old != nullptr ? PyNumber_Add(old, rt.one) : PyErr_Occurred() ? nullptr : PyFloat_FromDouble(1.0);
+  if (now == nullptr || PyDict_SetItem(rt.counters, rt.hits_key, now) < 0) {
+    Py_XDECREF(now);
+    throw python_error();
+  }
+  Py_DECREF(now);
+  if (write_to != nullptr) {
+    PyObject* set_args[] = {write_to, out};
+    PyObject* none = PyObject_Vectorcall(rt.set_array, set_args, 2, nullptr);
+    if (none == nullptr) throw python_error();
+    return none;
+  }
+  OwnedRef storage;
+  storage.p = new_storage(e, e.exec_device, alloc_source);
+  OwnedRef origin;
+  origin.p = PyTuple_Pack(3, e.shape, e.dtype, alloc_source);
+  if (origin.p == nullptr) throw python_error();
+  PyObject* acquire_args[] = {out, rt.st_device.get(storage.p), e.nbytes, origin.p};
+  PyObject* r = PyObject_Vectorcall(rt.acquire, acquire_args, 4, nullptr);
+  if (r == nullptr) throw python_error();
+  Py_DECREF(r);
+  rt.st_array.set(storage.p, out);
+  PyObject* t = make_tensor(rt.tensor_type, e.sizes, e.strides, e.scalar_type,
+                            static_cast<c10::DeviceIndex>(e.exec_device), storage.p, Py_None);
+  if (t == nullptr) throw python_error();
+  return t;
+}
 
 long as_long(PyObject* v) {
   long x = PyLong_AsLong(v);
@@ -724,6 +848,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   }
   bool is_view() const { return view_; }
   Table& table() { return table_; }
+  Table& strict_table() { return strict_; }
 
  private:
   // Whether this call was recorded here; leaves the call's key in key_scratch (empty when it has none).
@@ -731,9 +856,10 @@ class RecordingKernel final : public c10::OperatorKernel {
     key_scratch.clear();
     if (!rt.ready || !flag(rt.enabled)) return false;
     PyObject* mode = rt.state_value.get(rt.mode);
-    if (mode != rt.fused_str && PyUnicode_Compare(mode, rt.fused_str) != 0) {
-      PyErr_Clear();
-      return false;
+    const bool strict = !same_str(mode, rt.fused_str);
+    if (strict) {  // strict mode: a lowered or in-place op runs its learned executable; a view as in fused mode
+      if (!same_str(mode, rt.strict_str)) return false;  // debug mode stays Python
+      if (!view_) return try_run(op, stack);
     }
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
     if (view_ && (c10::InferenceMode::is_enabled() || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None)) {
@@ -752,7 +878,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       if (sources.p == nullptr) throw python_error();
       spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
     }
-    const long device = as_long(rt.pw_device.get(rt.pending));
+    const long device = strict ? first_device(op, *stack) : as_long(rt.pw_device.get(rt.pending));
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
       key_scratch.clear();
       return false;
@@ -824,6 +950,75 @@ class RecordingKernel final : public c10::OperatorKernel {
     ++stats.recorded;
     if (profiling || outermost) note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
     flush_if_needed(e);
+    return true;
+  }
+
+  // Strict mode: a call seen before runs its executable here (run_strict); leaves the key in key_scratch when
+  // the Python path may teach it one. A profile (op events with user lines, entry spans), pending fused work
+  // (which the Python path syncs first), a pending interrupt, another device or thread: the Python path.
+  bool try_run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;
+    if (PyList_GET_SIZE(rt.recorders) != 0 || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None) return false;
+    if (PyDict_GET_SIZE(rt.pw_storages.get(rt.pending)) != 0 || PyList_GET_SIZE(rt.pw_extra.get(rt.pending)) != 0) {
+      return false;
+    }
+    const long device = first_device(op, *stack);
+    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
+      key_scratch.clear();
+      return false;
+    }
+    for (PyObject* a : arrays_scratch) {
+      if (a != nullptr && Py_TYPE(a) != rt.array_type) {  // a placeholder: not a strict call
+        key_scratch.clear();
+        return false;
+      }
+    }
+    auto found = strict_.find(key_scratch);
+    if (found == strict_.end()) return false;
+    const Entry& e = *found->second;
+    if (e.exec_device != device) return false;  // compiled for another device: jit's dispatch (Python)
+    const size_t n = op.schema().arguments().size();
+    const size_t base = stack->size() - n;
+    OwnedRef write_to;  // an in-place op's self storage (held: the write may run bytecode)
+    if (inplace_) {     // the usual update: a base `self` whose storage the result replaces whole
+      const at::Tensor& self = (*stack)[base].toTensor();
+      if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
+        key_scratch.clear();  // mutation.write_result's general case: the Python path
+        return false;
+      }
+      write_to.p = Py_NewRef(storages_scratch[0]);
+    }
+    PyObject* alloc_source = Py_None;
+    if (!inplace_ && flag(rt.track_alloc)) {
+      alloc_source = user_source();
+      if (alloc_source == nullptr) return false;  // a line Python has not seen yet
+    }
+    PyObject* got = PyObject_CallOneArg(rt.lock_acquire, Py_False);
+    if (got == nullptr) throw python_error();
+    const bool acquired = got == Py_True;
+    Py_DECREF(got);
+    if (!acquired) return false;  // another thread is inside the runtime: the Python kernel waits for it
+    OwnedRef out;
+    try {
+      out.p = run_strict(e, *stack, base, arrays_scratch, alloc_source, write_to.p);
+    } catch (...) {
+      unlock();
+      throw;
+    }
+    unlock();
+    if (out.p == nullptr) {  // a TypeError: the Python path decides, and learns nothing new
+      key_scratch.clear();
+      return false;
+    }
+    if (inplace_) {
+      at::Tensor self = (*stack)[base].toTensor();
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(self));
+    } else {
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, THPVariable_Unpack(out.p));
+    }
+    ++stats.ran;
     return true;
   }
 
@@ -900,11 +1095,12 @@ class RecordingKernel final : public c10::OperatorKernel {
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
   Table table_;
+  Table strict_;  // strict mode's entries, under the same keys
 };
 
 void clear_entry(Entry& e) {
   for (PyObject* o : {e.compiled, e.signature, e.run, e.avals, e.treedef, e.name, e.uid, e.fn_id, e.shape,
-                      e.aval_dtype, e.dtype, e.nbytes, e.view}) {
+                      e.aval_dtype, e.dtype, e.nbytes, e.view, e.call}) {
     Py_XDECREF(o);
   }
   for (auto& s : e.dyn) Py_XDECREF(s.constant);
@@ -932,6 +1128,8 @@ void configure_recorder(PyObject* config) {
   rt.op_sources = item(config, "op_sources");
   rt.record_op = item(config, "record_op");
   rt.set_array = item(config, "set_array");
+  rt.acquire = item(config, "acquire");
+  rt.counters = item(config, "counters");
   rt.pending = item(config, "pending");
   rt.cuts = item(config, "cuts");
   rt.flush = item(config, "flush");
@@ -955,6 +1153,7 @@ void configure_recorder(PyObject* config) {
   rt.pw_seq = slot_of(pw, "seq");
   rt.pw_segment = slot_of(pw, "segment");
   rt.pw_device = slot_of(pw, "device");
+  rt.pw_extra = slot_of(pw, "extra");
   PyObject* seg = reinterpret_cast<PyObject*>(Py_TYPE(rt.pw_segment.get(rt.pending)));
   rt.seg_token = slot_of(seg, "token");
   rt.seg_refs = slot_of(seg, "refs");
@@ -993,6 +1192,8 @@ void configure_recorder(PyObject* config) {
   rt.st_nbytes = slot_of(st, "nbytes");
   rt.st_source = slot_of(st, "source");
   rt.fused_str = PyUnicode_InternFromString("fused");
+  rt.strict_str = PyUnicode_InternFromString("strict");
+  rt.hits_key = PyUnicode_InternFromString("op_cache_hits");
   rt.one = PyLong_FromLong(1);
   rt.zero = PyLong_FromLong(0);
   rt.minus_one = PyLong_FromLong(-1);
@@ -1065,13 +1266,12 @@ Miss* lesson_for(PyObject* name, PyObject* overload, bool view) {
   return &miss;
 }
 
-void file(Miss& miss, std::unique_ptr<Entry> e) {
-  Table& table = miss.kernel->table();
+void file(Table& table, const std::string& key, std::unique_ptr<Entry> e) {
   if (table.size() >= kMaxEntriesPerOp) {
     for (auto& kv : table) clear_entry(*kv.second);
     table.clear();
   }
-  auto& slot = table[miss.key];
+  auto& slot = table[key];
   if (slot) clear_entry(*slot);
   slot = std::move(e);
   ++stats.learned;
@@ -1116,19 +1316,63 @@ bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* si
   e->view_offset = offset;
   e->reported = reported;
   TORCH_CHECK(e->view_stride.size() == e->sizes.size(), "learn_view: one stride per size");
-  file(*miss, std::move(e));
+  file(miss->kernel->table(), miss->key, std::move(e));
   return true;
 }
+
+namespace {
+
+PyObject* attr(PyObject* obj, const char* a) {
+  PyObject* v = PyObject_GetAttrString(obj, a);
+  if (v == nullptr) throw python_error();
+  return v;
+}
+
+// The output's shape (a tuple of ints) and torch dtype (both stolen; nullptr: a Python error), its sizes, strides and bytes.
+void set_output(Entry& e, PyObject* shape, PyObject* dtype) {
+  e.shape = shape;
+  e.dtype = dtype;
+  if (shape == nullptr || dtype == nullptr) throw python_error();
+  TORCH_CHECK(THPDtype_Check(e.dtype), "learn: the output's dtype is not a torch.dtype");
+  e.scalar_type = reinterpret_cast<THPDtype*>(e.dtype)->scalar_type;
+  int64_t numel = 1;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e.shape); ++i) {
+    e.sizes.push_back(as_long(PyTuple_GET_ITEM(e.shape, i)));
+    numel *= e.sizes.back();
+  }
+  e.strides = contiguous_strides(e.sizes);
+  e.nbytes = PyLong_FromLongLong(numel * static_cast<int64_t>(c10::elementSize(e.scalar_type)));
+  if (e.nbytes == nullptr) throw python_error();
+}
+
+// Where each of the executable's dynamic inputs `dyn` comes from (`sources`: an argument position, or -1 for the
+// constant in dyn); false where a constant is not one the key fixes (an array, a view's offset).
+bool set_sources(Entry& e, PyObject* dyn, PyObject* sources) {
+  const Py_ssize_t k = PyList_Size(dyn);
+  TORCH_CHECK(k >= 0 && PySequence_Size(sources) == k, "learn: one source per dynamic input");
+  for (Py_ssize_t j = 0; j < k; ++j) {
+    PyObject* s = PySequence_GetItem(sources, j);
+    if (s == nullptr) throw python_error();
+    long position = PyLong_AsLong(s);
+    Py_DECREF(s);
+    if (position == -1 && PyErr_Occurred()) throw python_error();
+    PyObject* constant = nullptr;
+    if (position < 0) {
+      constant = PyList_GET_ITEM(dyn, j);
+      if (Py_TYPE(constant) != rt.array_type && !PyLong_CheckExact(constant)) return false;
+      Py_INCREF(constant);
+    }
+    e.dyn.push_back({static_cast<int>(position), constant});
+  }
+  return true;
+}
+
+}  // namespace
 
 bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
   Miss* miss = lesson_for(name, overload, false);
   if (miss == nullptr) return false;
   auto e = std::make_unique<Entry>();
-  auto attr = [&](PyObject* obj, const char* a) {
-    PyObject* v = PyObject_GetAttrString(obj, a);
-    if (v == nullptr) throw python_error();
-    return v;
-  };
   try {
     e->compiled = Py_NewRef(compiled);
     e->signature = attr(compiled, "signature");
@@ -1141,61 +1385,72 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
     PyObject* aval = PyList_GetItem(e->avals, 0);  // borrowed
     if (aval == nullptr || e->fn_id == nullptr) throw python_error();
     PyObject* shape = attr(aval, "shape");
-    e->shape = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
+    PyObject* tuple = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
     Py_DECREF(shape);
-    if (e->shape == nullptr) throw python_error();
     e->aval_dtype = attr(aval, "dtype");
     PyObject* meta = attr(compiled, "meta");
-    e->dtype = attr(meta, "dtype");
+    PyObject* dtype = PyObject_GetAttrString(meta, "dtype");
     Py_DECREF(meta);
-    TORCH_CHECK(THPDtype_Check(e->dtype), "learn: the output's dtype is not a torch.dtype");
-    e->scalar_type = reinterpret_cast<THPDtype*>(e->dtype)->scalar_type;
-    int64_t numel = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e->shape); ++i) {
-      e->sizes.push_back(as_long(PyTuple_GET_ITEM(e->shape, i)));
-      numel *= e->sizes.back();
-    }
-    e->strides = contiguous_strides(e->sizes);
-    e->nbytes = PyLong_FromLongLong(numel * static_cast<int64_t>(c10::elementSize(e->scalar_type)));
-    if (e->nbytes == nullptr) throw python_error();
-    const Py_ssize_t k = PyList_Size(dyn);
-    TORCH_CHECK(k >= 0 && PySequence_Size(sources) == k, "learn: one source per dynamic input");
-    for (Py_ssize_t j = 0; j < k; ++j) {
-      PyObject* s = PySequence_GetItem(sources, j);
-      if (s == nullptr) throw python_error();
-      long position = PyLong_AsLong(s);
-      Py_DECREF(s);
-      if (position == -1 && PyErr_Occurred()) throw python_error();
-      PyObject* constant = nullptr;
-      if (position < 0) {
-        constant = PyList_GET_ITEM(dyn, j);
-        if (Py_TYPE(constant) != rt.array_type && !PyLong_CheckExact(constant)) {  // arrays and view offsets
-          clear_entry(*e);
-          return false;
-        }
-        Py_INCREF(constant);
-      }
-      e->dyn.push_back({static_cast<int>(position), constant});
+    set_output(*e, tuple, dtype);
+    if (!set_sources(*e, dyn, sources)) {
+      clear_entry(*e);
+      return false;
     }
   } catch (...) {
     clear_entry(*e);
     throw;
   }
-  file(*miss, std::move(e));
+  file(miss->kernel->table(), miss->key, std::move(e));
+  return true;
+}
+
+bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,
+                  PyObject* dyn, PyObject* sources) {
+  Miss* miss = lesson_for(name, overload, false);
+  if (miss == nullptr) return false;
+  auto e = std::make_unique<Entry>();
+  try {
+    e->call = Py_NewRef(call);
+    e->exec_device = device;
+    e->name = attr(compiled, "name");
+    PyObject* meta = attr(compiled, "meta");
+    PyObject* shape = PyObject_GetAttrString(meta, "shape");
+    PyObject* tuple = shape == nullptr ? nullptr : PySequence_Tuple(shape);  // Storage.shape: a tuple of ints
+    Py_XDECREF(shape);
+    PyObject* dtype = PyObject_GetAttrString(meta, "dtype");
+    Py_DECREF(meta);
+    if (tuple == nullptr || dtype == nullptr) {
+      Py_XDECREF(tuple);
+      Py_XDECREF(dtype);
+      throw python_error();
+    }
+    set_output(*e, tuple, dtype);
+    if (!set_sources(*e, dyn, sources)) {
+      clear_entry(*e);
+      return false;
+    }
+  } catch (...) {
+    clear_entry(*e);
+    throw;
+  }
+  file(miss->kernel->strict_table(), miss->key, std::move(e));
   return true;
 }
 
 void clear_recorded() {
   for (RecordingKernel* k : kernels) {
-    for (auto& kv : k->table()) clear_entry(*kv.second);
-    k->table().clear();
+    for (Table* t : {&k->table(), &k->strict_table()}) {
+      for (auto& kv : *t) clear_entry(*kv.second);
+      t->clear();
+    }
   }
 }
 
 PyObject* recorder_stats() {
   size_t entries = 0;
-  for (RecordingKernel* k : kernels) entries += k->table().size();
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:n}", "recorded", static_cast<unsigned long long>(stats.recorded),
+  for (RecordingKernel* k : kernels) entries += k->table().size() + k->strict_table().size();
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:n,s:n}", "recorded", static_cast<unsigned long long>(stats.recorded),
+                       "ran", static_cast<unsigned long long>(stats.ran),
                        "python", static_cast<unsigned long long>(stats.python), "learned",
                        static_cast<unsigned long long>(stats.learned), "entries", static_cast<Py_ssize_t>(entries),
                        "kernels", static_cast<Py_ssize_t>(kernels.size()));

@@ -1,4 +1,5 @@
-// The recording kernel (recorder.cpp): fused eager's common op recorded without entering Python.
+// The recording kernel (recorder.cpp): fused eager's common op recorded, and strict mode's repeated op run,
+// without entering Python.
 #pragma once
 
 #include <Python.h>
@@ -21,6 +22,10 @@ bool lesson_pending();
 // Files `compiled` (an executor OpExecutable) under the key of the innermost fallback call of op
 // name.overload; `sources`: per dynamic input, the argument position it comes from (-1: the constant in dyn).
 bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
+
+// The same for strict mode: `call` runs `compiled`'s executable (compiled for tpu:`device`) on the dynamic inputs.
+bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,
+                  PyObject* dyn, PyObject* sources);
 
 // The same for a view op: the output's View (or None), size, the stride and offset its TensorImpl reports,
 // and whether those differ from the contiguous ones (then they are set on it).

@@ -301,6 +301,9 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
                 recording.learn(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
             return _record_single(compiled, dyn, device_index)
         if mode == "strict" and compiled.ran_eagerly and compiled.checks is None and not fused.has_pending():
+            lesson = recording.lesson_pending
+            if lesson is not None and compiled.exec_device == device_index and lesson():
+                recording.learn_strict(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
             return _run_repeated(compiled, dyn, device_index)
     key = compiled.signature
     t_launch = time.perf_counter()

@@ -6,7 +6,7 @@ through :func:`.values.set_array` (the one Python call on that path: memory acco
 tensor of the result's shape and dtype; the functional op's Python path inside the in-place kernel teaches it.
 
 View ops (``view``, ``t``, ``transpose``, ``expand``, ``detach``, ...; one output) are served the same way in
-every mode: the output tensor over the input's storage, with the geometry the Python view kernel computed for
+fused and strict mode (debug mode stays Python): the output tensor over the input's storage, with the geometry the Python view kernel computed for
 the same input geometry and arguments (:func:`learn_view`).
 
 In fused mode most ops are calls seen before: the same op on base tensors of the same shapes and dtypes with
@@ -15,7 +15,14 @@ itself — the same ``Node``, ``LazyValue``, ``Storage`` and tensor objects :fun
 makes, the graph-key segment, cut points and storage tracking updated the same way — without entering Python:
 PyTorch's dispatch into a Python kernel alone costs more than PyTorch's whole CPU ``add`` (docs/perf.md).
 
-Everything else reaches the op's Python kernel, unchanged: the first call of a signature, strict and debug
+In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
+(:func:`learn_strict`, taught from :func:`.executor._run_repeated`'s branch): JAX's C++ call of the compiled
+executable on the arguments' arrays, the output array in a ``Storage`` (``memory.acquire``, as
+``Storage.output``) and a tensor, ``op_cache_hits`` counted. A recording profile, pending fused work, another
+device than the executable's, a ``TypeError`` from the executable (a weak type: ``jax.jit`` decides), a pending
+interrupt or another thread in the runtime take the Python path, which is unchanged.
+
+Everything else reaches the op's Python kernel, unchanged: the first call of a signature, debug
 mode, a recording profile, allocation sources on, a pending interrupt, another thread inside the runtime, and
 ``config.native_recording`` off (the switch for comparing the two paths).
 When the Python path records a call the C++ kernel keyed and did not know (:func:`learn`, from the executor),
@@ -75,6 +82,8 @@ def configure(core, set_array) -> None:
         "op_sources": telemetry.op_sources,
         "record_op": telemetry.record_op,
         "set_array": set_array,
+        "acquire": memory.acquire,
+        "counters": telemetry.counters,
         "main_thread": threading.main_thread().ident,
         "Node": fused.Node,
         "LazyValue": fused.LazyValue,
@@ -129,16 +138,40 @@ def learn(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: d
     """The Python path is recording a call (``compiled``'s short path) that the recording kernel keyed and did
     not know: teach it where each of ``dyn`` comes from. Arguments it cannot describe (a view, numbers inside a
     list that are graph inputs) teach nothing; the call keeps taking the Python path."""
+    sources = _sources(op, dyn, args, kwargs, positions, names, dynamic_scalars)
+    if sources is not None:
+        _core[0].learn(op._schema.name, op._schema.overload_name, compiled, dyn, sources)
+
+
+def learn_strict(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: dict, positions: frozenset,
+                 names: frozenset, dynamic_scalars: bool) -> None:
+    """Strict mode's Python path is running a cache hit (``compiled``'s executable, one tensor output, no checks)
+    that the recording kernel keyed and did not know: teach it the executable and where each of ``dyn`` comes
+    from, so that the next such call runs the executable from C++. It calls what :func:`.executor.run_now` calls:
+    the compiled executable's own C++ call (``Compiled._call``, once JAX has made it; else the ``Compiled``)."""
+    if type(compiled.meta) is not torch.Tensor:
+        return
+    sources = _sources(op, dyn, args, kwargs, positions, names, dynamic_scalars)
+    if sources is not None:
+        exe = compiled.executable
+        call = getattr(exe, "_call", None) or exe
+        _core[0].learn_strict(op._schema.name, op._schema.overload_name, compiled, call, compiled.exec_device, dyn,
+                              sources)
+
+
+def _sources(op, dyn: list, args: tuple, kwargs: dict, positions: frozenset, names: frozenset,
+             dynamic_scalars: bool) -> list[int] | None:
+    """Per dynamic input of a call, the argument position it comes from (-1: a constant its key fixes), or
+    ``None`` where the arguments cannot be described so."""
     sources: list[int] = []
     index = _argument_index(op)
     for i, a in enumerate(args):
         if not _source(a, i, dynamic_scalars and i in positions, sources):
-            return
+            return None
     for name, a in (kwargs or {}).items():
         if not _source(a, index[name], dynamic_scalars and name in names, sources):
-            return
-    if len(sources) == len(dyn):
-        _core[0].learn(op._schema.name, op._schema.overload_name, compiled, dyn, sources)
+            return None
+    return sources if len(sources) == len(dyn) else None
 
 
 def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:
