@@ -121,7 +121,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     bias): each op is a dispatcher round trip, and a decode step of a small model is mostly those (a tiny
     Llama's token: 15 linears of ~100 ops). It is dispatched below autograd to ``aten::linear``'s tpu kernel, so
     a repeated call is recorded by the native core's recording kernel without entering the executor's Python
-    (22 -> ~12 us a call, ``bench/generate.py --kernels``). The output has no autograd history, as the
+    (25 -> 16.5 us a call, ``bench/generate.py --kernels``). The output has no autograd history, as the
     decomposition's would not either."""
     real = _is_real(x) and _is_real(w) and _is_real(b) and not torch._C._are_functorch_transforms_active()
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
