@@ -119,10 +119,12 @@ def measure(rows: dict, prompt, tokens: int, reps: int) -> dict:
 
 def kernels(reps: int) -> None:
     """Host CPU time per call (fused eager: recorded, run at the sync after the timing) of the kernels a decode step
-    adds per layer — a KV append into padded storage and attention over it — next to a plain ``add``, in one
+    adds per layer — a KV append into padded storage and attention over it — and of its projections (``linear``
+    without a gradient, backend/linear_grad.py), next to a plain ``add``, in one
     process, the kinds interleaved (round robin) so a changing load falls on all alike."""
     F = torch.nn.functional
     piece, q = torch.ones(1, 4, 1, 16, device="tpu"), torch.ones(1, 4, 1, 16, device="tpu")
+    x, w = torch.ones(1, 1, 64, device="tpu"), torch.ones(128, 64, device="tpu")
     cache = [None]
 
     def fresh():  # a cache of 7 positions in padded storage (capacity 64): 40 appends stay in one bucket
@@ -134,6 +136,7 @@ def kernels(reps: int) -> None:
     calls = {"append (torch.cat into padded storage)": append,
              "attention (F.scaled_dot_product_attention over it)": lambda: F.scaled_dot_product_attention(
                  q, cache[0], cache[0]),
+             "linear (F.linear, no gradient: a projection of the step)": lambda: F.linear(x, w),
              "add (a plain op, for scale)": lambda: piece.add(1.0)}
     samples: dict = {name: [] for name in calls}
     with torch.no_grad():

@@ -86,6 +86,31 @@ def test_no_grad_linear_is_one_op_equal_to_cpu(eager_mode, seeded, shape, bias):
     assert type(y.grad_fn).__name__ == "_LinearBackward"  # the autograd kernel is installed and used
 
 
+def test_a_repeated_no_grad_linear_is_recorded_by_the_native_kernel(seeded):
+    """A decode step's linears are repeated calls: below autograd they reach ``aten::linear``'s tpu kernel, which
+    the native core's recording kernel serves without entering the executor's Python (once taught by a first
+    call); values stay CPU's."""
+    from torchtpu_lab import native
+    from torchtpu_lab.runtime import recording
+
+    if not recording.available(native.module()):
+        pytest.skip(f"no recording kernel: {native.status().describe()}")
+    cpu, tpu = _pair(6, 3, True)
+    x = torch.randn(2, 1, 6)
+    tx = x.to("tpu")
+    torchtpu_lab.sync()
+    with torchtpu_lab.eager_mode("fused"), torch.no_grad():
+        outs = []
+        for i in range(5):  # the first two calls of this signature: compiled, then taught, by the Python path
+            if i == 2:
+                before = recording.stats()
+            outs.append(tpu(tx))
+        after = recording.stats()
+    assert after["recorded"] - before["recorded"] == 3 and after["python"] == before["python"], (before, after)
+    for y in outs:
+        torch.testing.assert_close(y.cpu(), cpu(x).detach(), atol=ATOL, rtol=1e-5)
+
+
 def test_double_backward_equals_cpu(seeded):
     x, w, b = torch.randn(3, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True), torch.randn(4)
     xt, wt = (t.detach().to("tpu").requires_grad_() for t in (x, w))

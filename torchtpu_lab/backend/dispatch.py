@@ -34,7 +34,7 @@ from ..runtime import (
     training_attention,
     view_kernels,
 )
-from . import serialization
+from . import linear_grad, serialization
 
 aten = torch.ops.aten
 _KEY = "PrivateUse1"
@@ -152,6 +152,8 @@ def _collect() -> dict:
     kernels.update(padded_attention.ATTENTION_KERNELS)
     kernels.update(training_attention.KERNELS)
     kernels.update(serialization.STORAGE_KERNELS)
+    for op, low in linear_grad.LOWERED.items():  # CompositeImplicitAutograd: never in the op table's sweep
+        kernels[op] = tpu_kernel(low)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
     for op in view_kernels.VIEW_OPS:

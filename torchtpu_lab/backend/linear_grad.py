@@ -40,7 +40,6 @@ import torch.autograd.forward_ad as _forward_ad
 from ..device.tensor import TpuTensor, has_data
 from ..ops.precision import matmul_precision
 from ..ops.registry import Lowering
-from ..runtime.executor import execute
 
 aten = torch.ops.aten
 _linear = aten.linear.default
@@ -105,8 +104,12 @@ def _product(x, w, b=None):
     return y if b is None else y + b
 
 
-#: not in the op table (``linear`` is CompositeImplicitAutograd: nothing else dispatches it to the tpu key)
+#: not in the op table (``linear`` is CompositeImplicitAutograd): only :func:`linear` (and inference mode, which
+#: skips the autograd keys) dispatches it to the tpu key, where it is the recording kernel's like any lowered op
 _PRODUCT = Lowering(_linear, _product)
+#: collected into ``backend.dispatch.KERNELS`` as the tpu kernel of ``aten::linear``
+LOWERED = {_linear: _PRODUCT}
+_below_autograd = torch._C._AutoDispatchBelowAutograd
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -115,8 +118,10 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
     Without a gradient (inference, ``generate``) a ``linear`` of real tpu tensors is one recorded op instead of
     the decomposition's four (``t``, ``view``, ``mm``/``addmm``, ``_unsafe_view``, plus ``add`` for a batched
-    bias): each op is a dispatcher round trip and a recording in Python, and a decode step of a small model is
-    mostly those (a tiny Llama's token: 15 linears of ~100 ops). The output has no autograd history, as the
+    bias): each op is a dispatcher round trip, and a decode step of a small model is mostly those (a tiny
+    Llama's token: 15 linears of ~100 ops). It is dispatched below autograd to ``aten::linear``'s tpu kernel, so
+    a repeated call is recorded by the native core's recording kernel without entering the executor's Python
+    (25 -> 16.5 us a call, ``bench/generate.py --kernels``). The output has no autograd history, as the
     decomposition's would not either."""
     real = _is_real(x) and _is_real(w) and _is_real(b) and not torch._C._are_functorch_transforms_active()
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
@@ -125,7 +130,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
         if needs_grad:
             return _Linear.apply(x, w, b)
         if x.dim() >= 1 and x.dtype.is_floating_point and _forward_ad._current_level < 0:  # no dual tensors
-            return execute(_PRODUCT, (x, w, b), {})
+            with _below_autograd():
+                return _linear(x, w, b)
     return _linear.decompose(x, w, b)
 
 
