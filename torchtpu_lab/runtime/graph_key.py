@@ -6,9 +6,10 @@ On a small model that is a good part of a step's host time (the ecosystem issue 
 step). :class:`Segment` does the second pass while recording — each new node's wiring is known the moment it is
 recorded — and replaces the first by a check: when every node recorded since the last sync is *live* (consumed
 by a later node, or one of the values the sync must produce) the graph is exactly those nodes in recording
-order, and the key built so far is the key. Otherwise (a temporary whose result was dropped, an input from
-before the last sync, a failed input) :meth:`Segment.key` says so and the sync builds the key the long way;
-both ways give the same key for the same graph.
+order, and the key built so far is the key. When some nodes are dead (a temporary whose result was dropped) the
+key of the live ones is renumbered from it (:meth:`Segment._live`). Otherwise (an input from before the last
+sync, a failed input) :meth:`Segment.key` says so and the sync builds the key the long way; both ways give the
+same key for the same graph.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class Segment:
         self.node_keys.append((node.uid, tuple(refs)))
 
     def key(self, targets: list):
-        """``(nodes, node keys, leaves, leaf signatures, target wiring)`` when the graph that computes ``targets``
-        is every node of the segment, else ``None`` (then the caller walks the graph)."""
+        """``(nodes, node keys, leaves, leaf signatures, target wiring)`` of the graph that computes ``targets``
+        when all of it was recorded in this segment, else ``None`` (then the caller walks the graph)."""
         if not self.regular:
             return None
         nodes = [r() for r in self.refs]
@@ -79,9 +80,45 @@ class Segment:
         for t in targets:
             if t.node.segment is not self.token:
                 return None
-            wanted.add(id(t.node))
+            wanted.add(t.node.position)
         for n in nodes:
-            if n is None or not (n.used or id(n) in wanted):
-                return None
+            if n is None or not (n.used or n.position in wanted):
+                return self._live(nodes, wanted, targets)
         return (nodes, tuple(self.node_keys), self.leaves, tuple(self.leaf_sigs),
                 tuple((t.node.position, t.index) for t in targets))
+
+    def _live(self, nodes: list, wanted: set, targets: list):
+        """The key of the segment's live nodes only — those ``targets`` depend on — when some nodes are dead (a
+        temporary whose result was dropped, a mask a model built and did not use): the nodes and leaves the
+        sync's own walk would keep, renumbered in the same order, so both ways give the same key."""
+        node_keys = self.node_keys
+        live = [False] * len(nodes)
+        for p in wanted:
+            live[p] = True
+        for i in range(len(nodes) - 1, -1, -1):
+            if live[i]:
+                for p, _ in node_keys[i][1]:
+                    if p >= 0:
+                        live[p] = True
+        position: dict[int, int] = {}
+        kept, keys, leaves, leaf_sigs, leaf_pos = [], [], [], [], {}
+        for i, n in enumerate(nodes):
+            if not live[i]:
+                continue
+            position[i] = len(kept)
+            kept.append(n)
+            uid, refs = node_keys[i]
+            wiring = []
+            for p, j in refs:
+                if p >= 0:
+                    wiring.append((position[p], j))
+                    continue
+                q = leaf_pos.get(j)
+                if q is None:
+                    q = leaf_pos[j] = len(leaves)
+                    leaves.append(self.leaves[j])
+                    leaf_sigs.append(self.leaf_sigs[j])
+                wiring.append((-1, q))
+            keys.append((uid, tuple(wiring)))
+        return (kept, tuple(keys), leaves, tuple(leaf_sigs),
+                tuple((position[t.node.position], t.index) for t in targets))
