@@ -490,6 +490,55 @@ PyObject* user_source() {
   return PyThread_get_thread_ident() == rt.main_thread ? Py_None : rt.backward;
 }
 
+// telemetry.op_sources(0) — (the user's line, the user's stack outermost first) — from the same tables
+// user_source reads, or nullptr (no error set) where only Python can say: a frame whose code or line the tables
+// have not seen (Python interns it), or no user frame at all. Per op while a profile records: the walk in
+// Python cost more than recording the op.
+PyObject* op_sources() {
+  constexpr size_t kLimit = 24;  // telemetry.user_stack's limit
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  if (frame == nullptr) return nullptr;
+  Py_INCREF(frame);
+  std::vector<PyObject*> found;  // borrowed from rt.sources
+  bool known = true;
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    PyObject* skip = PyDict_GetItem(rt.internal_code, reinterpret_cast<PyObject*>(code));
+    bool outermost = false;
+    if (skip == nullptr) {
+      known = false;
+    } else if (skip == Py_False) {
+      PyObject* where = Py_BuildValue("(Oi)", code, PyFrame_GetLineNumber(frame));
+      PyObject* source = where == nullptr ? nullptr : PyDict_GetItem(rt.sources, where);
+      Py_XDECREF(where);
+      if (source == nullptr) {
+        known = false;
+      } else {
+        found.push_back(source);
+        outermost = PyUnicode_CompareWithASCIIString(code->co_name, "<module>") == 0 || found.size() == kLimit;
+      }
+    }
+    Py_DECREF(code);
+    if (!known || outermost) {
+      Py_DECREF(frame);
+      break;
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  if (!known || found.empty()) return nullptr;
+  const Py_ssize_t n = static_cast<Py_ssize_t>(found.size());
+  PyObject* stack = PyTuple_New(n);
+  if (stack == nullptr) throw python_error();
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(stack, i, Py_NewRef(found[n - 1 - i]));
+  PyObject* pair = PyTuple_Pack(2, found.front(), stack);
+  Py_DECREF(stack);
+  if (pair == nullptr) throw python_error();
+  return pair;
+}
+
 // ---- the pending graph (fused.py's record_one + graph_key.Segment.add + track_new) ----
 
 PyObject* alloc(PyTypeObject* type) {
@@ -874,7 +923,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     const double t0 = profiling || spans != Py_None ? monotonic() : 0.0;
     OwnedRef sources;  // (source, stack) while profiling
     if (profiling) {
-      sources.p = PyObject_CallOneArg(rt.op_sources, rt.zero);
+      sources.p = op_sources();  // the walk in C++ when every frame on it is known, else telemetry's own
+      if (sources.p == nullptr) sources.p = PyObject_CallOneArg(rt.op_sources, rt.zero);
       if (sources.p == nullptr) throw python_error();
       spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
     }
