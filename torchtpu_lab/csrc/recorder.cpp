@@ -458,25 +458,33 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
 
 // ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----
 
-PyObject* user_source() {
+// Walks the current thread's frames from the innermost, calling visit(source, code) for each user frame (one
+// telemetry does not skip; `source` borrowed from its table) until visit returns true; false where a frame's code
+// or line is not in telemetry's tables yet (only Python can say; no error set).
+template <typename Visit>
+bool walk_user_frames(Visit visit) {
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-  if (frame == nullptr) return rt.backward;
+  if (frame == nullptr) return true;
   Py_INCREF(frame);
-  PyObject* found = nullptr;
   bool known = true;
   while (frame != nullptr) {
     PyCodeObject* code = PyFrame_GetCode(frame);
     PyObject* skip = PyDict_GetItem(rt.internal_code, reinterpret_cast<PyObject*>(code));
+    bool stop = false;
     if (skip == nullptr) {
       known = false;
     } else if (skip == Py_False) {
       PyObject* where = Py_BuildValue("(Oi)", code, PyFrame_GetLineNumber(frame));
-      found = where == nullptr ? nullptr : PyDict_GetItem(rt.sources, where);
+      PyObject* source = where == nullptr ? nullptr : PyDict_GetItem(rt.sources, where);
       Py_XDECREF(where);
-      if (found == nullptr) known = false;
+      if (source == nullptr) {
+        known = false;
+      } else {
+        stop = visit(source, code);
+      }
     }
     Py_DECREF(code);
-    if (!known || found != nullptr) {
+    if (!known || stop) {
       Py_DECREF(frame);
       break;
     }
@@ -485,7 +493,18 @@ PyObject* user_source() {
     frame = back;
   }
   if (PyErr_Occurred()) PyErr_Clear();
-  if (!known) return nullptr;
+  return known;
+}
+
+PyObject* user_source() {
+  if (PyEval_GetFrame() == nullptr) return rt.backward;
+  PyObject* found = nullptr;
+  if (!walk_user_frames([&](PyObject* source, PyCodeObject*) {
+        found = source;
+        return true;
+      })) {
+    return nullptr;
+  }
   if (found != nullptr) return found;
   return PyThread_get_thread_ident() == rt.main_thread ? Py_None : rt.backward;
 }
@@ -496,38 +515,12 @@ PyObject* user_source() {
 // Python cost more than recording the op.
 PyObject* op_sources() {
   constexpr size_t kLimit = 24;  // telemetry.user_stack's limit
-  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-  if (frame == nullptr) return nullptr;
-  Py_INCREF(frame);
+  if (PyEval_GetFrame() == nullptr) return nullptr;
   std::vector<PyObject*> found;  // borrowed from rt.sources
-  bool known = true;
-  while (frame != nullptr) {
-    PyCodeObject* code = PyFrame_GetCode(frame);
-    PyObject* skip = PyDict_GetItem(rt.internal_code, reinterpret_cast<PyObject*>(code));
-    bool outermost = false;
-    if (skip == nullptr) {
-      known = false;
-    } else if (skip == Py_False) {
-      PyObject* where = Py_BuildValue("(Oi)", code, PyFrame_GetLineNumber(frame));
-      PyObject* source = where == nullptr ? nullptr : PyDict_GetItem(rt.sources, where);
-      Py_XDECREF(where);
-      if (source == nullptr) {
-        known = false;
-      } else {
-        found.push_back(source);
-        outermost = PyUnicode_CompareWithASCIIString(code->co_name, "<module>") == 0 || found.size() == kLimit;
-      }
-    }
-    Py_DECREF(code);
-    if (!known || outermost) {
-      Py_DECREF(frame);
-      break;
-    }
-    PyFrameObject* back = PyFrame_GetBack(frame);
-    Py_DECREF(frame);
-    frame = back;
-  }
-  if (PyErr_Occurred()) PyErr_Clear();
+  const bool known = walk_user_frames([&](PyObject* source, PyCodeObject* code) {
+    found.push_back(source);
+    return PyUnicode_CompareWithASCIIString(code->co_name, "<module>") == 0 || found.size() == kLimit;
+  });
   if (!known || found.empty()) return nullptr;
   const Py_ssize_t n = static_cast<Py_ssize_t>(found.size());
   PyObject* stack = PyTuple_New(n);
@@ -988,14 +981,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       throw python_error();
     }
     Py_DECREF(released);
-    if (inplace_) {
-      at::Tensor self = (*stack)[base].toTensor();
-      torch::jit::drop(*stack, n);
-      torch::jit::push(stack, std::move(self));
-    } else {
-      torch::jit::drop(*stack, n);
-      torch::jit::push(stack, THPVariable_Unpack(out));
-    }
+    return_result(stack, base, n, out);
     Py_DECREF(out);
     ++stats.recorded;
     if (profiling || outermost) note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
@@ -1060,14 +1046,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       key_scratch.clear();
       return false;
     }
-    if (inplace_) {
-      at::Tensor self = (*stack)[base].toTensor();
-      torch::jit::drop(*stack, n);
-      torch::jit::push(stack, std::move(self));
-    } else {
-      torch::jit::drop(*stack, n);
-      torch::jit::push(stack, THPVariable_Unpack(out.p));
-    }
+    return_result(stack, base, n, out.p);
     ++stats.ran;
     return true;
   }
@@ -1095,6 +1074,19 @@ class RecordingKernel final : public c10::OperatorKernel {
   }
 
   // The op record a profile reads (telemetry.record_op) and the entry span (t0, now); steals `sources`.
+  // The call's arguments replaced by its result: `self` for an in-place op (its storage took the result),
+  // else the output tensor `out` (borrowed).
+  void return_result(torch::jit::Stack* stack, size_t base, size_t n, PyObject* out) const {
+    if (inplace_) {
+      at::Tensor self = (*stack)[base].toTensor();
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(self));
+    } else {
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, THPVariable_Unpack(out));
+    }
+  }
+
   static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans) {
     const double t1 = monotonic();
     PyObject* start = PyFloat_FromDouble(t0);
@@ -1419,29 +1411,15 @@ bool set_sources(Entry& e, PyObject* dyn, PyObject* sources) {
 
 }  // namespace
 
-bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
-  Miss* miss = lesson_for(name, overload, false);
-  if (miss == nullptr) return false;
+namespace {
+
+// A new entry made by `fill`, with where its dynamic inputs come from, filed in `table` under the key of the
+// call the Python path is teaching; false (nothing filed) where a source cannot be described.
+template <typename Fill>
+bool file_new(Miss* miss, Table& table, PyObject* dyn, PyObject* sources, Fill fill) {
   auto e = std::make_unique<Entry>();
   try {
-    e->compiled = Py_NewRef(compiled);
-    e->signature = attr(compiled, "signature");
-    e->run = attr(compiled, "run");
-    e->avals = attr(compiled, "avals");
-    e->treedef = attr(compiled, "treedef");
-    e->name = attr(compiled, "name");
-    e->uid = attr(compiled, "uid");
-    e->fn_id = PyLong_FromVoidPtr(e->run);
-    PyObject* aval = PyList_GetItem(e->avals, 0);  // borrowed
-    if (aval == nullptr || e->fn_id == nullptr) throw python_error();
-    PyObject* shape = attr(aval, "shape");
-    PyObject* tuple = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
-    Py_DECREF(shape);
-    e->aval_dtype = attr(aval, "dtype");
-    PyObject* meta = attr(compiled, "meta");
-    PyObject* dtype = PyObject_GetAttrString(meta, "dtype");
-    Py_DECREF(meta);
-    set_output(*e, tuple, dtype);
+    fill(*e);
     if (!set_sources(*e, dyn, sources)) {
       clear_entry(*e);
       return false;
@@ -1450,19 +1428,45 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
     clear_entry(*e);
     throw;
   }
-  file(miss->kernel->table(), miss->key, std::move(e));
+  file(table, miss->key, std::move(e));
   return true;
+}
+
+}  // namespace
+
+bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
+  Miss* miss = lesson_for(name, overload, false);
+  if (miss == nullptr) return false;
+  return file_new(miss, miss->kernel->table(), dyn, sources, [&](Entry& e) {
+    e.compiled = Py_NewRef(compiled);
+    e.signature = attr(compiled, "signature");
+    e.run = attr(compiled, "run");
+    e.avals = attr(compiled, "avals");
+    e.treedef = attr(compiled, "treedef");
+    e.name = attr(compiled, "name");
+    e.uid = attr(compiled, "uid");
+    e.fn_id = PyLong_FromVoidPtr(e.run);
+    PyObject* aval = PyList_GetItem(e.avals, 0);  // borrowed
+    if (aval == nullptr || e.fn_id == nullptr) throw python_error();
+    PyObject* shape = attr(aval, "shape");
+    PyObject* tuple = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
+    Py_DECREF(shape);
+    e.aval_dtype = attr(aval, "dtype");
+    PyObject* meta = attr(compiled, "meta");
+    PyObject* dtype = PyObject_GetAttrString(meta, "dtype");
+    Py_DECREF(meta);
+    set_output(e, tuple, dtype);
+  });
 }
 
 bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,
                   PyObject* dyn, PyObject* sources) {
   Miss* miss = lesson_for(name, overload, false);
   if (miss == nullptr) return false;
-  auto e = std::make_unique<Entry>();
-  try {
-    e->call = Py_NewRef(call);
-    e->exec_device = device;
-    e->name = attr(compiled, "name");
+  return file_new(miss, miss->kernel->strict_table(), dyn, sources, [&](Entry& e) {
+    e.call = Py_NewRef(call);
+    e.exec_device = device;
+    e.name = attr(compiled, "name");
     PyObject* meta = attr(compiled, "meta");
     PyObject* shape = PyObject_GetAttrString(meta, "shape");
     PyObject* tuple = shape == nullptr ? nullptr : PySequence_Tuple(shape);  // Storage.shape: a tuple of ints
@@ -1474,17 +1478,8 @@ bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObje
       Py_XDECREF(dtype);
       throw python_error();
     }
-    set_output(*e, tuple, dtype);
-    if (!set_sources(*e, dyn, sources)) {
-      clear_entry(*e);
-      return false;
-    }
-  } catch (...) {
-    clear_entry(*e);
-    throw;
-  }
-  file(miss->kernel->strict_table(), miss->key, std::move(e));
-  return true;
+    set_output(e, tuple, dtype);
+  });
 }
 
 void clear_recorded() {
