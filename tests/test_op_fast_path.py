@@ -197,3 +197,14 @@ def test_sources_are_interned_and_bounded(monkeypatch):
     telemetry.user_source(1)
     telemetry.user_source(1)  # another line: the table is full, so it starts over rather than grow
     assert len(telemetry._sources) <= telemetry._MAX_SOURCES
+
+
+def test_equal_code_from_two_files_keeps_each_files_name():
+    """CPython's code equality ignores the file name: the same text compiled as two cells is two equal code
+    objects, and a table keyed by code objects gave the second cell the first one's name."""
+    found = []
+    for name in ("<cell-a>", "<cell-b>"):
+        ns = {"telemetry": telemetry}
+        exec(compile("s = telemetry.user_source(1)\n", name, "exec"), ns)
+        found.append((ns["s"].filename, ns["s"].lineno))
+    assert found == [("<cell-a>", 1), ("<cell-b>", 1)]

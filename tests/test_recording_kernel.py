@@ -82,6 +82,31 @@ def test_recorded_nodes_carry_the_users_line():
         torch.testing.assert_close(y.cpu(), torch.exp(a.cpu()))
 
 
+def test_each_call_keeps_its_own_line_and_new_code_never_gets_an_old_codes_line():
+    """The kernel remembers a frame's answer by (code object, instruction): two calls in one loop keep their own
+    lines, and code compiled anew (a re-run notebook cell; an old code object's address may be reused) gets its
+    own file and line once recorded in C++."""
+    a = torch.randn(3, 3).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        for _ in range(3):
+            x = torch.exp(a); lx = inspect.currentframe().f_lineno
+            y = torch.exp(a); ly = inspect.currentframe().f_lineno
+        assert (x.tpu_storage.held.node.source.lineno, y.tpu_storage.held.node.source.lineno) == (lx, ly)
+        for i in range(8):
+            name = f"<cell-{i}>"
+            code = compile("\n" * (i % 3) + "out = torch.exp(a)\n", name, "exec")
+            for _ in range(2):  # the first run interns the line (Python path), the second is recorded in C++
+                ns = {"torch": torch, "a": a}
+                before = _recorded()
+                exec(code, ns)
+            assert _recorded() == before + 1
+            source = ns["out"].tpu_storage.held.node.source
+            assert (source.filename, source.lineno) == (name, i % 3 + 1)
+            del code, ns
+        torchtpu_lab.sync()
+
+
 def test_views_are_keyed_by_their_geometry_and_strict_mode_and_profiles_take_the_python_path():
     x = torch.randn(4, 5)
     xt = x.to("tpu")

@@ -73,18 +73,30 @@ class Source:
         return f"{self.filename}:{self.lineno} in {self.function}"
 
 
-_internal_code: dict = {}  # code object -> whether it belongs to torch/jax/stdlib/us (cached: walks are hot)
-_sources: dict = {}  # (code object, line) -> its Source: a per-op walk builds no new object for a line seen before
+# Keyed by what a Source is made of, never by the code object: CPython's code equality ignores the file name
+# (two cells compiled from the same text are equal code objects), and hashing a code object hashes its constants.
+_internal_files: dict = {}  # co_filename -> whether it is torch's/jax's/the stdlib's/ours (cached: walks are hot)
+_sources: dict = {}  # (filename, line, function) -> its Source: a per-op walk builds no new object for a known line
 _MAX_SOURCES = 1 << 16
+
+
+def _internal(code) -> bool:
+    """Whether ``code`` is not the user's (a file under one of :func:`_skip_prefixes`)."""
+    name = code.co_filename
+    skip = _internal_files.get(name)
+    if skip is None:
+        skip = _internal_files[name] = name.startswith(_skip_prefixes())
+    return skip
 
 
 def _source(code, lineno: int) -> Source:
     """The (interned) :class:`Source` of line ``lineno`` of ``code``."""
-    src = _sources.get((code, lineno))
+    key = (code.co_filename, lineno, code.co_name)
+    src = _sources.get(key)
     if src is None:
         if len(_sources) >= _MAX_SOURCES:  # bounded: generated code (new code objects per cell) must not grow it
             _sources.clear()
-        src = _sources[(code, lineno)] = Source(code.co_filename, lineno, code.co_name)
+        src = _sources[key] = Source(*key)
     return src
 
 
@@ -94,13 +106,9 @@ def user_source(depth: int = 2) -> Source | None:
         frame = sys._getframe(depth)
     except ValueError:  # a shallow stack, e.g. PyTorch's autograd thread calling back into Python
         return BACKWARD
-    internal = _internal_code
     while frame is not None:
         code = frame.f_code
-        skip = internal.get(code)
-        if skip is None:
-            skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
-        if not skip:
+        if not _internal(code):
             return _source(code, frame.f_lineno)
         frame = frame.f_back
     return BACKWARD if threading.current_thread() is not threading.main_thread() else None
@@ -155,16 +163,11 @@ def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
         frame = sys._getframe(depth)
     except ValueError:
         return None
-    internal, sources = _internal_code, _sources
     out: list[Source] = []
     while frame is not None:
         code = frame.f_code
-        skip = internal.get(code)
-        if skip is None:
-            skip = internal[code] = code.co_filename.startswith(_skip_prefixes())
-        if not skip:
-            lineno = frame.f_lineno
-            out.append(sources.get((code, lineno)) or _source(code, lineno))  # per op while profiling: inlined
+        if not _internal(code):
+            out.append(_source(code, frame.f_lineno))
             # the outermost frame that matters: a notebook cell's or a script's module level (not the driver
             # that runs it, e.g. pytest calling IPython)
             if code.co_name == "<module>" or len(out) == limit:

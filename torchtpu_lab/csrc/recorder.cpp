@@ -184,8 +184,8 @@ struct Runtime {
   PyObject* pending = nullptr;         // fused.PENDING
   PyObject* cuts = nullptr;            // fused.CUTS
   PyObject* flush = nullptr;           // fused.flush_if_over_limit()
-  PyObject* internal_code = nullptr;   // telemetry._internal_code: code -> bool (skip)
-  PyObject* sources = nullptr;         // telemetry._sources: (code, line) -> Source
+  PyObject* internal_files = nullptr;  // telemetry._internal_files: co_filename -> bool (skip)
+  PyObject* sources = nullptr;         // telemetry._sources: (filename, line, function) -> Source
   PyObject* backward = nullptr;        // telemetry.BACKWARD
   unsigned long main_thread = 0;
   PyTypeObject* node_type = nullptr;
@@ -217,6 +217,8 @@ Runtime rt;
 struct OwnedRef {  // a new reference, dropped at scope exit unless released
   PyObject* p = nullptr;
   OwnedRef() = default;
+  explicit OwnedRef(PyObject* owned) : p(owned) {}
+  OwnedRef(OwnedRef&& other) noexcept : p(other.release()) {}
   OwnedRef(const OwnedRef&) = delete;
   OwnedRef& operator=(const OwnedRef&) = delete;
   ~OwnedRef() { Py_XDECREF(p); }
@@ -458,9 +460,56 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
 
 // ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----
 
+// A frame's answer, remembered by (code object, instruction offset): a frame's line number is a scan of its
+// code's line table, and looking it up in telemetry's tables builds and hashes a key; together (when those tables
+// were keyed by code objects, whose hash CPython recomputes from their constants) a fifth of a recorded op. An entry holds its code object
+// (a code freed and another made at its address must not find the old answer) and its Source.
+struct FrameMemo {
+  PyObject* code = nullptr;
+  int lasti = -1;
+  PyObject* answer = nullptr;  // the frame's Source, or Py_True where telemetry skips the code
+};
+constexpr size_t kFrameMemoSize = 4096;
+FrameMemo frame_memo[kFrameMemoSize];
+
+int frame_lasti(PyFrameObject* frame) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return PyFrame_GetLasti(frame);
+#else
+  return frame->f_lasti;
+#endif
+}
+
+// The answer telemetry's tables give for a frame (borrowed), or nullptr where only Python can say: a code or a
+// line its tables have not seen yet.
+PyObject* frame_answer(PyFrameObject* frame, PyCodeObject* code) {
+  const int lasti = frame_lasti(frame);
+  const auto at = reinterpret_cast<uintptr_t>(code);
+  FrameMemo& memo = frame_memo[((at >> 4) ^ (at >> 16) ^ (static_cast<uintptr_t>(lasti) * 2654435761u)) %
+                               kFrameMemoSize];
+  if (memo.code == reinterpret_cast<PyObject*>(code) && memo.lasti == lasti) return memo.answer;
+  PyObject* skip = PyDict_GetItem(rt.internal_files, code->co_filename);
+  if (skip == nullptr) return nullptr;
+  PyObject* answer = Py_True;
+  if (skip == Py_False) {
+    PyObject* where = Py_BuildValue("(OiO)", code->co_filename, PyFrame_GetLineNumber(frame), code->co_name);
+    answer = where == nullptr ? nullptr : PyDict_GetItem(rt.sources, where);
+    Py_XDECREF(where);
+    if (answer == nullptr) return nullptr;
+  }
+  PyObject* old_code = memo.code;
+  PyObject* old_answer = memo.answer;
+  memo.code = Py_NewRef(reinterpret_cast<PyObject*>(code));
+  memo.lasti = lasti;
+  memo.answer = Py_NewRef(answer);
+  Py_XDECREF(old_code);
+  Py_XDECREF(old_answer);
+  return answer;
+}
+
 // Walks the current thread's frames from the innermost, calling visit(source, code) for each user frame (one
-// telemetry does not skip; `source` borrowed from its table) until visit returns true; false where a frame's code
-// or line is not in telemetry's tables yet (only Python can say; no error set).
+// telemetry does not skip; `source` borrowed, valid until the next frame is looked at) until visit returns
+// true; false where a frame's code or line is not in telemetry's tables yet (only Python can say; no error set).
 template <typename Visit>
 bool walk_user_frames(Visit visit) {
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
@@ -469,19 +518,12 @@ bool walk_user_frames(Visit visit) {
   bool known = true;
   while (frame != nullptr) {
     PyCodeObject* code = PyFrame_GetCode(frame);
-    PyObject* skip = PyDict_GetItem(rt.internal_code, reinterpret_cast<PyObject*>(code));
+    PyObject* answer = frame_answer(frame, code);
     bool stop = false;
-    if (skip == nullptr) {
+    if (answer == nullptr) {
       known = false;
-    } else if (skip == Py_False) {
-      PyObject* where = Py_BuildValue("(Oi)", code, PyFrame_GetLineNumber(frame));
-      PyObject* source = where == nullptr ? nullptr : PyDict_GetItem(rt.sources, where);
-      Py_XDECREF(where);
-      if (source == nullptr) {
-        known = false;
-      } else {
-        stop = visit(source, code);
-      }
+    } else if (answer != Py_True) {
+      stop = visit(answer, code);
     }
     Py_DECREF(code);
     if (!known || stop) {
@@ -516,17 +558,17 @@ PyObject* user_source() {
 PyObject* op_sources() {
   constexpr size_t kLimit = 24;  // telemetry.user_stack's limit
   if (PyEval_GetFrame() == nullptr) return nullptr;
-  std::vector<PyObject*> found;  // borrowed from rt.sources
+  std::vector<OwnedRef> found;  // owned: a later frame's look-up may replace an earlier one's memo entry
   const bool known = walk_user_frames([&](PyObject* source, PyCodeObject* code) {
-    found.push_back(source);
+    found.emplace_back(Py_NewRef(source));
     return PyUnicode_CompareWithASCIIString(code->co_name, "<module>") == 0 || found.size() == kLimit;
   });
   if (!known || found.empty()) return nullptr;
   const Py_ssize_t n = static_cast<Py_ssize_t>(found.size());
   PyObject* stack = PyTuple_New(n);
   if (stack == nullptr) throw python_error();
-  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(stack, i, Py_NewRef(found[n - 1 - i]));
-  PyObject* pair = PyTuple_Pack(2, found.front(), stack);
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(stack, i, Py_NewRef(found[n - 1 - i].p));
+  PyObject* pair = PyTuple_Pack(2, found.front().p, stack);
   Py_DECREF(stack);
   if (pair == nullptr) throw python_error();
   return pair;
@@ -1175,7 +1217,7 @@ void configure_recorder(PyObject* config) {
   rt.pending = item(config, "pending");
   rt.cuts = item(config, "cuts");
   rt.flush = item(config, "flush");
-  rt.internal_code = item(config, "internal_code");
+  rt.internal_files = item(config, "internal_files");
   rt.sources = item(config, "sources");
   rt.backward = item(config, "backward");
   rt.main_thread = PyLong_AsUnsignedLong(PyDict_GetItemString(config, "main_thread"));

@@ -36,6 +36,22 @@ class FailedValue:
         self.dtype = dtype
 
 
+_ARRAY_TYPES: dict = {}  # type -> whether its instances are JAX arrays
+
+
+def is_array(value) -> bool:
+    """``isinstance(value, jax.Array)``, remembered per type: ``jax.Array``'s check goes through its metaclass,
+    and a storage asks on every write and every ``__del__`` (it was most of the cost of dropping a fused tensor).
+    Tracers are asked every time (whether one counts as an array is not a property of its type alone)."""
+    kind = type(value)
+    known = _ARRAY_TYPES.get(kind)
+    if known is None:
+        known = isinstance(value, jax.Array)
+        if not isinstance(value, jax.core.Tracer):
+            _ARRAY_TYPES[kind] = known
+    return known
+
+
 class Storage:
     __slots__ = ("_array", "shape", "dtype", "device_index", "nbytes", "source", "__weakref__")
 
@@ -65,7 +81,7 @@ class Storage:
             s.source = source if source is not None else telemetry.user_source(2)
         else:
             s.source = None
-        if isinstance(value, jax.Array):
+        if is_array(value):
             memory.acquire(value, device_index, s.nbytes, (shape, dtype, s.source))
         s._array = value
         return s
@@ -90,10 +106,10 @@ class Storage:
         old = self._array
         if new is old:
             return
-        if isinstance(new, jax.Array):
+        if is_array(new):
             memory.acquire(new, self.device_index, self.nbytes, (self.shape, self.dtype, self.source))
         self._array = new
-        if isinstance(old, jax.Array):
+        if is_array(old):
             memory.release(old)
 
     @property
@@ -108,11 +124,11 @@ class Storage:
 
     @interrupts.guard  # runs wherever the last reference drops, often under a C++ frame
     def __del__(self) -> None:
-        if isinstance(self._array, jax.Array):
+        if is_array(self._array):
             memory.release(self._array)
 
     def finish_interrupted_del(self) -> None:
         """Finish a ``__del__`` that a Ctrl-C cut short on entry (called by the interrupts' unraisable hook)."""
         a, self._array = self._array, None
-        if isinstance(a, jax.Array):
+        if is_array(a):
             memory.release(a)

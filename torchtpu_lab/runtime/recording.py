@@ -76,7 +76,7 @@ def configure(core, set_array) -> None:
         "pending": fused.PENDING,
         "cuts": fused.CUTS,
         "flush": fused.flush_if_over_limit,
-        "internal_code": telemetry._internal_code,
+        "internal_files": telemetry._internal_files,
         "sources": telemetry._sources,
         "backward": telemetry.BACKWARD,
         "op_sources": telemetry.op_sources,
