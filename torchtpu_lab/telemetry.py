@@ -114,7 +114,7 @@ def user_source(depth: int = 2) -> Source | None:
     return BACKWARD if threading.current_thread() is not threading.main_thread() else None
 
 
-_library_code: dict = {}  # code object -> "library" | "internal" | "user"
+_library_files: dict = {}  # co_filename -> "library" | "internal" | "user" (by file: see _internal_files)
 
 #: torch's own packages whose code a user calls as a library (an optimizer's step, a module's forward), as
 #: opposed to torch's tensor machinery, which stands for the user's own call
@@ -122,9 +122,9 @@ _TORCH_LIBRARIES = tuple(os.sep + os.path.join("torch", sub) + os.sep for sub in
 
 
 def _frame_kind(code) -> str:
-    kind = _library_code.get(code)
+    name = code.co_filename
+    kind = _library_files.get(name)
     if kind is None:
-        name = code.co_filename
         if any(lib in name for lib in _TORCH_LIBRARIES):
             kind = "library"
         elif name.startswith(_skip_prefixes()):
@@ -133,7 +133,7 @@ def _frame_kind(code) -> str:
             kind = "library"
         else:
             kind = "user"
-        _library_code[code] = kind
+        _library_files[name] = kind
     return kind
 
 

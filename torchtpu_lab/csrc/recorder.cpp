@@ -461,9 +461,9 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
 // ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----
 
 // A frame's answer, remembered by (code object, instruction offset): a frame's line number is a scan of its
-// code's line table, and looking it up in telemetry's tables builds and hashes a key; together (when those tables
-// were keyed by code objects, whose hash CPython recomputes from their constants) a fifth of a recorded op. An entry holds its code object
-// (a code freed and another made at its address must not find the old answer) and its Source.
+// code's line table, and looking it up in telemetry's tables builds and hashes a key (a fifth of a recorded op
+// when those tables were keyed by code objects). An entry holds its code object (a code freed and another made
+// at its address must not find the old answer) and its Source.
 struct FrameMemo {
   PyObject* code = nullptr;
   int lasti = -1;
