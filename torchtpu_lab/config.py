@@ -146,13 +146,16 @@ data_checks = State("data_checks", True, "compile ops with their data-dependent 
 native_recording = State("native_recording", True, "repeated fused ops are recorded by the native core's C++ "
                          "kernel (off: every op takes the Python path; for comparisons)", bool,
                          env="TORCHTPU_LAB_NATIVE_RECORDING", parse=_env_flag)
+prefetch_executables = State("prefetch_executables", True, "a fresh process loads the persistent cache entries its "
+                             "previous run used on a background thread (runtime/prefetch.py)", bool,
+                             env="TORCHTPU_LAB_PREFETCH", parse=_env_flag)
 matmul_precision = _TorchMatmulPrecision("matmul_precision", torch.get_float32_matmul_precision(),
                                          "torch.get_float32_matmul_precision(), read by the matmul lowerings",
                                          _one_of(("highest", "high", "medium")))
 
 STATES: dict[str, State] = {s.name: s for s in (eager_mode, check_finite, cpu_fallback, track_sources,
                                                 track_allocation_sources, max_graph_ops, data_checks,
-                                                native_recording, matmul_precision)}
+                                                native_recording, prefetch_executables, matmul_precision)}
 
 
 def snapshot() -> dict[str, Any]:

@@ -23,6 +23,8 @@ from . import native
 
 _PREFERENCE = ("tpu", "gpu", "cpu")
 _ENV_PLATFORM = "TORCHTPU_LAB_PLATFORM"
+#: what :func:`when_known` was asked to call once the platform is decided
+_waiting: list = []
 
 
 def x64_enabled() -> bool:
@@ -67,7 +69,21 @@ def info() -> PlatformInfo:
     native core's device guard learns the device count here."""
     found = _discover()
     native.set_device_count(len(found.devices))
+    waiting, _waiting[:] = list(_waiting), []
+    for callback in waiting:
+        callback(found)
     return found
+
+
+def when_known(callback) -> None:
+    """Call ``callback(info)`` once the platform is decided: now if it is, else at the end of the first
+    :func:`info`. For work a higher layer starts with the device (the persistent cache's prefetch) without
+    deciding the platform itself, which would start JAX's backends early. ``callback`` must not raise or call
+    :func:`info` (it runs inside it)."""
+    if info.cache_info().currsize:
+        callback(info())
+    else:
+        _waiting.append(callback)
 
 
 def _discover() -> PlatformInfo:

@@ -36,6 +36,7 @@ compiled in this process, ours or not).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -48,14 +49,16 @@ import warnings
 
 import jax
 
-from .. import telemetry
+from .. import platform, telemetry
 from ..ops.error_flags import Check
 from . import program_cost
+from .prefetch import PREFETCHER
 from .signatures import digest
 
 _MAGIC = b"TTPXEC01"
 _HEADER = struct.Struct("<QQ")  # meta length, payload length
 _SUFFIX = ".tpx"
+_FACTS_SUFFIX = ".facts"
 _state: dict = {"dir": None, "writable": False, "listening": False, "context": None}
 _lock = threading.Lock()
 
@@ -118,10 +121,24 @@ def enable(directory: str | None = None, share_with_jax: bool = False) -> str | 
     listen()
     with _lock:
         _state["dir"], _state["writable"] = directory, writable
+    platform.when_known(_prefetch)
     if share_with_jax:
         jax.config.update("jax_compilation_cache_dir", os.path.join(directory, "jax"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     return directory
+
+
+def _prefetch(info) -> None:
+    """Start loading what the previous process of this origin used (:mod:`.prefetch`) once the device exists."""
+    directory = _state["dir"]
+    if directory is None:
+        return
+    try:
+        PREFETCHER.start(directory, _SUFFIX, info.devices[0], functools.partial(load, report=False),
+                         run_on_zeros=info.platform == "cpu", prepare=_context)
+    except Exception as e:  # noqa: BLE001 — runs inside platform.info(); a prefetch that cannot start is only slower
+        warnings.warn(f"torchtpu_lab: not prefetching cached executables ({type(e).__name__}: {e})",
+                      RuntimeWarning, stacklevel=2)
 
 
 def disable() -> None:
@@ -159,15 +176,17 @@ def entries() -> int:
 
 
 def clear() -> int:
-    """Delete the on-disk entries; returns how many were removed (none from a read-only cache)."""
+    """Delete the on-disk entries (executables, op facts, prefetch lists); returns how many executables were
+    removed (none from a read-only cache)."""
     d = _state["dir"]
     removed = 0
     if d and os.path.isdir(d) and _state["writable"]:
         for name in os.listdir(d):
             path = os.path.join(d, name)
-            if name.endswith(_SUFFIX) and os.path.isfile(path):
-                os.remove(path)
-                removed += 1
+            if name.endswith((_SUFFIX, _FACTS_SUFFIX)) or PREFETCHER.is_list(name):
+                if os.path.isfile(path):
+                    os.remove(path)
+                    removed += name.endswith(_SUFFIX)
     return removed
 
 
@@ -224,7 +243,7 @@ class _Damaged(Exception):
     pass
 
 
-def _tree_skeleton(treedef):
+def tree_skeleton(treedef):
     """A JSON-able description of a pytree structure (tuples, lists, dicts with str keys, None, leaves)."""
     def enc(x):
         if x is _LEAF:
@@ -242,7 +261,7 @@ def _tree_skeleton(treedef):
     return enc(jax.tree_util.tree_unflatten(treedef, [_LEAF] * treedef.num_leaves))
 
 
-def _tree_from_skeleton(s):
+def tree_from_skeleton(s):
     def dec(x):
         if x == "L":
             return 0
@@ -307,31 +326,63 @@ def _parse(data: bytes, key: str) -> tuple[dict, bytes]:
     return meta, body[meta_len:]
 
 
-def load(key: str | None, device):
-    """The executable stored under ``key`` (a ``jax.stages.Compiled``) and the checks its flag outputs belong
-    to, or ``None`` when absent; a damaged entry warns and returns ``None`` (the caller compiles)."""
+def _read_entry(key: str | None, suffix: str, report: bool) -> tuple[str, bytes] | None:
+    """``(path, bytes)`` of the entry ``key``, or ``None``: cache off, absent, or unreadable (warned if
+    ``report``)."""
     d = _state["dir"]
     if key is None or d is None:
         return None
-    path = os.path.join(d, key + _SUFFIX)
+    path = os.path.join(d, key + suffix)
     try:
-        data = _read_bounded(path, max_entry_bytes())
+        return path, _read_bounded(path, max_entry_bytes())
     except FileNotFoundError:
         return None
     except (OSError, _Damaged) as e:
-        return _damaged(path, e)
+        return _damaged(path, e) if report else None
+
+
+def _write_entry(key: str, suffix: str, meta: bytes, payload: bytes) -> bool:
+    """Write an entry atomically (a temporary file, then a rename); ``False`` when over the cap or the disk
+    refuses."""
+    body = meta + payload
+    blob = _MAGIC + _HEADER.pack(len(meta), len(payload)) + body + hashlib.sha256(body).digest()
+    if len(blob) > max_entry_bytes():
+        return False
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=_state["dir"], prefix=".tmp-", suffix=suffix + ".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, os.path.join(_state["dir"], key + suffix))
+        return True
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        return False
+
+
+def load(key: str | None, device, report: bool = True):
+    """The executable stored under ``key`` (a ``jax.stages.Compiled``) and the checks its flag outputs belong
+    to, or ``None`` when absent; a damaged entry warns (``report``) and returns ``None`` (the caller compiles)."""
+    read = _read_entry(key, _SUFFIX, report)
+    if read is None:
+        return None
+    path, data = read
     try:
         from jax.experimental import serialize_executable
 
         meta, payload = _parse(data, key)
-        in_tree, out_tree = _tree_from_skeleton(meta["in"]), _tree_from_skeleton(meta["out"])
+        in_tree, out_tree = tree_from_skeleton(meta["in"]), tree_from_skeleton(meta["out"])
         found = [Check.decode(c) for c in meta.get("checks", [])]
         loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client)
         cost = meta.get("cost")
         program_cost.remember(loaded, program_cost.ProgramCost.from_dict(cost) if cost else None)
         return loaded, found
     except Exception as e:  # noqa: BLE001 — anything wrong with an entry means "compile instead"
-        return _damaged(path, e)
+        return _damaged(path, e) if report else None
 
 
 def _damaged(path: str, error: BaseException) -> None:
@@ -356,29 +407,36 @@ def store(key: str | None, compiled, found: list = ()) -> bool:
 
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
         cost = program_cost.of(compiled)
-        meta = json.dumps({"key": key, "in": _tree_skeleton(in_tree), "out": _tree_skeleton(out_tree),
+        meta = json.dumps({"key": key, "in": tree_skeleton(in_tree), "out": tree_skeleton(out_tree),
                            "checks": encoded, "python": sys.version.split()[0],
                            "cost": cost.to_dict() if cost is not None else None}).encode()
     except (TypeError, ValueError, NotImplementedError, AttributeError):
         return False
-    body = meta + payload
-    blob = _MAGIC + _HEADER.pack(len(meta), len(payload)) + body + hashlib.sha256(body).digest()
-    if len(blob) > max_entry_bytes():
-        return False
-    tmp = None
+    return _write_entry(key, _SUFFIX, meta, payload)
+
+
+def load_facts(kind: str, signature, device) -> dict | None:
+    """The JSON facts stored for (``kind``, ``signature``, ``device``) by :func:`store_facts`, or ``None``
+    (absent, cache off, or damaged: warned, and the caller works them out again)."""
+    key = disk_key(kind, signature, device)
+    read = _read_entry(key, _FACTS_SUFFIX, True)
+    if read is None:
+        return None
+    path, data = read
     try:
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=_SUFFIX + ".part")
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, os.path.join(d, key + _SUFFIX))
-        return True
-    except OSError:
-        if tmp is not None and os.path.exists(tmp):
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
+        meta, _ = _parse(data, key)
+        return meta["facts"]
+    except Exception as e:  # noqa: BLE001 — a damaged entry means "work them out again"
+        return _damaged(path, e)
+
+
+def store_facts(kind: str, signature, device, facts: dict) -> bool:
+    """Keep ``facts`` (JSON-able) for (``kind``, ``signature``, ``device``): what a warm process would otherwise
+    trace again. ``False`` when not stored (cache off or read-only, no stable key, a full disk)."""
+    key = disk_key(kind, signature, device)
+    if key is None or not _state["writable"]:
         return False
+    return _write_entry(key, _FACTS_SUFFIX, json.dumps({"key": key, "facts": facts}).encode(), b"")
 
 
 def executable(fn, args: list, kind: str, signature, device, donate: tuple = (), checks: list | None = None):
@@ -393,9 +451,10 @@ def executable(fn, args: list, kind: str, signature, device, donate: tuple = (),
     telemetry.count("xla_compile_requests")
     key = disk_key(kind, signature, device, donate)
     if key is not None:
-        loaded = load(key, device)
+        loaded = PREFETCHER.take(key) or load(key, device)
         if loaded is not None:
             telemetry.count("persistent_cache_hits")
+            PREFETCHER.used(_state["dir"], _state["writable"], key)
             loaded, found = loaded
             if checks is not None:
                 checks[:] = found
@@ -403,5 +462,6 @@ def executable(fn, args: list, kind: str, signature, device, donate: tuple = (),
         telemetry.count("persistent_cache_misses")
     with telemetry.compiling(kind):
         compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
-    store(key, compiled, checks or ())
+    if store(key, compiled, checks or ()):
+        PREFETCHER.used(_state["dir"], _state["writable"], key)
     return compiled, False

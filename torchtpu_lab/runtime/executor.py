@@ -30,7 +30,7 @@ from ..device import rng, sizes, tensor
 from ..device.storage import Storage
 from ..ops import error_flags as op_checks
 from ..ops.registry import Lowering, op_name
-from . import compile_cache, compile_events, fast_keys, fused, pending_errors, recording
+from . import compile_cache, compile_events, fast_keys, fused, op_facts, pending_errors, recording
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
@@ -66,12 +66,13 @@ class OpExecutable:
     """One op signature: its traceable function, the jitted version, PyTorch's output metadata, and (once
     fused mode needs them) the abstract outputs."""
 
-    __slots__ = ("run", "jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable", "exec_device",
-                 "from_disk", "uid", "signature", "checks", "single")
+    __slots__ = ("run", "jit", "_jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable",
+                 "exec_device", "from_disk", "uid", "signature", "checks", "single")
 
     def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None):
         self.run = run
-        self.jitted = jax.jit(run) if jit else None
+        self.jit = jit  # whether it runs compiled (else op by op, as jnp calls)
+        self._jitted = None
         self.ran_eagerly = False  # the jitted version (an XLA executable of its own) has been compiled
         self.meta = meta
         self.avals = None  # flattened output ShapeDtypeStructs, computed on first use in fused mode
@@ -84,6 +85,14 @@ class OpExecutable:
         self.signature = None  # the OpSignature (set by execute on a miss)
         self.checks = checks  # an op that reports bad input: run returns (outputs, flags); see .checks
         self.single = False  # recorded before, one tensor output, no checks: fused mode's short path applies
+
+    @property
+    def jitted(self):
+        """``jax.jit(run)``, made on first use: fused mode records most signatures without ever calling it, and
+        making one costs ~0.15 ms (a warm process's first AdamW step makes 40)."""
+        if self._jitted is None:
+            self._jitted = jax.jit(self.run)
+        return self._jitted
 
 
 def _aval(v):
@@ -108,7 +117,7 @@ def _records(compiled: OpExecutable, has_tensor_inputs: bool, device_index: int)
     of programs of their own; one that would start a graph runs now, as before: its output is a concrete array
     the graph after it reads (a tensor made at the top of a cell is allocated where it was made, and the first
     tpu tensor of a process initialises the device)."""
-    if _MODE.value != "fused" or compiled.jitted is None:
+    if _MODE.value != "fused" or not compiled.jit:
         return False
     return has_tensor_inputs or (fused.has_pending() and fused.PENDING.device == device_index)
 
@@ -121,18 +130,7 @@ def _launch(compiled: OpExecutable, key, dyn: list, device_index: int, has_tenso
         records = _records(compiled, has_tensor_inputs, device_index)
     if records:
         if compiled.avals is None:
-            # zero-size inputs: trace, so a lowering's own error for them (an empty reduction) is raised here,
-            # at the op, as in strict mode (PyTorch's meta kernels do not always check); an op with checks
-            # returns its error flags next to its outputs, which PyTorch's metadata does not describe
-            if compiled.checks is not None or _has_empty_slot(key):
-                out = _NO_AVALS
-            else:
-                out = _meta_avals(compiled.meta)
-            if out is _NO_AVALS:
-                out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
-            sizes.check_outputs(jax.tree_util.tree_leaves(out))
-            compiled.avals, compiled.treedef = jax.tree_util.tree_flatten(out)
-            compiled.single = compiled.checks is None and type(compiled.meta) is torch.Tensor
+            _learn_avals(compiled, key, dyn, device_index)
         source = telemetry.user_source(3) if _TRACK_SOURCES.value or compiled.checks is not None else None
         fused.on_device(device_index)
         out = fused.record(key, compiled.run, dyn, compiled.avals, compiled.treedef, compiled.name, source,
@@ -166,7 +164,7 @@ def run_now(compiled: OpExecutable, key, dyn: list, device_index: int, has_tenso
             return exe(*dyn)  # the hot path: the executable itself, not jax.jit's dispatch
         except TypeError:  # inputs differ in a weak type or dtype from those it was compiled for: let jit decide
             return compiled.jitted(*dyn)
-    if compiled.jitted is not None:
+    if compiled.jit:
         return _first_run(compiled, key, dyn, device_index, has_tensor_inputs)
     if has_tensor_inputs:
         return compiled.run(*dyn)
@@ -192,6 +190,33 @@ def _first_run(compiled: OpExecutable, key, dyn: list, device_index: int, has_te
 
 
 _NO_AVALS = object()
+
+
+def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> None:
+    """Fill in ``compiled``'s abstract outputs, which fused mode records without running the op: PyTorch's
+    metadata where it describes them; else the persistent cache's record of an earlier trace (an op with checks:
+    :mod:`.op_facts`); else a trace.
+
+    Zero-size inputs always trace, so a lowering's own error for them (an empty reduction) is raised here, at the
+    op, as in strict mode (PyTorch's meta kernels do not always check). An op with checks returns its error flags
+    next to its outputs, which PyTorch's metadata does not describe."""
+    empty = _has_empty_slot(key)
+    out = _meta_avals(compiled.meta) if compiled.checks is None and not empty else _NO_AVALS
+    if out is _NO_AVALS and compiled.checks is not None and not empty:
+        known = op_facts.known(compiled.signature, platform.jax_device(device_index))
+        if known is not None:
+            avals, compiled.treedef, compiled.checks[:] = known
+            sizes.check_outputs(avals)
+            compiled.avals = avals
+            return
+    if out is _NO_AVALS:
+        out = jax.eval_shape(compiled.run, *[_aval(v) for v in dyn])
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    sizes.check_outputs(leaves)
+    compiled.avals, compiled.treedef = leaves, treedef
+    compiled.single = compiled.checks is None and type(compiled.meta) is torch.Tensor
+    if compiled.checks is not None and not empty:
+        op_facts.remember(compiled.signature, platform.jax_device(device_index), leaves, treedef, compiled.checks)
 
 
 def _has_empty_slot(key) -> bool:
@@ -311,7 +336,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     out = _launch(compiled, key, dyn, device_index, has_tensors, records)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
     hit = None
-    if not records and compiled.jitted is not None:
+    if not records and compiled.jit:
         hit = compiled.ran_eagerly
         if hit:
             telemetry.counters["op_cache_hits"] += 1
