@@ -53,8 +53,11 @@ ESCALATE_AFTER = 25
 
 
 def guard(fn: Callable) -> Callable:
-    """Mark ``fn`` (a function C++ may call) so that an interrupt never raises inside it; returns ``fn``."""
+    """Mark ``fn`` (a function C++ may call, or an object whose ``__call__`` is Python) so that an interrupt never
+    raises inside it; returns ``fn``."""
     code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__func__", None), "__code__", None)
+    if code is None and not isinstance(fn, type):
+        code = getattr(getattr(type(fn), "__call__", None), "__code__", None)
     if code is not None:
         _GUARDED.add(code)
     return fn

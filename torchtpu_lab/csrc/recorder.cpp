@@ -946,14 +946,13 @@ class RecordingKernel final : public c10::OperatorKernel {
       if (!view_) return try_run(op, stack);
     }
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
-    if (view_ && (c10::InferenceMode::is_enabled() || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None)) {
-      return false;  // the Python view kernel's special cases: inference mode, a profile timing entry points
-    }
+    if (view_ && c10::InferenceMode::is_enabled()) return false;  // the Python view kernel's special case
     // While a profile records: the op's line and stack from one walk (telemetry.op_sources), its op record,
-    // and (outermost calls only) its span at the runtime's door, as the Python path gives them. The walk is
-    // Python, so it runs before the arguments are looked at: the borrowed arrays and storages the key collects
-    // must not meet any bytecode (another thread could replace them) before they are used.
-    const bool profiling = PyList_GET_SIZE(rt.recorders) != 0;
+    // and (outermost calls only) its span at the runtime's door, as the Python path gives them (a view: only
+    // the span; it records no op). The walk is Python, so it runs before the arguments are looked at: the
+    // borrowed arrays and storages the key collects must not meet any bytecode (another thread could replace
+    // them) before they are used.
+    const bool profiling = PyList_GET_SIZE(rt.recorders) != 0 && !view_;
     PyObject* spans = PyList_GET_ITEM(rt.entry_spans, 0);
     const double t0 = profiling || spans != Py_None ? monotonic() : 0.0;
     OwnedRef sources;  // (source, stack) while profiling
@@ -971,7 +970,12 @@ class RecordingKernel final : public c10::OperatorKernel {
     auto found = table_.find(key_scratch);
     if (found == table_.end()) return false;
     const Entry& e = *found->second;
-    if (view_) return make_view(e, op, stack);
+    const bool outermost = spans != Py_None && !lock_owned();
+    if (view_) {
+      make_view(e, op, stack);
+      if (outermost) note_profiled(e, t0, nullptr, spans);
+      return true;
+    }
     PyObject* source = Py_None;
     if (profiling) {
       source = PyTuple_GET_ITEM(sources.p, 0);
@@ -983,13 +987,6 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (flag(rt.track_alloc)) {
       alloc_source = source != Py_None ? source : user_source();
       if (alloc_source == nullptr) return false;
-    }
-    bool outermost = false;
-    if (spans != Py_None) {
-      PyObject* owned = PyObject_CallNoArgs(rt.lock_is_owned);
-      if (owned == nullptr) throw python_error();
-      outermost = owned == Py_False;
-      Py_DECREF(owned);
     }
     PyObject* got = PyObject_CallOneArg(rt.lock_acquire, Py_False);
     if (got == nullptr) throw python_error();
@@ -1095,7 +1092,7 @@ class RecordingKernel final : public c10::OperatorKernel {
 
   // A view op's output: a tensor over its input's storage with the learned geometry (view_kernels.py's
   // make_view_kernel for one output). No pending work changes, so no lock.
-  bool make_view(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  void make_view(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
     const at::Tensor& self = (*stack)[base].toTensor();
@@ -1112,10 +1109,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     torch::jit::drop(*stack, n);
     torch::jit::push(stack, std::move(result));
     ++stats.recorded;
-    return true;
   }
 
-  // The op record a profile reads (telemetry.record_op) and the entry span (t0, now); steals `sources`.
   // The call's arguments replaced by its result: `self` for an in-place op (its storage took the result),
   // else the output tensor `out` (borrowed).
   void return_result(torch::jit::Stack* stack, size_t base, size_t n, PyObject* out) const {
@@ -1129,6 +1124,16 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
   }
 
+  // Whether this thread holds fused.LOCK already (a call inside another entry point, which times it).
+  static bool lock_owned() {
+    PyObject* owned = PyObject_CallNoArgs(rt.lock_is_owned);
+    if (owned == nullptr) throw python_error();
+    Py_DECREF(owned);
+    return owned == Py_True;
+  }
+
+  // The op record a profile reads (telemetry.record_op; none when `sources` is null) and the entry span (t0,
+  // now; none when `spans` is null); steals `sources`.
   static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans) {
     const double t1 = monotonic();
     PyObject* start = PyFloat_FromDouble(t0);

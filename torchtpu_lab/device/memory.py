@@ -150,11 +150,19 @@ def executing(stats: dict, device_index: int, name: str = "") -> None:
         telemetry.emit("memory", name or "graph", nbytes=extra, with_source=False, **stats)
 
 
+#: the listeners :func:`_notify` last marked as guarded (marking them on every call cost more than the call)
+_guarded: list = [()]
+
+
 @interrupts.guard
 def _notify(kind: str, nbytes: int, device_index: int) -> None:
     """Tell the listeners; one that fails is reported once and dropped, never raised into a deallocation."""
-    for fn in list(listeners):
-        interrupts.guard(fn)
+    current = tuple(listeners)
+    if current != _guarded[0]:  # element identity first: a cheap comparison while the list is unchanged
+        for fn in current:
+            interrupts.guard(fn)
+        _guarded[0] = current
+    for fn in current:
         try:
             fn(kind, nbytes, device_index)
         except Exception as e:  # noqa: BLE001 — a listener (a profile's) must not break the tensor it counts

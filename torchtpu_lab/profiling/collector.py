@@ -34,11 +34,13 @@ class _MemoryWatch:
     def __init__(self, t0: float, device_index: int = 0):
         self.t0 = t0
         self.device_index = device_index
-        self.samples: list[MemorySample] = []
+        self._raw: list[tuple] = []
         self.peak = memory.allocated(device_index)
         self.at_peak = PeakSnapshot(0.0, self.peak, memory.owners(device_index), 0)
 
     def __call__(self, kind: str, nbytes: int, device_index: int) -> None:
+        # per allocation and free while a profile records: samples are kept as tuples (a frozen dataclass costs
+        # a microsecond to make) and become MemorySamples once, in samples()
         if device_index != self.device_index:
             return
         now = memory.allocated(device_index)
@@ -49,7 +51,10 @@ class _MemoryWatch:
             self.peak = now
             if now > self.at_peak.total * (1 + SNAPSHOT_STEP):
                 self.at_peak = PeakSnapshot(t, now, memory.owners(device_index), nbytes if kind == "exec" else 0)
-        self.samples.append(MemorySample(t, now, kind, nbytes))
+        self._raw.append((t, now, kind, nbytes))
+
+    def samples(self) -> list[MemorySample]:
+        return [MemorySample(*s) for s in self._raw]
 
 
 class _Trace:
@@ -160,7 +165,7 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
 
     if modes.current() != prof.modes[-1]:
         prof.modes += (modes.current(),)
-    prof.finish(recorder.events, watch.samples, watch.peak, memory.allocated(device_index),
+    prof.finish(recorder.events, watch.samples(), watch.peak, memory.allocated(device_index),
                 memory.live_buffers(device_index), xprof_dir if trace is not None and trace.error is None else None)
     prof.peak_snapshot = watch.at_peak
     if trace is not None:
