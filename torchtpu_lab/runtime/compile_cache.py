@@ -26,7 +26,10 @@ would also cache the user's own ``jax.jit`` code) is configured only with ``enab
 The directory is ``$TORCHTPU_LAB_CACHE_DIR`` or ``$XDG_CACHE_HOME/torchtpu_lab/xla`` (``~/.cache/...``).
 
 Each entry also stores XLA's cost analysis of its executable (:mod:`.program_cost`), so a loaded executable
-carries its FLOPs and bytes without being analysed again.
+carries its FLOPs and bytes without being analysed again. Beside the executables (``*.tpx``) the directory holds
+small JSON "facts" entries in the same envelope (``*.facts``: what tracing an op with checks told fused mode,
+:mod:`.op_facts`) and each origin's list of the entries it used, which the next process of that origin loads
+ahead on a background thread (``recent-*.json``, :mod:`.prefetch`).
 
 Counters: ``xla_compile_requests`` (executables asked for), ``persistent_cache_hits`` / ``persistent_cache_misses``
 (served from disk / compiled with the cache on), ``persistent_cache_errors`` (damaged entries skipped),
