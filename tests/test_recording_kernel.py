@@ -107,7 +107,7 @@ def test_each_call_keeps_its_own_line_and_new_code_never_gets_an_old_codes_line(
         torchtpu_lab.sync()
 
 
-def test_views_are_keyed_by_their_geometry_and_strict_mode_and_profiles_take_the_python_path():
+def test_views_are_keyed_by_their_geometry_and_strict_mode_runs_no_recording():
     x = torch.randn(4, 5)
     xt = x.to("tpu")
     with torchtpu_lab.eager_mode("fused"):
@@ -228,6 +228,49 @@ def test_in_place_updates_are_recorded_and_training_matches_cpu():
     assert recorded[-1] >= 4 * 5  # every parameter's five in-place updates, from the third step on
     for p_c, p_t in zip(cpu.parameters(), tpu.parameters()):
         torch.testing.assert_close(p_t.detach().cpu(), p_c.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_under_a_profile_views_are_served_in_cpp_and_timed_at_the_door():
+    """A profile times each outermost call into the runtime (its host-overhead figure); a view the kernel knows is
+    made in C++ under a profile too, with its span, as the Python view kernel's entry point gives it."""
+    from torchtpu_lab import interrupts
+
+    xt = torch.randn(4, 5).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):
+            xt.t()
+        with torchtpu_lab.profile():
+            spans = interrupts.entry_spans[0]
+            before, n = _recorded(), len(spans)
+            v = xt.t()
+            assert _recorded() == before + 1 and len(spans) == n + 1, (spans[n:],)
+            t0, t1 = spans[-1]
+            assert 0 <= t1 - t0 < 1.0
+    torch.testing.assert_close(v.cpu(), xt.cpu().t())
+
+
+def test_a_recorded_in_place_write_notes_the_old_array_and_keeps_memory_accounting_exact():
+    """The C++ write of an in-place op's result (values.set_array's steps: track the storage, note the concrete
+    array it held for donation, release it to memory accounting) leaves the same state the Python path does."""
+    def scale(t, s):
+        t.mul_(s)  # one line: a line the kernel has not seen yet goes to Python once
+
+    with torchtpu_lab.eager_mode("fused"):
+        p = torch.full((64, 64), 2.0).to("tpu")
+        for _ in range(3):
+            scale(p, 0.5)
+            torchtpu_lab.sync()
+        held, old = memory.allocated(), id(p.tpu_storage.held)
+        before = _recorded()
+        scale(p, 0.5)
+        assert _recorded() == before + 1
+        key = id(p.tpu_storage)
+        assert fused.PENDING.storages[key]() is p.tpu_storage and fused.PENDING.prior[key] == old
+        scale(p, 2.0)  # a second write before the sync: already tracked, the prior array stays noted
+        assert _recorded() == before + 2 and fused.PENDING.prior[key] == old
+        torchtpu_lab.sync()
+        assert memory.allocated() == held  # the old buffer gone (donated), the new one counted
+    torch.testing.assert_close(p.cpu(), torch.full((64, 64), 0.25))  # 2 * 0.5**4 * 2
 
 
 def test_in_place_through_a_view_and_bad_dtypes_keep_pytorchs_semantics():

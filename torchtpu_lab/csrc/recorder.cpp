@@ -179,6 +179,7 @@ struct Runtime {
   PyObject* record_op = nullptr;
   PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
   PyObject* acquire = nullptr;         // memory.acquire(array, device, nbytes, origin): a strict output's bytes
+  PyObject* release = nullptr;         // memory.release(array): an in-place write's old array
   PyObject* counters = nullptr;        // telemetry.counters (a defaultdict(float))
   PyObject* hits_key = nullptr;        // "op_cache_hits"
   PyObject* pending = nullptr;         // fused.PENDING
@@ -703,6 +704,50 @@ PyObject* new_storage(const Entry& e, long device, PyObject* alloc_source) {
   return storage;
 }
 
+// values.set_array(storage, placeholder), an in-place op's write, as its Python steps do it: fused.track(storage)
+// (noted once per sync, with the id of the concrete array it held then), then the Storage.array setter (a
+// placeholder is acquired by nobody; a concrete array it replaces is released to memory accounting: Python).
+// Anything else the storage may hold (a FailedValue, a tracer) takes the Python function itself.
+void write_placeholder(PyObject* storage, PyObject* lazy) {
+  PyObject* old = rt.st_array.get(storage);
+  const bool was_array = old != nullptr && Py_TYPE(old) == rt.array_type;
+  if (old == nullptr || (!was_array && old != Py_None && Py_TYPE(old) != rt.lazy_type)) {
+    PyObject* args[] = {storage, lazy};
+    PyObject* r = PyObject_Vectorcall(rt.set_array, args, 2, nullptr);
+    if (r == nullptr) throw python_error();
+    Py_DECREF(r);
+    return;
+  }
+  PyObject* pending = rt.pending;
+  OwnedRef id(PyLong_FromVoidPtr(storage));
+  if (id.p == nullptr) throw python_error();
+  PyObject* storages = rt.pw_storages.get(pending);
+  PyObject* ref = PyDict_GetItemWithError(storages, id.p);
+  if (ref == nullptr && PyErr_Occurred()) throw python_error();
+  if (ref == nullptr || PyWeakref_GetObject(ref) != storage) {  // not tracked since the last sync
+    OwnedRef weak(PyWeakref_NewRef(storage, nullptr));
+    if (weak.p == nullptr) throw python_error();
+    check(PyDict_SetItem(storages, id.p, weak.p));
+    PyObject* prior = rt.pw_prior.get(pending);
+    if (was_array) {
+      OwnedRef old_id(PyLong_FromVoidPtr(old));
+      if (old_id.p == nullptr) throw python_error();
+      check(PyDict_SetItem(prior, id.p, old_id.p));
+    } else {
+      const int has = PyDict_Contains(prior, id.p);
+      check(has);
+      if (has == 1) check(PyDict_DelItem(prior, id.p));
+    }
+  }
+  OwnedRef held(Py_NewRef(old));  // the slot's reference goes with the write; memory.release still reads it
+  rt.st_array.set(storage, lazy);
+  if (was_array) {
+    PyObject* r = PyObject_CallOneArg(rt.release, old);
+    if (r == nullptr) throw python_error();
+    Py_DECREF(r);
+  }
+}
+
 // The recorded path proper, under fused.LOCK. Returns the output tensor (a new reference).
 // `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
 // result is None then. Otherwise the result is a new output tensor.
@@ -753,10 +798,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     Py_DECREF(appended);
 
     if (write_to != nullptr) {
-      PyObject* args[] = {write_to, lazy};
-      PyObject* r = PyObject_Vectorcall(rt.set_array, args, 2, nullptr);
-      if (r == nullptr) throw python_error();
-      Py_DECREF(r);
+      write_placeholder(write_to, lazy);
       Py_DECREF(lazy);
       Py_DECREF(node);
       return Py_NewRef(Py_None);
@@ -1218,6 +1260,7 @@ void configure_recorder(PyObject* config) {
   rt.record_op = item(config, "record_op");
   rt.set_array = item(config, "set_array");
   rt.acquire = item(config, "acquire");
+  rt.release = item(config, "release");
   rt.counters = item(config, "counters");
   rt.pending = item(config, "pending");
   rt.cuts = item(config, "cuts");

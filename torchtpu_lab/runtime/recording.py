@@ -83,6 +83,7 @@ def configure(core, set_array) -> None:
         "record_op": telemetry.record_op,
         "set_array": set_array,
         "acquire": memory.acquire,
+        "release": memory.release,
         "counters": telemetry.counters,
         "main_thread": threading.main_thread().ident,
         "Node": fused.Node,
