@@ -15,7 +15,8 @@ through :class:`_Linear`, whose backward computes ``grad_w = g.t().mm(x)`` (``[o
 ``t()`` is an input of the ``mm``, which XLA folds into the dot), ``grad_x = g.mm(w)`` and ``grad_b = g.sum(0)``
 on the leading dims flattened to 2-D, each only when ``needs_input_grad`` asks for it. The backward is made of
 ordinary differentiable ops, so double backward (``create_graph=True``) works; forward-mode AD has a ``jvp``.
-The forward is PyTorch's own decomposition, unchanged. Everything else — no grad needed, complex dtypes, a 1-D
+The forward of a floating-point input is the one-op ``linear`` that inference records (below), else PyTorch's
+own decomposition. Everything else — no grad needed, complex dtypes, a 1-D
 weight, and every tensor that is not a real tpu tensor (``FakeTensor``, ``FunctionalTensor``, functorch
 wrappers, meta tensors carrying the tpu keys) — runs PyTorch's decomposition exactly as before, so
 ``torch.compile``, ``torch.export`` and ``FakeTensorMode`` keep seeing ``aten.linear`` / its decomposition.
@@ -71,6 +72,9 @@ class _Linear(torch.autograd.Function):
         ctx.save_for_backward(x, w)
         ctx.save_for_forward(x, w)
         ctx.bias_shape = None if b is None else b.shape
+        if x.dim() >= 1 and x.dtype.is_floating_point:  # one recorded op, as without a gradient (see linear)
+            with _below_autograd():
+                return _linear(x, w, b)
         return _linear.decompose(x, w, b)
 
     @staticmethod
