@@ -273,6 +273,26 @@ def test_a_recorded_in_place_write_notes_the_old_array_and_keeps_memory_accounti
     torch.testing.assert_close(p.cpu(), torch.full((64, 64), 0.25))  # 2 * 0.5**4 * 2
 
 
+def test_an_absent_optional_tensor_from_a_cpp_caller_is_keyed_as_none():
+    """``F.conv2d(x, w)`` reaches ``aten::convolution`` from C++ with an undefined bias tensor, not None (the
+    Python kernel sees None either way): the call is recorded in C++ like any other, and computes what CPU does."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3)
+    xt, wt = x.to("tpu"), w.to("tpu")
+
+    def conv():
+        return torch.nn.functional.conv2d(xt, wt, None, 1, 1)  # one line (see test_each_call_keeps_its_own_line)
+
+    with torchtpu_lab.eager_mode("fused"):
+        outs = []
+        for _ in range(3):
+            before = _recorded()
+            outs.append(conv())
+        assert _recorded() == before + 1
+    for out in outs:
+        torch.testing.assert_close(out.cpu(), torch.nn.functional.conv2d(x, w, None, 1, 1), rtol=1e-5, atol=1e-5)
+
+
 def test_in_place_through_a_view_and_bad_dtypes_keep_pytorchs_semantics():
     x = torch.zeros(3, 4)
     xt = x.to("tpu")

@@ -401,7 +401,10 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
     const c10::IValue& v = stack[base + i];
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      if (!t.defined()) return false;
+      if (!t.defined()) {  // an absent optional tensor as a C++ caller passes it (conv2d's bias): None to Python
+        key.push_back(kNone);
+        continue;
+      }
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
         PyObject* array = tensor_input(t, pending_device, key, &storages[i], &views_scratch[i]);
         if (array == nullptr) return false;
