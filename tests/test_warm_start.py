@@ -126,3 +126,21 @@ def test_the_list_keeps_first_use_order_then_older_entries_and_clear_removes_it(
     finally:
         compile_cache.use_settings(previous)
     p.close()
+
+
+def test_a_forked_child_does_not_wait_for_loads_its_parent_thread_was_doing(tmp_path):
+    keys = [f"{i:064x}" for i in (4, 5)]
+    _listed(tmp_path, keys)
+    started, release = threading.Event(), threading.Event()
+
+    def load(key, device):
+        started.set()
+        assert release.wait(10)
+        return ("exe", [])
+
+    p = Prefetcher()
+    assert p.start(str(tmp_path), ".tpx", None, load, run_on_zeros=False)
+    assert started.wait(10)
+    p._forget()  # what os.register_at_fork runs in a child: no thread there, so no slot to wait on
+    assert p.take(keys[0]) is None and p.take(keys[1]) is None
+    release.set()

@@ -42,6 +42,8 @@ _WARM_INPUT_BYTES = 64 << 20
 #: what a program that runs on zeros must not contain (loops that zeros could make endless, host round trips)
 _NOT_ON_ZEROS = re.compile(r"\bwhile\(|callback|\binfeed\(|\boutfeed\(|\brecv\(|\bsend\(")
 _WRITE_EVERY_S = 1.0
+#: the longest a request waits for the entry the thread is loading before loading it itself
+_WAIT_S = 120.0
 
 
 def origin() -> str:
@@ -80,6 +82,13 @@ class Prefetcher:
         self._thread: threading.Thread | None = None
         self._stop = False
         atexit.register(self.close)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        """In a forked child: the thread did not come along, so nothing it was loading will ever arrive."""
+        self._lock = threading.Lock()
+        self._slots, self._thread = {}, None
 
     # ---- the list -------------------------------------------------------------------------------------
 
@@ -187,7 +196,8 @@ class Prefetcher:
             if slot.state == "waiting":
                 slot.state = "claimed"
                 return None
-        slot.done.wait()
+        if not slot.done.wait(_WAIT_S):  # a load stuck in XLA: the caller loads its own copy
+            return None
         if slot.result is not None:
             telemetry.count("persistent_cache_prefetched")
         return slot.result
