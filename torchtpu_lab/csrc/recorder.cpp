@@ -1173,8 +1173,9 @@ class RecordingKernel final : public c10::OperatorKernel {
   static bool lock_owned() {
     PyObject* owned = PyObject_CallNoArgs(rt.lock_is_owned);
     if (owned == nullptr) throw python_error();
+    const bool yes = owned == Py_True;
     Py_DECREF(owned);
-    return owned == Py_True;
+    return yes;
   }
 
   // The op record a profile reads (telemetry.record_op; none when `sources` is null) and the entry span (t0,

@@ -202,7 +202,8 @@ def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> N
     next to its outputs, which PyTorch's metadata does not describe."""
     empty = _has_empty_slot(key)
     out = _meta_avals(compiled.meta) if compiled.checks is None and not empty else _NO_AVALS
-    if out is _NO_AVALS and compiled.checks is not None and not empty:
+    stored = compiled.checks is not None and not empty and compiled.signature is not None
+    if out is _NO_AVALS and stored:
         known = op_facts.known(compiled.signature, platform.jax_device(device_index))
         if known is not None:
             avals, compiled.treedef, compiled.checks[:] = known
@@ -215,7 +216,7 @@ def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> N
     sizes.check_outputs(leaves)
     compiled.avals, compiled.treedef = leaves, treedef
     compiled.single = compiled.checks is None and type(compiled.meta) is torch.Tensor
-    if compiled.checks is not None and not empty:
+    if stored:
         op_facts.remember(compiled.signature, platform.jax_device(device_index), leaves, treedef, compiled.checks)
 
 
