@@ -190,3 +190,18 @@ def test_signature_digests_are_canonical():
     # a value identified only by its address is never written to disk
     assert digest(sig._replace(args=(slot, Static(object, object())))) is None
     assert digest(sig._replace(args=(slot, lambda: 0))) is None
+
+
+def test_op_signature_encodings_are_remembered_by_identity_not_equality():
+    """A graph's key encodes each node's op signature; the encoding is remembered per signature object. Equal
+    signatures may still be different programs (0.0 == -0.0), so the memo must not answer for an equal one."""
+    from torchtpu_lab.runtime import signatures
+
+    slot = Slot("T", 0, torch.float32, (2, 3), (2, 3), None)
+    pos, neg = (OpSignature(torch.ops.aten.clamp.default, (slot, Static(float, z)), (), "highest") for z in (0.0, -0.0))
+    assert pos == neg
+    first = digest((pos, pos, neg))
+    assert digest(neg) != digest(pos)
+    signatures._OP_TEXT.clear()
+    assert digest((pos, pos, neg)) == first  # the memo gives what a fresh encoding gives
+    assert signatures._OP_TEXT[id(pos)][0] is pos

@@ -124,14 +124,30 @@ def settle() -> None:
                 _free(entry[1], entry[2])
 
 
+#: executable -> its analysis (weakly: an evicted executable takes it along); asked once per executable, which the
+#: persistent cache's loader does, so a prefetched executable's analysis is ready before its first sync needs it
+_ANALYSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def analysis(executable) -> dict:
     """XLA's ``memory_analysis()`` of a compiled executable as plain bytes (zeros where XLA does not say)."""
+    try:
+        known = _ANALYSED.get(executable)
+    except TypeError:  # not weak-referenceable: analysed each time
+        known = None
+    if known is not None:
+        return dict(known)
     try:
         stats = executable.memory_analysis()
     except Exception:  # noqa: BLE001 — not every backend reports it
         stats = None
     keys = ("argument", "output", "temp", "alias")
-    return {k: int(getattr(stats, f"{k}_size_in_bytes", 0) or 0) for k in keys}
+    found = {k: int(getattr(stats, f"{k}_size_in_bytes", 0) or 0) for k in keys}
+    try:
+        _ANALYSED[executable] = found
+    except TypeError:
+        pass
+    return dict(found)
 
 
 def executing(stats: dict, device_index: int, name: str = "") -> None:

@@ -53,6 +53,7 @@ import warnings
 import jax
 
 from .. import platform, telemetry
+from ..device import memory
 from ..ops.error_flags import Check
 from . import program_cost
 from .prefetch import PREFETCHER
@@ -383,6 +384,7 @@ def load(key: str | None, device, report: bool = True):
         loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client)
         cost = meta.get("cost")
         program_cost.remember(loaded, program_cost.ProgramCost.from_dict(cost) if cost else None)
+        memory.analysis(loaded)  # asked now (remembered): on the prefetch thread, that is off the first sync's path
         return loaded, found
     except Exception as e:  # noqa: BLE001 — anything wrong with an entry means "compile instead"
         return _damaged(path, e) if report else None

@@ -67,9 +67,25 @@ class Unencodable(TypeError):
     signature is cached in memory only, never on disk."""
 
 
+#: id(OpSignature) -> (the signature, its encoding): a graph's key encodes every node's op signature, and a
+#: step's graph repeats the same few signature objects hundreds of times. Keyed by identity (with the object held,
+#: so an id is never reused while its entry lives), not equality: 0.0 == -0.0 but their encodings differ.
+_OP_TEXT: dict = {}
+_OP_TEXT_MAX = 16384
+
+
 def _encode(v, out: list) -> None:
     # Order matters: bool before int (True == 1), named tuples before tuples (their class is part of the key).
-    if v is None:
+    if type(v) is OpSignature:
+        hit = _OP_TEXT.get(id(v))
+        if hit is None or hit[0] is not v:
+            part: list = []
+            _encode_fields(v, part)
+            if len(_OP_TEXT) >= _OP_TEXT_MAX:
+                _OP_TEXT.clear()
+            hit = _OP_TEXT[id(v)] = (v, "".join(part))
+        out.append(hit[1])
+    elif v is None:
         out.append("N")
     elif isinstance(v, bool):
         out.append("b1" if v else "b0")
@@ -82,10 +98,7 @@ def _encode(v, out: list) -> None:
     elif isinstance(v, str):
         out.append(f"s{len(v)}:{v}")
     elif isinstance(v, tuple) and hasattr(type(v), "_fields"):
-        out.append(f"T{_type_name(type(v))}(")
-        for x in v:
-            _encode(x, out)
-        out.append(")")
+        _encode_fields(v, out)
     elif isinstance(v, (tuple, list)):
         out.append("(" if isinstance(v, tuple) else "[")
         for x in v:
@@ -95,6 +108,14 @@ def _encode(v, out: list) -> None:
         out.append(f"Y{_type_name(v)};")
     else:
         out.append(_encode_other(v))
+
+
+def _encode_fields(v: tuple, out: list) -> None:
+    """A named tuple: its class, then its fields."""
+    out.append(f"T{_type_name(type(v))}(")
+    for x in v:
+        _encode(x, out)
+    out.append(")")
 
 
 def _type_name(t: type) -> str:
