@@ -82,8 +82,7 @@ def _listed(tmp_path, keys):
     p = Prefetcher()
     for k in keys:
         (tmp_path / f"{k}.tpx").write_bytes(b"x")
-    p.used(str(tmp_path), True, keys[0])
-    for k in keys[1:]:
+    for k in keys:
         p.used(str(tmp_path), True, k)
     p.write()
     return p

@@ -55,6 +55,11 @@ def _is_real(t: torch.Tensor | None) -> bool:
     return type(t) in _PLAIN and t.device.type == "tpu" and has_data(t)
 
 
+def _one_op(x: torch.Tensor) -> bool:
+    """Whether ``linear`` on ``x`` runs as its own lowered op (``_product``) rather than the decomposition."""
+    return x.dim() >= 1 and x.dtype.is_floating_point
+
+
 def _as_2d(t: torch.Tensor) -> torch.Tensor:
     """``t`` with its leading dims flattened (a no-op for a 2-D tensor)."""
     return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
@@ -72,7 +77,7 @@ class _Linear(torch.autograd.Function):
         ctx.save_for_backward(x, w)
         ctx.save_for_forward(x, w)
         ctx.bias_shape = None if b is None else b.shape
-        if x.dim() >= 1 and x.dtype.is_floating_point:  # one recorded op, as without a gradient (see linear)
+        if _one_op(x):  # one recorded op, as without a gradient (see linear)
             with _below_autograd():
                 return _linear(x, w, b)
         return _linear.decompose(x, w, b)
@@ -133,7 +138,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     if real and w.dim() == 2 and not w.is_complex():
         if needs_grad:
             return _Linear.apply(x, w, b)
-        if x.dim() >= 1 and x.dtype.is_floating_point and _forward_ad._current_level < 0:  # no dual tensors
+        if _one_op(x) and _forward_ad._current_level < 0:  # no dual tensors
             with _below_autograd():
                 return _linear(x, w, b)
     return _linear.decompose(x, w, b)

@@ -125,7 +125,7 @@ def settle() -> None:
 
 
 #: executable -> its analysis (weakly: an evicted executable takes it along); asked once per executable, which the
-#: persistent cache's loader does, so a prefetched executable's analysis is ready before its first sync needs it
+#: persistent cache's prefetch thread does, so a prefetched executable's analysis is ready before its first sync
 _ANALYSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

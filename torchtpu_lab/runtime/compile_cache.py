@@ -39,7 +39,6 @@ compiled in this process, ours or not).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -138,11 +137,20 @@ def _prefetch(info) -> None:
     if directory is None:
         return
     try:
-        PREFETCHER.start(directory, _SUFFIX, info.devices[0], functools.partial(load, report=False),
-                         run_on_zeros=info.platform == "cpu", prepare=_context)
+        PREFETCHER.start(directory, _SUFFIX, info.devices[0], _load_ahead, run_on_zeros=info.platform == "cpu",
+                         prepare=_context)
     except Exception as e:  # noqa: BLE001 — runs inside platform.info(); a prefetch that cannot start is only slower
         warnings.warn(f"torchtpu_lab: not prefetching cached executables ({type(e).__name__}: {e})",
                       RuntimeWarning, stacklevel=2)
+
+
+def _load_ahead(key: str, device):
+    """:func:`load` on the prefetch thread: quiet (a damaged entry is reported when a request loads it), and with
+    the executable's memory analysis asked now (remembered), off the path of the sync that first runs it."""
+    loaded = load(key, device, report=False)
+    if loaded is not None:
+        memory.analysis(loaded[0])
+    return loaded
 
 
 def disable() -> None:
@@ -384,7 +392,6 @@ def load(key: str | None, device, report: bool = True):
         loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client)
         cost = meta.get("cost")
         program_cost.remember(loaded, program_cost.ProgramCost.from_dict(cost) if cost else None)
-        memory.analysis(loaded)  # asked now (remembered): on the prefetch thread, that is off the first sync's path
         return loaded, found
     except Exception as e:  # noqa: BLE001 — anything wrong with an entry means "compile instead"
         return _damaged(path, e) if report else None
