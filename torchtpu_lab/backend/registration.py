@@ -15,7 +15,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .. import interrupts, native, platform
-from ..device import tensor
+from ..device import storage, tensor
 from ..runtime import recording, values
 from . import (
     accelerator,
@@ -67,6 +67,8 @@ def _register_native(core) -> None:
     torch._register_device_module(_BACKEND, tpu_module)
     core.register()
     core.set_synchronize(tpu_module.synchronize)  # torch.accelerator/Stream/Event synchronize wait for real
+    if hasattr(core, "configure_ledger"):  # memory accounting's writes in C (device/storage.py)
+        storage.use_native_ledger(core)
     if hasattr(core, "new_tensor"):  # every op's output tensor made in one C++ call (device/tensor.py)
         tensor.use_native_factory(core.new_tensor)
     if platform.info.cache_info().currsize:  # the platform is already known: tell the guard its device count

@@ -8,6 +8,7 @@
 #include "device.h"
 #include "generator.h"
 #include "geometry.h"
+#include "ledger.h"
 #include "recorder.h"
 
 namespace torchtpu {
@@ -32,6 +33,10 @@ PyMethodDef fast_methods[] = {
      METH_FASTCALL,
      "new_tensor(cls, sizes, strides, dtype, device_index, storage, view): a tpu tensor of class cls over "
      "storage/view, made in one call (device/tensor.py's make)."},
+    {"ledger_acquire", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::ledger_acquire_py)),
+     METH_FASTCALL, "acquire(array, device_index, nbytes, origin=None): device/memory.py's acquire (ledger.h)."},
+    {"ledger_release", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::ledger_release_py)),
+     METH_FASTCALL, "release(array): device/memory.py's release (ledger.h)."},
     {nullptr, nullptr, 0, nullptr}};
 
 // The Python callable the guard's synchronize calls run; leaked on purpose (it must outlive interpreter
@@ -70,6 +75,14 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_Wrap(torchtpu::default_generator(static_cast<c10::DeviceIndex>(i))));
   }, "The default torch.Generator of tpu:i.");
+  m.def("configure_ledger", [](py::dict config) {
+    if (torchtpu::configure_ledger(config.ptr()) < 0) throw py::error_already_set();
+  }, "Hand the memory ledger device/memory.py's dicts, lock and listeners (ledger.h).");
+  m.def("storage_finalizer", [](py::handle storage_type) {
+    PyObject* d = torchtpu::storage_finalizer(storage_type.ptr());
+    if (d == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(d);
+  }, "Storage.__del__ as a C method: releases the storage's array to the ledger.");
   m.def("configure_recorder", [](py::dict config) { torchtpu::configure_recorder(config.ptr()); },
         "Hand the recording kernel the Python objects it reads and writes (runtime/recording.py).");
   m.def("install_recording_kernels", [](py::sequence ops) { torchtpu::install_recording_kernels(ops.ptr()); },

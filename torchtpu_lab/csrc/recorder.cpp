@@ -23,6 +23,7 @@
 // may raise, as any kernel may: the error (the same Python exception the Python path raises) reaches the
 // caller through the dispatcher, with fused.LOCK released.
 #include "recorder.h"
+#include "pyslot.h"
 
 #include <Python.h>
 #include <descrobject.h>
@@ -144,23 +145,6 @@ void call_python_kernel(PyObject* fn, const c10::OperatorHandle& op, torch::jit:
 
 // ---- Python objects the recorded path reads (set once by configure) ----
 
-struct Slot {  // one __slots__ attribute of a Python class, read and written through its member offset
-  Py_ssize_t offset = -1;
-  PyObject* get(PyObject* obj) const { return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset); }
-  void set(PyObject* obj, PyObject* value) const {  // steals nothing: takes a new reference to value
-    PyObject** at = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
-    PyObject* old = *at;
-    Py_INCREF(value);
-    *at = value;
-    Py_XDECREF(old);
-  }
-  void set_new(PyObject* obj, PyObject* value) const {  // steals value
-    PyObject** at = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
-    PyObject* old = *at;
-    *at = value;
-    Py_XDECREF(old);
-  }
-};
 
 struct Runtime {
   bool ready = false;
@@ -244,19 +228,8 @@ struct Stats {
 } stats;
 
 Slot slot_of(PyObject* type, const char* name) {
-  PyObject* descr = PyObject_GetAttrString(type, name);
-  if (descr == nullptr) throw python_error();
-  if (Py_TYPE(descr) != &PyMemberDescr_Type) {
-    Py_DECREF(descr);
-    TORCH_CHECK(false, "torchtpu_lab recorder: ", name, " is not a __slots__ attribute of ",
-                reinterpret_cast<PyTypeObject*>(type)->tp_name);
-  }
-  PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr)->d_member;
-  TORCH_CHECK(member->type == T_OBJECT_EX || member->type == T_OBJECT, "torchtpu_lab recorder: ", name,
-              " is not an object slot");
-  Slot s;
-  s.offset = member->offset;
-  Py_DECREF(descr);
+  Slot s = find_slot(type, name);
+  if (s.offset < 0) throw python_error();
   return s;
 }
 

@@ -94,6 +94,26 @@ def release(array) -> None:
     _free(entry[2], entry[3])
 
 
+def ledger_state() -> dict:
+    """What the native core's ledger (``csrc/ledger.cpp``) counts in: these dicts, under this lock, telling these
+    listeners; its writes replace :func:`acquire` and :func:`release`, every reader here stays as it is."""
+    return {"live": _live, "deferred": _deferred, "allocated": _allocated, "peak": _peak,
+            "since_sample": _since_sample, "counts": _counts, "listeners": listeners, "notify": _notify,
+            "lock": _lock}
+
+
+def use_native(native_acquire: Callable, native_release: Callable) -> None:
+    """Count with the native ledger's ``acquire``/``release`` (same arguments, same state: :func:`ledger_state`)
+    from now on; the Python ones stay in :data:`PYTHON_LEDGER` (pure-Python mode, and the test that holds the two
+    to the same counts)."""
+    global acquire, release
+    acquire, release = native_acquire, native_release
+
+
+#: the Python ledger's writers, whichever pair :func:`use_native` made current
+PYTHON_LEDGER = (acquire, release)
+
+
 def _free(device_index: int, nbytes: int) -> None:
     with _lock:
         _allocated[device_index] -= nbytes

@@ -132,3 +132,13 @@ class Storage:
         a, self._array = self._array, None
         if is_array(a):
             memory.release(a)
+
+
+def use_native_ledger(core) -> None:
+    """Count device memory with the native core's ledger: :func:`.memory.acquire`/``release`` and
+    ``Storage.__del__`` become C functions over memory's own dicts (``csrc/ledger.cpp``); a dropped storage then
+    runs no Python frame (it was the largest part of a strict op's host cost)."""
+    core.configure_ledger({**memory.ledger_state(), "Storage": Storage, "array_types": _ARRAY_TYPES,
+                           "is_array": is_array})
+    memory.use_native(core.ledger_acquire, core.ledger_release)
+    Storage.__del__ = core.storage_finalizer(Storage)

@@ -1,0 +1,149 @@
+"""The native ledger (csrc/ledger.cpp) counts device memory exactly as device/memory.py's Python ledger does: the
+same dicts, the same deferred frees, the same listener events; and dropping a tensor runs no Python frame."""
+
+import gc
+import sys
+import threading
+
+import jax.numpy as jnp
+import pytest
+import torch
+
+import torchtpu_lab  # noqa: F401  (registers the device)
+from torchtpu_lab import native
+from torchtpu_lab.device import memory, storage
+
+needs_core = pytest.mark.skipif(native.module() is None or not hasattr(native.module(), "configure_ledger"),
+                                reason=f"no native ledger: {native.status().describe()}")
+DEVICE = 7  # a device index no other test counts on: the scenario's figures are its own
+
+
+def _scenario(acquire, release) -> list:
+    """Every path of acquire/release, with a snapshot of the counts after each step."""
+    events: list = []
+    listener = lambda kind, nbytes, device: events.append((kind, nbytes, device))  # noqa: E731
+    memory.listeners.append(listener)
+    seen, keys = [], ()
+
+    def snap(label):
+        with memory._lock:
+            seen.append((label, memory.allocated(DEVICE), memory.peak(DEVICE), memory._counts["alloc"],
+                         memory._counts["free"], *[(memory._live.get(k) or [0, 0])[1] for k in keys],
+                         sorted(e[1:] for e in memory._deferred.values() if e[1] == DEVICE)))
+
+    try:
+        memory.reset_peak(DEVICE)
+        a, b = jnp.arange(8.0) + 1, jnp.arange(16.0) + 2
+        keys = (id(a), id(b))
+        origin = ((8,), torch.float32, None)
+        acquire(a, DEVICE, 32, origin)
+        snap("a held")
+        acquire(a, DEVICE, 32, origin)  # a second storage holds the same array: no new bytes
+        acquire(b, DEVICE, 64)
+        snap("a twice, b")
+        release(a)
+        snap("a once")
+        release(a)  # last holder gone, the array still alive (we hold it): deferred
+        snap("a deferred")
+        acquire(a, DEVICE, 32, origin)  # held again before it was gone: no new bytes
+        snap("a again")
+        release(a)
+        del a
+        gc.collect()
+        snap("a gone")
+        b.delete()  # donated to a program that ran: free at once
+        release(b)
+        snap("b deleted")
+        release(jnp.zeros(3))  # never held: nothing happens
+        snap("stranger")
+    finally:
+        memory.listeners.remove(listener)
+    return [s for s in seen], events
+
+
+@needs_core
+def test_the_native_ledger_counts_as_the_python_one_does():
+    assert memory.acquire is not memory.PYTHON_LEDGER[0]
+    before_alloc, before_free = memory._counts["alloc"], memory._counts["free"]
+    py_seen, py_events = _scenario(*memory.PYTHON_LEDGER)
+    mid_alloc, mid_free = memory._counts["alloc"], memory._counts["free"]
+    c_seen, c_events = _scenario(memory.acquire, memory.release)
+
+    def relative(seen, alloc0, free0):  # the process-wide counters differ by what the first run counted
+        return [(s[0], s[1], s[2], s[3] - alloc0, s[4] - free0, *s[5:]) for s in seen]
+
+    assert relative(c_seen, mid_alloc, mid_free) == relative(py_seen, before_alloc, before_free)
+    assert c_events == py_events
+    assert ("alloc", 32, DEVICE) in c_events and ("free", 64, DEVICE) in c_events
+    assert memory.allocated(DEVICE) == 0 and c_seen[-1][7] == []
+
+
+@needs_core
+def test_a_dropped_tensor_runs_no_python_frame_and_frees_its_bytes():
+    assert type(storage.Storage.__dict__["__del__"]).__name__ == "method_descriptor"
+    x = torch.randn(64, 64).to("tpu")
+    torchtpu_lab.sync()
+    held = memory.allocated(0)
+    frames = []
+
+    def trace(frame, event, arg):
+        if event == "call":
+            frames.append(frame.f_code.co_qualname)
+
+    sys.setprofile(trace)
+    try:
+        del x
+    finally:
+        sys.setprofile(None)
+    assert [f for f in frames if "memory" in f or "Storage" in f] == []
+    assert memory.allocated(0) == held - 64 * 64 * 4
+
+
+@needs_core
+def test_a_failing_listener_is_detached_and_the_count_stays_right():
+    def bad(kind, nbytes, device):
+        raise ValueError("listener broke")
+
+    memory.listeners.append(bad)
+    try:
+        with pytest.warns(RuntimeWarning, match="listener broke"):
+            x = torch.ones(10, device="tpu") * 3
+            torchtpu_lab.sync()
+        assert bad not in memory.listeners
+        assert x.sum().item() == 30.0
+    finally:
+        if bad in memory.listeners:
+            memory.listeners.remove(bad)
+
+
+def test_threads_allocating_and_reading_the_counts_agree_at_the_end():
+    torchtpu_lab.sync()
+    start = memory.allocated(0)
+    errors = []
+
+    def work():
+        try:
+            with torchtpu_lab.eager_mode("strict"):
+                for _ in range(200):
+                    y = torch.ones(32, device="tpu") + 1
+                    del y
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    def read():
+        try:
+            for _ in range(300):
+                memory.owners(0)
+                memory.largest(0)
+                memory.stats(0)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(2)] + [threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    gc.collect()
+    assert errors == []
+    assert memory.allocated(0) == start

@@ -1,0 +1,24 @@
+// The device-memory ledger's hot half (ledger.cpp): device/memory.py's acquire and release, and Storage.__del__.
+#pragma once
+
+#include <Python.h>
+
+namespace torchtpu {
+
+// Hands the ledger memory.py's own state, by name in a dict (the dicts it counts in, its lock, its listeners and
+// their notifier, storage.py's array test); once, at registration. Returns 0, or -1 with a Python error set.
+int configure_ledger(PyObject* config);
+bool ledger_ready();
+
+// memory.acquire(array, device_index, nbytes, origin) / memory.release(array), on the same dicts under the same
+// lock. Return 0, or -1 with a Python error set (a listener's notifier or the lock failed).
+int ledger_acquire(PyObject* array, PyObject* device_index, PyObject* nbytes, PyObject* origin);
+int ledger_release(PyObject* array);
+
+// The Python faces: acquire/release as METH_FASTCALL functions, and the finalizer method descriptor for
+// `storage_type` (Storage.__del__: releases the array its `_array` slot holds).
+PyObject* ledger_acquire_py(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+PyObject* ledger_release_py(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+PyObject* storage_finalizer(PyObject* storage_type);
+
+}  // namespace torchtpu
