@@ -18,8 +18,8 @@ needs_core = pytest.mark.skipif(native.module() is None or not hasattr(native.mo
 DEVICE = 7  # a device index no other test counts on: the scenario's figures are its own
 
 
-def _scenario(acquire, release) -> list:
-    """Every path of acquire/release, with a snapshot of the counts after each step."""
+def _scenario(acquire, release, settle) -> list:
+    """Every path of acquire/release/settle, with a snapshot of the counts after each step."""
     events: list = []
     listener = lambda kind, nbytes, device: events.append((kind, nbytes, device))  # noqa: E731
     memory.listeners.append(listener)
@@ -56,6 +56,16 @@ def _scenario(acquire, release) -> list:
         snap("b deleted")
         release(jnp.zeros(3))  # never held: nothing happens
         snap("stranger")
+        c = jnp.arange(4.0) + 3
+        acquire(c, DEVICE, 16)
+        release(c)  # alive: deferred until it is gone or deleted
+        snap("c deferred")
+        settle()  # still alive and not deleted: stays
+        snap("c settled alive")
+        c.delete()  # what a program that took it as a donation does
+        settle()
+        snap("c settled deleted")
+        del c
     finally:
         memory.listeners.remove(listener)
     return [s for s in seen], events
@@ -67,14 +77,15 @@ def test_the_native_ledger_counts_as_the_python_one_does():
     before_alloc, before_free = memory._counts["alloc"], memory._counts["free"]
     py_seen, py_events = _scenario(*memory.PYTHON_LEDGER)
     mid_alloc, mid_free = memory._counts["alloc"], memory._counts["free"]
-    c_seen, c_events = _scenario(memory.acquire, memory.release)
+    c_seen, c_events = _scenario(memory.acquire, memory.release, memory.settle)
 
     def relative(seen, alloc0, free0):  # the process-wide counters differ by what the first run counted
         return [(s[0], s[1], s[2], s[3] - alloc0, s[4] - free0, *s[5:]) for s in seen]
 
     assert relative(c_seen, mid_alloc, mid_free) == relative(py_seen, before_alloc, before_free)
     assert c_events == py_events
-    assert ("alloc", 32, DEVICE) in c_events and ("free", 64, DEVICE) in c_events
+    assert ("alloc", 32, DEVICE) in c_events and ("free", 64, DEVICE) in c_events and ("free", 16, DEVICE) in c_events
+    assert [s[0] for s in c_seen if s[7]] == ["a deferred", "c deferred", "c settled alive"]
     assert memory.allocated(DEVICE) == 0 and c_seen[-1][7] == []
 
 

@@ -37,6 +37,9 @@ PyMethodDef fast_methods[] = {
      METH_FASTCALL, "acquire(array, device_index, nbytes, origin=None): device/memory.py's acquire (ledger.h)."},
     {"ledger_release", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::ledger_release_py)),
      METH_FASTCALL, "release(array): device/memory.py's release (ledger.h)."},
+    {"ledger_settle", &torchtpu::ledger_settle_py, METH_NOARGS, "device/memory.py's settle (ledger.h)."},
+    {"store_all", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::store_all_py)),
+     METH_FASTCALL, "store_all(storages, values): storage.array = value for each pair (ledger.h)."},
     {nullptr, nullptr, 0, nullptr}};
 
 // The Python callable the guard's synchronize calls run; leaked on purpose (it must outlive interpreter

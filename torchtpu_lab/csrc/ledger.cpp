@@ -38,7 +38,8 @@ struct Ledger {
   PyObject* is_deleted_str = nullptr;
   PyObject* one = nullptr;
   PyObject* zero = nullptr;
-  Slot storage_array;                // Storage._array
+  Slot storage_array;                // Storage._array and the fields an acquire reads
+  Slot storage_shape, storage_dtype, storage_device, storage_nbytes, storage_source;
 } L;
 
 // Holds memory._lock for a scope; `ok` is false (a Python error set) when acquiring it failed.
@@ -168,9 +169,16 @@ int configure_ledger(PyObject* config) {
     Py_XDECREF(lock);
     return -1;
   }
-  L.storage_array = find_slot(storage, "_array");
+  Slot* slots[] = {&L.storage_array, &L.storage_shape, &L.storage_dtype, &L.storage_device, &L.storage_nbytes,
+                   &L.storage_source};
+  const char* names[] = {"_array", "shape", "dtype", "device_index", "nbytes", "source"};
+  bool found = true;
+  for (int i = 0; i < 6 && found; ++i) {
+    *slots[i] = find_slot(storage, names[i]);
+    found = slots[i]->offset >= 0;
+  }
   Py_DECREF(storage);
-  L.lock_acquire = L.storage_array.offset < 0 ? nullptr : PyObject_GetAttrString(lock, "acquire");
+  L.lock_acquire = !found ? nullptr : PyObject_GetAttrString(lock, "acquire");
   L.lock_release = L.lock_acquire == nullptr ? nullptr : PyObject_GetAttrString(lock, "release");
   Py_DECREF(lock);
   if (L.lock_release == nullptr) return -1;
@@ -334,6 +342,89 @@ int ledger_release(PyObject* array) {
   int rc = free_bytes(PyList_GET_ITEM(entry, 2), PyList_GET_ITEM(entry, 3));
   Py_DECREF(entry);
   return rc;
+}
+
+int ledger_settle() {
+  if (PyDict_GET_SIZE(L.deferred) == 0) return 0;
+  PyObject* items = PyDict_Items(L.deferred);  // a snapshot: frees below may run listeners
+  if (items == nullptr) return -1;
+  int rc = 0;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items) && rc == 0; ++i) {
+    PyObject* key = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);
+    PyObject* entry = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 1);
+    PyObject* array = PyWeakref_GetObject(PyList_GET_ITEM(entry, 0));  // borrowed; None once it is gone
+    int done = 1;
+    if (array != Py_None) {
+      Py_INCREF(array);
+      PyObject* deleted = PyObject_CallMethodNoArgs(array, L.is_deleted_str);
+      Py_DECREF(array);
+      done = deleted == nullptr ? -1 : PyObject_IsTrue(deleted);
+      Py_XDECREF(deleted);
+    }
+    if (done < 0) {
+      rc = -1;
+    } else if (done) {
+      bool mine = false;  // still deferred: neither its callback nor another settle freed it meanwhile
+      {
+        Locked lock;
+        if (!lock.ok) {
+          rc = -1;
+        } else if (PyDict_GetItemWithError(L.deferred, key) == entry) {
+          mine = true;
+          rc = PyDict_DelItem(L.deferred, key);
+        } else if (PyErr_Occurred()) {
+          rc = -1;
+        }
+      }
+      if (rc == 0 && mine) rc = free_bytes(PyList_GET_ITEM(entry, 1), PyList_GET_ITEM(entry, 2));
+    }
+  }
+  Py_DECREF(items);
+  return rc;
+}
+
+// storage.array = value, the Storage.array setter's steps: the new array acquired (with the storage's shape,
+// dtype and source as its origin), the slot written, the old array released.
+static int store(PyObject* storage, PyObject* value) {
+  PyObject* old = L.storage_array.get(storage);
+  if (value == old) return 0;
+  int yes = is_array(value);
+  if (yes < 0) return -1;
+  if (yes) {
+    PyObject* origin = PyTuple_Pack(3, L.storage_shape.get(storage), L.storage_dtype.get(storage),
+                                    L.storage_source.get(storage));
+    if (origin == nullptr) return -1;
+    int rc = ledger_acquire(value, L.storage_device.get(storage), L.storage_nbytes.get(storage), origin);
+    Py_DECREF(origin);
+    if (rc < 0) return -1;
+  }
+  PyObject* held = old;  // the slot's reference goes with the write; release still reads the array
+  Py_XINCREF(held);
+  L.storage_array.set(storage, value);
+  int rc = 0;
+  if (held != nullptr) {
+    yes = is_array(held);
+    rc = yes < 0 || (yes == 1 && ledger_release(held) < 0) ? -1 : 0;
+    Py_DECREF(held);
+  }
+  return rc;
+}
+
+PyObject* ledger_settle_py(PyObject* /*module*/, PyObject* /*unused*/) {
+  if (ledger_settle() < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* store_all_py(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+      PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "store_all(storages: list, values: list of the same length)");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]); ++i) {
+    if (store(PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i)) < 0) return nullptr;
+  }
+  Py_RETURN_NONE;
 }
 
 PyObject* ledger_acquire_py(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {

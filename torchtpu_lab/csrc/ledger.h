@@ -14,11 +14,16 @@ bool ledger_ready();
 // lock. Return 0, or -1 with a Python error set (a listener's notifier or the lock failed).
 int ledger_acquire(PyObject* array, PyObject* device_index, PyObject* nbytes, PyObject* origin);
 int ledger_release(PyObject* array);
+// memory.settle(): released buffers whose arrays are gone or deleted (donated to a program that ran) are free.
+int ledger_settle();
 
 // The Python faces: acquire/release as METH_FASTCALL functions, and the finalizer method descriptor for
 // `storage_type` (Storage.__del__: releases the array its `_array` slot holds).
 PyObject* ledger_acquire_py(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 PyObject* ledger_release_py(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+PyObject* ledger_settle_py(PyObject* module, PyObject* unused);
+// store_all(storages, values): `storage.array = value` for each pair (a sync's commit), the setter's steps.
+PyObject* store_all_py(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 PyObject* storage_finalizer(PyObject* storage_type);
 
 }  // namespace torchtpu

@@ -102,16 +102,14 @@ def ledger_state() -> dict:
             "lock": _lock}
 
 
-def use_native(native_acquire: Callable, native_release: Callable) -> None:
-    """Count with the native ledger's ``acquire``/``release`` (same arguments, same state: :func:`ledger_state`)
-    from now on; the Python ones stay in :data:`PYTHON_LEDGER` (pure-Python mode, and the test that holds the two
-    to the same counts)."""
-    global acquire, release
-    acquire, release = native_acquire, native_release
+def use_native(native_acquire: Callable, native_release: Callable, native_settle: Callable) -> None:
+    """Count with the native ledger's ``acquire``/``release``/``settle`` (same arguments, same state:
+    :func:`ledger_state`) from now on; the Python ones stay in :data:`PYTHON_LEDGER` (pure-Python mode, and the
+    test that holds the two to the same counts)."""
+    global acquire, release, settle
+    acquire, release, settle = native_acquire, native_release, native_settle
 
 
-#: the Python ledger's writers, whichever pair :func:`use_native` made current
-PYTHON_LEDGER = (acquire, release)
 
 
 def _free(device_index: int, nbytes: int) -> None:
@@ -168,6 +166,10 @@ def analysis(executable) -> dict:
     except TypeError:
         pass
     return dict(found)
+
+
+#: the Python ledger's writers, whichever :func:`use_native` made current
+PYTHON_LEDGER = (acquire, release, settle)
 
 
 def executing(stats: dict, device_index: int, name: str = "") -> None:

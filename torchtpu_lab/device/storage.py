@@ -140,5 +140,21 @@ def use_native_ledger(core) -> None:
     runs no Python frame (it was the largest part of a strict op's host cost)."""
     core.configure_ledger({**memory.ledger_state(), "Storage": Storage, "array_types": _ARRAY_TYPES,
                            "is_array": is_array})
-    memory.use_native(core.ledger_acquire, core.ledger_release)
+    memory.use_native(core.ledger_acquire, core.ledger_release, core.ledger_settle)
     Storage.__del__ = core.storage_finalizer(Storage)
+    _STORE_ALL[0] = core.store_all
+
+
+def store_all(storages: list, values: list) -> None:
+    """``storage.array = value`` for each pair: a sync's commit of its results, in one native call when the core
+    has the ledger."""
+    native = _STORE_ALL[0]
+    if native is not None:
+        native(storages, values)
+        return
+    for s, v in zip(storages, values):
+        s.array = v
+
+
+#: the native core's store_all (``None``: pure-Python mode, or before registration)
+_STORE_ALL: list = [None]

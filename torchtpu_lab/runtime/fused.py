@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .. import caches, config, interrupts, telemetry
-from ..device.storage import FailedValue
+from ..device.storage import FailedValue, store_all
 from ..telemetry import SyncReason
 from ..device import memory
 from . import program_cost
@@ -464,8 +464,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
             _fail(nodes, targets, storages, index, e, extra)
         for v, r in zip(targets, results):
             v.value = r
-        for s in storages:
-            s.array = s.held.value
+        store_all(storages, [s.held.value for s in storages])
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     telemetry.count("graph_ops_executed", len(nodes))
