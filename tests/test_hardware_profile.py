@@ -367,3 +367,47 @@ def test_a_logged_value_that_was_never_computed_is_reported_once_and_the_rest_ke
     with pytest.raises(RuntimeError, match=r"logged as bad were never computed .*boom"):
         torchtpu_lab.scalars()
     assert torchtpu_lab.scalars(clear=True) == {"ok": [1.0]}
+
+
+def test_a_profile_waits_for_a_sample_of_runs_and_estimates_the_others(monkeypatch):
+    """Waiting for every run serialized host and device (most of a small step's profiling cost): a profile waits
+    for each program's first runs and one in eight after, says so, and counts the others from the timed ones."""
+    from types import SimpleNamespace
+
+    waits = []
+    real = program_cost.jax.block_until_ready
+    monkeypatch.setattr(program_cost, "jax", SimpleNamespace(block_until_ready=lambda x: waits.append(1) or real(x)))
+    a = torch.randn(64, 64, device="tpu")
+    (a @ a).relu().sum().item()
+    with torchtpu_lab.profile() as prof:
+        for _ in range(20):
+            b = (a @ a).relu()
+            torchtpu_lab.sync()
+    rows = [r for r in prof.programs() if r["runs"] == 20]
+    assert len(rows) == 1, prof.programs()
+    row = rows[0]
+    timed = [n for n in range(20) if n < program_cost.FIRST_RUNS_MEASURED or n % program_cost.SAMPLE_EVERY == 0]
+    assert row["timed_runs"] == len(timed) == len(waits) == 5
+    events = [e for e in prof.graphs if e.detail.get("program") == prof.graphs[0].detail.get("program")]
+    assert [i for i, e in enumerate(events) if e.detail["measured"]] == timed
+    assert row["device_s"] > sum(e.dur for e in events if e.detail["measured"])  # the other 15 are counted
+    assert "20 (5 timed)" in prof.text()
+    with torchtpu_lab.profile() as again:  # a new profile times its first runs again
+        for _ in range(2):
+            b = (a @ a).relu()
+            torchtpu_lab.sync()
+    assert [r["timed_runs"] for r in again.programs()] == [2]
+    del b
+
+
+def test_device_time_estimate_leaves_a_slow_first_run_out_of_the_others():
+    from types import SimpleNamespace
+
+    from torchtpu_lab.profiling.programs import device_time
+
+    def run(dur, measured=True):
+        return SimpleNamespace(dur=dur, detail={"measured": measured})
+
+    assert device_time([run(10.0), run(1.0), run(3.0)] + [run(0.1, False)] * 4) == pytest.approx(14.0 + 4 * 2.0)
+    assert device_time([run(5.0)] + [run(0.1, False)] * 2) == pytest.approx(15.0)
+    assert device_time([run(0.5, False), run(0.25, False)]) == pytest.approx(0.75)  # never waited for: as run

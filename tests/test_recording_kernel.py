@@ -327,3 +327,72 @@ def test_a_new_value_of_a_dynamic_number_finds_the_same_entry():
             torch.testing.assert_close(out.cpu(), (x / s).addcdiv(y, z, value=-s))
     assert after["recorded"] - before["recorded"] == 6, (before, after)
     assert after["learned"] == before["learned"], (before, after)
+
+
+def test_an_op_with_several_outputs_is_recorded_in_cpp_and_each_output_matches_cpu():
+    """Layer norm's output, mean and rstd (and its backward, whose ``output_mask`` is a bool list) are one node
+    with three placeholders, recorded in C++; an output a mask leaves out is None, as on the Python path."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 5, 16), torch.randn(16), torch.randn(16)
+    xt, wt, bt = x.to("tpu"), w.to("tpu"), b.to("tpu")
+    ln, lnb = torch.ops.aten.native_layer_norm.default, torch.ops.aten.native_layer_norm_backward.default
+    expect = ln(x, [16], w, b, 1e-5)
+    g = torch.randn(2, 5, 16)
+    gt = g.to("tpu")
+
+    def forward():
+        return ln(xt, [16], wt, bt, 1e-5)
+
+    def backward(mask):
+        out, mean, rstd = expect
+        return lnb(gt, xt, [16], mean.to("tpu"), rstd.to("tpu"), wt, bt, mask)
+
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):  # compiled and learned
+            forward(), backward([True, True, True])
+        before = _recorded()
+        outs = forward()
+        grads = backward([True, True, True])
+        assert _recorded() == before + 2
+        partial = [backward([True, False, True]) for _ in range(3)][-1]  # compiled, learned, then recorded
+        assert _recorded() == before + 3
+    assert isinstance(outs, tuple) and len(outs) == 3
+    for got, want in zip(outs, expect):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    want_grads = lnb(g, x, [16], expect[1], expect[2], w, b, [True, True, True])
+    for got, want in zip(grads, want_grads):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    assert partial[1] is None
+    torch.testing.assert_close(partial[2].cpu(), want_grads[2], rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_training_in_cpp_matches_cpu_statistics_and_gradients():
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    tpu = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    tpu.load_state_dict(cpu.state_dict())
+    tpu.to("tpu")
+    x = torch.randn(4, 3, 8, 8)
+    xt = x.to("tpu")
+
+    def step(model, inp):
+        model.zero_grad()
+        model(inp).square().mean().backward()
+        return [p.grad for p in model.parameters()]
+
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):
+            step(tpu, xt)
+            step(cpu, x)
+        before = recording.stats()["python_ops"]
+        grads = step(tpu, xt)
+        torchtpu_lab.sync()
+        after = recording.stats()["python_ops"]
+    want = step(cpu, x)
+    handed = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
+    # the forward and backward of conv (its bias-only mask: grad_input None) and batch norm: all in C++
+    assert not [op for op in handed if "batch_norm" in op or "convolution" in op], handed
+    for got, w in zip(grads, want):
+        torch.testing.assert_close(got.cpu(), w, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(tpu[1].running_mean.cpu(), cpu[1].running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(tpu[1].running_var.cpu(), cpu[1].running_var, rtol=1e-5, atol=1e-6)

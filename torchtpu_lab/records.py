@@ -244,7 +244,8 @@ class ProgramRow:
     """One XLA program of a profile (an executable, all its runs): XLA's cost of one run (``flops_per_run``,
     ``bytes_per_run``), the totals over the runs, the device time, and where it sits on the roofline:
     ``intensity`` (FLOPs per byte), ``bound`` (``"compute"`` or ``"memory"``: which roof is lower at that
-    intensity), ``roof_fraction`` (achieved FLOP/s over that roof). ``source``: the user line that ran it."""
+    intensity), ``roof_fraction`` (achieved FLOP/s over that roof). ``source``: the user line that ran it.
+    ``timed_runs``: how many runs the profile waited for; the others' device time is estimated from them."""
 
     name: str
     runs: int
@@ -261,6 +262,7 @@ class ProgramRow:
     roof_fraction: float | None
     source: str
     code: str
+    timed_runs: int | None = None  # runs waited for (the device time of the others is estimated from them)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -493,11 +493,12 @@ def sync_event(reason: SyncReason, n_ops: int = 0, source: Source | None = None,
 
 
 def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list | None = None,
-                   executable: Any = None, cost: Any = None) -> Event:
+                   executable: Any = None, cost: Any = None, measured: bool = True) -> Event:
     """A compiled program ran (a fused graph, a torch.compile graph). ``ops``: the ATen op names inside it, when
     the program stands for ops the profile saw no event of (a torch.compile graph); kept by reference.
     ``executable`` identifies the program (runs of one executable are one program in a profile) and ``cost`` is
-    its XLA cost analysis (a :class:`~.runtime.program_cost.ProgramCost`), both only when a profile records."""
+    its XLA cost analysis (a :class:`~.runtime.program_cost.ProgramCost`), both only when a profile records;
+    ``measured``: the run was waited for, so it lasted its device time (a profile waits for a sample of runs)."""
     counters[Counter.EXECUTIONS] += 1
     detail = {"n_ops": n_ops, "cache_hit": cache_hit}
     if ops is not None:
@@ -505,6 +506,7 @@ def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list 
     if executable is not None:
         detail["program"] = id(executable)
         detail["cost"] = cost
+        detail["measured"] = measured
     return _log(execute_log, Event(EventKind.GRAPH, name, t0, time.perf_counter() - t0, 0, None, detail))
 
 

@@ -193,8 +193,8 @@ def _collect() -> dict:
 
 
 def _records(op, kernel) -> bool:
-    """Whether the recording kernel can record ``op`` (run by ``kernel``): a lowered, non-random op with one
-    tensor output."""
+    """Whether the recording kernel can record ``op`` (run by ``kernel``): a lowered, non-random op with tensor
+    outputs."""
     low = getattr(kernel, "lowering", None)
     return low is not None and not low.rng and recording.recordable(op)
 
@@ -219,7 +219,8 @@ def install(core=None) -> None:
             native[op] = (kernel, recording.RECORD, op, not kernel.lowering.static_scalars)
         elif core is not None and view_kernels.single_output_view(op, fn):
             native[op] = (kernel, recording.VIEW, op, False)
-        elif core is not None and op in INPLACE_OF and _records(INPLACE_OF[op], teacher := tpu_kernel(KERNELS[INPLACE_OF[op]])):
+        elif (core is not None and op in INPLACE_OF and len(INPLACE_OF[op]._schema.returns) == 1
+              and _records(INPLACE_OF[op], teacher := tpu_kernel(KERNELS[INPLACE_OF[op]]))):
             native[op] = (kernel, recording.INPLACE, INPLACE_OF[op], not teacher.lowering.static_scalars)
         else:
             lib.impl(op, kernel, _KEY)

@@ -79,13 +79,13 @@ class CompiledGraph:
             inputs = spmd.as_global(inputs, plan.group)
         built = (self.executables.get((precision.key(), device_index, donate))
                  or self._build(inputs, device_index, donate))
-        t0 = time.perf_counter()
+        t0, waited = time.perf_counter(), False
         # from the call until every mutated input holds its new value, donated buffers exist nowhere else
         with interrupts.deferred():
             if plan.group is None:
                 memory.executing(built.memory, device_index, self.name)
                 outs = _call(built, inputs)
-                program_cost.wait_if_profiled(outs)
+                waited = program_cost.wait_if_profiled(built.exe, outs)
                 if built.order is not None:
                     outs = donation.restore(outs, built.order)
             else:
@@ -102,7 +102,7 @@ class CompiledGraph:
             else:
                 result.append(slot[1])
         args.clear()
-        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops, **program_cost.run_detail(built.exe))
+        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops, **program_cost.run_detail(built.exe, waited))
         return result
 
     def _build(self, inputs: list, device_index: int, donate: tuple = ()) -> _Built:

@@ -249,7 +249,22 @@ struct Source {
   PyObject* constant;  // owned
 };
 
-struct Entry {
+// One output of a recorded op: its shape tuple and JAX dtype (the placeholder's), torch dtype, bytes, and the
+// sizes and strides its tensor reports.
+struct Output {
+  bool absent = false;  // an output the call's mask left out (a backward's): None, an undefined tensor
+  PyObject* shape = nullptr;
+  PyObject* aval_dtype = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* nbytes = nullptr;
+  c10::ScalarType scalar_type = c10::ScalarType::Undefined;
+  std::vector<int64_t> sizes, strides;
+};
+
+// A learned call: its first (usually only) output is the Entry's own; an op with several outputs (layer norm's
+// output, mean and rstd) has the others in `more`.
+struct Entry : Output {
+  std::vector<Output> more;
   PyObject* compiled = nullptr;   // the executor's OpExecutable (kept alive)
   PyObject* signature = nullptr;  // its fields the node and output need, read once
   PyObject* run = nullptr;
@@ -258,12 +273,6 @@ struct Entry {
   PyObject* name = nullptr;
   PyObject* uid = nullptr;
   PyObject* fn_id = nullptr;      // id(run): the cut points' token
-  PyObject* shape = nullptr;      // the output's shape tuple and JAX dtype (the placeholder's), torch dtype
-  PyObject* aval_dtype = nullptr;
-  PyObject* dtype = nullptr;
-  PyObject* nbytes = nullptr;
-  c10::ScalarType scalar_type = c10::ScalarType::Undefined;
-  std::vector<int64_t> sizes, strides;
   std::vector<Source> dyn;
   // a strict entry's executable: what `run_now` calls (JAX's C++ call of the compiled executable), and its device
   PyObject* call = nullptr;
@@ -294,7 +303,7 @@ thread_local std::vector<char> views_scratch;          // whether each tensor ar
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
-enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n', kInts = 'L',
+enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n', kInts = 'L', kBools = 'B',
                   kString = 's', kDevice = 'D' };
 
 template <typename T>
@@ -419,6 +428,11 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       const auto ints = v.toIntList();
       put(key, static_cast<int64_t>(ints.size()));
       for (int64_t x : ints) put(key, x);
+    } else if (v.isBoolList()) {  // a backward's output_mask
+      key.push_back(kBools);
+      const auto bools = v.toBoolList();
+      put(key, static_cast<int64_t>(bools.size()));
+      for (bool x : bools) put(key, x);
     } else if (v.isString()) {
       const auto& s = v.toStringRef();
       key.push_back(kString);
@@ -663,8 +677,8 @@ PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base
                        : PyFloat_FromDouble(iv.toDouble());
 }
 
-// Storage.output's object for entry e's output on `device`, its array not set yet (a new reference).
-PyObject* new_storage(const Entry& e, long device, PyObject* alloc_source) {
+// Storage.output's object for output e on `device`, its array not set yet (a new reference).
+PyObject* new_storage(const Output& e, long device, PyObject* alloc_source) {
   PyObject* storage = alloc(rt.storage_type);
   rt.st_array.set(storage, Py_None);
   rt.st_shape.set(storage, e.shape);
@@ -724,6 +738,39 @@ void write_placeholder(PyObject* storage, PyObject* lazy) {
   }
 }
 
+// The placeholder LazyValue(node, index, shape, dtype) of output o (a new reference).
+PyObject* new_lazy(PyObject* node, PyObject* index, const Output& o) {
+  PyObject* lazy = alloc(rt.lazy_type);
+  rt.lv_node.set(lazy, node);
+  rt.lv_index.set(lazy, index);
+  rt.lv_shape.set(lazy, o.shape);
+  rt.lv_dtype.set(lazy, o.aval_dtype);
+  rt.lv_value.set(lazy, Py_None);
+  return lazy;
+}
+
+// Output o's tensor over a new Storage holding the placeholder `lazy`, tracked by the pending work as
+// fused.track_new does (a new reference).
+PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* alloc_source) {
+  OwnedRef storage(new_storage(o, device, alloc_source));  // Storage.output(shape, dtype, device, placeholder)
+  rt.st_array.set(storage.p, lazy);
+  PyObject* pending = rt.pending;
+  PyObject* id = PyLong_FromVoidPtr(storage.p);
+  PyObject* weak = id == nullptr ? nullptr : PyWeakref_NewRef(storage.p, nullptr);
+  int rc = weak == nullptr ? -1 : PyDict_SetItem(rt.pw_storages.get(pending), id, weak);
+  Py_XDECREF(weak);
+  if (rc == 0) {
+    PyObject* prior = rt.pw_prior.get(pending);
+    if (PyDict_Contains(prior, id) == 1) rc = PyDict_DelItem(prior, id);
+  }
+  Py_XDECREF(id);
+  check(rc);
+  PyObject* out = make_tensor(rt.tensor_type, o.sizes, o.strides, o.scalar_type,
+                              static_cast<c10::DeviceIndex>(device), storage.p, Py_None);
+  if (out == nullptr) throw python_error();
+  return out;
+}
+
 // The recorded path proper, under fused.LOCK. Returns the output tensor (a new reference).
 // `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
 // result is None then. Otherwise the result is a new output tensor.
@@ -743,7 +790,6 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
   }
   PyObject* node = nullptr;
   PyObject* lazy = nullptr;
-  PyObject* storage = nullptr;
   try {
     PyObject* seq = increment(rt.pw_seq, pending);
     node = alloc(rt.node_type);
@@ -760,12 +806,6 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     rt.n_segment.set(node, Py_None);
     rt.n_position.set(node, rt.minus_one);
     rt.n_used.set(node, Py_False);
-    lazy = alloc(rt.lazy_type);
-    rt.lv_node.set(lazy, node);
-    rt.lv_index.set(lazy, rt.zero);
-    rt.lv_shape.set(lazy, e.shape);
-    rt.lv_dtype.set(lazy, e.aval_dtype);
-    rt.lv_value.set(lazy, Py_None);
     increment(rt.pw_recorded, pending);
     segment_add(rt.pw_segment.get(pending), node, rt.n_inputs.get(node), e.uid);
     PyObject* tail = rt.cut_tail.get(rt.cuts);
@@ -774,38 +814,42 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     Py_DECREF(appended);
 
     if (write_to != nullptr) {
+      lazy = new_lazy(node, rt.zero, e);
       write_placeholder(write_to, lazy);
       Py_DECREF(lazy);
       Py_DECREF(node);
       return Py_NewRef(Py_None);
     }
-
-    storage = new_storage(e, device, alloc_source);  // Storage.output(shape, dtype, device, placeholder)
-    rt.st_array.set(storage, lazy);
-
-    PyObject* id = PyLong_FromVoidPtr(storage);  // fused.track_new(storage)
-    PyObject* weak = id == nullptr ? nullptr : PyWeakref_NewRef(storage, nullptr);
-    int rc = weak == nullptr ? -1 : PyDict_SetItem(rt.pw_storages.get(pending), id, weak);
-    Py_XDECREF(weak);
-    if (rc == 0) {
-      PyObject* prior = rt.pw_prior.get(pending);
-      if (PyDict_Contains(prior, id) == 1) rc = PyDict_DelItem(prior, id);
+    if (e.more.empty()) {
+      lazy = new_lazy(node, rt.zero, e);
+      PyObject* out = output_tensor(e, lazy, device, alloc_source);
+      Py_DECREF(lazy);
+      Py_DECREF(node);
+      return out;
     }
-    Py_XDECREF(id);
-    check(rc);
-
-    PyObject* out = make_tensor(rt.tensor_type, e.sizes, e.strides, e.scalar_type,
-                                static_cast<c10::DeviceIndex>(device), storage, Py_None);
-    if (out == nullptr) throw python_error();
-    Py_DECREF(storage);
-    Py_DECREF(lazy);
+    // several outputs: a tuple of tensors, each over a placeholder LazyValue(node, leaf), where `leaf` counts the
+    // present outputs (those a mask leaves out are None)
+    OwnedRef outs(PyTuple_New(static_cast<Py_ssize_t>(1 + e.more.size())));
+    if (outs.p == nullptr) throw python_error();
+    size_t leaf = 0;
+    for (size_t i = 0; i <= e.more.size(); ++i) {
+      const Output& o = i == 0 ? e : e.more[i - 1];
+      if (o.absent) {
+        PyTuple_SET_ITEM(outs.p, static_cast<Py_ssize_t>(i), Py_NewRef(Py_None));
+        continue;
+      }
+      OwnedRef index(PyLong_FromSize_t(leaf++));
+      if (index.p == nullptr) throw python_error();
+      lazy = new_lazy(node, index.p, o);
+      PyTuple_SET_ITEM(outs.p, static_cast<Py_ssize_t>(i), output_tensor(o, lazy, device, alloc_source));
+      Py_CLEAR(lazy);
+    }
     Py_DECREF(node);
-    return out;
+    return outs.release();
   } catch (...) {
     Py_XDECREF(inputs);
     Py_XDECREF(node);
     Py_XDECREF(lazy);
-    Py_XDECREF(storage);
     throw;
   }
 }
@@ -935,6 +979,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     misses.push_back({this, std::move(key_scratch)});
     key_scratch = std::string();
     ++stats.python;
+    ++handed_;
     try {
       call_python_kernel(python_, op, stack);
     } catch (...) {
@@ -949,6 +994,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     return name == learns_ && overload == learns_overload_;
   }
   bool is_view() const { return view_; }
+  uint64_t handed() const { return handed_; }
+  std::string qualified_name() const { return overload_.empty() ? name_ : name_ + "." + overload_; }
   Table& table() { return table_; }
   Table& strict_table() { return strict_; }
 
@@ -1136,6 +1183,12 @@ class RecordingKernel final : public c10::OperatorKernel {
       at::Tensor self = (*stack)[base].toTensor();
       torch::jit::drop(*stack, n);
       torch::jit::push(stack, std::move(self));
+    } else if (PyTuple_Check(out)) {  // an op with several outputs
+      torch::jit::drop(*stack, n);
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(out); ++i) {
+        PyObject* t = PyTuple_GET_ITEM(out, i);
+        torch::jit::push(stack, t == Py_None ? at::Tensor() : THPVariable_Unpack(t));
+      }
     } else {
       torch::jit::drop(*stack, n);
       torch::jit::push(stack, THPVariable_Unpack(out));
@@ -1197,6 +1250,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   }
 
   std::string name_, overload_;
+  uint64_t handed_ = 0;  // calls handed to the Python kernel
   PyObject* python_;  // the op's Python kernel (owned, never freed)
   bool view_;         // a view op: outputs share the input's storage, nothing is recorded
   bool inplace_;      // an in-place op: the functional op's node, written into self's storage
@@ -1210,6 +1264,9 @@ void clear_entry(Entry& e) {
   for (PyObject* o : {e.compiled, e.signature, e.run, e.avals, e.treedef, e.name, e.uid, e.fn_id, e.shape,
                       e.aval_dtype, e.dtype, e.nbytes, e.view, e.call}) {
     Py_XDECREF(o);
+  }
+  for (Output& o : e.more) {
+    for (PyObject* v : {o.shape, o.aval_dtype, o.dtype, o.nbytes}) Py_XDECREF(v);
   }
   for (auto& s : e.dyn) Py_XDECREF(s.constant);
 }
@@ -1438,7 +1495,7 @@ PyObject* attr(PyObject* obj, const char* a) {
 }
 
 // The output's shape (a tuple of ints) and torch dtype (both stolen; nullptr: a Python error), its sizes, strides and bytes.
-void set_output(Entry& e, PyObject* shape, PyObject* dtype) {
+void set_output(Output& e, PyObject* shape, PyObject* dtype) {
   e.shape = shape;
   e.dtype = dtype;
   if (shape == nullptr || dtype == nullptr) throw python_error();
@@ -1513,16 +1570,31 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
     e.name = attr(compiled, "name");
     e.uid = attr(compiled, "uid");
     e.fn_id = PyLong_FromVoidPtr(e.run);
-    PyObject* aval = PyList_GetItem(e.avals, 0);  // borrowed
-    if (aval == nullptr || e.fn_id == nullptr) throw python_error();
-    PyObject* shape = attr(aval, "shape");
-    PyObject* tuple = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
-    Py_DECREF(shape);
-    e.aval_dtype = attr(aval, "dtype");
-    PyObject* meta = attr(compiled, "meta");
-    PyObject* dtype = PyObject_GetAttrString(meta, "dtype");
-    Py_DECREF(meta);
-    set_output(e, tuple, dtype);
+    if (e.fn_id == nullptr) throw python_error();
+    // the meta: a tensor, or one per output, None where the call's mask leaves one out (the executor checked:
+    // the present ones are the avals, in order)
+    OwnedRef meta(attr(compiled, "meta"));
+    const bool several = PyTuple_Check(meta.p) || PyList_Check(meta.p);
+    const Py_ssize_t k = several ? PySequence_Size(meta.p) : 1;
+    Py_ssize_t leaf = 0;
+    for (Py_ssize_t i = 0; i < k; ++i) {
+      OwnedRef m(several ? PySequence_GetItem(meta.p, i) : Py_NewRef(meta.p));
+      if (m.p == nullptr) throw python_error();
+      Output& o = i == 0 ? e : e.more.emplace_back();
+      if (m.p == Py_None) {
+        o.absent = true;
+        continue;
+      }
+      PyObject* aval = PyList_GetItem(e.avals, leaf++);  // borrowed
+      if (aval == nullptr) throw python_error();
+      PyObject* shape = attr(aval, "shape");
+      PyObject* tuple = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
+      Py_DECREF(shape);
+      o.aval_dtype = PyObject_GetAttrString(aval, "dtype");
+      set_output(o, tuple, o.aval_dtype == nullptr ? nullptr : PyObject_GetAttrString(m.p, "dtype"));
+    }
+    TORCH_CHECK(leaf == PyList_Size(e.avals), "learn: ", PyUnicode_AsUTF8(e.name), " has ", PyList_Size(e.avals),
+                " output leaves for ", leaf, " present outputs");
   });
 }
 
@@ -1561,11 +1633,18 @@ void clear_recorded() {
 PyObject* recorder_stats() {
   size_t entries = 0;
   for (RecordingKernel* k : kernels) entries += k->table().size() + k->strict_table().size();
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:n,s:n}", "recorded", static_cast<unsigned long long>(stats.recorded),
+  OwnedRef by_op(PyDict_New());  // which ops went to Python, and how often (what to move to C++ next)
+  if (by_op.p == nullptr) throw python_error();
+  for (RecordingKernel* k : kernels) {
+    if (k->handed() == 0) continue;
+    OwnedRef n(PyLong_FromUnsignedLongLong(k->handed()));
+    if (n.p == nullptr || PyDict_SetItemString(by_op.p, k->qualified_name().c_str(), n.p) < 0) throw python_error();
+  }
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:n,s:n,s:O}", "recorded", static_cast<unsigned long long>(stats.recorded),
                        "ran", static_cast<unsigned long long>(stats.ran),
                        "python", static_cast<unsigned long long>(stats.python), "learned",
                        static_cast<unsigned long long>(stats.learned), "entries", static_cast<Py_ssize_t>(entries),
-                       "kernels", static_cast<Py_ssize_t>(kernels.size()));
+                       "kernels", static_cast<Py_ssize_t>(kernels.size()), "python_ops", by_op.p);
 }
 
 }  // namespace torchtpu

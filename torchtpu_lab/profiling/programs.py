@@ -2,8 +2,9 @@
 device time, and where they sit against the device's roofs (compute and memory bandwidth).
 
 A program is one executable: every run of it in the block is one row. Its cost is XLA's cost analysis
-(:mod:`~torchtpu_lab.runtime.program_cost`), its device time the runs' durations (a profile waits for each run's
-outputs, so a run lasts as long as the device took). Strict/debug mode ops, which run one small executable each
+(:mod:`~torchtpu_lab.runtime.program_cost`), its device time the runs' durations: a profile waits for a sample of each
+program's runs (``runtime/program_cost.py``), so a sampled run lasts as long as the device took, and the other runs
+count as the mean of the sampled ones after the first. Strict/debug mode ops, which run one small executable each
 and are not waited for, are not programs here: their cost would be read against dispatch time.
 """
 
@@ -38,6 +39,21 @@ def _run_sources(prof) -> dict[int, object]:
     return out
 
 
+def device_time(events: list) -> float:
+    """The device time of a program's runs: the measured (waited-for) runs' durations, plus for each run not
+    waited for the mean of the measured runs after the first (a first run often pays one-time costs, such as
+    XLA:CPU building its kernels), or the first's when it is the only one measured. A program never waited for
+    (one running over a process group) counts its runs' durations."""
+    measured = [e.dur for e in events if e.detail.get("measured", True)]
+    rest = len(events) - len(measured)
+    if not measured:
+        return sum(e.dur for e in events)
+    if not rest:
+        return sum(measured)
+    typical = measured[1:] or measured
+    return sum(measured) + rest * sum(typical) / len(typical)
+
+
 def program_rows(prof, peaks: Peaks | None) -> list[ProgramRow]:
     """One row per program that ran in the block, the longest device time first."""
     runs: dict[object, list] = defaultdict(list)
@@ -49,7 +65,7 @@ def program_rows(prof, peaks: Peaks | None) -> list[ProgramRow]:
         first = events[0]
         cost = first.detail.get("cost")
         n = len(events)
-        device_s = sum(e.dur for e in events)
+        device_s = device_time(events)
         per_run_flops = cost.flops if cost is not None else 0.0
         per_run_bytes = cost.bytes_accessed if cost is not None else 0.0
         flops, nbytes = per_run_flops * n, per_run_bytes * n
@@ -66,7 +82,8 @@ def program_rows(prof, peaks: Peaks | None) -> list[ProgramRow]:
             name=first.name, runs=n, n_ops=int(first.detail.get("n_ops") or 0), flops=flops, bytes_accessed=nbytes,
             flops_per_run=per_run_flops, bytes_per_run=per_run_bytes, device_s=device_s, intensity=intensity,
             bound=bound, flops_per_s=flops_s, bytes_per_s=bytes_s, roof_fraction=roof_fraction,
-            source=describe(src), code=code_text(src)))
+            source=describe(src), code=code_text(src),
+            timed_runs=sum(1 for e in events if e.detail.get("measured", True))))
     return sorted(rows, key=lambda r: -r.device_s)
 
 

@@ -66,7 +66,8 @@ def roofline_figure(r: Roofline, height: int = 380):
 
 
 def _row_cells(p: ProgramRow) -> tuple:
-    return (p.name, p.runs, fmt_s(p.device_s), fmt_rate(p.flops, "FLOP"), fmt_rate(p.bytes_accessed, "B"),
+    runs = p.runs if p.timed_runs is None or p.timed_runs >= p.runs else f"{p.runs} ({p.timed_runs} timed)"
+    return (p.name, runs, fmt_s(p.device_s), fmt_rate(p.flops, "FLOP"), fmt_rate(p.bytes_accessed, "B"),
             "n/a" if p.intensity is None else f"{p.intensity:.3g}", p.bound or "n/a",
             fmt_rate(p.flops_per_s, "FLOP/s"), _pct(p.roof_fraction), p.source)
 

@@ -67,7 +67,7 @@ class OpExecutable:
     fused mode needs them) the abstract outputs."""
 
     __slots__ = ("run", "jit", "_jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable",
-                 "exec_device", "from_disk", "uid", "signature", "checks", "single")
+                 "exec_device", "from_disk", "uid", "signature", "checks", "single", "multi")
 
     def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None):
         self.run = run
@@ -85,6 +85,7 @@ class OpExecutable:
         self.signature = None  # the OpSignature (set by execute on a miss)
         self.checks = checks  # an op that reports bad input: run returns (outputs, flags); see .checks
         self.single = False  # recorded before, one tensor output, no checks: fused mode's short path applies
+        self.multi = False  # recorded before, several tensor outputs, no checks: the recording kernel may learn it
 
     @property
     def jitted(self):
@@ -215,7 +216,11 @@ def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> N
     leaves, treedef = jax.tree_util.tree_flatten(out)
     sizes.check_outputs(leaves)
     compiled.avals, compiled.treedef = leaves, treedef
-    compiled.single = compiled.checks is None and type(compiled.meta) is torch.Tensor
+    meta = compiled.meta
+    compiled.single = compiled.checks is None and type(meta) is torch.Tensor
+    compiled.multi = (compiled.checks is None and type(meta) in (tuple, list) and len(meta) > 1
+                      and all(m is None or type(m) is torch.Tensor for m in meta)
+                      and sum(m is not None for m in meta) == len(leaves) >= 1)
     if stored:
         op_facts.remember(compiled.signature, platform.jax_device(device_index), leaves, treedef, compiled.checks)
 
@@ -326,6 +331,10 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
             if lesson is not None and lesson():  # the recording kernel keyed this call: teach it the entry
                 recording.learn(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
             return _record_single(compiled, dyn, device_index)
+        if compiled.multi and mode == "fused":  # recorded below; the recording kernel may learn it too
+            lesson = recording.lesson_pending
+            if lesson is not None and lesson():
+                recording.learn(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
         if mode == "strict" and compiled.ran_eagerly and compiled.checks is None and not fused.has_pending():
             lesson = recording.lesson_pending
             if lesson is not None and compiled.exec_device == device_index and lesson():

@@ -6,9 +6,12 @@ Kept beside the executable rather than in it: a ``jax.stages.Compiled`` has no r
 :class:`ProgramCost`. An executable loaded from the persistent cache gets the cost stored in its entry
 (:mod:`.compile_cache` writes it next to the payload), so a warm process analyses nothing.
 
-Device time per run: while a profile records, :func:`wait_if_profiled` waits for a program's outputs right after
-it was launched, so the program's run event lasts as long as the device took (on XLA:CPU the device is the host:
-this is its execution time). Without a profile nothing waits and dispatch stays asynchronous.
+Device time per run: while a profile records, :func:`wait_if_profiled` waits for a sample of each program's runs
+(its first :data:`FIRST_RUNS_MEASURED`, then one in :data:`SAMPLE_EVERY`) right after they were launched, so
+those run events last as long as the device took (on XLA:CPU the device is the host: this is its execution time)
+and say ``measured``; the profile estimates the other runs from them. Waiting for every run serialized host and
+device: on a tiny transformer's training step that was most of the profile's own cost. Without a profile
+nothing waits and dispatch stays asynchronous.
 """
 
 from __future__ import annotations
@@ -78,15 +81,37 @@ def of(executable) -> ProgramCost | None:
     return cost
 
 
-def wait_if_profiled(outputs) -> None:
-    """While a profile records, wait until ``outputs`` are computed, so the run's duration is its device time."""
-    if telemetry.recording():
+#: a profile waits for each program's first runs (a first run often pays one-time costs: the estimate of the others
+#: leaves it out) and then for one run in SAMPLE_EVERY
+FIRST_RUNS_MEASURED = 3
+SAMPLE_EVERY = 8
+
+#: runs of each program (by id of its executable) seen by the profile :data:`_COUNTING` names, its events list
+_RUNS: dict[int, int] = {}
+_COUNTING: list = [None]
+
+
+def wait_if_profiled(executable, outputs) -> bool:
+    """While a profile records, wait until ``outputs`` are computed if this run of ``executable`` is one the
+    profile samples, so the run's duration is its device time; whether it waited (the run event's ``measured``)."""
+    recorders = telemetry.recorders
+    if not recorders:
+        return False
+    if recorders[0] is not _COUNTING[0]:  # a new outermost profile counts from zero
+        _RUNS.clear()
+        _COUNTING[0] = recorders[0]
+    n = _RUNS.get(id(executable), 0)
+    _RUNS[id(executable)] = n + 1
+    if n < FIRST_RUNS_MEASURED or n % SAMPLE_EVERY == 0:
         jax.block_until_ready(outputs)
+        return True
+    return False
 
 
-def run_detail(executable) -> dict:
-    """What a run event carries about its program (``telemetry.record_execute(..., **run_detail(exe))``): the
-    executable and its cost while a profile records, nothing otherwise (the hot path pays a list check)."""
+def run_detail(executable, measured: bool = True) -> dict:
+    """What a run event carries about its program (``telemetry.record_execute(..., **run_detail(exe, waited))``):
+    the executable, its cost and whether the run was waited for while a profile records, nothing otherwise (the
+    hot path pays a list check)."""
     if not telemetry.recording():
         return {}
-    return {"executable": executable, "cost": of(executable)}
+    return {"executable": executable, "cost": of(executable), "measured": measured}

@@ -99,11 +99,12 @@ def configure(core, set_array) -> None:
 
 
 def recordable(op: torch._ops.OpOverload) -> bool:
-    """Whether the recording kernel can serve ``op``: a functional op with exactly one tensor output."""
+    """Whether the recording kernel can serve ``op``: a functional op whose outputs are tensors (one, or several
+    such as layer norm's output, mean and rstd), none of them an alias."""
     schema = op._schema
     returns = schema.returns
-    return (not schema.is_mutable and len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
-            and returns[0].alias_info is None)
+    return (not schema.is_mutable and len(returns) >= 1
+            and all(isinstance(r.type, torch.TensorType) and r.alias_info is None for r in returns))
 
 
 #: What a recording kernel serves (csrc/recorder.cpp ``Kind``): a lowered op it records, a view op, an in-place
