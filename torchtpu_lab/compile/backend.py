@@ -102,7 +102,8 @@ class CompiledGraph:
             else:
                 result.append(slot[1])
         args.clear()
-        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops, **program_cost.run_detail(built.exe, waited))
+        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops,
+                                 **program_cost.run_detail(built.exe, waited))
         return result
 
     def _build(self, inputs: list, device_index: int, donate: tuple = ()) -> _Built:

@@ -1,4 +1,5 @@
-// The device-memory ledger's hot half: device/memory.py's `acquire` and `release`, and `Storage.__del__`, in C.
+// The device-memory ledger's hot half: device/memory.py's `acquire`, `release` and `settle`, `Storage.__del__`,
+// and a sync's commit of its results into their storages (`store_all`), in C.
 //
 // Every storage that takes or drops a JAX array tells the ledger: in strict mode once per op output, in fused
 // mode once per graph output, and every dropped tensor's storage is finalized. In Python that was five function

@@ -1,4 +1,5 @@
-// The device-memory ledger's hot half (ledger.cpp): device/memory.py's acquire and release, and Storage.__del__.
+// The device-memory ledger's hot half (ledger.cpp): device/memory.py's acquire, release and settle,
+// Storage.__del__, and a sync's commit (store_all).
 #pragma once
 
 #include <Python.h>

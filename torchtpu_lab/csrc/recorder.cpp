@@ -303,8 +303,8 @@ thread_local std::vector<char> views_scratch;          // whether each tensor ar
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
-enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n', kInts = 'L', kBools = 'B',
-                  kString = 's', kDevice = 'D' };
+enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n',
+                  kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D' };
 
 template <typename T>
 void put(std::string& key, T v) {

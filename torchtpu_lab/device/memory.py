@@ -96,7 +96,8 @@ def release(array) -> None:
 
 def ledger_state() -> dict:
     """What the native core's ledger (``csrc/ledger.cpp``) counts in: these dicts, under this lock, telling these
-    listeners; its writes replace :func:`acquire` and :func:`release`, every reader here stays as it is."""
+    listeners; its writes replace :func:`acquire`, :func:`release` and :func:`settle`, every reader here stays as
+    it is."""
     return {"live": _live, "deferred": _deferred, "allocated": _allocated, "peak": _peak,
             "since_sample": _since_sample, "counts": _counts, "listeners": listeners, "notify": _notify,
             "lock": _lock}
@@ -108,8 +109,6 @@ def use_native(native_acquire: Callable, native_release: Callable, native_settle
     test that holds the two to the same counts)."""
     global acquire, release, settle
     acquire, release, settle = native_acquire, native_release, native_settle
-
-
 
 
 def _free(device_index: int, nbytes: int) -> None:

@@ -468,7 +468,8 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     telemetry.count("graph_ops_executed", len(nodes))
-    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit, **program_cost.run_detail(compiled.fn, waited))
+    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit,
+                             **program_cost.run_detail(compiled.fn, waited))
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
 

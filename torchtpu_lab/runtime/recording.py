@@ -221,6 +221,7 @@ def _argument_index(op) -> dict:
 
 
 def stats() -> dict:
-    """Calls recorded by the kernel, calls it handed to Python, entries learned (empty without the core)."""
+    """Calls recorded by the kernel, calls it handed to Python (in all, and per op: ``python_ops``), entries
+    learned (empty without the core)."""
     core = _core[0]
     return core.recorder_stats() if core is not None else {}
