@@ -159,8 +159,8 @@ struct Runtime {
   PyObject* lock_acquire = nullptr;    // fused.LOCK.acquire / .release
   PyObject* lock_release = nullptr;
   PyObject* lock_is_owned = nullptr;
-  PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.record_op (while a profile records)
-  PyObject* record_op = nullptr;
+  PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.OpRecord (while a profile records)
+  PyObject* op_record = nullptr;
   PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
   PyObject* acquire = nullptr;         // memory.acquire(array, device, nbytes, origin): a strict output's bytes
   PyObject* release = nullptr;         // memory.release(array): an in-place write's old array
@@ -1204,21 +1204,25 @@ class RecordingKernel final : public c10::OperatorKernel {
     return yes;
   }
 
-  // The op record a profile reads (telemetry.record_op; none when `sources` is null) and the entry span (t0,
-  // now; none when `spans` is null); steals `sources`.
+  // The op record a profile reads (none when `sources` is null): telemetry.record_op's steps, an OpRecord
+  // (name, t, dur, cache_hit None, source, stack) appended to every open recorder; and the entry span (t0, now;
+  // none when `spans` is null). Steals `sources`.
   static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans) {
     const double t1 = monotonic();
     PyObject* start = PyFloat_FromDouble(t0);
     PyObject* end = PyFloat_FromDouble(t1);
-    PyObject* result = nullptr;
     bool failed = start == nullptr || end == nullptr;
     if (!failed && sources != nullptr) {
       PyObject* dur = PyFloat_FromDouble(t1 - t0);
-      PyObject* args[] = {e.name, start, dur, Py_None, PyTuple_GET_ITEM(sources, 0), PyTuple_GET_ITEM(sources, 1)};
-      result = dur == nullptr ? nullptr : PyObject_Vectorcall(rt.record_op, args, 6, nullptr);
+      OwnedRef fields(dur == nullptr ? nullptr : PyTuple_Pack(6, e.name, start, dur, Py_None,
+                                                              PyTuple_GET_ITEM(sources, 0),
+                                                              PyTuple_GET_ITEM(sources, 1)));
       Py_XDECREF(dur);
-      failed = result == nullptr;
-      Py_XDECREF(result);
+      OwnedRef record(fields.p == nullptr ? nullptr : PyObject_CallOneArg(rt.op_record, fields.p));
+      failed = record.p == nullptr;
+      for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(rt.recorders); ++i) {
+        failed = PyList_Append(PyList_GET_ITEM(rt.recorders, i), record.p) < 0;
+      }
     }
     if (!failed && spans != nullptr) {
       PyObject* span = PyTuple_Pack(2, start, end);
@@ -1291,7 +1295,7 @@ void configure_recorder(PyObject* config) {
     throw python_error();
   }
   rt.op_sources = item(config, "op_sources");
-  rt.record_op = item(config, "record_op");
+  rt.op_record = item(config, "OpRecord");
   rt.set_array = item(config, "set_array");
   rt.acquire = item(config, "acquire");
   rt.release = item(config, "release");

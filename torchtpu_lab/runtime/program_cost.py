@@ -83,7 +83,7 @@ def of(executable) -> ProgramCost | None:
 
 #: a profile waits for each program's first runs (a first run often pays one-time costs: the estimate of the others
 #: leaves it out) and then for one run in SAMPLE_EVERY
-FIRST_RUNS_MEASURED = 3
+FIRST_RUNS_MEASURED = 2
 SAMPLE_EVERY = 8
 
 #: runs of each program (by id of its executable) seen by the profile :data:`_COUNTING` names, its events list

@@ -80,7 +80,7 @@ def configure(core, set_array) -> None:
         "sources": telemetry._sources,
         "backward": telemetry.BACKWARD,
         "op_sources": telemetry.op_sources,
-        "record_op": telemetry.record_op,
+        "OpRecord": telemetry.OpRecord,
         "set_array": set_array,
         "acquire": memory.acquire,
         "release": memory.release,
