@@ -396,3 +396,35 @@ def test_batch_norm_training_in_cpp_matches_cpu_statistics_and_gradients():
         torch.testing.assert_close(got.cpu(), w, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(tpu[1].running_mean.cpu(), cpu[1].running_mean, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(tpu[1].running_var.cpu(), cpu[1].running_var, rtol=1e-5, atol=1e-6)
+
+
+def test_a_saved_output_that_autograd_hands_back_as_a_plain_tensor_is_recorded_in_cpp():
+    """Autograd gives a backward the op's saved output as a new plain ``torch.Tensor`` every step (relu_'s result
+    for threshold_backward, tanh's, log_softmax's): the kernel adopts it as the Python path does, so the backward
+    op is recorded in C++ from the third step on, and gradients match CPU."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(inplace=True), torch.nn.Linear(5, 4),
+                              torch.nn.Tanh(), torch.nn.LogSoftmax(dim=-1))
+    tpu = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(inplace=True), torch.nn.Linear(5, 4),
+                              torch.nn.Tanh(), torch.nn.LogSoftmax(dim=-1))
+    tpu.load_state_dict(cpu.state_dict())
+    tpu.to("tpu")
+    x = torch.randn(3, 6)
+    xt = x.to("tpu")
+
+    def step(model, inp):
+        model.zero_grad()
+        model(inp).sum().backward()
+        return [p.grad for p in model.parameters()]
+
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):
+            step(tpu, xt)
+        before = recording.stats()["python_ops"]
+        grads = step(tpu, xt)
+        torchtpu_lab.sync()
+        after = recording.stats()["python_ops"]
+    handed = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
+    assert not [op for op in handed if "backward" in op], handed
+    for got, want in zip(grads, step(cpu, x)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)

@@ -161,6 +161,8 @@ struct Runtime {
   PyObject* lock_is_owned = nullptr;
   PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.OpRecord (while a profile records)
   PyObject* op_record = nullptr;
+  PyObject* adopt = nullptr;           // tensor.adopt: a plain tpu torch.Tensor (a saved output) made a TpuTensor
+  PyObject* parameter_type = nullptr;  // torch.nn.Parameter (adopt handles it too)
   PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
   PyObject* acquire = nullptr;         // memory.acquire(array, device, nbytes, origin): a strict output's bytes
   PyObject* release = nullptr;         // memory.release(array): an in-place write's old array
@@ -314,6 +316,26 @@ void put(std::string& key, T v) {
 // Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
 // returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
 // TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
+// What the Python path's tensor.adopt does to a call's plain tpu tensors (a tensor autograd saved as an op's
+// output comes back as a new torch.Tensor over the same storage every step: a relu_'s result for
+// threshold_backward, tanh's, log_softmax's): made TpuTensors, so the key below sees them. Python, so it runs
+// before the key is built (which must meet no bytecode); false where adopt raised (a Python error is set).
+bool adopt_plain(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    if (!stack[i].isTensor()) continue;
+    const at::Tensor& t = stack[i].toTensor();
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) continue;
+    OwnedRef obj(THPVariable_Wrap(t));
+    if (obj.p == nullptr) return false;
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj.p));
+    if (type != THPVariableClass && type != rt.parameter_type) continue;
+    OwnedRef adopted(PyObject_CallOneArg(rt.adopt, obj.p));
+    if (adopted.p == nullptr) return false;
+  }
+  return true;
+}
+
 PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
                        char* view_out) {
   if (t.device().index() != pending_device) return nullptr;
@@ -1028,6 +1050,8 @@ class RecordingKernel final : public c10::OperatorKernel {
       spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
     }
     const long device = strict ? first_device(op, *stack) : as_long(rt.pw_device.get(rt.pending));
+    if (!adopt_plain(op, *stack)) throw python_error();
+    spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
       key_scratch.clear();
       return false;
@@ -1103,6 +1127,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       return false;
     }
     const long device = first_device(op, *stack);
+    if (!adopt_plain(op, *stack)) throw python_error();
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
       key_scratch.clear();
       return false;
@@ -1295,6 +1320,8 @@ void configure_recorder(PyObject* config) {
     throw python_error();
   }
   rt.op_sources = item(config, "op_sources");
+  rt.adopt = item(config, "adopt");
+  rt.parameter_type = item(config, "Parameter");
   rt.op_record = item(config, "OpRecord");
   rt.set_array = item(config, "set_array");
   rt.acquire = item(config, "acquire");

@@ -43,7 +43,7 @@ import torch
 from .. import caches, config, interrupts, telemetry
 from ..device import memory, views
 from ..device.storage import Storage
-from ..device.tensor import TpuTensor
+from ..device.tensor import TpuTensor, adopt
 from . import encode, fused
 
 _core: list = [None]  # the native core, once configured
@@ -81,6 +81,8 @@ def configure(core, set_array) -> None:
         "backward": telemetry.BACKWARD,
         "op_sources": telemetry.op_sources,
         "OpRecord": telemetry.OpRecord,
+        "adopt": adopt,
+        "Parameter": torch.nn.Parameter,
         "set_array": set_array,
         "acquire": memory.acquire,
         "release": memory.release,
