@@ -145,7 +145,6 @@ void call_python_kernel(PyObject* fn, const c10::OperatorHandle& op, torch::jit:
 
 // ---- Python objects the recorded path reads (set once by configure) ----
 
-
 struct Runtime {
   bool ready = false;
   PyObject* enabled = nullptr;         // config.native_recording (a State: .value)
@@ -313,9 +312,6 @@ void put(std::string& key, T v) {
   key.append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-// Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
-// returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
-// TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
 // What the Python path's tensor.adopt does to a call's plain tpu tensors (a tensor autograd saved as an op's
 // output comes back as a new torch.Tensor over the same storage every step: a relu_'s result for
 // threshold_backward, tanh's, log_softmax's): made TpuTensors, so the key below sees them. Python, so it runs
@@ -336,6 +332,9 @@ bool adopt_plain(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   return true;
 }
 
+// Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
+// returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
+// TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
 PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
                        char* view_out) {
   if (t.device().index() != pending_device) return nullptr;
@@ -793,7 +792,8 @@ PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* 
   return out;
 }
 
-// The recorded path proper, under fused.LOCK. Returns the output tensor (a new reference).
+// The recorded path proper, under fused.LOCK. Returns the output tensor, or a tuple of them for an op with several
+// outputs (a new reference).
 // `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
 // result is None then. Otherwise the result is a new output tensor.
 PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays,
