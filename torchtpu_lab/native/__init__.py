@@ -5,8 +5,8 @@ PyTorch accepts several parts of a device only from C++: a device guard that kno
 ``tpu:k`` trains on any chip, ``torch.Generator("tpu")`` exists and ``pin_memory()`` works. Without it
 (no compiler, a failed build, or ``TORCHTPU_LAB_NATIVE=0``) the device is registered through PyTorch's Python
 backend API as before: one device for autograd, no tpu generators, no pinned memory, every op's output
-tensor made by PyTorch's Python backend factory (slower than the core's ``new_tensor``), and no recording kernel
-(every op through its Python kernel). :func:`status` says which
+tensor made by PyTorch's Python backend factory (slower than the core's ``new_tensor``), no recording kernel
+(every op through its Python kernel) and memory accounting's writes in Python. :func:`status` says which
 mode runs and what is missing; the banner, ``%tpu`` and ``torchtpu_lab.global_changes()`` show it.
 
 The bottom layer: it knows nothing of JAX or the device above it; :mod:`torchtpu_lab.backend.registration`
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 _ENV = "TORCHTPU_LAB_NATIVE"
 #: What pure-Python mode lacks, in the words the status lines use.
 MISSING_WITHOUT_CORE = ("training on tpu:k for k > 0", "torch.Generator('tpu')", "pin_memory()",
-                        "the C++ output-tensor factory and recording kernel (every op takes its Python kernel: "
-                        "fused eager's host path is ~3x slower)")
+                        "the C++ output-tensor factory, recording kernel and memory ledger (every op takes its "
+                        "Python kernel: fused eager's host path is ~3x slower)")
 
 
 @dataclass(frozen=True)
