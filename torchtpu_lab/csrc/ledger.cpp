@@ -62,6 +62,15 @@ struct Locked {
   }
 };
 
+// id(array), the ledger's dict key, owned for a scope (`p` is nullptr with a Python error set when it failed).
+struct Key {
+  PyObject* p;
+  explicit Key(PyObject* array) : p(PyLong_FromVoidPtr(array)) {}
+  ~Key() { Py_XDECREF(p); }
+  Key(const Key&) = delete;
+  Key& operator=(const Key&) = delete;
+};
+
 // d[key] = d.get(key, 0) + delta (or - delta); 0 or -1.
 int add_to(PyObject* d, PyObject* key, PyObject* delta, bool subtract = false) {
   PyObject* old = PyDict_GetItemWithError(d, key);
@@ -205,15 +214,13 @@ int configure_ledger(PyObject* config) {
 }
 
 int ledger_acquire(PyObject* array, PyObject* device, PyObject* nbytes, PyObject* origin) {
-  PyObject* key = PyLong_FromVoidPtr(array);
-  if (key == nullptr) return -1;
+  Key id(array);
+  if (id.p == nullptr) return -1;
+  PyObject* key = id.p;
   bool counted = false;
   {
     Locked lock;
-    if (!lock.ok) {
-      Py_DECREF(key);
-      return -1;
-    }
+    if (!lock.ok) return -1;
     int rc = 0;
     PyObject* entry = PyDict_GetItemWithError(L.live, key);
     if (entry != nullptr) {  // one more storage holds it
@@ -259,22 +266,19 @@ int ledger_acquire(PyObject* array, PyObject* device, PyObject* nbytes, PyObject
         counted = rc == 0;
       }
     }
-    Py_DECREF(key);
     if (rc < 0) return -1;
   }
   return counted ? tell(L.alloc_str, nbytes, device) : 0;
 }
 
 int ledger_release(PyObject* array) {
-  PyObject* key = PyLong_FromVoidPtr(array);
-  if (key == nullptr) return -1;
+  Key id(array);
+  if (id.p == nullptr) return -1;
+  PyObject* key = id.p;
   PyObject* entry = nullptr;  // the released entry, when the last holder let go and its bytes are free now
   {
     Locked lock;
-    if (!lock.ok) {
-      Py_DECREF(key);
-      return -1;
-    }
+    if (!lock.ok) return -1;
     int rc = 0;
     PyObject* held = PyDict_GetItemWithError(L.live, key);
     if (held == nullptr) {
@@ -333,7 +337,6 @@ int ledger_release(PyObject* array) {
         Py_XDECREF(ref);
       }
     }
-    Py_DECREF(key);
     if (rc < 0) {
       Py_XDECREF(entry);
       return -1;
