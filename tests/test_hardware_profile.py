@@ -371,7 +371,8 @@ def test_a_logged_value_that_was_never_computed_is_reported_once_and_the_rest_ke
 
 def test_a_profile_waits_for_a_sample_of_runs_and_estimates_the_others(monkeypatch):
     """Waiting for every run serialized host and device (most of a small step's profiling cost): a profile waits
-    for each program's first runs and one in eight after, says so, and counts the others from the timed ones."""
+    for one run in eight of each program from its first, and for the second too when the first was the
+    executable's first run ever; it says so, and counts the others from the timed ones."""
     from types import SimpleNamespace
 
     waits = []
@@ -381,22 +382,27 @@ def test_a_profile_waits_for_a_sample_of_runs_and_estimates_the_others(monkeypat
     (a @ a).relu().sum().item()
     with torchtpu_lab.profile() as prof:
         for _ in range(20):
-            b = (a @ a).relu()
+            b = (a @ a).relu()  # a new program: its first run ever is in the profile
             torchtpu_lab.sync()
     rows = [r for r in prof.programs() if r["runs"] == 20]
     assert len(rows) == 1, prof.programs()
     row = rows[0]
-    timed = [n for n in range(20) if n < program_cost.FIRST_RUNS_MEASURED or n % program_cost.SAMPLE_EVERY == 0]
+    timed = [n for n in range(20) if n == 1 or n % program_cost.SAMPLE_EVERY == 0]
     assert row["timed_runs"] == len(timed) == len(waits) == 4
     events = [e for e in prof.graphs if e.detail.get("program") == prof.graphs[0].detail.get("program")]
     assert [i for i, e in enumerate(events) if e.detail["measured"]] == timed
-    assert row["device_s"] > sum(e.dur for e in events if e.detail["measured"])  # the other 15 are counted
+    assert [i for i, e in enumerate(events) if e.detail["fresh"]] == [0]
+    assert row["device_s"] > sum(e.dur for e in events if e.detail["measured"])  # the other 16 are counted
     assert "20 (4 timed)" in prof.text()
-    with torchtpu_lab.profile() as again:  # a new profile times its first runs again
-        for _ in range(2):
+    waits.clear()
+    with torchtpu_lab.profile() as again:  # a new profile times again; the program ran before: once fewer
+        for _ in range(10):
             b = (a @ a).relu()
             torchtpu_lab.sync()
-    assert [r["timed_runs"] for r in again.programs()] == [2]
+    assert [r["timed_runs"] for r in again.programs()] == [2] == [len(waits)]
+    events = again.graphs
+    assert [i for i, e in enumerate(events) if e.detail["measured"]] == [0, 8]
+    assert not any(e.detail["fresh"] for e in events)
     del b
 
 
@@ -405,9 +411,11 @@ def test_device_time_estimate_leaves_a_slow_first_run_out_of_the_others():
 
     from torchtpu_lab.profiling.programs import device_time
 
-    def run(dur, measured=True):
-        return SimpleNamespace(dur=dur, detail={"measured": measured})
+    def run(dur, measured=True, fresh=False):
+        return SimpleNamespace(dur=dur, detail={"measured": measured, "fresh": fresh})
 
-    assert device_time([run(10.0), run(1.0), run(3.0)] + [run(0.1, False)] * 4) == pytest.approx(14.0 + 4 * 2.0)
-    assert device_time([run(5.0)] + [run(0.1, False)] * 2) == pytest.approx(15.0)
+    first = run(10.0, fresh=True)  # the executable's first run ever: left out of the others' estimate
+    assert device_time([first, run(1.0), run(3.0)] + [run(0.1, False)] * 4) == pytest.approx(14.0 + 4 * 2.0)
+    assert device_time([run(10.0), run(1.0), run(3.0)] + [run(0.1, False)] * 4) == pytest.approx(14.0 + 4 * 14 / 3)
+    assert device_time([run(5.0, fresh=True)] + [run(0.1, False)] * 2) == pytest.approx(15.0)  # the only one
     assert device_time([run(0.5, False), run(0.25, False)]) == pytest.approx(0.75)  # never waited for: as run

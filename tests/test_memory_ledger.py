@@ -23,6 +23,15 @@ def _scenario(acquire, release, settle) -> list:
     events: list = []
     listener = lambda kind, nbytes, device: events.append((kind, nbytes, device))  # noqa: E731
     memory.listeners.append(listener)
+    peaks: list = []
+
+    def on_peak(t, allocated, kind, nbytes):
+        peaks.append((allocated, kind, nbytes))
+        log.above = allocated + 40  # as a profile moves its mark up after a snapshot
+
+    log = memory.SampleLog(DEVICE, 0, on_peak)
+    other = memory.SampleLog(DEVICE + 1, 0, on_peak)  # another device's: never written
+    memory.sample_logs.extend([log, other])
     seen, keys = [], ()
 
     def snap(label):
@@ -68,7 +77,11 @@ def _scenario(acquire, release, settle) -> list:
         del c
     finally:
         memory.listeners.remove(listener)
-    return [s for s in seen], events
+        memory.sample_logs.remove(log)
+        memory.sample_logs.remove(other)
+    assert other.samples == [] and log.samples[0::4] == sorted(log.samples[0::4])  # times, in order
+    samples = [tuple(log.samples[i + 1:i + 4]) for i in range(0, len(log.samples), 4)]
+    return [s for s in seen], events + [("samples", samples), ("peaks", peaks)]
 
 
 @needs_core
@@ -83,7 +96,10 @@ def test_the_native_ledger_counts_as_the_python_one_does():
         return [(s[0], s[1], s[2], s[3] - alloc0, s[4] - free0, *s[5:]) for s in seen]
 
     assert relative(c_seen, mid_alloc, mid_free) == relative(py_seen, before_alloc, before_free)
-    assert c_events == py_events
+    assert c_events == py_events  # the listeners' events, the sample log's samples and its peak calls
+    samples, peaks = dict(c_events[-2:])["samples"], dict(c_events[-2:])["peaks"]
+    assert samples[:2] == [(32, "alloc", 32), (96, "alloc", 64)] and samples[-1] == (0, "free", 16), samples
+    assert peaks == [(32, "alloc", 32), (96, "alloc", 64)], peaks  # 96 > 32 + 40; nothing passed 136 after
     assert ("alloc", 32, DEVICE) in c_events and ("free", 64, DEVICE) in c_events and ("free", 16, DEVICE) in c_events
     assert [s[0] for s in c_seen if s[7]] == ["a deferred", "c deferred", "c settled alive"]
     assert memory.allocated(DEVICE) == 0 and c_seen[-1][7] == []
@@ -125,6 +141,51 @@ def test_a_failing_listener_is_detached_and_the_count_stays_right():
     finally:
         if bad in memory.listeners:
             memory.listeners.remove(bad)
+
+
+def test_a_failing_sample_log_is_detached_and_the_count_stays_right():
+    def bad(t, allocated, kind, nbytes):
+        raise ValueError("snapshot broke")
+
+    log = memory.SampleLog(0, 0, bad)
+    memory.sample_logs.append(log)
+    try:
+        with pytest.warns(RuntimeWarning, match="snapshot broke"):
+            x = torch.ones(10, device="tpu") * 3
+            torchtpu_lab.sync()
+        assert log not in memory.sample_logs and log.samples  # sampled up to the failure
+        assert x.sum().item() == 30.0
+    finally:
+        if log in memory.sample_logs:
+            memory.sample_logs.remove(log)
+
+
+def test_a_profile_samples_memory_without_a_python_call_per_allocation():
+    """The native ledger writes a profile's samples itself: allocating under a profile runs no Python frame of
+    memory accounting (the profile's peak snapshots aside), and the profile's timeline has every sample."""
+    if memory.acquire is memory.PYTHON_LEDGER[0]:
+        pytest.skip(f"no native ledger: {native.status().describe()}")
+    x = torch.randn(32, 32).to("tpu")
+    torchtpu_lab.sync()
+    with torchtpu_lab.profile() as prof:
+        y = torch.randn(32, 32).to("tpu")  # the peak rises: one snapshot
+        frames = []
+
+        def trace(frame, event, arg):
+            if event == "call":
+                frames.append(frame.f_code.co_qualname)
+
+        sys.setprofile(trace)
+        try:
+            del y  # a free: below the peak
+        finally:
+            sys.setprofile(None)
+    assert [f for f in frames if "memory" in f.lower() or "sample" in f.lower() or "peak" in f.lower()] == []
+    kinds = [(m.kind, m.nbytes) for m in prof.memory]
+    assert ("alloc", 32 * 32 * 4) in kinds and kinds[-1] == ("free", 32 * 32 * 4), kinds
+    assert all(0 <= m.t <= prof.wall_s for m in prof.memory)
+    assert prof.peak_snapshot.total == prof.peak_bytes
+    del x
 
 
 def test_threads_allocating_and_reading_the_counts_agree_at_the_end():

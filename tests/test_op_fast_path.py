@@ -159,11 +159,13 @@ def test_op_events_are_batched_while_recording_and_expanded_on_close(mode):
         with telemetry.Recorder() as outer:
             with telemetry.Recorder() as inner:
                 y = a + a  # BATCHED_LINE
-                live = [e for e in inner if isinstance(e, telemetry.OpRecord)]
+                live = [i for i, e in enumerate(inner) if e is telemetry.OP_MARK]
+                flat = list(inner)
             torchtpu_lab.sync()
-    assert len(live) == 1  # batched while the recorder was open
+    assert len(live) == 1  # batched while the recorder was open: the marker and the fields, flat
+    assert flat[live[0] + 1] == "aten::add.Tensor" and len(flat) == live[0] + 1 + telemetry.OP_FIELDS
     for events in (outer, inner):
-        assert not any(isinstance(e, telemetry.OpRecord) for e in events)
+        assert not any(e is telemetry.OP_MARK for e in events)
         ops = [e for e in events if e.kind == "op"]
         assert [e.name for e in ops] == ["aten::add.Tensor"]
         event = ops[0]

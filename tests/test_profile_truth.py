@@ -277,15 +277,15 @@ def test_bad_profile_arguments_are_refused_naming_the_argument(ip):
 def test_failed_xprof_shows_the_report_and_the_next_xprof_works(ip, tmp_path):
     from torchtpu_lab.device import memory
 
-    listeners = len(memory.listeners)
+    listeners = (len(memory.listeners), len(memory.sample_logs))
     bad = "/proc/no/such/dir"
     result, text, _ = run(ip, f"%%tpu_profile --no-flame --xprof --output {bad}\nv = torch.ones(3, device='tpu').sum().item()\n")
     assert result.success and "torchtpu_lab profile" in text and "XProf trace not" in text
-    assert len(memory.listeners) == listeners
+    assert (len(memory.listeners), len(memory.sample_logs)) == listeners
     good = str(tmp_path / "ok")
     result, text, _ = run(ip, f"%%tpu_profile --no-flame --xprof --output {good}\nv = torch.ones(3, device='tpu').sum().item()\n")
     assert result.success and "XProf trace not" not in text and f"XProf trace: {good}" in text
-    assert len(memory.listeners) == listeners
+    assert (len(memory.listeners), len(memory.sample_logs)) == listeners
 
 
 def test_end_of_cell_flush_failure_is_the_cells_error(ip, monkeypatch):
@@ -330,7 +330,7 @@ def test_stop_trace_failure_leaks_nothing_and_the_next_xprof_works(ip, tmp_path,
 
     from torchtpu_lab.device import memory
 
-    listeners = len(memory.listeners)
+    listeners = (len(memory.listeners), len(memory.sample_logs))
     real = jax.profiler.stop_trace
 
     def failing_stop():
@@ -347,13 +347,13 @@ def test_stop_trace_failure_leaks_nothing_and_the_next_xprof_works(ip, tmp_path,
     else:
         assert isinstance(result.error_in_exec, KeyboardInterrupt)
         assert "torchtpu_lab profile" in text and "KeyboardInterrupt" in text, text  # the report, then the error
-    assert len(memory.listeners) == listeners
+    assert (len(memory.listeners), len(memory.sample_logs)) == listeners
     assert jax._src.profiler._profile_state.profile_session is None  # not "already started" for the next one
     good = tmp_path / "good"
     result, text, _ = run(ip, cell.format(good))
     assert result.success and "XProf trace not" not in text and f"XProf trace: {good}" in text, text
     assert list(good.rglob("*.xplane.pb"))
-    assert len(memory.listeners) == listeners
+    assert (len(memory.listeners), len(memory.sample_logs)) == listeners
 
 
 def test_flush_failure_at_the_end_of_a_profiled_cell_is_the_cells_error(ip, monkeypatch):

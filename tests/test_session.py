@@ -102,6 +102,7 @@ def test_snapshot_and_restore_put_back_config_recorders_listeners_and_the_disk_c
     config.track_sources.set(False)
     telemetry.recorders.append([])
     memory.listeners.append(lambda *a: None)
+    memory.sample_logs.append(memory.SampleLog(0, 0, lambda *a: None))
     compile_cache.enable(str(tmp_path / "cache"))
     session.restore(saved)
     assert session.snapshot() == saved

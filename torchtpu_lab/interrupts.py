@@ -76,7 +76,8 @@ def hold_while_owned(lock) -> None:
 
 #: ``[list]`` while a profile records the spans of the outermost entry-point calls (our kernels, syncs:
 #: everything the backend does on the host, measured at the door), ``[None]`` otherwise; the profile's time
-#: split shows what these spans hold beyond its recorded events as "torchtpu_lab host overhead"
+#: split shows what these spans hold beyond its recorded events as "torchtpu_lab host overhead". Flat (start,
+#: end, start, end, ...): a pair per call would be one more object per op for the garbage collector to track
 entry_spans: list = [None]
 
 
@@ -106,7 +107,7 @@ def owning(lock) -> Callable[[Callable], Callable]:
                 with lock:
                     return fn(*args, **kwargs)
             finally:
-                sink.append((t0, clock()))
+                sink += (t0, clock())
 
         entry.owns = lock  # marks it (see ``backend.dispatch.tpu_kernel``): wrapping it again adds nothing
         return entry

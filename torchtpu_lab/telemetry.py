@@ -78,6 +78,10 @@ class Source:
 _internal_files: dict = {}  # co_filename -> whether it is torch's/jax's/the stdlib's/ours (cached: walks are hot)
 _sources: dict = {}  # (filename, line, function) -> its Source: a per-op walk builds no new object for a known line
 _MAX_SOURCES = 1 << 16
+#: (ids of a stack's Sources, innermost first) -> the stack: the stacks op records keep are shared, not one new
+#: tuple per op for the garbage collector to track (see :func:`record_op`)
+_stacks: dict = {}
+_MAX_STACKS = 1 << 12
 
 
 def _internal(code) -> bool:
@@ -173,7 +177,15 @@ def user_stack(depth: int = 2, limit: int = 24) -> tuple[Source, ...] | None:
             if code.co_name == "<module>" or len(out) == limit:
                 break
         frame = frame.f_back
-    return tuple(reversed(out)) or None
+    if not out:
+        return None
+    key = tuple(map(id, out))  # the interned Sources' ids: the stack kept as the value holds them alive
+    stack = _stacks.get(key)
+    if stack is None:
+        if len(_stacks) >= _MAX_STACKS:
+            _stacks.clear()
+        stack = _stacks[key] = tuple(reversed(out))
+    return stack
 
 
 def code_text(source: Source | None, width: int = 60) -> str:
@@ -367,26 +379,33 @@ def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes:
     return event
 
 
-class OpRecord(tuple):
-    """An op event as the per-op hot path records it: a tuple ``(name, t, dur, cache_hit, source, stack)``
-    appended to every open recorder's list in place of an :class:`Event` (an Event per op is a Python object
-    with a dict; a profile that records thousands of ops a step paid for each). The recorder expands them into
-    the same Events when it closes (:meth:`Recorder.__exit__`), so readers never see one."""
+class _OpMark:
+    """The marker of a batched op record (see :func:`record_op`); one instance, :data:`OP_MARK`."""
 
     __slots__ = ()
 
-    def expand(self) -> Event:
-        name, t, dur, hit, source, stack = self
-        return Event(EventKind.OP, name, t, dur, 0, source, {"cache_hit": hit}, stack)
+    def __repr__(self) -> str:
+        return "telemetry.OP_MARK"
+
+
+#: Starts a batched op record in a recorder's list: the marker, then the op's :data:`OP_FIELDS` fields, flat.
+OP_MARK = _OpMark()
+#: name, t, dur, cache_hit, source, stack
+OP_FIELDS = 6
 
 
 def record_op(name: str, t: float, dur: float, cache_hit: bool | None, source: Source | None,
               stack: tuple | None) -> None:
-    """Record one op event for every open recorder, batched (see :class:`OpRecord`); the caller checked
-    :data:`recorders` and took ``source``/``stack`` (:func:`user_stack`) once for everything the op notes."""
-    record = OpRecord((name, t, dur, cache_hit, source, stack))
+    """Record one op event for every open recorder, batched: :data:`OP_MARK` and the six fields are appended
+    flat to each recorder's list, and the recorder expands them into the same :class:`Event` when it closes
+    (:meth:`Recorder.__exit__`), so readers never see them. Flat because a profile records thousands of ops a
+    step: an Event (or any tuple) per op is a container the garbage collector tracks, and a profile that kept
+    one per op made the collector run twice as often as the step alone, promoting it all towards the full
+    collections (hundreds of milliseconds each in a process holding torch and JAX). Floats, strings and the
+    shared ``source``/``stack`` objects are nothing new for it to track. The caller checked :data:`recorders`
+    and took ``source``/``stack`` (:func:`op_sources`) once for everything the op notes."""
     for sink in recorders:
-        sink.append(record)
+        sink += (OP_MARK, name, t, dur, cache_hit, source, stack)
 
 
 def op_sources(depth: int) -> tuple[Source | None, tuple | None]:
@@ -397,9 +416,23 @@ def op_sources(depth: int) -> tuple[Source | None, tuple | None]:
 
 
 def expand(events: list) -> list:
-    """``events`` with every batched op record expanded into its :class:`Event`, in place (also returned)."""
-    if any(type(e) is OpRecord for e in events):
-        events[:] = [e.expand() if type(e) is OpRecord else e for e in events]
+    """``events`` with every batched op record (:func:`record_op`) expanded into its :class:`Event`, in place
+    (also returned)."""
+    out: list = []
+    add = out.append
+    i, n = 0, len(events)
+    op, mark = EventKind.OP, OP_MARK
+    while i < n:
+        e = events[i]
+        if e is mark:
+            _, name, t, dur, hit, source, stack = events[i:i + 1 + OP_FIELDS]
+            add(Event(op, name, t, dur, 0, source, {"cache_hit": hit}, stack))
+            i += 1 + OP_FIELDS
+        else:
+            add(e)
+            i += 1
+    if len(out) != n:
+        events[:] = out
     return events
 
 
@@ -493,12 +526,13 @@ def sync_event(reason: SyncReason, n_ops: int = 0, source: Source | None = None,
 
 
 def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list | None = None,
-                   executable: Any = None, cost: Any = None, measured: bool = True) -> Event:
+                   executable: Any = None, cost: Any = None, measured: bool = True, fresh: bool = False) -> Event:
     """A compiled program ran (a fused graph, a torch.compile graph). ``ops``: the ATen op names inside it, when
     the program stands for ops the profile saw no event of (a torch.compile graph); kept by reference.
     ``executable`` identifies the program (runs of one executable are one program in a profile) and ``cost`` is
     its XLA cost analysis (a :class:`~.runtime.program_cost.ProgramCost`), both only when a profile records;
-    ``measured``: the run was waited for, so it lasted its device time (a profile waits for a sample of runs)."""
+    ``measured``: the run was waited for, so it lasted its device time (a profile waits for a sample of runs);
+    ``fresh``: the executable's first run ever (it may pay one-time costs)."""
     counters[Counter.EXECUTIONS] += 1
     detail = {"n_ops": n_ops, "cache_hit": cache_hit}
     if ops is not None:
@@ -507,12 +541,13 @@ def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list 
         detail["program"] = id(executable)
         detail["cost"] = cost
         detail["measured"] = measured
+        detail["fresh"] = fresh
     return _log(execute_log, Event(EventKind.GRAPH, name, t0, time.perf_counter() - t0, 0, None, detail))
 
 
 class Recorder:
     """Collect every event emitted while open: ``with Recorder() as events: ...``. Read the list after the
-    block: while open it may hold batched op records (:class:`OpRecord`), which closing expands."""
+    block: while open it may hold batched op records (:func:`record_op`), which closing expands."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
@@ -522,12 +557,18 @@ class Recorder:
         return self.events
 
     def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self, expand_records: bool = True) -> None:
+        """Stop recording; ``expand_records=False`` leaves the batched op records for the reader to
+        :func:`expand`."""
         # by identity: two recorders with equal (say, both empty) lists must not remove each other's
         for i in range(len(recorders) - 1, -1, -1):
             if recorders[i] is self.events:
                 del recorders[i]
                 break
-        expand(self.events)
+        if expand_records:
+            expand(self.events)
 
 
 def reset() -> None:

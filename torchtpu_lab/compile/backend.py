@@ -77,15 +77,17 @@ class CompiledGraph:
             inputs.extend(rng.next_seed_and_counter(device_index, n=plan.n_rng))
         if plan.group is not None:
             inputs = spmd.as_global(inputs, plan.group)
-        built = (self.executables.get((precision.key(), device_index, donate))
-                 or self._build(inputs, device_index, donate))
+        built = self.executables.get((precision.key(), device_index, donate))
+        fresh = built is None
+        if fresh:
+            built = self._build(inputs, device_index, donate)
         t0, waited = time.perf_counter(), False
         # from the call until every mutated input holds its new value, donated buffers exist nowhere else
         with interrupts.deferred():
             if plan.group is None:
                 memory.executing(built.memory, device_index, self.name)
                 outs = _call(built, inputs)
-                waited = program_cost.wait_if_profiled(built.exe, outs)
+                waited = program_cost.wait_if_profiled(built.exe, outs, fresh)
                 if built.order is not None:
                     outs = donation.restore(outs, built.order)
             else:
@@ -103,7 +105,7 @@ class CompiledGraph:
                 result.append(slot[1])
         args.clear()
         telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops,
-                                 **program_cost.run_detail(built.exe, waited))
+                                 **program_cost.run_detail(built.exe, waited, fresh))
         return result
 
     def _build(self, inputs: list, device_index: int, donate: tuple = ()) -> _Built:

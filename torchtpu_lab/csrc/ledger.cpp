@@ -5,17 +5,19 @@
 // mode once per graph output, and every dropped tensor's storage is finalized. In Python that was five function
 // frames, an RLock and a closure per buffer (~9 us of a ~28 us strict op). Here it is the same steps on the
 // same objects: memory.py's dicts (`_live`, `_deferred`, `_allocated`, `_peak`, `_since_sample`, `_counts`),
-// under its `_lock`, telling its listeners through its `_notify` (Python, only while a listener is registered).
+// under its `_lock`, telling its listeners through its `_notify` (Python, only while a listener is registered)
+// and writing the open profiles' sample logs itself (`sample`).
 // So memory.py's readers (stats, owners at the peak, live buffers), its `settle` and `executing`, and the pure-
 // Python mode keep one data model; only the writes moved.
 //
 // A released buffer that something else still references (a pending graph reads it) stays counted until the
 // array object is gone: a weak reference whose callback is a C function bound to the buffer's key.
-// No Python code runs here except the listeners' notifier and the lock's acquire when another thread holds it;
+// No Python code runs here except the listeners' notifier, a sample log's peak callback (memory._peak_reached,
+// which never raises) and the lock's acquire when another thread holds it;
 // every step that can fail comes before the first change of the counts.
 #include "ledger.h"
 
-#include "pyslot.h"
+#include "pyobjects.h"
 
 namespace torchtpu {
 namespace {
@@ -30,6 +32,10 @@ struct Ledger {
   PyObject* counts = nullptr;        // {"alloc": n, "free": n}
   PyObject* listeners = nullptr;     // list; `notify(kind, bytes, device)` is called while it is non-empty
   PyObject* notify = nullptr;
+  PyObject* sample_logs = nullptr;   // list of memory.SampleLog, written here while non-empty
+  PyObject* peak_reached = nullptr;  // memory._peak_reached(log, t, allocated, kind, bytes): never raises
+  PyTypeObject* sample_log_type = nullptr;
+  Slot log_device, log_samples, log_above;
   PyObject* lock_acquire = nullptr;  // _lock.acquire / _lock.release (an RLock: a finalizer may run mid-update)
   PyObject* lock_release = nullptr;
   PyObject* array_types = nullptr;   // storage._ARRAY_TYPES: type -> whether its instances are JAX arrays
@@ -92,7 +98,40 @@ int raise_to(PyObject* d, PyObject* key, PyObject* total) {
   return PyDict_SetItem(d, key, total);
 }
 
+// memory._sample's steps: (now, allocated, kind, bytes) appended to the sample log of every open profile on
+// `device`, and its on_peak told when allocated passed its mark. 0 or -1.
+int sample(PyObject* kind, PyObject* nbytes, PyObject* device) {
+  PyObject* total = PyDict_GetItemWithError(L.allocated, device);
+  if (total == nullptr && PyErr_Occurred()) return -1;
+  OwnedRef now(Py_NewRef(total != nullptr ? total : L.zero));  // owned: on_peak runs Python
+  OwnedRef t(PyFloat_FromDouble(monotonic()));
+  if (t.p == nullptr) return -1;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(L.sample_logs); ++i) {
+    OwnedRef log(Py_NewRef(PyList_GET_ITEM(L.sample_logs, i)));
+    if (Py_TYPE(log.p) != L.sample_log_type) continue;
+    const int same = PyObject_RichCompareBool(L.log_device.get(log.p), device, Py_EQ);
+    if (same < 0) return -1;
+    if (same == 0) continue;
+    PyObject* samples = L.log_samples.get(log.p);
+    if (!PyList_Check(samples)) continue;
+    PyObject* fields[] = {t.p, now.p, kind, nbytes};
+    for (PyObject* field : fields) {
+      if (PyList_Append(samples, field) < 0) return -1;
+    }
+    const int above = PyObject_RichCompareBool(now.p, L.log_above.get(log.p), Py_GT);
+    if (above < 0) return -1;
+    if (above > 0) {
+      PyObject* args[] = {log.p, t.p, now.p, kind, nbytes};
+      PyObject* r = PyObject_Vectorcall(L.peak_reached, args, 5, nullptr);
+      Py_XDECREF(r);
+      if (r == nullptr) return -1;
+    }
+  }
+  return 0;
+}
+
 int tell(PyObject* kind, PyObject* nbytes, PyObject* device) {
+  if (PyList_GET_SIZE(L.sample_logs) != 0 && sample(kind, nbytes, device) < 0) return -1;
   if (PyList_GET_SIZE(L.listeners) == 0) return 0;
   PyObject* args[] = {kind, nbytes, device};
   PyObject* r = PyObject_Vectorcall(L.notify, args, 3, nullptr);
@@ -196,12 +235,22 @@ int configure_ledger(PyObject* config) {
       !(L.allocated = item(config, "allocated")) || !(L.peak = item(config, "peak")) ||
       !(L.since_sample = item(config, "since_sample")) || !(L.counts = item(config, "counts")) ||
       !(L.listeners = item(config, "listeners")) || !(L.notify = item(config, "notify")) ||
-      !(L.array_types = item(config, "array_types")) || !(L.is_array = item(config, "is_array"))) {
+      !(L.array_types = item(config, "array_types")) || !(L.is_array = item(config, "is_array")) ||
+      !(L.sample_logs = item(config, "sample_logs")) || !(L.peak_reached = item(config, "peak_reached"))) {
     return -1;
   }
-  if (!PyList_Check(L.listeners)) {
-    PyErr_SetString(PyExc_TypeError, "torchtpu_lab ledger: listeners must be a list");
+  if (!PyList_Check(L.listeners) || !PyList_Check(L.sample_logs)) {
+    PyErr_SetString(PyExc_TypeError, "torchtpu_lab ledger: listeners and sample_logs must be lists");
     return -1;
+  }
+  PyObject* log_type = item(config, "sample_log_type");
+  if (log_type == nullptr) return -1;
+  L.sample_log_type = reinterpret_cast<PyTypeObject*>(log_type);  // kept: the type outlives the ledger
+  Slot* log_slots[] = {&L.log_device, &L.log_samples, &L.log_above};
+  const char* log_names[] = {"device_index", "samples", "above"};
+  for (int i = 0; i < 3; ++i) {
+    *log_slots[i] = find_slot(log_type, log_names[i]);
+    if (log_slots[i]->offset < 0) return -1;
   }
   L.alloc_str = PyUnicode_InternFromString("alloc");
   L.free_str = PyUnicode_InternFromString("free");

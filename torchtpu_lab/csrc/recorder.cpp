@@ -23,7 +23,7 @@
 // may raise, as any kernel may: the error (the same Python exception the Python path raises) reaches the
 // caller through the dispatcher, with fused.LOCK released.
 #include "recorder.h"
-#include "pyslot.h"
+#include "pyobjects.h"
 
 #include <Python.h>
 #include <descrobject.h>
@@ -158,8 +158,8 @@ struct Runtime {
   PyObject* lock_acquire = nullptr;    // fused.LOCK.acquire / .release
   PyObject* lock_release = nullptr;
   PyObject* lock_is_owned = nullptr;
-  PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.OpRecord (while a profile records)
-  PyObject* op_record = nullptr;
+  PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.OP_MARK (while a profile records)
+  PyObject* op_mark = nullptr;
   PyObject* adopt = nullptr;           // tensor.adopt: a plain tpu torch.Tensor (a saved output) made a TpuTensor
   PyObject* parameter_type = nullptr;  // torch.nn.Parameter (adopt handles it too)
   PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
@@ -199,27 +199,6 @@ struct Runtime {
 };
 
 Runtime rt;
-
-struct OwnedRef {  // a new reference, dropped at scope exit unless released
-  PyObject* p = nullptr;
-  OwnedRef() = default;
-  explicit OwnedRef(PyObject* owned) : p(owned) {}
-  OwnedRef(OwnedRef&& other) noexcept : p(other.release()) {}
-  OwnedRef(const OwnedRef&) = delete;
-  OwnedRef& operator=(const OwnedRef&) = delete;
-  ~OwnedRef() { Py_XDECREF(p); }
-  PyObject* release() {
-    PyObject* r = p;
-    p = nullptr;
-    return r;
-  }
-};
-
-double monotonic() {  // time.perf_counter's clock on Linux
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 struct Stats {
   uint64_t recorded = 0;  // calls recorded here
@@ -563,6 +542,37 @@ PyObject* user_source() {
   return PyThread_get_thread_ident() == rt.main_thread ? Py_None : rt.backward;
 }
 
+// The stacks op records keep, shared as telemetry.user_stack shares them: a new tuple per op would be one more
+// object per recorded op for the garbage collector to track. Keyed by the Sources (innermost first), which the
+// tuple holds alive, so a key's pointers are never reused while it is here.
+struct StackKeyHash {
+  size_t operator()(const std::vector<PyObject*>& key) const noexcept {
+    size_t h = key.size();
+    for (PyObject* p : key) h = h * 1000003u ^ std::hash<PyObject*>()(p);
+    return h;
+  }
+};
+using StackTable = std::unordered_map<std::vector<PyObject*>, OwnedRef, StackKeyHash>;
+// Never destroyed: a static's destructor would drop its references after the interpreter is gone.
+StackTable& interned_stacks = *new StackTable();
+constexpr size_t kMaxStacks = 4096;  // telemetry._MAX_STACKS
+
+// The user's stack, outermost first, from `found` (its Sources, innermost first); a new reference.
+PyObject* interned_stack(const std::vector<OwnedRef>& found) {
+  std::vector<PyObject*> key;
+  key.reserve(found.size());
+  for (const OwnedRef& source : found) key.push_back(source.p);
+  auto hit = interned_stacks.find(key);
+  if (hit != interned_stacks.end()) return Py_NewRef(hit->second.p);
+  const Py_ssize_t n = static_cast<Py_ssize_t>(found.size());
+  PyObject* stack = PyTuple_New(n);
+  if (stack == nullptr) throw python_error();
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(stack, i, Py_NewRef(found[n - 1 - i].p));
+  if (interned_stacks.size() >= kMaxStacks) interned_stacks.clear();
+  interned_stacks.emplace(std::move(key), OwnedRef(Py_NewRef(stack)));
+  return stack;
+}
+
 // telemetry.op_sources(0) — (the user's line, the user's stack outermost first) — from the same tables
 // user_source reads, or nullptr (no error set) where only Python can say: a frame whose code or line the tables
 // have not seen (Python interns it), or no user frame at all. Per op while a profile records: the walk in
@@ -576,10 +586,7 @@ PyObject* op_sources() {
     return PyUnicode_CompareWithASCIIString(code->co_name, "<module>") == 0 || found.size() == kLimit;
   });
   if (!known || found.empty()) return nullptr;
-  const Py_ssize_t n = static_cast<Py_ssize_t>(found.size());
-  PyObject* stack = PyTuple_New(n);
-  if (stack == nullptr) throw python_error();
-  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(stack, i, Py_NewRef(found[n - 1 - i].p));
+  PyObject* stack = interned_stack(found);
   PyObject* pair = PyTuple_Pack(2, found.front().p, stack);
   Py_DECREF(stack);
   if (pair == nullptr) throw python_error();
@@ -1229,34 +1236,26 @@ class RecordingKernel final : public c10::OperatorKernel {
     return yes;
   }
 
-  // The op record a profile reads (none when `sources` is null): telemetry.record_op's steps, an OpRecord
-  // (name, t, dur, cache_hit None, source, stack) appended to every open recorder; and the entry span (t0, now;
-  // none when `spans` is null). Steals `sources`.
+  // The op record a profile reads (none when `sources` is null): telemetry.record_op's steps, OP_MARK and the
+  // fields (name, t, dur, cache_hit None, source, stack) appended flat to every open recorder; and the entry
+  // span (t0, now, flat; none when `spans` is null). Steals `sources`.
   static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans) {
     const double t1 = monotonic();
-    PyObject* start = PyFloat_FromDouble(t0);
-    PyObject* end = PyFloat_FromDouble(t1);
-    bool failed = start == nullptr || end == nullptr;
+    OwnedRef start(PyFloat_FromDouble(t0));
+    OwnedRef end(PyFloat_FromDouble(t1));
+    OwnedRef owned_sources(sources);
+    bool failed = start.p == nullptr || end.p == nullptr;
     if (!failed && sources != nullptr) {
-      PyObject* dur = PyFloat_FromDouble(t1 - t0);
-      OwnedRef fields(dur == nullptr ? nullptr : PyTuple_Pack(6, e.name, start, dur, Py_None,
-                                                              PyTuple_GET_ITEM(sources, 0),
-                                                              PyTuple_GET_ITEM(sources, 1)));
-      Py_XDECREF(dur);
-      OwnedRef record(fields.p == nullptr ? nullptr : PyObject_CallOneArg(rt.op_record, fields.p));
-      failed = record.p == nullptr;
+      OwnedRef dur(PyFloat_FromDouble(t1 - t0));
+      PyObject* fields[] = {rt.op_mark, e.name, start.p, dur.p, Py_None, PyTuple_GET_ITEM(sources, 0),
+                            PyTuple_GET_ITEM(sources, 1)};
+      failed = dur.p == nullptr;
       for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(rt.recorders); ++i) {
-        failed = PyList_Append(PyList_GET_ITEM(rt.recorders, i), record.p) < 0;
+        PyObject* sink = PyList_GET_ITEM(rt.recorders, i);
+        for (PyObject* field : fields) failed = failed || PyList_Append(sink, field) < 0;
       }
     }
-    if (!failed && spans != nullptr) {
-      PyObject* span = PyTuple_Pack(2, start, end);
-      failed = span == nullptr || PyList_Append(spans, span) < 0;
-      Py_XDECREF(span);
-    }
-    Py_XDECREF(start);
-    Py_XDECREF(end);
-    Py_XDECREF(sources);
+    if (!failed && spans != nullptr) failed = PyList_Append(spans, start.p) < 0 || PyList_Append(spans, end.p) < 0;
     if (failed) throw python_error();
   }
 
@@ -1322,7 +1321,7 @@ void configure_recorder(PyObject* config) {
   rt.op_sources = item(config, "op_sources");
   rt.adopt = item(config, "adopt");
   rt.parameter_type = item(config, "Parameter");
-  rt.op_record = item(config, "OpRecord");
+  rt.op_mark = item(config, "op_mark");
   rt.set_array = item(config, "set_array");
   rt.acquire = item(config, "acquire");
   rt.release = item(config, "release");

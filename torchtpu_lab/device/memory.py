@@ -6,7 +6,9 @@ holds, arrays shared by several storages are counted once (keyed by identity), a
 when the last storage lets go of it. The figures agree with ``jax.live_arrays()`` to the byte when nothing else
 in the process holds JAX arrays.
 
-Allocation events go to telemetry through :data:`listeners`, a list the hot path only iterates when non-empty.
+Allocation events go to telemetry through :data:`listeners`, a list the hot path only iterates when non-empty,
+and to the :data:`sample_logs` of open profiles, which the ledger writes into directly (no Python call per
+allocation).
 
 What counts is what the *device* holds, not only what tensors hold: a buffer no storage holds any more but that
 something still references (in fused mode, a pending graph reads the pre-step value of a parameter the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -40,6 +43,26 @@ _lock = threading.RLock()
 
 #: Callables ``fn(kind, nbytes, device_index)`` told of every ``"alloc"`` and ``"free"``.
 listeners: list[Callable[[str, int, int], None]] = []
+
+class SampleLog:
+    """What a profile records of device memory on one device: after every allocation, free and graph launch,
+    ``(time.perf_counter(), bytes allocated, kind, nbytes)`` appended flat to ``samples`` by the ledger itself
+    (in C with the native core: a profiled step makes hundreds, and a Python call each cost more than the
+    rest of the profile's per-allocation work), and ``on_peak(t, allocated, kind, nbytes)`` called when the
+    allocated bytes rise above ``above`` (rare: the profile moves ``above`` up as it takes snapshots). An
+    ``"exec"`` sample's allocated bytes include the graph's outputs and temporaries (its ``nbytes``)."""
+
+    __slots__ = ("device_index", "samples", "above", "on_peak")
+
+    def __init__(self, device_index: int, above: int, on_peak: Callable[[float, int, str, int], None]):
+        self.device_index = device_index
+        self.samples: list = []
+        self.above = above
+        self.on_peak = on_peak
+
+
+#: The open profiles' :class:`SampleLog` s.
+sample_logs: list[SampleLog] = []
 
 #: When true, storages remember the user line that created them (``%tpu memory``, profiles); off by default
 #: because it costs a stack walk per allocation (``torchtpu_lab.config.track_allocation_sources``).
@@ -65,6 +88,8 @@ def acquire(array, device_index: int, nbytes: int, origin: tuple | None = None) 
         if total > _since_sample.get(device_index, 0):
             _since_sample[device_index] = total
         _counts["alloc"] += 1
+    if sample_logs:
+        _sample("alloc", nbytes, device_index)
     if listeners:
         _notify("alloc", nbytes, device_index)
 
@@ -100,7 +125,7 @@ def ledger_state() -> dict:
     it is."""
     return {"live": _live, "deferred": _deferred, "allocated": _allocated, "peak": _peak,
             "since_sample": _since_sample, "counts": _counts, "listeners": listeners, "notify": _notify,
-            "lock": _lock}
+            "lock": _lock, "sample_logs": sample_logs, "sample_log_type": SampleLog, "peak_reached": _peak_reached}
 
 
 def use_native(native_acquire: Callable, native_release: Callable, native_settle: Callable) -> None:
@@ -115,6 +140,8 @@ def _free(device_index: int, nbytes: int) -> None:
     with _lock:
         _allocated[device_index] -= nbytes
         _counts["free"] += 1
+    if sample_logs:
+        _sample("free", nbytes, device_index)
     if listeners:
         _notify("free", nbytes, device_index)
 
@@ -181,6 +208,8 @@ def executing(stats: dict, device_index: int, name: str = "") -> None:
             _peak[device_index] = total
         if total > _since_sample.get(device_index, 0):
             _since_sample[device_index] = total
+    if sample_logs:
+        _sample("exec", extra, device_index)
     if listeners:
         _notify("exec", extra, device_index)
     if extra and telemetry.recording():
@@ -209,6 +238,32 @@ def _notify(kind: str, nbytes: int, device_index: int) -> None:
                 listeners.remove(fn)
             warnings.warn(f"torchtpu_lab: memory listener {fn!r} failed and was detached: {e!r}", RuntimeWarning,
                           stacklevel=2)
+
+
+@interrupts.guard
+def _sample(kind: str, nbytes: int, device_index: int) -> None:
+    """Append a sample to the sample logs of ``device_index`` (the native ledger does the same in C)."""
+    now = _allocated.get(device_index, 0) + (nbytes if kind == "exec" else 0)
+    t = time.perf_counter()
+    for log in tuple(sample_logs):
+        if log.device_index == device_index:
+            log.samples += (t, now, kind, nbytes)
+            if now > log.above:
+                _peak_reached(log, t, now, kind, nbytes)
+
+
+@interrupts.guard
+def _peak_reached(log: SampleLog, t: float, allocated_now: int, kind: str, nbytes: int) -> None:
+    """Tell ``log`` its device passed its mark; a failing ``on_peak`` is reported once and its log dropped."""
+    try:
+        log.on_peak(t, allocated_now, kind, nbytes)
+    except Exception as e:  # noqa: BLE001 — a profile's snapshot must not break the allocation it samples
+        import warnings
+
+        with contextlib.suppress(ValueError):
+            sample_logs.remove(log)
+        warnings.warn(f"torchtpu_lab: memory sample log {log!r} failed and was detached: {e!r}", RuntimeWarning,
+                      stacklevel=2)
 
 
 def is_held(array) -> bool:

@@ -19,7 +19,7 @@ import time
 
 from .. import interrupts, telemetry
 from ..device import memory
-from .session import MemorySample, PeakSnapshot, Profile
+from .session import PeakSnapshot, Profile
 
 #: a new owner snapshot is taken when the peak grows past the last snapshot's total by more than this fraction:
 #: the snapshot then describes a moment within it of the peak, and a block that allocates step by step takes a
@@ -28,33 +28,34 @@ SNAPSHOT_STEP = 0.002
 
 
 class _MemoryWatch:
-    """Samples what the device holds at every allocation, free and graph execution while the block runs, and
-    keeps who held it at the peak (:class:`PeakSnapshot`)."""
+    """Samples what the device holds at every allocation, free and graph execution while the block runs (the
+    ledger writes them into a :class:`~torchtpu_lab.device.memory.SampleLog`), and keeps who held it at the
+    peak (:class:`PeakSnapshot`)."""
 
     def __init__(self, t0: float, device_index: int = 0):
         self.t0 = t0
-        self.device_index = device_index
-        self._raw: list[tuple] = []
-        self.peak = memory.allocated(device_index)
-        self.at_peak = PeakSnapshot(0.0, self.peak, memory.owners(device_index), 0)
+        start = memory.allocated(device_index)
+        self.at_peak = PeakSnapshot(0.0, start, memory.owners(device_index), 0)
+        self.log = memory.SampleLog(device_index, self._mark(start), self._on_peak)
 
-    def __call__(self, kind: str, nbytes: int, device_index: int) -> None:
-        # per allocation and free while a profile records: samples are kept as tuples (a frozen dataclass costs
-        # a microsecond to make) and become MemorySamples once, in samples()
-        if device_index != self.device_index:
-            return
-        now = memory.allocated(device_index)
-        if kind == "exec":  # a graph's outputs and temporaries exist while it runs, on top of what is held
-            now += nbytes
-        t = time.perf_counter() - self.t0
-        if now > self.peak:
-            self.peak = now
-            if now > self.at_peak.total * (1 + SNAPSHOT_STEP):
-                self.at_peak = PeakSnapshot(t, now, memory.owners(device_index), nbytes if kind == "exec" else 0)
-        self._raw.append((t, now, kind, nbytes))
+    @staticmethod
+    def _mark(total: int) -> int:
+        return int(total * (1 + SNAPSHOT_STEP))
 
-    def samples(self) -> list[MemorySample]:
-        return [MemorySample(*s) for s in self._raw]
+    def _on_peak(self, t: float, now: int, kind: str, nbytes: int) -> None:
+        # the allocated bytes passed the last snapshot's total by more than SNAPSHOT_STEP: a new snapshot
+        self.at_peak = PeakSnapshot(t - self.t0, now, memory.owners(self.log.device_index),
+                                    nbytes if kind == "exec" else 0)
+        self.log.above = self._mark(now)
+
+    @property
+    def peak(self) -> int:
+        """The most the device held while the block ran (samples' allocated bytes are every fourth field)."""
+        return max(self.log.samples[1::4], default=self.at_peak.total)
+
+    def samples(self) -> list:
+        """The samples, flat (:meth:`MemorySample.from_flat` reads them)."""
+        return self.log.samples
 
 
 class _Trace:
@@ -114,7 +115,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     trace = _Trace(xprof_dir) if xprof_dir else None
     recorder = telemetry.Recorder()
     tracked = memory.TRACK_SOURCES.value
-    memory.listeners.append(watch)
+    memory.sample_logs.append(watch.log)
     spans = interrupts.entry_spans[0]  # an enclosing profile's list: share it, keep our part of it
     if spans is None:
         spans = interrupts.entry_spans[0] = []
@@ -150,15 +151,15 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
     earlier one fails. Returns an interrupt raised while the trace was written (for the caller to raise)."""
     interrupted = None
     spans, first = prof._spans_from
-    prof.entry_spans = spans[first:]
+    prof.entry_spans = spans if first == 0 else spans[first:]
     if first == 0:
         interrupts.entry_spans[0] = None
     try:
-        recorder.__exit__(None, None, None)
+        recorder.close(expand_records=False)  # the profile expands its op records on first read
     finally:
         memory.TRACK_SOURCES.set(tracked)
         with contextlib.suppress(ValueError):
-            memory.listeners.remove(watch)
+            memory.sample_logs.remove(watch.log)
         if trace is not None:
             interrupted = trace.stop()
     from ..runtime import modes

@@ -97,7 +97,8 @@ def split_wall_time(prof) -> dict:
     t0, t1 = prof.t0, prof.t0 + prof.wall_s
     edges: list[tuple[float, int, str]] = []
     spans = [(e.t, e.t + e.dur, _CATEGORY.get(e.kind)) for e in prof.events if e.dur > 0]
-    spans += [(a, b, "overhead") for a, b in getattr(prof, "entry_spans", ())]
+    ends = iter(getattr(prof, "entry_spans", ()))  # flat: start, end, start, end, ...
+    spans += [(a, b, "overhead") for a, b in zip(ends, ends)]
     for start, end, cat in spans:
         if cat is None:
             continue

@@ -41,17 +41,18 @@ def _run_sources(prof) -> dict[int, object]:
 
 def device_time(events: list) -> float:
     """The device time of a program's runs: the measured (waited-for) runs' durations, plus for each run not
-    waited for the mean of the measured runs after the first (a first run often pays one-time costs, such as
-    XLA:CPU building its kernels), or the first's when it is the only one measured. A program never waited for
-    (one running over a process group) counts its runs' durations."""
-    measured = [e.dur for e in events if e.detail.get("measured", True)]
+    waited for the mean of the measured runs that were not the executable's first run ever (a first run often
+    pays one-time costs, such as XLA:CPU building its kernels), or of all measured runs when there is no other.
+    A program never waited for (one running over a process group) counts its runs' durations."""
+    measured = [e for e in events if e.detail.get("measured", True)]
     rest = len(events) - len(measured)
     if not measured:
         return sum(e.dur for e in events)
+    total = sum(e.dur for e in measured)
     if not rest:
-        return sum(measured)
-    typical = measured[1:] or measured
-    return sum(measured) + rest * sum(typical) / len(typical)
+        return total
+    typical = [e.dur for e in measured if not e.detail.get("fresh", False)] or [e.dur for e in measured]
+    return total + rest * sum(typical) / len(typical)
 
 
 def program_rows(prof, peaks: Peaks | None) -> list[ProgramRow]:

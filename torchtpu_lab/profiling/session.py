@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .. import platform
 from ..causes import Cause
@@ -12,12 +13,22 @@ from ..telemetry import Event, EventKind, describe
 from ..records import Report
 
 
-@dataclass(frozen=True)
-class MemorySample:
+class MemorySample(NamedTuple):
+    """What the device held after one allocation, free or graph launch (a named tuple: a profile holds one per
+    allocation, and a frozen dataclass cost twice as much to make)."""
+
     t: float  # seconds since the block started
     allocated: int  # bytes held by tpu tensors after the change
-    kind: str  # "alloc" | "free"
+    kind: str  # "alloc" | "free" | "exec"
     nbytes: int
+
+    @classmethod
+    def from_flat(cls, flat: list, t0: float) -> list[MemorySample]:
+        """Samples from ``flat`` = ``[t, allocated, kind, nbytes, t, ...]`` (``t`` on ``time.perf_counter``'s
+        clock, ``t0`` the block's start), as the ledger writes them into a profile's sample log."""
+        fields = iter(flat)
+        return [cls(t - t0, allocated, kind, nbytes) for t, allocated, kind, nbytes in zip(fields, fields, fields,
+                                                                                          fields)]
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,6 @@ class Profile:
     """What happened on the tpu device during one profiled block (a cell, under ``%%tpu_profile``)."""
 
     device_index: int = 0
-    events: list[Event] = field(default_factory=list)
-    memory: list[MemorySample] = field(default_factory=list)
     t0: float = 0.0
     wall_s: float = 0.0
     start_bytes: int = 0
@@ -53,11 +62,15 @@ class Profile:
     xprof_error: str | None = None  # why an --xprof trace was not recorded or written
     flush_exception: BaseException | None = field(default=None, repr=False)  # the end-of-block sync failed
     peak_snapshot: PeakSnapshot | None = field(default=None, repr=False)
-    #: (start, end) of every outermost call into the backend (kernels, syncs) while the block ran: what the
+    #: start, end (flat) of every outermost call into the backend (kernels, syncs) while the block ran: what the
     #: backend did on the host, measured at its door (see ``interrupts.entry_spans``)
     entry_spans: list = field(default_factory=list, repr=False)
     _spans_from: tuple = field(default=((), 0), repr=False)
     _start_ids: set = field(default_factory=set, repr=False)
+    _events: list = field(default_factory=list, repr=False)
+    _memory: list = field(default_factory=list, repr=False)
+    #: (the recorder's list, the memory watch's flat samples) as the block left them, until first read
+    _batched: tuple | None = field(default=None, repr=False)
 
     def start(self, allocated: int, live) -> None:
         self.t0 = time.perf_counter()
@@ -69,14 +82,47 @@ class Profile:
         from ..device import memory
 
         self.wall_s = time.perf_counter() - self.t0
-        self.events = list(events)
-        self.memory = list(samples)
+        self._batched = (events, samples)
         self.peak_bytes = max(peak, allocated, self.start_bytes)
         self.end_bytes = allocated
         stats = platform.jax_device(self.device_index).memory_stats() or {}
         self.limit_bytes = stats.get("bytes_limit")
         self.live_at_end = memory.largest(self.device_index, 20)
         self.xprof_dir = xprof_dir
+
+    def _unbatch(self) -> None:
+        """Expand the block's batched op records and flat memory samples into :class:`Event` s and
+        :class:`MemorySample` s. Done on first read, not when the block ends: a profiled loop of thousands of ops
+        then pays for the objects once, when a report is built, rather than inside the block it measures."""
+        from .. import telemetry
+
+        if self._batched is not None:
+            events, samples = self._batched
+            self._events = telemetry.expand(list(events))
+            self._memory = MemorySample.from_flat(samples, self.t0)
+            self._batched = None
+
+    @property
+    def events(self) -> list[Event]:
+        """Everything the runtime reported while the block ran, in the order it was reported."""
+        self._unbatch()
+        return self._events
+
+    @events.setter
+    def events(self, value: list[Event]) -> None:
+        self._unbatch()
+        self._events = value
+
+    @property
+    def memory(self) -> list[MemorySample]:
+        """What the device held after every allocation, free and graph launch in the block."""
+        self._unbatch()
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: list[MemorySample]) -> None:
+        self._unbatch()
+        self._memory = value
 
     @property
     def mode(self) -> str:

@@ -459,7 +459,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         _clear(pending)
         try:
             results = compiled.fn(*leaves)
-            waited = program_cost.wait_if_profiled(compiled.fn, results)  # a sampled run lasts its device time
+            waited = program_cost.wait_if_profiled(compiled.fn, results, not hit)  # a sampled run: device time
         except Exception as e:  # noqa: BLE001
             _fail(nodes, targets, storages, index, e, extra)
         for v, r in zip(targets, results):
@@ -469,7 +469,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     telemetry.count("graph_ops_executed", len(nodes))
     telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit,
-                             **program_cost.run_detail(compiled.fn, waited))
+                             **program_cost.run_detail(compiled.fn, waited, not hit))
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
 

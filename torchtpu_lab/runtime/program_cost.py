@@ -7,11 +7,13 @@ Kept beside the executable rather than in it: a ``jax.stages.Compiled`` has no r
 (:mod:`.compile_cache` writes it next to the payload), so a warm process analyses nothing.
 
 Device time per run: while a profile records, :func:`wait_if_profiled` waits for a sample of each program's runs
-(its first :data:`FIRST_RUNS_MEASURED`, then one in :data:`SAMPLE_EVERY`) right after they were launched, so
-those run events last as long as the device took (on XLA:CPU the device is the host: this is its execution time)
-and say ``measured``; the profile estimates the other runs from them. Waiting for every run serialized host and
-device: on a tiny transformer's training step that was most of the profile's own cost. Without a profile
-nothing waits and dispatch stays asynchronous.
+right after they were launched (its first run in the profile, and its second too when the first was the
+executable's first run ever, then one in :data:`SAMPLE_EVERY`), so those run events last as long as the device
+took (on XLA:CPU the device is the host: this is its execution time) and say ``measured``; the profile estimates
+the other runs from them. Waiting for every run serialized host and device: on a tiny transformer's training
+step that was most of the profile's own cost, and each wait still costs a step the overlap of host and device,
+so a program that ran before the profile is waited for once fewer. Without a profile nothing waits and dispatch
+stays asynchronous.
 """
 
 from __future__ import annotations
@@ -81,37 +83,44 @@ def of(executable) -> ProgramCost | None:
     return cost
 
 
-#: a profile waits for each program's first runs (a first run often pays one-time costs: the estimate of the others
-#: leaves it out) and then for one run in SAMPLE_EVERY
-FIRST_RUNS_MEASURED = 2
+#: a profile waits for one run in SAMPLE_EVERY of each program, counting from its first run in the profile; an
+#: executable's first run ever often pays one-time costs (XLA:CPU building its kernels: the estimate of the other
+#: runs leaves it out), so its next run is waited for too
 SAMPLE_EVERY = 8
 
 #: runs of each program (by id of its executable) seen by the profile :data:`_COUNTING` names, its events list
 _RUNS: dict[int, int] = {}
+#: programs whose first run in that profile was their first run ever
+_FRESH: set[int] = set()
 _COUNTING: list = [None]
 
 
-def wait_if_profiled(executable, outputs) -> bool:
+def wait_if_profiled(executable, outputs, fresh: bool) -> bool:
     """While a profile records, wait until ``outputs`` are computed if this run of ``executable`` is one the
-    profile samples, so the run's duration is its device time; whether it waited (the run event's ``measured``)."""
+    profile samples, so the run's duration is its device time; whether it waited (the run event's ``measured``).
+    ``fresh``: the executable was just built or loaded, so this is its first run ever."""
     recorders = telemetry.recorders
     if not recorders:
         return False
     if recorders[0] is not _COUNTING[0]:  # a new outermost profile counts from zero
         _RUNS.clear()
+        _FRESH.clear()
         _COUNTING[0] = recorders[0]
-    n = _RUNS.get(id(executable), 0)
-    _RUNS[id(executable)] = n + 1
-    if n < FIRST_RUNS_MEASURED or n % SAMPLE_EVERY == 0:
+    key = id(executable)
+    n = _RUNS.get(key, 0)
+    _RUNS[key] = n + 1
+    if fresh:
+        _FRESH.add(key)
+    if n % SAMPLE_EVERY == 0 or (n == 1 and key in _FRESH):
         jax.block_until_ready(outputs)
         return True
     return False
 
 
-def run_detail(executable, measured: bool = True) -> dict:
-    """What a run event carries about its program (``telemetry.record_execute(..., **run_detail(exe, waited))``):
-    the executable, its cost and whether the run was waited for while a profile records, nothing otherwise (the
-    hot path pays a list check)."""
+def run_detail(executable, measured: bool = True, fresh: bool = False) -> dict:
+    """What a run event carries about its program (``telemetry.record_execute(..., **run_detail(exe, waited,
+    fresh))``): the executable, its cost, whether the run was waited for and whether it was the executable's
+    first run ever while a profile records, nothing otherwise (the hot path pays a list check)."""
     if not telemetry.recording():
         return {}
-    return {"executable": executable, "cost": of(executable), "measured": measured}
+    return {"executable": executable, "cost": of(executable), "measured": measured, "fresh": fresh}

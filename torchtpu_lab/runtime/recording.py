@@ -80,7 +80,7 @@ def configure(core, set_array) -> None:
         "sources": telemetry._sources,
         "backward": telemetry.BACKWARD,
         "op_sources": telemetry.op_sources,
-        "OpRecord": telemetry.OpRecord,
+        "op_mark": telemetry.OP_MARK,
         "adopt": adopt,
         "Parameter": torch.nn.Parameter,
         "set_array": set_array,

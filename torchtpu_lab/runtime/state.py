@@ -43,6 +43,7 @@ class Snapshot:
     config: dict[str, Any]
     recorders: tuple
     memory_listeners: tuple
+    memory_sample_logs: tuple
     persistent_cache: tuple[str | None, bool]
 
 
@@ -83,13 +84,18 @@ class Session:
     def memory_listeners(self) -> list:
         return memory.listeners
 
+    @property
+    def memory_sample_logs(self) -> list:
+        """The open profiles' memory sample logs (:class:`torchtpu_lab.device.memory.SampleLog`)."""
+        return memory.sample_logs
+
     def patch(self, **values) -> contextlib.AbstractContextManager:
         """Set configuration states for a block (see :func:`torchtpu_lab.config.patch`)."""
         return config.patch(**values)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(config.snapshot(), tuple(telemetry.recorders), tuple(memory.listeners),
-                        compile_cache.settings())
+                        tuple(memory.sample_logs), compile_cache.settings())
 
     def restore(self, saved: Snapshot) -> None:
         """Put back everything :meth:`snapshot` saved. Every part is restored even when leaving fused mode has to
@@ -98,6 +104,7 @@ class Session:
         compile_cache.use_settings(saved.persistent_cache)
         telemetry.recorders[:] = saved.recorders
         memory.listeners[:] = saved.memory_listeners
+        memory.sample_logs[:] = saved.memory_sample_logs
         config.restore(saved.config)
 
     def clear(self) -> int:

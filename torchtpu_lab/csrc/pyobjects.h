@@ -1,12 +1,37 @@
-// One `__slots__` attribute of a Python class, read and written through its member offset (no attribute lookup):
-// how the native core reads and writes the runtime's small Python objects (Storage, the pending graph).
+// What the native core's units share for handling the runtime's Python objects: `Slot`, one `__slots__`
+// attribute read and written through its member offset (no attribute lookup: how the core reads and writes
+// Storage, the pending graph, a profile's sample log), `OwnedRef`, and the clock Python's `time.perf_counter`
+// reads (telemetry compares our timestamps with its own).
 #pragma once
 
 #include <Python.h>
 #include <descrobject.h>
 #include <structmember.h>
 
+#include <ctime>
+
 namespace torchtpu {
+
+struct OwnedRef {  // a new reference, dropped at scope exit unless released
+  PyObject* p = nullptr;
+  OwnedRef() = default;
+  explicit OwnedRef(PyObject* owned) : p(owned) {}
+  OwnedRef(OwnedRef&& other) noexcept : p(other.release()) {}
+  OwnedRef(const OwnedRef&) = delete;
+  OwnedRef& operator=(const OwnedRef&) = delete;
+  ~OwnedRef() { Py_XDECREF(p); }
+  PyObject* release() {
+    PyObject* r = p;
+    p = nullptr;
+    return r;
+  }
+};
+
+inline double monotonic() {  // time.perf_counter's clock on Linux
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 struct Slot {
   Py_ssize_t offset = -1;
