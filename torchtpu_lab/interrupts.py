@@ -81,6 +81,12 @@ def hold_while_owned(lock) -> None:
 entry_spans: list = [None]
 
 
+#: Callables run (never raising) after every outermost entry-point call while a profile times them, and after
+#: every op a profile records (the recording kernel calls them from C++): how a profile times program runs
+#: without waiting for them (``runtime.program_cost.poll``; here only while a run is being timed).
+after_entry: list = []
+
+
 def owning(lock) -> Callable[[Callable], Callable]:
     """A decorator for an entry point of the code ``lock`` protects: the call first passes a safe point (a
     deferred interrupt raises here, before anything was done; a no-op inside another such call) and then holds
@@ -91,6 +97,7 @@ def owning(lock) -> Callable[[Callable], Callable]:
     def decorate(fn: Callable) -> Callable:
         getsignal, sigint, ensure = _signal.getsignal, _SIGINT, ensure_installed
         pending, safe_point, spans, clock = _pending, checkpoint, entry_spans, time.perf_counter
+        after = after_entry
 
         @functools.wraps(fn)
         def entry(*args, **kwargs):
@@ -108,6 +115,9 @@ def owning(lock) -> Callable[[Callable], Callable]:
                     return fn(*args, **kwargs)
             finally:
                 sink += (t0, clock())
+                if after:
+                    for hook in tuple(after):
+                        hook()
 
         entry.owns = lock  # marks it (see ``backend.dispatch.tpu_kernel``): wrapping it again adds nothing
         return entry

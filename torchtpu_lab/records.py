@@ -245,7 +245,8 @@ class ProgramRow:
     ``bytes_per_run``), the totals over the runs, the device time, and where it sits on the roofline:
     ``intensity`` (FLOPs per byte), ``bound`` (``"compute"`` or ``"memory"``: which roof is lower at that
     intensity), ``roof_fraction`` (achieved FLOP/s over that roof). ``source``: the user line that ran it.
-    ``timed_runs``: how many runs the profile waited for; the others' device time is estimated from them."""
+    ``timed_runs``: how many runs the profile timed; the others' device time (their outputs were dropped or
+    donated before it looked) is estimated from them."""
 
     name: str
     runs: int
@@ -262,7 +263,7 @@ class ProgramRow:
     roof_fraction: float | None
     source: str
     code: str
-    timed_runs: int | None = None  # runs waited for (the device time of the others is estimated from them)
+    timed_runs: int | None = None  # runs timed (the device time of the others is estimated from them)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -531,7 +531,8 @@ def record_execute(name: str, t0: float, n_ops: int, cache_hit: bool, ops: list 
     the program stands for ops the profile saw no event of (a torch.compile graph); kept by reference.
     ``executable`` identifies the program (runs of one executable are one program in a profile) and ``cost`` is
     its XLA cost analysis (a :class:`~.runtime.program_cost.ProgramCost`), both only when a profile records;
-    ``measured``: the run was waited for, so it lasted its device time (a profile waits for a sample of runs);
+    ``measured``: the run's device time is known (``detail["device_s"]``; a profile times its runs without
+    waiting for them, :mod:`~torchtpu_lab.runtime.program_cost`, and sets it once it has);
     ``fresh``: the executable's first run ever (it may pay one-time costs)."""
     counters[Counter.EXECUTIONS] += 1
     detail = {"n_ops": n_ops, "cache_hit": cache_hit}

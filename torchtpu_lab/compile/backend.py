@@ -81,13 +81,15 @@ class CompiledGraph:
         fresh = built is None
         if fresh:
             built = self._build(inputs, device_index, donate)
-        t0, waited = time.perf_counter(), False
+        t0, timed = time.perf_counter(), None
         # from the call until every mutated input holds its new value, donated buffers exist nowhere else
         with interrupts.deferred():
             if plan.group is None:
                 memory.executing(built.memory, device_index, self.name)
-                outs = _call(built, inputs)
-                waited = program_cost.wait_if_profiled(built.exe, outs, fresh)
+                if program_cost.timing():
+                    program_cost.poll()  # a look just before the launch (see runtime.fused)
+                outs = timed = _call(built, inputs)
+                launch_look = program_cost.look_at_launch(outs)
                 if built.order is not None:
                     outs = donation.restore(outs, built.order)
             else:
@@ -104,8 +106,10 @@ class CompiledGraph:
             else:
                 result.append(slot[1])
         args.clear()
-        telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops,
-                                 **program_cost.run_detail(built.exe, waited, fresh))
+        run = telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops,
+                                       **program_cost.run_detail(built.exe, fresh))
+        if timed is not None:  # a run over a process group is not timed: it counts its host duration
+            program_cost.time_run(run, timed, device_index, launch_look)
         return result
 
     def _build(self, inputs: list, device_index: int, donate: tuple = ()) -> _Built:

@@ -154,6 +154,7 @@ struct Runtime {
   PyObject* max_ops = nullptr;         // config.max_graph_ops
   PyObject* recorders = nullptr;       // telemetry.recorders (list)
   PyObject* entry_spans = nullptr;     // interrupts.entry_spans ([None] unless a profile times entry points)
+  PyObject* after_entry = nullptr;     // interrupts.after_entry: run after each op a profile records
   PyObject* interrupt = nullptr;       // interrupts._pending ([bool])
   PyObject* lock_acquire = nullptr;    // fused.LOCK.acquire / .release
   PyObject* lock_release = nullptr;
@@ -1257,6 +1258,14 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
     if (!failed && spans != nullptr) failed = PyList_Append(spans, start.p) < 0 || PyList_Append(spans, end.p) < 0;
     if (failed) throw python_error();
+    // the profile's look at the program runs it is timing (program_cost.poll: never raises, but a hook that
+    // did must not fail the op it follows)
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rt.after_entry); ++i) {
+      OwnedRef hook(Py_NewRef(PyList_GET_ITEM(rt.after_entry, i)));
+      PyObject* r = PyObject_CallNoArgs(hook.p);
+      if (r == nullptr) PyErr_WriteUnraisable(hook.p);
+      Py_XDECREF(r);
+    }
   }
 
   // fused.over_limit()'s cheap half: at the size limit, or at an op that ends a remembered cut point; the
@@ -1310,6 +1319,7 @@ void configure_recorder(PyObject* config) {
   rt.max_ops = item(config, "max_graph_ops");
   rt.recorders = item(config, "recorders");
   rt.entry_spans = item(config, "entry_spans");
+  rt.after_entry = item(config, "after_entry");
   rt.interrupt = item(config, "interrupt_pending");
   PyObject* lock = item(config, "lock");
   rt.lock_acquire = PyObject_GetAttrString(lock, "acquire");

@@ -19,6 +19,7 @@ import time
 
 from .. import interrupts, telemetry
 from ..device import memory
+from ..runtime import program_cost
 from .session import PeakSnapshot, Profile
 
 #: a new owner snapshot is taken when the peak grows past the last snapshot's total by more than this fraction:
@@ -116,6 +117,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     recorder = telemetry.Recorder()
     tracked = memory.TRACK_SOURCES.value
     memory.sample_logs.append(watch.log)
+    program_cost.begin()
     spans = interrupts.entry_spans[0]  # an enclosing profile's list: share it, keep our part of it
     if spans is None:
         spans = interrupts.entry_spans[0] = []
@@ -150,6 +152,7 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
     """Detach and close everything :func:`profile` attached, then complete ``prof``; each step runs even if an
     earlier one fails. Returns an interrupt raised while the trace was written (for the caller to raise)."""
     interrupted = None
+    program_cost.finish()  # the runs still going: waited for and timed, so every run in the block has its time
     spans, first = prof._spans_from
     prof.entry_spans = spans if first == 0 else spans[first:]
     if first == 0:

@@ -40,18 +40,20 @@ def _run_sources(prof) -> dict[int, object]:
 
 
 def device_time(events: list) -> float:
-    """The device time of a program's runs: the measured (waited-for) runs' durations, plus for each run not
-    waited for the mean of the measured runs that were not the executable's first run ever (a first run often
-    pays one-time costs, such as XLA:CPU building its kernels), or of all measured runs when there is no other.
-    A program never waited for (one running over a process group) counts its runs' durations."""
-    measured = [e for e in events if e.detail.get("measured", True)]
+    """The device time of a program's runs: the timed runs' device time (``device_s``, see
+    :mod:`~torchtpu_lab.runtime.program_cost`), plus for each run not timed (its outputs were dropped or donated
+    before anyone looked) the mean of the timed runs that were not the executable's first run ever (a first run
+    often pays one-time costs, such as XLA:CPU building its kernels), or of all timed runs when there is no other.
+    A program never timed (one running over a process group) counts its runs' durations."""
+    measured = [e.detail.get("device_s", e.dur) for e in events if e.detail.get("measured", True)]
     rest = len(events) - len(measured)
     if not measured:
         return sum(e.dur for e in events)
-    total = sum(e.dur for e in measured)
+    total = sum(measured)
     if not rest:
         return total
-    typical = [e.dur for e in measured if not e.detail.get("fresh", False)] or [e.dur for e in measured]
+    typical = [e.detail.get("device_s", e.dur) for e in events
+               if e.detail.get("measured", True) and not e.detail.get("fresh", False)] or measured
     return total + rest * sum(typical) / len(typical)
 
 

@@ -18,7 +18,7 @@ from ..telemetry import SyncReason
 from ..device import context, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor, fused, values
+from . import executor, fused, program_cost, values
 
 aten = torch.ops.aten
 
@@ -34,7 +34,7 @@ def to_host(t: tensor.TpuTensor, reason: SyncReason = SyncReason.TO_HOST) -> tor
     """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
     reason = telemetry.sync_reason.get() or reason
     with telemetry.sync_event(reason, fused.pending_ops()):
-        host = dtypes.host_tensor(np.asarray(values.value(t, reason, record=False)), t.dtype)
+        host = dtypes.host_tensor(program_cost.host_values(values.value(t, reason, record=False)), t.dtype)
     telemetry.count("transfer_to_host_bytes", host.numel() * host.element_size())
     return host
 
@@ -112,7 +112,7 @@ def copy_(self, src, non_blocking=False):
 def local_scalar_dense(self):
     reason = telemetry.sync_reason.get() or SyncReason.ITEM
     with telemetry.sync_event(reason, fused.pending_ops()):
-        return np.asarray(values.value(self, reason, record=False)).item()
+        return program_cost.host_values(values.value(self, reason, record=False)).item()
 
 
 

@@ -453,13 +453,16 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         t0 = time.perf_counter()
     else:
         telemetry.count("graph_cache_hits")
-    memory.executing(compiled.memory, storages[0].device_index if storages else 0, f"graph[{len(nodes)} ops]")
+    device_index = storages[0].device_index if storages else 0
+    memory.executing(compiled.memory, device_index, f"graph[{len(nodes)} ops]")
     # From here to the commit, donated buffers are consumed and results exist only in locals: no interrupt.
     with interrupts.deferred():
         _clear(pending)
         try:
+            if program_cost.timing():
+                program_cost.poll()  # a look just before the launch: a run that ends while it queues is bracketed
             results = compiled.fn(*leaves)
-            waited = program_cost.wait_if_profiled(compiled.fn, results, not hit)  # a sampled run: device time
+            launch_look = program_cost.look_at_launch(results)
         except Exception as e:  # noqa: BLE001
             _fail(nodes, targets, storages, index, e, extra)
         for v, r in zip(targets, results):
@@ -468,8 +471,9 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
     telemetry.count("graph_ops_executed", len(nodes))
-    telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit,
-                             **program_cost.run_detail(compiled.fn, waited, not hit))
+    run = telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit,
+                                   **program_cost.run_detail(compiled.fn, not hit))
+    program_cost.time_run(run, results, device_index, launch_look)  # its device time, without waiting (profiled)
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
 

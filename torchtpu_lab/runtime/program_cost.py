@@ -6,24 +6,29 @@ Kept beside the executable rather than in it: a ``jax.stages.Compiled`` has no r
 :class:`ProgramCost`. An executable loaded from the persistent cache gets the cost stored in its entry
 (:mod:`.compile_cache` writes it next to the payload), so a warm process analyses nothing.
 
-Device time per run: while a profile records, :func:`wait_if_profiled` waits for a sample of each program's runs
-right after they were launched (its first run in the profile, and its second too when the first was the
-executable's first run ever, then one in :data:`SAMPLE_EVERY`), so those run events last as long as the device
-took (on XLA:CPU the device is the host: this is its execution time) and say ``measured``; the profile estimates
-the other runs from them. Waiting for every run serialized host and device: on a tiny transformer's training
-step that was most of the profile's own cost, and each wait still costs a step the overlap of host and device,
-so a program that ran before the profile is waited for once fewer. Without a profile nothing waits and dispatch
-stays asynchronous.
-"""
+Device time per run, without waiting: while a profile records, every program run is timed by :func:`time_run`
+without blocking the host. Its smallest output is watched, and :func:`poll` looks at it after every op the
+profile records and every call into the backend (``interrupts.after_entry``; the recording kernel calls it from
+C++), and once more at the end of the profile, which waits for what is still running. A run's device time is
+from its launch (or the end of the run before it on that device, if seen earlier) to the first look that found it done:
+within one op of the true end while the host records ops, and exact where the host read a value (the read waited
+for the run and returned as it ended). A run first seen done long after the look before (the host compiled, or
+ran its own Python) is not timed but estimated from the timed runs of its program. Waiting for runs serialized host and device: each wait cost a step the
+overlap of the two, which is what a profile of a host-bound step is for, and on a tiny transformer's training
+step that was most of the profile's own cost. Without a profile nothing is watched."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 import weakref
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 
-from .. import telemetry
+from .. import interrupts, telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,44 +88,170 @@ def of(executable) -> ProgramCost | None:
     return cost
 
 
-#: a profile waits for one run in SAMPLE_EVERY of each program, counting from its first run in the profile; an
-#: executable's first run ever often pays one-time costs (XLA:CPU building its kernels: the estimate of the other
-#: runs leaves it out), so its next run is waited for too
-SAMPLE_EVERY = 8
+class _Run:
+    """A run being timed: its event, the output it is watched by, its device and where it starts."""
 
-#: runs of each program (by id of its executable) seen by the profile :data:`_COUNTING` names, its events list
-_RUNS: dict[int, int] = {}
-#: programs whose first run in that profile was their first run ever
-_FRESH: set[int] = set()
-_COUNTING: list = [None]
+    __slots__ = ("event", "outputs", "device", "start")
+
+    def __init__(self, event, outputs: list, device: int, start: float):
+        self.event, self.outputs, self.device, self.start = event, outputs, device, start
 
 
-def wait_if_profiled(executable, outputs, fresh: bool) -> bool:
-    """While a profile records, wait until ``outputs`` are computed if this run of ``executable`` is one the
-    profile samples, so the run's duration is its device time; whether it waited (the run event's ``measured``).
-    ``fresh``: the executable was just built or loaded, so this is its first run ever."""
-    recorders = telemetry.recorders
-    if not recorders:
-        return False
-    if recorders[0] is not _COUNTING[0]:  # a new outermost profile counts from zero
-        _RUNS.clear()
-        _FRESH.clear()
-        _COUNTING[0] = recorders[0]
-    key = id(executable)
-    n = _RUNS.get(key, 0)
-    _RUNS[key] = n + 1
-    if fresh:
-        _FRESH.add(key)
-    if n % SAMPLE_EVERY == 0 or (n == 1 and key in _FRESH):
-        jax.block_until_ready(outputs)
-        return True
-    return False
+#: how many profiles are open (runs are timed while one is: :func:`begin`, :func:`finish`)
+_PROFILES = [0]
+#: runs launched while a profile records and not yet seen done, in launch order
+_UNTIMED: list[_Run] = []
+#: device -> when its last timed run was seen done (a run launched before that starts then)
+_DEVICE_FREE: dict[int, float] = {}
+#: when poll last looked (a run it finds done ended after that look)
+_LAST_LOOK = [0.0]
+#: a run's end is the middle of the looks that bracket it (the last that found it running, the first that found
+#: it done), or the end of a wait for it; it is timed only where half that bracket is at most this share of the
+#: time measured (or LOOK_SLACK_S), and where no other run was found done at the same look: a run first seen
+#: done after a long gap (the host compiled, or ran its own Python) is estimated from the timed runs of its
+#: program instead
+LOOK_GAP_SHARE = 0.25
+LOOK_SLACK_S = 100e-6
+_POLLING = threading.Lock()
 
 
-def run_detail(executable, measured: bool = True, fresh: bool = False) -> dict:
-    """What a run event carries about its program (``telemetry.record_execute(..., **run_detail(exe, waited,
-    fresh))``): the executable, its cost, whether the run was waited for and whether it was the executable's
-    first run ever while a profile records, nothing otherwise (the hot path pays a list check)."""
+def _arrays(outputs) -> list:
+    return [a for a in (outputs if isinstance(outputs, (list, tuple)) else (outputs,)) if isinstance(a, jax.Array)]
+
+
+def begin() -> None:
+    """A profile starts: time the runs launched until its :func:`finish`."""
+    _PROFILES[0] += 1
+
+
+def look_at_launch(outputs) -> tuple[float, bool] | None:
+    """Right after a launch returned, while a profile records: ``(now, whether its outputs are computed)``. XLA:CPU
+    runs a small program inside the launch call: such a run ended between the launch's start and now."""
+    if not _PROFILES[0]:
+        return None
+    arrays = _arrays(outputs)
+    now = time.perf_counter()
+    try:
+        return now, bool(arrays) and all(a.is_ready() for a in arrays[:1])
+    except Exception:  # noqa: BLE001 — as not looked at
+        return None
+
+
+def time_run(event, outputs, device: int, launch_look: tuple[float, bool] | None = None) -> None:
+    """While a profile records, time the run ``event`` records (its ``device_s``, ``measured`` once known) from
+    ``outputs``, without waiting for them; ``launch_look``: :func:`look_at_launch`'s answer."""
+    if not _PROFILES[0] or not telemetry.recorders:
+        return
+    arrays = _arrays(outputs)
+    if not arrays:
+        return
+    if launch_look is not None:
+        returned, ready = launch_look
+        if ready:  # ended within the launch call (or its queueing behind the run before it)
+            free = _DEVICE_FREE.get(device, event.t)
+            start = free if event.t < free < returned else event.t
+            event.detail["device_s"] = max(0.0, returned - start)
+            event.detail["measured"] = True
+            _DEVICE_FREE[device] = returned
+            return
+        if not _UNTIMED:
+            _LAST_LOOK[0] = returned  # it was running then: a later look that finds it done brackets its end
+    # The smallest output is held until the run is seen done (all outputs of a run are computed together): a
+    # weak reference lost the runs whose results the user dropped at once (a loss overwritten each step). Its
+    # bytes stay counted until then, which is also when the device could free them.
+    _UNTIMED.append(_Run(event, [min(arrays, key=lambda a: a.nbytes)], device, event.t))
+    if poll not in interrupts.after_entry:
+        interrupts.after_entry.append(poll)
+
+
+def timing() -> bool:
+    """Whether runs are being timed now (a profile launched one that has not been seen done)."""
+    return bool(_UNTIMED)
+
+
+def _done(run: _Run) -> bool | None:
+    """Whether ``run``'s outputs are computed (``None``: none left to look at: donated to a later program)."""
+    for a in run.outputs:
+        if not a.is_deleted():
+            return a.is_ready()
+    return None
+
+
+@interrupts.guard
+def poll(waited: bool = False) -> None:
+    """Time the watched run that is done now: its end is between the last look and this one (the middle, if
+    that bracket is tight), or now where the host has just waited for it (``waited``). Runs are looked at
+    oldest first (a later run of a device ends after an earlier one). Never raises: the recording kernel calls
+    it from C++."""
+    if not _POLLING.acquire(blocking=False):  # another thread is looking: its look serves this one
+        return
+    try:
+        now = time.perf_counter()
+        last, _LAST_LOOK[0] = _LAST_LOOK[0], now
+        done_now = []
+        while _UNTIMED:
+            try:
+                done = _done(_UNTIMED[0])
+            except Exception:  # noqa: BLE001 — deleted between the checks: as not looked at
+                done = None
+            if done is False:
+                break
+            run = _UNTIMED.pop(0)
+            run.outputs.clear()
+            if done:
+                done_now.append(run)
+        if len(done_now) == 1:  # several found done at one look: their ends are not told apart (estimated)
+            run = done_now[0]
+            free = _DEVICE_FREE.get(run.device, run.start)
+            start = free if run.start < free < now else run.start
+            low = max(last, start)
+            end, slack = (now, 0.0) if waited else ((low + now) / 2, (now - low) / 2)
+            if slack <= max(LOOK_SLACK_S, LOOK_GAP_SHARE * (end - start)):
+                run.event.detail["device_s"] = max(0.0, end - start)
+                run.event.detail["measured"] = True
+        for run in done_now:
+            _DEVICE_FREE[run.device] = now
+        if not _UNTIMED:
+            with contextlib.suppress(ValueError):
+                interrupts.after_entry.remove(poll)
+    except Exception:  # noqa: BLE001,S110 — a profile's bookkeeping must never break the op that called it
+        pass
+    finally:
+        _POLLING.release()
+
+
+def host_values(array) -> np.ndarray:
+    """``np.asarray(array)``: the host's wait for ``array``, with a look at the runs being timed just before and
+    just after it, so the run it waited for is timed to its end."""
+    if not timing():
+        return np.asarray(array)
+    poll()
+    out = np.asarray(array)
+    poll(waited=True)
+    return out
+
+
+def finish() -> None:
+    """A profile ends: wait for every watched run, oldest first, and time it (nothing it recorded is left
+    unwatched)."""
+    _PROFILES[0] = max(0, _PROFILES[0] - 1)
+    while _UNTIMED:
+        run = _UNTIMED[0]
+        alive = [a for a in run.outputs if not a.is_deleted()]
+        poll()  # what ended already is timed from the looks so far
+        if _UNTIMED and _UNTIMED[0] is run:
+            with contextlib.suppress(Exception):  # donated meanwhile: nothing left to wait for
+                jax.block_until_ready(alive)
+            before = len(_UNTIMED)
+            poll(waited=True)
+            if len(_UNTIMED) == before:  # another thread is polling: let it
+                time.sleep(0.001)
+
+
+def run_detail(executable, fresh: bool = False) -> dict:
+    """What a run event carries about its program (``telemetry.record_execute(..., **run_detail(exe, fresh))``)
+    while a profile records, nothing otherwise (the hot path pays a list check): the executable, its cost,
+    whether it was its first run ever, and ``measured`` false until :func:`time_run` has timed it."""
     if not telemetry.recording():
         return {}
-    return {"executable": executable, "cost": of(executable), "measured": measured, "fresh": fresh}
+    return {"executable": executable, "cost": of(executable), "measured": False, "fresh": fresh}

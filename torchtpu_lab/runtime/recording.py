@@ -71,6 +71,7 @@ def configure(core, set_array) -> None:
         "max_graph_ops": config.max_graph_ops,
         "recorders": telemetry.recorders,
         "entry_spans": interrupts.entry_spans,
+        "after_entry": interrupts.after_entry,
         "interrupt_pending": interrupts._pending,
         "lock": fused.LOCK,
         "pending": fused.PENDING,
