@@ -425,7 +425,10 @@ def expand(events: list) -> list:
     while i < n:
         e = events[i]
         if e is mark:
-            _, name, t, dur, hit, source, stack = events[i:i + 1 + OP_FIELDS]
+            record = events[i + 1:i + 1 + OP_FIELDS]
+            if len(record) < OP_FIELDS:  # cut short (an append failed): nothing after it was recorded
+                break
+            name, t, dur, hit, source, stack = record
             add(Event(op, name, t, dur, 0, source, {"cache_hit": hit}, stack))
             i += 1 + OP_FIELDS
         else:

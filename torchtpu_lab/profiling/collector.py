@@ -152,7 +152,8 @@ def _clean_up(prof: Profile, watch: _MemoryWatch, trace: _Trace | None, recorder
     """Detach and close everything :func:`profile` attached, then complete ``prof``; each step runs even if an
     earlier one fails. Returns an interrupt raised while the trace was written (for the caller to raise)."""
     interrupted = None
-    program_cost.finish()  # the runs still going: waited for and timed, so every run in the block has its time
+    with contextlib.suppress(Exception):  # the runs still going: waited for and timed (never raises; never fatal)
+        program_cost.finish()
     spans, first = prof._spans_from
     prof.entry_spans = spans if first == 0 else spans[first:]
     if first == 0:
