@@ -86,8 +86,7 @@ class CompiledGraph:
         with interrupts.deferred():
             if plan.group is None:
                 memory.executing(built.memory, device_index, self.name)
-                if program_cost.timing():
-                    program_cost.poll()  # a look just before the launch (see runtime.fused)
+                program_cost.before_launch()
                 outs = timed = _call(built, inputs)
                 launch_look = program_cost.look_at_launch(outs)
                 if built.order is not None:

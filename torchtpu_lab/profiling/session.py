@@ -27,8 +27,8 @@ class MemorySample(NamedTuple):
         """Samples from ``flat`` = ``[t, allocated, kind, nbytes, t, ...]`` (``t`` on ``time.perf_counter``'s
         clock, ``t0`` the block's start), as the ledger writes them into a profile's sample log."""
         fields = iter(flat)
-        return [cls(t - t0, allocated, kind, nbytes) for t, allocated, kind, nbytes in zip(fields, fields, fields,
-                                                                                          fields)]
+        rows = zip(fields, fields, fields, fields)
+        return [cls(t - t0, allocated, kind, nbytes) for t, allocated, kind, nbytes in rows]
 
 
 @dataclass(frozen=True)

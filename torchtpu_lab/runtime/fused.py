@@ -459,8 +459,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     with interrupts.deferred():
         _clear(pending)
         try:
-            if program_cost.timing():
-                program_cost.poll()  # a look just before the launch: a run that ends while it queues is bracketed
+            program_cost.before_launch()
             results = compiled.fn(*leaves)
             launch_look = program_cost.look_at_launch(results)
         except Exception as e:  # noqa: BLE001

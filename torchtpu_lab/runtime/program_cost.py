@@ -6,16 +6,17 @@ Kept beside the executable rather than in it: a ``jax.stages.Compiled`` has no r
 :class:`ProgramCost`. An executable loaded from the persistent cache gets the cost stored in its entry
 (:mod:`.compile_cache` writes it next to the payload), so a warm process analyses nothing.
 
-Device time per run, without waiting: while a profile records, every program run is timed by :func:`time_run`
+Device time per run, without waiting: while a profile is open, every program run is timed by :func:`time_run`
 without blocking the host. Its smallest output is watched, and :func:`poll` looks at it after every op the
 profile records and every call into the backend (``interrupts.after_entry``; the recording kernel calls it from
-C++), and once more at the end of the profile, which waits for what is still running. A run's device time is
-from its launch (or the end of the run before it on that device, if seen earlier) to the first look that found it done:
-within one op of the true end while the host records ops, and exact where the host read a value (the read waited
-for the run and returned as it ended). A run first seen done long after the look before (the host compiled, or
-ran its own Python) is not timed but estimated from the timed runs of its program. Waiting for runs serialized host and device: each wait cost a step the
-overlap of the two, which is what a profile of a host-bound step is for, and on a tiny transformer's training
-step that was most of the profile's own cost. Without a profile nothing is watched."""
+C++), right before and after each launch (XLA:CPU runs a small program inside the launch call), around host reads
+(:func:`host_values`), and at the end of the profile, which waits for what is still running. A run ends between
+the last look that found it running and the first that found it done (their middle is taken), or at the end of a
+wait for it; it starts at its launch, or when the run before it on its device ended, if later. A run whose end the
+looks do not bracket tightly (the host compiled, or ran its own Python, in between) is not timed but estimated
+from the timed runs of its program. Waiting for runs serialized host and device: each wait cost a step the
+overlap of the two, which is what a profile of a host-bound step is there to show, and on a tiny transformer's
+training step that was most of the profile's own cost. Without a profile nothing is watched."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ class _Run:
 _PROFILES = [0]
 #: runs launched while a profile records and not yet seen done, in launch order
 _UNTIMED: list[_Run] = []
-#: device -> when its last timed run was seen done (a run launched before that starts then)
+#: device -> when its last run ended, as the looks tell (a run launched before that started then)
 _DEVICE_FREE: dict[int, float] = {}
 #: when poll last looked (a run it finds done ended after that look)
 _LAST_LOOK = [0.0]
@@ -124,15 +125,22 @@ def begin() -> None:
     _PROFILES[0] += 1
 
 
+def before_launch() -> None:
+    """A look just before a launch, while runs are being timed: a run that ends while the launch queues behind it
+    is then bracketed by the launch call."""
+    if _UNTIMED:
+        poll()
+
+
 def look_at_launch(outputs) -> tuple[float, bool] | None:
-    """Right after a launch returned, while a profile records: ``(now, whether its outputs are computed)``. XLA:CPU
-    runs a small program inside the launch call: such a run ended between the launch's start and now."""
+    """Right after a launch returned, while a profile is open: ``(now, whether its outputs are computed)``.
+    XLA:CPU runs a small program inside the launch call: such a run ended between the launch's start and now."""
     if not _PROFILES[0]:
         return None
     arrays = _arrays(outputs)
     now = time.perf_counter()
     try:
-        return now, bool(arrays) and all(a.is_ready() for a in arrays[:1])
+        return now, bool(arrays) and arrays[0].is_ready()
     except Exception:  # noqa: BLE001 — as not looked at
         return None
 
@@ -156,9 +164,9 @@ def time_run(event, outputs, device: int, launch_look: tuple[float, bool] | None
             return
         if not _UNTIMED:
             _LAST_LOOK[0] = returned  # it was running then: a later look that finds it done brackets its end
-    # The smallest output is held until the run is seen done (all outputs of a run are computed together): a
-    # weak reference lost the runs whose results the user dropped at once (a loss overwritten each step). Its
-    # bytes stay counted until then, which is also when the device could free them.
+    # The smallest output is held (all outputs of a run are computed together) until the run is seen done, so a
+    # run whose results the user drops at once (a loss overwritten each step) is still seen to end. Its bytes
+    # stay counted until then, which is also when the device could free them.
     _UNTIMED.append(_Run(event, [min(arrays, key=lambda a: a.nbytes)], device, event.t))
     if poll not in interrupts.after_entry:
         interrupts.after_entry.append(poll)
@@ -209,8 +217,10 @@ def poll(waited: bool = False) -> None:
             if slack <= max(LOOK_SLACK_S, LOOK_GAP_SHARE * (end - start)):
                 run.event.detail["device_s"] = max(0.0, end - start)
                 run.event.detail["measured"] = True
-        for run in done_now:
-            _DEVICE_FREE[run.device] = now
+            _DEVICE_FREE[run.device] = end
+        elif done_now:
+            for run in done_now:
+                _DEVICE_FREE[run.device] = now
         if not _UNTIMED:
             with contextlib.suppress(ValueError):
                 interrupts.after_entry.remove(poll)
