@@ -35,7 +35,9 @@ def test_status_mode_cache_memory_metrics_and_usage(ip):
 
 
 def test_profile_reports_recompiles_with_changed_dim_and_cell_line(ip):
-    run(ip, "w17 = torch.ones(17, 3, device='tpu')")
+    # a graph of one of these shapes compiled by an earlier test on this worker (test_profile_truth's grouped
+    # recompiles) would be a cache hit here, not a compile
+    run(ip, "from torchtpu_lab.runtime import state; state.clear(); w17 = torch.ones(17, 3, device='tpu')")
     result, text, html = run(ip, """%%tpu_profile --no-flame
 for bs in (5, 6, 7):
     y = torch.randn(bs, 17).to('tpu') @ w17
