@@ -105,12 +105,8 @@ def test_the_native_ledger_counts_as_the_python_one_does():
     assert memory.allocated(DEVICE) == 0 and c_seen[-1][7] == []
 
 
-@needs_core
-def test_a_dropped_tensor_runs_no_python_frame_and_frees_its_bytes():
-    assert type(storage.Storage.__dict__["__del__"]).__name__ == "method_descriptor"
-    x = torch.randn(64, 64).to("tpu")
-    torchtpu_lab.sync()
-    held = memory.allocated(0)
+def _python_calls(fn) -> list[str]:
+    """The qualified names of the Python functions called while ``fn()`` runs."""
     frames = []
 
     def trace(frame, event, arg):
@@ -119,9 +115,19 @@ def test_a_dropped_tensor_runs_no_python_frame_and_frees_its_bytes():
 
     sys.setprofile(trace)
     try:
-        del x
+        fn()
     finally:
         sys.setprofile(None)
+    return frames
+
+
+@needs_core
+def test_a_dropped_tensor_runs_no_python_frame_and_frees_its_bytes():
+    assert type(storage.Storage.__dict__["__del__"]).__name__ == "method_descriptor"
+    held_x = [torch.randn(64, 64).to("tpu")]
+    torchtpu_lab.sync()
+    held = memory.allocated(0)
+    frames = _python_calls(held_x.clear)  # drops the tensor
     assert [f for f in frames if "memory" in f or "Storage" in f] == []
     assert memory.allocated(0) == held - 64 * 64 * 4
 
@@ -168,18 +174,8 @@ def test_a_profile_samples_memory_without_a_python_call_per_allocation():
     x = torch.randn(32, 32).to("tpu")
     torchtpu_lab.sync()
     with torchtpu_lab.profile() as prof:
-        y = torch.randn(32, 32).to("tpu")  # the peak rises: one snapshot
-        frames = []
-
-        def trace(frame, event, arg):
-            if event == "call":
-                frames.append(frame.f_code.co_qualname)
-
-        sys.setprofile(trace)
-        try:
-            del y  # a free: below the peak
-        finally:
-            sys.setprofile(None)
+        held_y = [torch.randn(32, 32).to("tpu")]  # the peak rises: one snapshot
+        frames = _python_calls(held_y.clear)  # a free: below the peak
     assert [f for f in frames if "memory" in f.lower() or "sample" in f.lower() or "peak" in f.lower()] == []
     kinds = [(m.kind, m.nbytes) for m in prof.memory]
     assert ("alloc", 32 * 32 * 4) in kinds and kinds[-1] == ("free", 32 * 32 * 4), kinds
