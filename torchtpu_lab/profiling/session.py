@@ -43,6 +43,24 @@ class PeakSnapshot:
     running: int
 
 
+class _Expanded:
+    """A :class:`Profile` list kept batched while the block runs (``_<name>``), expanded on its first read or
+    write (:meth:`Profile._unbatch`)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, prof, owner=None):
+        if prof is None:
+            return self
+        prof._unbatch()
+        return getattr(prof, self.slot)
+
+    def __set__(self, prof, value: list) -> None:
+        prof._unbatch()
+        setattr(prof, self.slot, value)
+
+
 @dataclass
 class Profile:
     """What happened on the tpu device during one profiled block (a cell, under ``%%tpu_profile``)."""
@@ -102,27 +120,10 @@ class Profile:
             self._memory = MemorySample.from_flat(samples, self.t0)
             self._batched = None
 
-    @property
-    def events(self) -> list[Event]:
-        """Everything the runtime reported while the block ran, in the order it was reported."""
-        self._unbatch()
-        return self._events
-
-    @events.setter
-    def events(self, value: list[Event]) -> None:
-        self._unbatch()
-        self._events = value
-
-    @property
-    def memory(self) -> list[MemorySample]:
-        """What the device held after every allocation, free and graph launch in the block."""
-        self._unbatch()
-        return self._memory
-
-    @memory.setter
-    def memory(self, value: list[MemorySample]) -> None:
-        self._unbatch()
-        self._memory = value
+    #: everything the runtime reported while the block ran, in the order it was reported
+    events = _Expanded()
+    #: what the device held after every allocation, free and graph launch in the block
+    memory = _Expanded()
 
     @property
     def mode(self) -> str:
