@@ -6,6 +6,7 @@
 #include <torch/csrc/Generator.h>
 
 #include "device.h"
+#include "pyobjects.h"
 #include "generator.h"
 #include "geometry.h"
 #include "ledger.h"
@@ -26,7 +27,16 @@ PyObject* lesson_pending(PyObject* /*module*/, PyObject* /*unused*/) {
   return PyBool_FromLong(torchtpu::lesson_pending());
 }
 
+// untrack(*objects): pyobjects.h's `untracked` for the pending graph objects the Python path records.
+PyObject* untrack(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  for (Py_ssize_t i = 0; i < nargs; ++i) torchtpu::untracked(args[i]);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef fast_methods[] = {
+    {"untrack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&untrack)), METH_FASTCALL,
+     "untrack(*objects): take pending-graph objects that cannot close a reference cycle off the garbage "
+     "collector's lists (pyobjects.h)."},
     {"lesson_pending", &lesson_pending, METH_NOARGS,
      "Whether the innermost recording-kernel call that fell back to Python can learn an entry (recorder.h)."},
     {"new_tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::new_tensor)),

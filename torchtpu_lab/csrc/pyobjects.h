@@ -1,7 +1,7 @@
 // What the native core's units share for handling the runtime's Python objects: `Slot`, one `__slots__`
 // attribute read and written through its member offset (no attribute lookup: how the core reads and writes
-// Storage, the pending graph, a profile's sample log), `OwnedRef`, and the clock Python's `time.perf_counter`
-// reads (telemetry compares our timestamps with its own).
+// Storage, the pending graph, a profile's sample log), `OwnedRef`, `untracked`, and the clock Python's
+// `time.perf_counter` reads (telemetry compares our timestamps with its own).
 #pragma once
 
 #include <Python.h>
@@ -26,6 +26,16 @@ struct OwnedRef {  // a new reference, dropped at scope exit unless released
     return r;
   }
 };
+
+// `obj` taken off the cyclic garbage collector's lists (returned as given, nullptr included). Only for the
+// pending graph's own objects, which refer to nothing newer than themselves (a node to its inputs, a
+// placeholder to its node, key tuples to numbers, weak references without a callback): they can never close a
+// cycle, and a recorded graph keeps thousands of them alive until its sync, so while tracked every collection
+// walked them and they were promoted until a full collection (~250 ms with torch and JAX loaded) came due.
+inline PyObject* untracked(PyObject* obj) {
+  if (obj != nullptr && PyObject_IS_GC(obj)) PyObject_GC_UnTrack(obj);
+  return obj;
+}
 
 inline double monotonic() {  // time.perf_counter's clock on Linux
   timespec ts;

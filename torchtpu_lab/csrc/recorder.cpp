@@ -621,7 +621,7 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
   PyObject* leaf_sigs = rt.seg_leaf_sigs.get(segment);
   PyObject* leaf_pos = rt.seg_leaf_pos.get(segment);
   const Py_ssize_t n = PyList_GET_SIZE(inputs);
-  PyObject* refs = PyTuple_New(n);
+  PyObject* refs = untracked(PyTuple_New(n));
   if (refs == nullptr) throw python_error();
   try {
     for (Py_ssize_t i = 0; i < n; ++i) {
@@ -635,7 +635,7 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
           return;
         }
         rt.n_used.set(src, Py_True);
-        ref = PyTuple_Pack(2, rt.n_position.get(src), rt.lv_index.get(v));
+        ref = untracked(PyTuple_Pack(2, rt.n_position.get(src), rt.lv_index.get(v)));
       } else if (Py_TYPE(v) == rt.array_type) {
         PyObject* id = PyLong_FromVoidPtr(v);
         if (id == nullptr) throw python_error();
@@ -658,10 +658,10 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
           Py_DECREF(p);  // the dict holds it
         }
         Py_DECREF(id);
-        ref = PyTuple_Pack(2, rt.minus_one, p);
+        ref = untracked(PyTuple_Pack(2, rt.minus_one, p));
       } else {  // a dynamic Python number: one input per use
         PyObject* p = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
-        ref = p == nullptr ? nullptr : PyTuple_Pack(2, rt.minus_one, p);
+        ref = p == nullptr ? nullptr : untracked(PyTuple_Pack(2, rt.minus_one, p));
         Py_XDECREF(p);
         if (ref != nullptr && (PyList_Append(leaves, v) < 0 ||
                                PyList_Append(leaf_sigs, reinterpret_cast<PyObject*>(Py_TYPE(v))) < 0)) {
@@ -677,12 +677,12 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
     PyObject* position = PyLong_FromSsize_t(PyList_GET_SIZE(node_refs));
     if (position == nullptr) throw python_error();
     rt.n_position.set_new(node, position);
-    PyObject* weak = PyWeakref_NewRef(node, nullptr);
+    PyObject* weak = untracked(PyWeakref_NewRef(node, nullptr));
     if (weak == nullptr) throw python_error();
     int rc = PyList_Append(node_refs, weak);
     Py_DECREF(weak);
     check(rc);
-    PyObject* node_key = PyTuple_Pack(2, uid, refs);
+    PyObject* node_key = untracked(PyTuple_Pack(2, uid, refs));
     if (node_key == nullptr) throw python_error();
     rc = PyList_Append(rt.seg_node_keys.get(segment), node_key);
     Py_DECREF(node_key);
@@ -769,7 +769,7 @@ void write_placeholder(PyObject* storage, PyObject* lazy) {
 
 // The placeholder LazyValue(node, index, shape, dtype) of output o (a new reference).
 PyObject* new_lazy(PyObject* node, PyObject* index, const Output& o) {
-  PyObject* lazy = alloc(rt.lazy_type);
+  PyObject* lazy = untracked(alloc(rt.lazy_type));
   rt.lv_node.set(lazy, node);
   rt.lv_index.set(lazy, index);
   rt.lv_shape.set(lazy, o.shape);
@@ -785,7 +785,7 @@ PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* 
   rt.st_array.set(storage.p, lazy);
   PyObject* pending = rt.pending;
   PyObject* id = PyLong_FromVoidPtr(storage.p);
-  PyObject* weak = id == nullptr ? nullptr : PyWeakref_NewRef(storage.p, nullptr);
+  PyObject* weak = id == nullptr ? nullptr : untracked(PyWeakref_NewRef(storage.p, nullptr));
   int rc = weak == nullptr ? -1 : PyDict_SetItem(rt.pw_storages.get(pending), id, weak);
   Py_XDECREF(weak);
   if (rc == 0) {
@@ -808,7 +808,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
                  long device, PyObject* source, PyObject* alloc_source, PyObject* write_to) {
   PyObject* pending = rt.pending;
   const Py_ssize_t n = static_cast<Py_ssize_t>(e.dyn.size());
-  PyObject* inputs = PyList_New(n);
+  PyObject* inputs = untracked(PyList_New(n));  // arrays, numbers, earlier placeholders
   if (inputs == nullptr) throw python_error();
   for (Py_ssize_t j = 0; j < n; ++j) {
     PyObject* v = dyn_input(e.dyn[j], stack, base, arrays);
@@ -822,7 +822,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
   PyObject* lazy = nullptr;
   try {
     PyObject* seq = increment(rt.pw_seq, pending);
-    node = alloc(rt.node_type);
+    node = untracked(alloc(rt.node_type));
     rt.n_key.set(node, e.signature);
     rt.n_uid.set(node, e.uid);
     rt.n_fn.set(node, e.run);

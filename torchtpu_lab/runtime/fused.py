@@ -45,7 +45,7 @@ from .. import caches, config, interrupts, telemetry
 from ..device.storage import FailedValue, store_all
 from ..telemetry import SyncReason
 from ..device import memory
-from . import program_cost
+from . import graph_key, program_cost
 from .graph_cuts import CutPoints
 from .graph_key import Segment
 from .signatures import GraphSignature, NodeSignature
@@ -134,6 +134,7 @@ def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=N
     pending.seq += 1
     node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq, uid)
     outs = [LazyValue(node, i, a.shape, a.dtype) for i, a in enumerate(out_leaves)]
+    graph_key.untrack(node, *outs)
     pending.recorded += 1
     pending.segment.add(node, LazyValue)
     CUTS.note(id(fn))
@@ -148,6 +149,7 @@ def record_one(key, fn, inputs: list, out_leaves: list, treedef, name: str, sour
     node = Node(key, fn, inputs, treedef, out_leaves, name, source, pending.seq, uid)
     aval = out_leaves[0]
     out = LazyValue(node, 0, aval.shape, aval.dtype)
+    graph_key.untrack(node, out)
     pending.recorded += 1
     pending.segment.add(node, LazyValue)
     CUTS.note(id(fn))
@@ -173,7 +175,8 @@ def track(storage) -> None:
     ref = pending.storages.get(key)
     if ref is not None and ref() is storage:  # tracked already since the last sync: its prior array is noted
         return
-    pending.storages[key] = weakref.ref(storage)
+    pending.storages[key] = ref = weakref.ref(storage)
+    graph_key.untrack(ref)
     old = storage.held
     if old is not None and type(old) is not LazyValue and isinstance(old, jax.Array):
         pending.prior[key] = id(old)
@@ -184,7 +187,8 @@ def track(storage) -> None:
 def track_new(storage) -> None:
     """:func:`track` for a storage made just now around a placeholder (an op's output): nothing to look up."""
     pending, key = PENDING, id(storage)
-    pending.storages[key] = weakref.ref(storage)
+    pending.storages[key] = ref = weakref.ref(storage)
+    graph_key.untrack(ref)
     pending.prior.pop(key, None)
 
 

@@ -21,6 +21,19 @@ import jax
 from ..device.storage import FailedValue
 
 
+def _keep_tracked(*objects) -> None:
+    """Without the native core the pending graph's objects stay on the garbage collector's lists (correct; every
+    collection walks them)."""
+
+
+#: ``untrack(*objects)``: take pending-graph objects that cannot close a reference cycle (a node, its
+#: placeholders, the weak reference to it: each refers only to older objects) off the garbage collector's
+#: lists. A recorded graph keeps thousands of them alive until its sync; tracked, every collection walked them
+#: and promoted them until a full collection (~250 ms in a process holding torch and JAX) came due. The native
+#: core's ``untrack`` once it is configured (runtime/recording.py), else nothing.
+untrack = _keep_tracked
+
+
 class Segment:
     """What was recorded since the last sync, as a graph key under construction (owned by ``fused.PENDING``)."""
 
@@ -67,7 +80,9 @@ class Segment:
                 self.leaf_sigs.append(type(v))
         node.segment = self.token
         node.position = len(self.refs)
-        self.refs.append(weakref.ref(node))
+        ref = weakref.ref(node)
+        untrack(ref)
+        self.refs.append(ref)
         self.node_keys.append((node.uid, tuple(refs)))
 
     def key(self, targets: list):

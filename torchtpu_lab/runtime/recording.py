@@ -44,7 +44,7 @@ from .. import caches, config, interrupts, telemetry
 from ..device import memory, views
 from ..device.storage import Storage
 from ..device.tensor import TpuTensor, adopt
-from . import encode, fused
+from . import encode, fused, graph_key
 
 _core: list = [None]  # the native core, once configured
 #: ``core.lesson_pending`` (``None`` without the core): whether the call being run can teach the kernel
@@ -97,6 +97,7 @@ def configure(core, set_array) -> None:
     })
     _core[0] = core
     lesson_pending = core.lesson_pending
+    graph_key.untrack = core.untrack
     caches.on_clear(core.clear_recorded)
     config.data_checks.before_change(lambda old, new: core.clear_recorded())  # entries are with/without checks
 
