@@ -189,7 +189,7 @@ struct Runtime {
   Slot pw_storages, pw_prior, pw_recorded, pw_seq, pw_segment, pw_device, pw_extra;
   Slot seg_token, seg_refs, seg_node_keys, seg_leaves, seg_leaf_sigs, seg_leaf_pos, seg_regular;
   Slot cut_tail, cut_last_ids;
-  Slot n_key, n_uid, n_fn, n_inputs, n_treedef, n_avals, n_name, n_source, n_seq, n_segment, n_position, n_used;
+  Slot n_key, n_uid, n_fn, n_inputs, n_treedef, n_avals, n_name, n_source, n_seq, n_segment, n_position;
   Slot lv_node, lv_index, lv_shape, lv_dtype, lv_value;
   Slot st_array, st_shape, st_dtype, st_device, st_nbytes, st_source;
   PyObject* s_tpu_storage = nullptr;
@@ -634,7 +634,6 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
           Py_DECREF(refs);
           return;
         }
-        rt.n_used.set(src, Py_True);
         ref = untracked(PyTuple_Pack(2, rt.n_position.get(src), rt.lv_index.get(v)));
       } else if (Py_TYPE(v) == rt.array_type) {
         PyObject* id = PyLong_FromVoidPtr(v);
@@ -835,7 +834,6 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     rt.n_seq.set(node, seq);
     rt.n_segment.set(node, Py_None);
     rt.n_position.set(node, rt.minus_one);
-    rt.n_used.set(node, Py_False);
     increment(rt.pw_recorded, pending);
     segment_add(rt.pw_segment.get(pending), node, rt.n_inputs.get(node), e.uid);
     PyObject* tail = rt.cut_tail.get(rt.cuts);
@@ -1383,7 +1381,6 @@ void configure_recorder(PyObject* config) {
   rt.n_seq = slot_of(node, "seq");
   rt.n_segment = slot_of(node, "segment");
   rt.n_position = slot_of(node, "position");
-  rt.n_used = slot_of(node, "used");
   PyObject* lazy = reinterpret_cast<PyObject*>(rt.lazy_type);
   rt.lv_node = slot_of(lazy, "node");
   rt.lv_index = slot_of(lazy, "index");

@@ -72,7 +72,7 @@ class Poisoned(FailedValue):
 
 class Node:
     __slots__ = ("key", "uid", "fn", "inputs", "treedef", "avals", "name", "source", "seq", "segment", "position",
-                 "used", "__weakref__")
+                 "__weakref__")
 
     def __init__(self, key, fn, inputs: list, treedef, avals: list, name: str, source, seq: int, uid=None):
         self.key = key
@@ -86,7 +86,6 @@ class Node:
         self.seq = seq  # recording order: graphs are laid out in it, so the same program gives the same key
         self.segment = None  # the graph_key.Segment token it was recorded in, and its position there
         self.position = -1
-        self.used = False  # a later node of its segment reads it
 
 
 class GraphExecutable(NamedTuple):
@@ -280,7 +279,8 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
                 leaves.append(v)
         node_keys.append((n.uid, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
-    key = GraphSignature(tuple(node_keys), tuple(_fast_leaf_sig(v) for v in leaves), target_refs,
+    key = GraphSignature(graph_key.canonical(graph_key.Structure(node_keys))[0],
+                         tuple(_fast_leaf_sig(v) for v in leaves), target_refs,
                          _donate(leaves, targets))
     return key, leaves
 

@@ -4,10 +4,11 @@ A sync used to walk the recorded graph twice before it could look up its executa
 the values it must produce (to find the live nodes) and a pass building each node's wiring and the leaf inputs.
 On a small model that is a good part of a step's host time (the ecosystem issue measured ~5 ms of a 36 ms GPT-2
 step). :class:`Segment` does the second pass while recording — each new node's wiring is known the moment it is
-recorded — and replaces the first by a check: when every node recorded since the last sync is *live* (consumed
-by a later node, or one of the values the sync must produce) the graph is exactly those nodes in recording
-order, and the key built so far is the key. When some nodes are dead (a temporary whose result was dropped) the
-key of the live ones is renumbered from it (:meth:`Segment._live`). Otherwise (an input from before the last
+recorded — and the first is replaced by a plan worked out once per graph structure (:class:`_Plan`): which nodes
+the wanted values depend on (all of them, in a training step: the key built so far is the key), and when some
+are dead (a temporary whose result was dropped), the renumbered key of the live ones. A step that records the
+same ops at every iteration finds its structure (:func:`canonical`) and its plan, so a sync costs one hash and
+one comparison of the node keys, not a Python pass over every node. Otherwise (an input from before the last
 sync, a failed input) :meth:`Segment.key` says so and the sync builds the key the long way; both ways give the
 same key for the same graph.
 """
@@ -18,6 +19,7 @@ import weakref
 
 import jax
 
+from .. import caches
 from ..device.storage import FailedValue
 
 
@@ -62,7 +64,6 @@ class Segment:
                 if src.segment is not self.token:
                     self.regular = False
                     return
-                src.used = True
                 refs.append((src.position, v.index))
             elif isinstance(v, jax.Array):
                 p = leaf_pos.get(id(v))
@@ -87,42 +88,91 @@ class Segment:
 
     def key(self, targets: list):
         """``(nodes, node keys, leaves, leaf signatures, target wiring)`` of the graph that computes ``targets``
-        when all of it was recorded in this segment, else ``None`` (then the caller walks the graph)."""
+        when all of it was recorded in this segment, else ``None`` (then the caller walks the graph). The node
+        keys are a canonical :class:`Structure`: the same object for the same graph at every sync."""
         if not self.regular:
             return None
-        nodes = [r() for r in self.refs]
-        wanted = set()
+        wanted = []
+        token = self.token
         for t in targets:
-            if t.node.segment is not self.token:
+            if t.node.segment is not token:
                 return None
-            wanted.add(t.node.position)
-        for n in nodes:
-            if n is None or not (n.used or n.position in wanted):
-                return self._live(nodes, wanted, targets)
-        return (nodes, tuple(self.node_keys), self.leaves, tuple(self.leaf_sigs),
-                tuple((t.node.position, t.index) for t in targets))
+            wanted.append(t.node.position)
+        structure, plans = canonical(Structure(self.node_keys))
+        wanted = tuple(sorted(set(wanted)))
+        plan = plans.get(wanted)
+        if plan is None:
+            plan = plans[wanted] = _Plan(structure, wanted)
+        nodes = [r() for r in self.refs]
+        position = plan.position
+        target_refs = tuple((position[t.node.position], t.index) for t in targets)
+        if plan.kept is None:  # every node is live
+            return nodes, structure, self.leaves, tuple(self.leaf_sigs), target_refs
+        leaves, leaf_sigs = self.leaves, self.leaf_sigs
+        return ([nodes[i] for i in plan.kept], plan.structure, [leaves[j] for j in plan.leaf_order],
+                tuple(leaf_sigs[j] for j in plan.leaf_order), target_refs)
 
-    def _live(self, nodes: list, wanted: set, targets: list):
-        """The key of the segment's live nodes only — those ``targets`` depend on — when some nodes are dead (a
-        temporary whose result was dropped, a mask a model built and did not use): the nodes and leaves the
-        sync's own walk would keep, renumbered in the same order, so both ways give the same key."""
-        node_keys = self.node_keys
-        live = [False] * len(nodes)
+
+class Structure(tuple):
+    """A graph's node keys — ``(uid, wiring)`` per node — hashed once: a sync looks its graph up several times
+    (its canonical structure, its live part, the compiled graph), and hashing a few hundred nested tuples each
+    time cost more than the lookups did (GPT-2's step: ~0.4 ms)."""
+
+    def __new__(cls, keys):
+        self = tuple.__new__(cls, keys)
+        self.hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self.hash
+
+
+#: canonical Structure -> (itself, {wanted positions: _Plan}); about as many as the compiled graphs they key
+_STRUCTURES = caches.cache("graph_structures", 256)
+
+
+def canonical(structure: Structure) -> tuple:
+    """``(the canonical object equal to structure, its plans)``: later lookups of the same graph (the compiled
+    graph's, keyed by it) compare their keys element by element by identity."""
+    entry = _STRUCTURES.peek(structure)  # one comparison with the stored key, element by element ...
+    if entry is not None:
+        return _STRUCTURES.get(entry[0])  # ... and none here: the stored key itself (counted, kept recent)
+    entry = (structure, {})
+    _STRUCTURES.put(structure, entry)
+    return entry
+
+
+class _Plan:
+    """Which nodes of a segment's structure the values at ``wanted`` depend on, and the key of those alone —
+    a function of the structure and ``wanted`` only, so it is worked out once per graph, not at every sync.
+
+    A node is dead when nothing wanted depends on it (a temporary whose result was dropped, a mask a model
+    built and did not use): the sync's own walk would leave it out, so the key leaves it out too and its live
+    nodes and leaves are renumbered in the same order, so both ways give the same key. ``kept`` is ``None``
+    when every node is live."""
+
+    __slots__ = ("kept", "structure", "leaf_order", "position")
+
+    def __init__(self, structure: Structure, wanted: tuple):
+        live = [False] * len(structure)
         for p in wanted:
             live[p] = True
-        for i in range(len(nodes) - 1, -1, -1):
+        for i in range(len(structure) - 1, -1, -1):
             if live[i]:
-                for p, _ in node_keys[i][1]:
+                for p, _ in structure[i][1]:
                     if p >= 0:
                         live[p] = True
+        if all(live):
+            self.kept, self.structure, self.leaf_order = None, structure, ()
+            self.position = range(len(structure))
+            return
         position: dict[int, int] = {}
-        kept, keys, leaves, leaf_sigs, leaf_pos = [], [], [], [], {}
-        for i, n in enumerate(nodes):
+        kept, keys, leaf_order, leaf_pos = [], [], [], {}
+        for i, (uid, refs) in enumerate(structure):
             if not live[i]:
                 continue
             position[i] = len(kept)
-            kept.append(n)
-            uid, refs = node_keys[i]
+            kept.append(i)
             wiring = []
             for p, j in refs:
                 if p >= 0:
@@ -130,10 +180,9 @@ class Segment:
                     continue
                 q = leaf_pos.get(j)
                 if q is None:
-                    q = leaf_pos[j] = len(leaves)
-                    leaves.append(self.leaves[j])
-                    leaf_sigs.append(self.leaf_sigs[j])
+                    q = leaf_pos[j] = len(leaf_order)
+                    leaf_order.append(j)
                 wiring.append((-1, q))
             keys.append((uid, tuple(wiring)))
-        return (kept, tuple(keys), leaves, tuple(leaf_sigs),
-                tuple((position[t.node.position], t.index) for t in targets))
+        self.kept, self.leaf_order, self.position = tuple(kept), tuple(leaf_order), position
+        self.structure = canonical(Structure(keys))[0]
