@@ -87,9 +87,12 @@ def test_no_grad_linear_is_one_op_equal_to_cpu(eager_mode, seeded, shape, bias):
 
 
 def test_a_repeated_no_grad_linear_is_recorded_by_the_native_kernel(seeded):
-    """A decode step's linears are repeated calls: below autograd they reach ``aten::linear``'s tpu kernel, which
-    the native core's recording kernel serves without entering the executor's Python (once taught by a first
-    call); values stay CPU's."""
+    """A decode step's linears are repeated calls: the native core's autograd kernel sends them below autograd
+    without a Python frame, to ``aten::linear``'s tpu kernel, which the recording kernel serves without entering
+    the executor's Python (once taught by a first call); values stay CPU's."""
+    import os
+    import sys
+
     from torchtpu_lab import native
     from torchtpu_lab.runtime import recording
 
@@ -101,11 +104,18 @@ def test_a_repeated_no_grad_linear_is_recorded_by_the_native_kernel(seeded):
     torchtpu_lab.sync()
     with torchtpu_lab.eager_mode("fused"), torch.no_grad():
         outs = []
+        files = []
         for i in range(5):  # the first two calls of this signature: compiled, then taught, by the Python path
             if i == 2:
                 before = recording.stats()
-            outs.append(tpu(tx))
+            if i >= 2:
+                sys.setprofile(lambda frame, event, arg: files.append(frame.f_code.co_filename))
+            try:
+                outs.append(F.linear(tx, tpu.weight, tpu.bias))
+            finally:
+                sys.setprofile(None)
         after = recording.stats()
+    assert not [f for f in files if f.endswith(os.path.join("backend", "linear_grad.py"))]
     assert after["recorded"] - before["recorded"] == 3 and after["python"] == before["python"], (before, after)
     for y in outs:
         torch.testing.assert_close(y.cpu(), cpu(x).detach(), atol=ATOL, rtol=1e-5)

@@ -99,7 +99,7 @@ def register() -> None:
     if recorder is not None:
         recording.configure(recorder, values.set_array)
     dispatch.install(recorder)
-    linear_grad.install()  # after the PrivateUse1 kernels: its forward runs through them
+    linear_grad.install(recorder)  # after the PrivateUse1 kernels: its forward runs through them
     shallow_copy.install()  # Module.to("tpu") moves parameters in place: tied weights stay tied
     fake.install()
     foreach_types.install()  # optimizers take their foreach path on tpu parameters

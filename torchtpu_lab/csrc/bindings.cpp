@@ -112,6 +112,8 @@ PYBIND11_MODULE(_C, m) {
                          long offset, bool reported) {
     return torchtpu::learn_view(name.ptr(), overload.ptr(), view.ptr(), size.ptr(), stride.ptr(), offset, reported);
   }, "File a view op's output geometry under the key of the innermost recording-kernel call that fell back.");
+  m.def("install_linear_autograd", [](py::handle fn) { torchtpu::install_linear_autograd(fn.ptr()); },
+        "aten::linear's AutogradPrivateUse1 kernel: no-gradient calls below autograd in C++, others to fn.");
   m.def("clear_recorded", &torchtpu::clear_recorded, "Forget every learned entry.");
   m.def("recorder_stats", [] { return py::reinterpret_steal<py::object>(torchtpu::recorder_stats()); },
         "Calls recorded in C++, handed to Python, entries learned.");

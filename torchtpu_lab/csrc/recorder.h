@@ -16,6 +16,10 @@ void configure_recorder(PyObject* config);
 // teaches it) and writes the result into self's storage.
 void install_recording_kernels(PyObject* ops);
 
+// Registers aten::linear's AutogradPrivateUse1 kernel: a call that needs no gradient goes below autograd to the
+// tpu kernel in C++; every other call to `python` (backend/linear_grad.py's linear). Once per process.
+void install_linear_autograd(PyObject* python);
+
 // Whether the innermost kernel call that fell back to Python has a key to learn under.
 bool lesson_pending();
 
