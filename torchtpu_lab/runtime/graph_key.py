@@ -102,6 +102,8 @@ class Segment:
         wanted = tuple(sorted(set(wanted)))
         plan = plans.get(wanted)
         if plan is None:
+            if len(plans) >= MAX_PLANS:  # a graph whose values are read in ever new subsets: bounded
+                plans.clear()
             plan = plans[wanted] = _Plan(structure, wanted)
         nodes = [r() for r in self.refs]
         position = plan.position
@@ -129,17 +131,20 @@ class Structure(tuple):
 
 #: canonical Structure -> (itself, {wanted positions: _Plan}); about as many as the compiled graphs they key
 _STRUCTURES = caches.cache("graph_structures", 256)
+#: plans kept per structure (one per set of values its syncs want: usually one)
+MAX_PLANS = 16
 
 
 def canonical(structure: Structure) -> tuple:
     """``(the canonical object equal to structure, its plans)``: later lookups of the same graph (the compiled
     graph's, keyed by it) compare their keys element by element by identity."""
-    entry = _STRUCTURES.peek(structure)  # one comparison with the stored key, element by element ...
-    if entry is not None:
-        return _STRUCTURES.get(entry[0])  # ... and none here: the stored key itself (counted, kept recent)
-    entry = (structure, {})
-    _STRUCTURES.put(structure, entry)
-    return entry
+    entry = _STRUCTURES.peek(structure)  # the one element-by-element comparison with the stored key
+    if entry is None:
+        _STRUCTURES.get(structure)  # counted as a miss
+        entry = (structure, {})
+        _STRUCTURES.put(structure, entry)
+        return entry
+    return _STRUCTURES.get(entry[0])  # the stored key itself: found by identity, counted, kept recent
 
 
 class _Plan:
