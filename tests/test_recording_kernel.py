@@ -468,3 +468,36 @@ def test_a_recorded_graph_is_kept_off_the_garbage_collectors_lists_and_freed_at_
         torch.testing.assert_close(x.cpu(), expected)
         del x
         assert all(r() is None for r in alive)
+
+
+def test_a_concatenation_is_recorded_in_cpp_and_an_append_still_grows_in_python():
+    """``torch.cat`` of a tensor list (``rotate_half``'s halves, one of them a view) is keyed element by element
+    and recorded by the kernel once taught; an append to a growing tensor (runtime/growth.py) never teaches it,
+    so each one still writes into the padded storage; values are CPU's."""
+    from torchtpu_lab.runtime import growth
+
+    x = torch.randn(2, 4, 8)
+    tx = x.to("tpu")
+
+    def rotate(t):
+        return torch.cat((-t[..., 4:], t[..., :4]), dim=-1)
+
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):  # compiled, then taught, by the Python path
+            rotate(tx)
+        before = recording.stats()
+        outs = [rotate(tx) for _ in range(3)]
+        after = recording.stats()
+        assert after["python_ops"].get("aten::cat", 0) == before["python_ops"].get("aten::cat", 0)
+        assert after["recorded"] - before["recorded"] >= 6  # neg and cat, three times
+        for out in outs:
+            torch.testing.assert_close(out.cpu(), rotate(x))
+
+        seq, cpu_seq = tx[:, :3], x[:, :3]
+        for step in range(6):
+            piece = torch.full((2, 1, 8), float(step))
+            before = recording.stats()["python_ops"].get("aten::cat", 0)
+            seq, cpu_seq = torch.cat([seq, piece.to("tpu")], 1), torch.cat([cpu_seq, piece], 1)
+            assert recording.stats()["python_ops"]["aten::cat"] == before + 1  # the append: growth's kernel
+            assert growth.padded_length(seq, 1) == 4 + step
+        torch.testing.assert_close(seq.cpu(), cpu_seq)

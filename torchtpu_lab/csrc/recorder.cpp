@@ -225,11 +225,13 @@ PyObject* item(PyObject* dict, const char* name) {
 
 // ---- the learned calls ----
 
-// A dynamic input of a recorded call: the array of the tensor at a stack position, the Python number at one,
-// or a constant the Python path made, fixed by the key (a host scalar's device array, a view's offset).
+// A dynamic input of a recorded call: the array of the tensor at a stack position (or of element `element` of
+// the tensor list there: torch.cat's), the Python number at one, or a constant the Python path made, fixed by
+// the key (a host scalar's device array, a view's offset).
 struct Source {
   int position;        // argument index, or -1 for `constant`
   PyObject* constant;  // owned
+  int element = -1;    // for a tensor list argument: the element's index
 };
 
 // One output of a recorded op: its shape tuple and JAX dtype (the placeholder's), torch dtype, bytes, and the
@@ -283,11 +285,13 @@ thread_local std::string key_scratch;
 thread_local std::vector<PyObject*> arrays_scratch;
 thread_local std::vector<PyObject*> storages_scratch;  // the tensors' Storage objects (borrowed)
 thread_local std::vector<char> views_scratch;          // whether each tensor argument is a view
+thread_local std::vector<PyObject*> elements_scratch;  // the arrays of tensor list elements, every list in turn
+thread_local std::vector<int> element_start;           // per argument: where its list's arrays start there
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
 enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n',
-                  kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D' };
+                  kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D', kTensors = 'X' };
 
 template <typename T>
 void put(std::string& key, T v) {
@@ -381,6 +385,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   arrays.assign(n, nullptr);
   storages.assign(n, nullptr);
   views_scratch.assign(n, 0);
+  elements_scratch.clear();
+  element_start.assign(n, -1);
   bool any_tensor = false;
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = stack[base + i];
@@ -445,8 +451,26 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       key.push_back(kDevice);
       put(key, static_cast<int8_t>(v.toDevice().type()));
       put(key, static_cast<int8_t>(v.toDevice().index()));
+    } else if (v.isTensorList()) {  // torch.cat's tensors, each keyed as a tensor argument is
+      // (growth.py's appends never teach an entry, and which calls are appends follows from these keys: whether
+      // an input already grows is the one thing they leave out, and an append taken for a plain cat here would
+      // still compute the concatenation, only in a storage of its own)
+      const auto list = v.toTensorList();
+      key.push_back(kTensors);
+      put(key, static_cast<int64_t>(list.size()));
+      element_start[i] = static_cast<int>(elements_scratch.size());
+      for (size_t j = 0; j < list.size(); ++j) {
+        const at::Tensor t = list.get(j);
+        if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return false;
+        PyObject* storage = nullptr;
+        char view = 0;
+        PyObject* array = tensor_input(t, pending_device, key, &storage, &view);
+        if (array == nullptr) return false;
+        elements_scratch.push_back(array);
+      }
+      any_tensor = any_tensor || list.size() > 0;
     } else {
-      return false;  // tensor lists, generators, complex numbers, ...: the Python kernel
+      return false;  // lists of optional tensors, generators, complex numbers, ...: the Python kernel
     }
   }
   return any_tensor;
@@ -699,6 +723,7 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
 // or the Python number an argument stands for. A new reference, or nullptr with a Python error set.
 PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays) {
   if (s.position < 0) return Py_NewRef(s.constant);
+  if (s.element >= 0) return Py_NewRef(elements_scratch[element_start[s.position] + s.element]);
   if (arrays[s.position] != nullptr) return Py_NewRef(arrays[s.position]);
   const c10::IValue& iv = stack[base + s.position];
   return iv.isTensor() ? wrapped_number(iv.toTensor())
@@ -1140,10 +1165,12 @@ class RecordingKernel final : public c10::OperatorKernel {
       key_scratch.clear();
       return false;
     }
-    for (PyObject* a : arrays_scratch) {
-      if (a != nullptr && Py_TYPE(a) != rt.array_type) {  // a placeholder: not a strict call
-        key_scratch.clear();
-        return false;
+    for (const auto* arrays : {&arrays_scratch, &elements_scratch}) {
+      for (PyObject* a : *arrays) {
+        if (a != nullptr && Py_TYPE(a) != rt.array_type) {  // a placeholder: not a strict call
+          key_scratch.clear();
+          return false;
+        }
       }
     }
     auto found = strict_.find(key_scratch);
@@ -1621,16 +1648,19 @@ bool set_sources(Entry& e, PyObject* dyn, PyObject* sources) {
   for (Py_ssize_t j = 0; j < k; ++j) {
     PyObject* s = PySequence_GetItem(sources, j);
     if (s == nullptr) throw python_error();
-    long position = PyLong_AsLong(s);
+    long position = -1;
+    long element = -1;  // (position, element): an element of the tensor list at position
+    const bool ok = PyTuple_Check(s) ? PyArg_ParseTuple(s, "ll", &position, &element) != 0
+                                     : ((position = PyLong_AsLong(s)) != -1 || !PyErr_Occurred());
     Py_DECREF(s);
-    if (position == -1 && PyErr_Occurred()) throw python_error();
+    if (!ok) throw python_error();
     PyObject* constant = nullptr;
     if (position < 0) {
       constant = PyList_GET_ITEM(dyn, j);
       if (Py_TYPE(constant) != rt.array_type && !PyLong_CheckExact(constant)) return false;
       Py_INCREF(constant);
     }
-    e.dyn.push_back({static_cast<int>(position), constant});
+    e.dyn.push_back({static_cast<int>(position), constant, static_cast<int>(element)});
   }
   return true;
 }

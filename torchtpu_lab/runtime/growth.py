@@ -79,6 +79,12 @@ def cat(tensors, dim: int = 0):
     return _append(*plan)
 
 
+#: ``cat`` is the recording kernel's Python kernel for ``aten::cat`` (backend/dispatch.py): a call the executor
+#: records (not an append) teaches that kernel, which then records the same call in C++ (a tensor list argument:
+#: csrc/recorder.cpp); appends always come here
+cat.lowering = LOWERINGS[aten.cat.default]
+
+
 def _appendable(tensors, dim: int):
     """``(x, piece, d, padded)`` when ``cat`` is an append along ``d``: of a piece to a tensor already grown
     along ``d`` (``padded``: ``x`` is the front of its padded storage, :func:`padded_length`), of a smaller piece

@@ -166,9 +166,9 @@ def learn_strict(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kw
 
 
 def _sources(op, dyn: list, args: tuple, kwargs: dict, positions: frozenset, names: frozenset,
-             dynamic_scalars: bool) -> list[int] | None:
-    """Per dynamic input of a call, the argument position it comes from (-1: a constant its key fixes), or
-    ``None`` where the arguments cannot be described so."""
+             dynamic_scalars: bool) -> list | None:
+    """Per dynamic input of a call, the argument position it comes from (``(position, element)`` for an element
+    of a tensor list; -1: a constant its key fixes), or ``None`` where the arguments cannot be described so."""
     sources: list[int] = []
     index = _argument_index(op)
     for i, a in enumerate(args):
@@ -208,7 +208,15 @@ def _source(a, position: int, dynamic: bool, sources: list) -> bool:
             return False
         sources.append(-1)
     elif isinstance(a, (list, tuple)):
-        return not any(isinstance(x, torch.Tensor) or (dynamic and type(x) in _NUMBERS) for x in a)
+        if not any(isinstance(x, torch.Tensor) for x in a):
+            return not (dynamic and any(type(x) in _NUMBERS for x in a))
+        for j, x in enumerate(a):  # a tensor list (torch.cat's): (position, element) per array
+            if type(x) is not TpuTensor:
+                return False
+            sources.append((position, j))
+            view = x.tpu_view
+            if view is not None and views.dynamic(x.tpu_storage.shape, view)[1] is not None:
+                sources.append(-1)
     elif dynamic and type(a) in _NUMBERS:
         sources.append(position)
     return True
