@@ -55,7 +55,8 @@ class CauseKind(enum.Enum):
         self.first = first
 
 
-#: what to do about a tensor that grows every step (appended to a shape cause when one dim grew by one)
+#: what to do about a tensor that grows every step (appended to a shape cause when one dim grew by one, and to a
+#: size argument that grew by one)
 GROWTH_HINT = (
     "; a tensor that grows by one every step (a KV cache or a token list extended with torch.cat in a decode loop) "
     "is read here at its full length, so every step is a new graph: read a growing KV cache with "
@@ -136,6 +137,14 @@ def _shape_change(c: Cause, what: str) -> str:
     return f"{c.input} of {c.op} {what} {fmt_shape(c.old)} -> {fmt_shape(c.new)}{hint}"
 
 
+def _static_size(c: Cause) -> str:
+    """A size argument that grew by one (``torch.arange(n)`` of a decode loop's length, as transformers builds
+    its mask each step) is the same growing tensor read at its length, with the same fix."""
+    grew = isinstance(c.old, int) and isinstance(c.new, int) and c.new == c.old + 1
+    hint = GROWTH_HINT if grew else ""
+    return f"static size/dim argument {c.input} of {c.op} changed {c.old} -> {c.new}{hint}"
+
+
 def _in(c: Cause) -> str:
     """``"; <detail>"`` (a torch.compile graph's name) for a cause that carries one, else nothing."""
     return f"; {c.detail}" if c.detail else ""
@@ -167,7 +176,7 @@ _TEXT = {
     CauseKind.INPUT_KIND: lambda c: f"{c.input} of {c.op} changed kind",
     CauseKind.SCALAR: lambda c: (f"a Python scalar that changes every step was baked in as a constant "
                                  f"({c.op} {c.input}: {c.old!r} -> {c.new!r})"),
-    CauseKind.STATIC_SIZE: lambda c: f"static size/dim argument {c.input} of {c.op} changed {c.old} -> {c.new}",
+    CauseKind.STATIC_SIZE: _static_size,
     CauseKind.STATIC: lambda c: f"static argument {c.input} of {c.op} changed: {c.old} -> {c.new}",
     CauseKind.STRUCTURE: lambda c: f"the arguments of {c.op} changed structure",
     CauseKind.ARG_COUNT: lambda c: f"{c.op} was called with {c.new} arguments, previously {c.old}",
