@@ -44,6 +44,9 @@ def test_a_dimension_that_grew_by_one_adds_the_preallocation_hint():
     grew = Cause(CauseKind.SHAPE, "aten.cat", "input 0", (1, 9), (1, 10))
     jumped = Cause(CauseKind.SHAPE, "aten.cat", "input 0", (1, 9), (1, 12))
     assert str(grew).endswith(causes.GROWTH_HINT) and causes.GROWTH_HINT not in str(jumped)
+    size = Cause(CauseKind.STATIC_SIZE, "aten::arange", "input 0", 7, 8)  # arange(n) of a decode loop's length
+    assert str(size) == "static size/dim argument input 0 of aten::arange changed 7 -> 8" + causes.GROWTH_HINT
+    assert causes.GROWTH_HINT not in str(Cause(CauseKind.STATIC_SIZE, "aten::arange", "input 0", 7, 9))
 
 
 def test_every_cause_kind_renders_and_only_first_sightings_are_first():
