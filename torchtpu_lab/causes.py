@@ -71,8 +71,10 @@ def fmt_shape(shape) -> str:
     return "[" + ", ".join(str(int(n)) for n in shape) + "]"
 
 
-def grew_by_one(old: tuple, new: tuple) -> bool:
-    """Exactly one dimension grew by one: the signature of a decode loop."""
+def grew_by_one(old: tuple | int, new: tuple | int) -> bool:
+    """Exactly one dimension of a shape grew by one, or a size argument did: the signature of a decode loop."""
+    if isinstance(old, int) or isinstance(new, int):
+        return isinstance(old, int) and isinstance(new, int) and new == old + 1
     if len(old) != len(new):
         return False
     changed = [(a, b) for a, b in zip(old, new) if a != b]
@@ -140,8 +142,7 @@ def _shape_change(c: Cause, what: str) -> str:
 def _static_size(c: Cause) -> str:
     """A size argument that grew by one (``torch.arange(n)`` of a decode loop's length, as transformers builds
     its mask each step) is the same growing tensor read at its length, with the same fix."""
-    grew = isinstance(c.old, int) and isinstance(c.new, int) and c.new == c.old + 1
-    hint = GROWTH_HINT if grew else ""
+    hint = GROWTH_HINT if grew_by_one(c.old, c.new) else ""
     return f"static size/dim argument {c.input} of {c.op} changed {c.old} -> {c.new}{hint}"
 
 
