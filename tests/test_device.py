@@ -245,3 +245,47 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ok" in out.stdout
+
+
+def test_host_to_device_copies_take_jaxs_cpp_transfer_and_keep_every_dtype(monkeypatch):
+    """`.to("tpu")` and `torch.tensor(..., device="tpu")` copy through JAX's C++ transfer, not jax.device_put's
+    Python (ten times the cost of a small copy); values, dtypes and the user's own memory are kept."""
+    import jax
+
+    from torchtpu_lab.runtime import transfer
+
+    if transfer._direct is None:
+        pytest.skip("this JAX has no batched_device_put: jax.device_put serves (slower)")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("jax.device_put ran for a plain host copy")
+
+    monkeypatch.setattr(jax, "device_put", refuse)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int8, torch.bool,
+                  torch.float64, torch.complex64):
+        host = (torch.randn(3, 5) * 4).to(dtype)
+        moved = host.to("tpu")
+        assert moved.dtype == dtype and moved.shape == host.shape
+        assert torch.equal(moved.cpu(), host), dtype
+    host = torch.arange(6.0)
+    moved = host[::2].to("tpu")  # a strided view: its values, not its base's
+    host.fill_(-1)  # the device copy never aliases the user's memory
+    assert moved.cpu().tolist() == [0.0, 2.0, 4.0]
+    assert torch.tensor([], device="tpu").shape == (0,)
+    assert torch.tensor([[1, 2], [3, 4]], device="tpu").sum().item() == 10
+
+
+def test_a_host_copy_falls_back_to_jax_device_put_when_the_direct_transfer_refuses(monkeypatch):
+    from torchtpu_lab.runtime import transfer
+
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(args)
+        raise TypeError("batched_device_put() takes other arguments in this JAX")
+
+    monkeypatch.setattr(transfer, "_direct", broken)
+    moved = torch.arange(4.0).to("tpu")
+    assert calls and moved.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert transfer._direct is None  # the public path from now on
+    assert torch.tensor([7], device="tpu").item() == 7

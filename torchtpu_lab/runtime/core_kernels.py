@@ -18,7 +18,7 @@ from ..telemetry import SyncReason
 from ..device import context, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor, fused, program_cost, values
+from . import executor, fused, program_cost, transfer, values
 
 aten = torch.ops.aten
 
@@ -42,7 +42,7 @@ def to_host(t: tensor.TpuTensor, reason: SyncReason = SyncReason.TO_HOST) -> tor
 def from_host(t: torch.Tensor, device_index: int) -> tensor.TpuTensor:
     """A new tpu tensor holding a copy of a CPU tensor's values."""
     host = np.array(dtypes.host_array(t), copy=True)  # never let the device alias user memory
-    array = jax.device_put(host, platform.jax_device(device_index))
+    array = transfer.to_device(host, device_index)
     telemetry.count("transfer_to_device_bytes", host.nbytes)
     return tensor.from_array(array, t.dtype, device_index)
 
