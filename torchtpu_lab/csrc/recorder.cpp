@@ -51,6 +51,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
+#include "device.h"
 #include "geometry.h"
 #include "tensor_factory.h"
 
@@ -287,6 +288,7 @@ thread_local std::vector<PyObject*> storages_scratch;  // the tensors' Storage o
 thread_local std::vector<char> views_scratch;          // whether each tensor argument is a view
 thread_local std::vector<PyObject*> elements_scratch;  // the arrays of tensor list elements, every list in turn
 thread_local std::vector<int> element_start;           // per argument: where its list's arrays start there
+thread_local bool factory_scratch = false;             // the call build_key keyed has no tensor argument
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
@@ -368,6 +370,13 @@ PyObject* wrapped_number(const at::Tensor& t) {
   }
 }
 
+// The device a tpu Device argument names (a bare "tpu": the thread's current device), or -1.
+long named_device(const c10::IValue& v) {
+  if (!v.isDevice() || v.toDevice().type() != c10::DeviceType::PrivateUse1) return -1;
+  const c10::DeviceIndex index = v.toDevice().index();
+  return index < 0 ? current_device() : index;
+}
+
 // The key of a call, and the arrays of its tensor arguments by position; false where the recorded path does
 // not apply to these arguments. `dynamic`: per argument, whether a number there is a graph input (the executor's
 // `dynamic_scalars` and `encode.op_plan` positions): keyed by its type only, as runtime/fast_keys.py keys it, so
@@ -388,6 +397,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   elements_scratch.clear();
   element_start.assign(n, -1);
   bool any_tensor = false;
+  long named = -1;  // a factory's device argument
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = stack[base + i];
     if (v.isTensor()) {
@@ -451,6 +461,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       key.push_back(kDevice);
       put(key, static_cast<int8_t>(v.toDevice().type()));
       put(key, static_cast<int8_t>(v.toDevice().index()));
+      if (named < 0) named = named_device(v);
     } else if (v.isTensorList()) {  // torch.cat's tensors, each keyed as a tensor argument is
       // (growth.py's appends never teach an entry, and which calls are appends follows from these keys: whether
       // an input already grows is the one thing they leave out, and an append taken for a plain cat here would
@@ -473,7 +484,10 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       return false;  // lists of optional tensors, generators, complex numbers, ...: the Python kernel
     }
   }
-  return any_tensor;
+  factory_scratch = !any_tensor;
+  // a factory is this path's when it makes its tensor where the call's other work is: the pending graph's
+  // device (fused mode), the device strict mode runs it on
+  return any_tensor || (named >= 0 && named == pending_device);
 }
 
 // ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----
@@ -934,16 +948,19 @@ void unlock() {
   PyErr_Restore(type, value, tb);
 }
 
-// The device of the call's first tpu tensor (strict mode runs where its inputs are), or -1.
-long first_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+// The device a call runs on: its first tpu tensor's (strict mode runs where its inputs are), else, for a factory
+// (full, arange), the tpu device its arguments name; -1 when neither.
+long call_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t n = op.schema().arguments().size();
+  long named = -1;
   for (size_t i = stack.size() - n; i < stack.size(); ++i) {
     if (stack[i].isTensor() && stack[i].toTensor().defined() &&
         stack[i].toTensor().device().type() == c10::DeviceType::PrivateUse1) {
       return stack[i].toTensor().device().index();
     }
+    if (named < 0) named = named_device(stack[i]);
   }
-  return -1;
+  return named;
 }
 
 // Strict mode's repeated call, as executor._run_repeated runs it: the op's executable (JAX's C++ call of it)
@@ -1082,12 +1099,16 @@ class RecordingKernel final : public c10::OperatorKernel {
       if (sources.p == nullptr) throw python_error();
       spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
     }
-    const long device = strict ? first_device(op, *stack) : as_long(rt.pw_device.get(rt.pending));
+    const long device = as_long(rt.pw_device.get(rt.pending));
     if (!adopt_plain(op, *stack)) throw python_error();
     spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
       key_scratch.clear();
       return false;
+    }
+    if (factory_scratch && !has_pending()) {  // a factory with no graph to join runs now (executor._records)
+      key_scratch.clear();
+      return try_run(op, stack);
     }
     auto found = table_.find(key_scratch);
     if (found == table_.end()) return false;
@@ -1156,10 +1177,8 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool try_run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;
     if (PyList_GET_SIZE(rt.recorders) != 0 || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None) return false;
-    if (PyDict_GET_SIZE(rt.pw_storages.get(rt.pending)) != 0 || PyList_GET_SIZE(rt.pw_extra.get(rt.pending)) != 0) {
-      return false;
-    }
-    const long device = first_device(op, *stack);
+    if (has_pending()) return false;
+    const long device = call_device(op, *stack);
     if (!adopt_plain(op, *stack)) throw python_error();
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
       key_scratch.clear();
@@ -1253,6 +1272,11 @@ class RecordingKernel final : public c10::OperatorKernel {
       torch::jit::drop(*stack, n);
       torch::jit::push(stack, THPVariable_Unpack(out));
     }
+  }
+
+  // fused.has_pending(): work recorded since the last sync
+  static bool has_pending() {
+    return PyDict_GET_SIZE(rt.pw_storages.get(rt.pending)) != 0 || PyList_GET_SIZE(rt.pw_extra.get(rt.pending)) != 0;
   }
 
   // Whether this thread holds fused.LOCK already (a call inside another entry point, which times it).

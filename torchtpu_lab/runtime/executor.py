@@ -324,22 +324,25 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         has_tensors = enc.device_index is not None
     else:
         has_tensors = True  # a fast key needs a tensor input
-    if has_tensors:
-        mode = _MODE.value
-        if compiled.single and mode == "fused":
+    mode = _MODE.value
+    # a factory (full, arange: no tensor input) joins a pending graph of its device, else runs now (_records)
+    joins = has_tensors or (mode == "fused" and fused.has_pending() and fused.PENDING.device == device_index)
+    if joins and mode == "fused":
+        if compiled.single:
             lesson = recording.lesson_pending
             if lesson is not None and lesson():  # the recording kernel keyed this call: teach it the entry
                 recording.learn(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
             return _record_single(compiled, dyn, device_index)
-        if compiled.multi and mode == "fused":  # recorded below; the recording kernel may learn it too
+        if compiled.multi:  # recorded below; the recording kernel may learn it too
             lesson = recording.lesson_pending
             if lesson is not None and lesson():
                 recording.learn(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
-        if mode == "strict" and compiled.ran_eagerly and compiled.checks is None and not fused.has_pending():
-            lesson = recording.lesson_pending
-            if lesson is not None and compiled.exec_device == device_index and lesson():
-                recording.learn_strict(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
-            return _run_repeated(compiled, dyn, device_index)
+    elif (mode == "strict" or (mode == "fused" and not has_tensors)) and compiled.ran_eagerly \
+            and compiled.checks is None and not fused.has_pending():
+        lesson = recording.lesson_pending
+        if lesson is not None and compiled.exec_device == device_index and lesson():
+            recording.learn_strict(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
+        return _run_repeated(compiled, dyn, device_index, has_tensors)
     key = compiled.signature
     t_launch = time.perf_counter()
     records = _records(compiled, has_tensors, device_index)
@@ -391,11 +394,12 @@ def _record_single(compiled: OpExecutable, dyn: list, device_index: int):
     return result
 
 
-def _run_repeated(compiled: OpExecutable, dyn: list, device_index: int):
-    """Strict mode, an op whose executable ran before (a cache hit) and has no checks: run it and wrap its
-    outputs, without :func:`execute` and :func:`_launch`'s branches for first runs, checks and pending work."""
+def _run_repeated(compiled: OpExecutable, dyn: list, device_index: int, has_tensor_inputs: bool = True):
+    """Strict mode (or a factory with no pending graph to join), an op whose executable ran before (a cache
+    hit) and has no checks: run it and wrap its outputs, without :func:`execute` and :func:`_launch`'s branches
+    for first runs, checks and pending work."""
     t0 = time.perf_counter()
-    out = run_now(compiled, compiled.signature, dyn, device_index, True)
+    out = run_now(compiled, compiled.signature, dyn, device_index, has_tensor_inputs)
     _COUNTERS["op_cache_hits"] += 1
     return _outputs(compiled, out, device_index, t0, True)
 
