@@ -11,6 +11,8 @@
 * a tiny transformer's training step (2 layers, d 64, batch 2, 16 tokens; forward, backward, AdamW) in fused
   mode — recording, the sync (graph key, lookup, execution on XLA:CPU) and the whole step — vs the same step in
   PyTorch CPU eager with one intra-op thread (target: host time no more than CPU eager's whole step);
+* tensors made from the host: ``torch.tensor``, ``.to("tpu")`` and factories (``full``, ``arange``, ``zeros``)
+  in fused mode with nothing pending (a cell's set-up, a batch, a step's first mask), vs the same call on the CPU;
 * the floor: PyTorch's own dispatch into an empty Python PrivateUse1 kernel (no Python backend could be cheaper).
 
 Each per-op figure is the median over ``--reps`` repetitions of the mean per op over ``--iters`` ops; the step
@@ -111,6 +113,31 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
     return rows
 
 
+CREATION = {
+    "torch.tensor([])": lambda dev, host: torch.tensor([], device=dev),
+    ".to(device, copy=True), 8x8": lambda dev, host: host.to(dev, copy=True),  # a copy on the CPU too
+    "torch.full((8, 8), 2.0)": lambda dev, host: torch.full((8, 8), 2.0, device=dev),
+    "torch.arange(8)": lambda dev, host: torch.arange(8, device=dev),
+    "torch.zeros(8, 8)": lambda dev, host: torch.zeros(8, 8, device=dev),
+}
+
+
+def creation_rows(iters: int, reps: int) -> list[tuple]:
+    """Tensors made on the device from the host (a copy, a factory) in fused mode with no pending work, as a
+    cell's set-up, a data loader's batch or a step's first mask meets them, vs the same call on the CPU."""
+    from common import median_time
+
+    host = torch.randn(8, 8)
+    rows = []
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        for name, make in CREATION.items():
+            t_tpu = median_time(lambda: make("tpu", host), lambda o: None, iters, reps)
+            t_cpu = median_time(lambda: make("cpu", host), lambda o: None, iters, reps)
+            rows.append((name, f"{t_tpu * 1e6:.1f}", f"{t_cpu * 1e6:.1f}", f"{t_tpu / t_cpu:.1f}x"))
+    return rows
+
+
 def step_rows(steps: int) -> list[tuple]:
     """A tiny transformer's AdamW step: fused on tpu (recording, sync, whole) vs PyTorch CPU eager."""
     import statistics
@@ -188,6 +215,8 @@ def main(argv=None) -> None:
     print(table("\nfused mode, capture cost per recorded op (8x8 float32) vs PyTorch CPU eager",
                 capture_rows(args.iters, args.reps),
                 ("op", "tpu fused us", "Python path us", "CPU eager us", "fused vs CPU")))
+    print(table("\ntensors made from the host (fused mode, nothing pending) vs the same call on the CPU",
+                creation_rows(args.iters, args.reps), ("call", "tpu us", "CPU us", "tpu vs CPU")))
     print(f"recording kernel: {recording.stats() or 'not built (pure-Python mode)'}")
     print(table(f"\ntiny transformer AdamW step (median of {args.steps}) vs PyTorch CPU eager",
                 step_rows(args.steps), ("part", "ms/step", "vs CPU step")))

@@ -14,6 +14,7 @@ import threading
 from collections import deque
 
 import jax
+import numpy as np
 
 from .. import telemetry
 from ..ops import error_flags as op_checks
@@ -77,8 +78,9 @@ def raise_pending(block: bool = True, limit: int | None = None) -> None:
         _pending.extend(keep)
     if not taken:
         return
-    values = jax.device_get([(e[0], e[1]) for e in taken])
-    failed = [(v, e) for (f, v), e in zip(values, taken) if bool(f)]
+    # each flag read on its own: jax.device_get's tree walk and trace annotation cost four times the read of a
+    # flag (a sync of a step with an embedding or a gather makes one every step); values only for set flags
+    failed = [(np.asarray(e[1]), e) for e in taken if bool(np.asarray(e[0]))]
     if not failed:
         return
     (value, (_, _, check, name, source)), rest = failed[0], failed[1:]
