@@ -505,18 +505,19 @@ def test_a_concatenation_is_recorded_in_cpp_and_an_append_still_grows_in_python(
 
 @pytest.mark.parametrize("mode", ["fused", "strict"])
 def test_factories_are_served_in_cpp_joining_pending_work_or_running_now(mode):
-    """``torch.full`` / ``torch.arange`` on the tpu device (a mask, positions: a decode step makes three) are
-    keyed by their device argument: with work pending for that device they join its graph, with none (or in
-    strict mode) their executable runs now, both without their Python kernel once taught; a bare ``"tpu"``
-    means the current device; values are CPU's, a new fill value included."""
+    """``torch.full`` / ``arange`` / ``zeros`` / ``ones`` on the tpu device (masks, positions: a decode step makes
+    three) are keyed by their device argument: with work pending for that device they join its graph, with none
+    (or in strict mode) their executable runs now, both without their Python kernel once taught; a bare
+    ``"tpu"`` means the current device; values and dtypes are CPU's, a new fill value included."""
     x = torch.randn(3, 4)
     tx = x.to("tpu")
 
     def step(fill, pending):
         y = tx * 2 if pending else None
-        made = torch.full((3, 4), fill, device="tpu"), torch.arange(4, device="tpu:0")
+        made = (torch.full((3, 4), fill, device="tpu"), torch.arange(4, device="tpu:0"),
+                torch.zeros(2, 3, device="tpu"), torch.ones(2, dtype=torch.int64, device="tpu"))
         if y is not None:
-            made = (made[0] + y, made[1])
+            made = (made[0] + y, *made[1:])
         return made
 
     with torchtpu_lab.eager_mode(mode):
@@ -527,14 +528,16 @@ def test_factories_are_served_in_cpp_joining_pending_work_or_running_now(mode):
                 torchtpu_lab.sync()
             before = recording.stats()
             for fill in (2.5, -1.0, 3.0):
-                full, arange = step(fill, pending)
+                full, arange, zeros, ones = step(fill, pending)
                 if pending:
                     assert fused.has_pending()
                 expected = torch.full((3, 4), fill) + (x * 2 if pending else 0)
                 torch.testing.assert_close(full.cpu(), expected)
                 assert arange.cpu().tolist() == [0, 1, 2, 3] and arange.dtype == torch.int64
+                assert zeros.cpu().tolist() == [[0.0] * 3] * 2 and zeros.dtype == torch.float32
+                assert ones.cpu().tolist() == [1, 1] and ones.dtype == torch.int64
                 torchtpu_lab.sync()
             after = recording.stats()
-            for op in ("aten::full", "aten::arange"):
+            for op in ("aten::full", "aten::arange", "aten::zeros", "aten::ones"):
                 assert after["python_ops"].get(op, 0) == before["python_ops"].get(op, 0), (op, pending)
             assert after["recorded" if pending else "ran"] - before["recorded" if pending else "ran"] >= 6

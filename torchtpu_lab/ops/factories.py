@@ -19,6 +19,20 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
     return jnp.full(tuple(size), fill_value)
 
 
+@lower(aten.zeros.default)
+def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """One op, as ``full`` is: PyTorch's composite ``zeros`` is ``empty`` then ``zero_`` (two Python kernels, and
+    an eager allocation of the empty storage that ``zero_`` reads), and models make masks and buffers with it
+    every step."""
+    return jnp.zeros(tuple(size))
+
+
+@lower(aten.ones.default)
+def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """One op (``empty`` then ``fill_``), as :func:`zeros`."""
+    return jnp.ones(tuple(size))
+
+
 @lower(aten.full_like.default)
 def full_like(x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return jnp.full(x.shape, fill_value)
