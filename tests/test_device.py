@@ -273,6 +273,11 @@ def test_host_to_device_copies_take_jaxs_cpp_transfer_and_keep_every_dtype(monke
     assert moved.cpu().tolist() == [0.0, 2.0, 4.0]
     assert torch.tensor([], device="tpu").shape == (0,)
     assert torch.tensor([[1, 2], [3, 4]], device="tpu").sum().item() == 10
+    for view in (host.reshape(2, 3).t(), torch.randn(2, 3, 4).permute(2, 0, 1)[1:]):  # other layouts
+        assert torch.equal(view.to("tpu").cpu(), view)
+    monkeypatch.undo()
+    with pytest.raises(TypeError):  # not the machine's byte order: JAX's own error, never its bytes misread
+        transfer.to_device(np.arange(6, dtype=">f4"), 0)
 
 
 def test_a_host_copy_falls_back_to_jax_device_put_when_the_direct_transfer_refuses(monkeypatch):

@@ -41,7 +41,8 @@ def to_device(host: np.ndarray, device_index: int) -> jax.Array:
         target = _targets[device_index] = (device, jax.sharding.SingleDeviceSharding(device))
     device, sharding = target
     direct = _direct
-    if direct is None or type(host) is not np.ndarray or _canonical(host.dtype) != host.dtype:
+    if (direct is None or type(host) is not np.ndarray or not host.dtype.isnative
+            or _canonical(host.dtype) != host.dtype):  # a big-endian array: the direct call reads its bytes as is
         return jax.device_put(host, device)
     try:
         return direct(_shaped(host.shape, host.dtype), sharding, [host], [device], True)
