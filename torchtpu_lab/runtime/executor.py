@@ -325,9 +325,7 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     else:
         has_tensors = True  # a fast key needs a tensor input
     mode = _MODE.value
-    # a factory (full, arange: no tensor input) joins a pending graph of its device, else runs now (_records)
-    joins = has_tensors or (mode == "fused" and fused.has_pending() and fused.PENDING.device == device_index)
-    if joins and mode == "fused":
+    if _records(compiled, has_tensors, device_index):  # a factory only when it joins a pending graph
         if compiled.single:
             lesson = recording.lesson_pending
             if lesson is not None and lesson():  # the recording kernel keyed this call: teach it the entry

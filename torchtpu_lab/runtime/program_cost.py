@@ -118,10 +118,14 @@ LOOK_SLACK_S = 100e-6
 _POLLING = threading.Lock()
 
 
+def _each_array(outputs):
+    """The device arrays among a run's outputs, in order (a step's program has a hundred: ``is_array``
+    remembers the answer per type, where ``isinstance`` of ``jax.Array`` goes through its metaclass each time)."""
+    return (a for a in (outputs if isinstance(outputs, (list, tuple)) else (outputs,)) if is_array(a))
+
+
 def _arrays(outputs) -> list:
-    """The device arrays among a run's outputs (a step's program has a hundred: ``is_array`` remembers the
-    answer per type, where ``isinstance`` of ``jax.Array`` goes through its metaclass each time)."""
-    return [a for a in (outputs if isinstance(outputs, (list, tuple)) else (outputs,)) if is_array(a)]
+    return list(_each_array(outputs))
 
 
 def _bytes(a) -> int:
@@ -146,7 +150,7 @@ def look_at_launch(outputs) -> tuple[float, bool] | None:
     if not _PROFILES[0]:
         return None
     now = time.perf_counter()
-    first = next((a for a in (outputs if isinstance(outputs, (list, tuple)) else (outputs,)) if is_array(a)), None)
+    first = next(_each_array(outputs), None)
     try:
         return now, first is not None and first.is_ready()
     except Exception:  # noqa: BLE001 — as not looked at

@@ -199,10 +199,7 @@ _NUMBERS = (bool, int, float)
 def _source(a, position: int, dynamic: bool, sources: list) -> bool:
     """Append where ``a``'s dynamic inputs come from, in the encoder's order (:class:`.encode.Encoder`)."""
     if type(a) is TpuTensor:
-        sources.append(position)
-        view = a.tpu_view
-        if view is not None and views.dynamic(a.tpu_storage.shape, view)[1] is not None:
-            sources.append(-1)  # the view's offset, an input of the executable (fixed by the kernel's key)
+        _tensor_source(a, position, sources)
     elif isinstance(a, torch.Tensor):  # a 0-dim host tensor: the encoder made a device array of its value
         if a.device.type != "cpu":
             return False
@@ -213,13 +210,19 @@ def _source(a, position: int, dynamic: bool, sources: list) -> bool:
         for j, x in enumerate(a):  # a tensor list (torch.cat's): (position, element) per array
             if type(x) is not TpuTensor:
                 return False
-            sources.append((position, j))
-            view = x.tpu_view
-            if view is not None and views.dynamic(x.tpu_storage.shape, view)[1] is not None:
-                sources.append(-1)
+            _tensor_source(x, (position, j), sources)
     elif dynamic and type(a) in _NUMBERS:
         sources.append(position)
     return True
+
+
+def _tensor_source(t: TpuTensor, source, sources: list) -> None:
+    """A tpu tensor's array comes from ``source``; a view at a moving offset adds that offset, an input of the
+    executable that the kernel's key fixes (-1)."""
+    sources.append(source)
+    view = t.tpu_view
+    if view is not None and views.dynamic(t.tpu_storage.shape, view)[1] is not None:
+        sources.append(-1)
 
 
 _INDEX: dict = {}
