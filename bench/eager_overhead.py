@@ -38,7 +38,10 @@ OPS = {
     "relu": (lambda a, b: torch.relu(a), lambda a, b: jax.nn.relu(a)),
     "matmul": (lambda a, b: a @ b, lambda a, b: a @ b),
     "sum": (lambda a, b: a.sum(), lambda a, b: a.sum()),
+    "to(bf16)": (lambda a, b: a.to(torch.bfloat16), lambda a, b: a.astype(jnp.bfloat16)),
 }
+#: ops whose output is not an input of the next call when capturing (a reduction, a cast to another dtype)
+UNCHAINED = {"sum", "to(bf16)"}
 
 
 def strict_rows(iters: int, reps: int) -> list[tuple]:
@@ -96,7 +99,7 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
             state = {"x": a}
 
             def record():
-                state["x"] = tfn(state["x"], a) if name != "sum" else tfn(a, a)
+                state["x"] = tfn(state["x"], a) if name not in UNCHAINED else tfn(a, a)
                 return state["x"]
 
             def finish(_):

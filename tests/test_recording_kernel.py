@@ -4,6 +4,8 @@ pending graph (so the same compiled graph), the same user lines, the same values
 cover must still reach the Python path."""
 
 import inspect
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -541,3 +543,70 @@ def test_factories_are_served_in_cpp_joining_pending_work_or_running_now(mode):
             for op in ("aten::full", "aten::arange", "aten::zeros", "aten::ones"):
                 assert after["python_ops"].get(op, 0) == before["python_ops"].get(op, 0), (op, pending)
             assert after["recorded" if pending else "ran"] - before["recorded" if pending else "ran"] >= 6
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_casts_on_the_device_are_served_in_cpp_and_transfers_never_are(mode):
+    """``x.float()``, ``x.to(torch.bfloat16)``, ``logits.to(copy=True, dtype=...)`` (generate's per-token copy) are
+    ``_to_copy`` on the tensor's own device: once taught, the recording kernel serves them (fused: joining the
+    graph; strict: running now) with CPU's values and dtypes. A call naming the CPU is a transfer: never keyed,
+    always the Python kernel."""
+    x = torch.randn(3, 4)
+    i = torch.arange(6).reshape(2, 3)
+    tx, ti = x.to("tpu"), i.to("tpu")
+
+    def casts():
+        return (tx.to(torch.float64), ti.float(), tx.to(copy=True, dtype=torch.float32, device="tpu:0"),
+                tx.to("tpu", torch.bfloat16), tx.to("cpu"))
+
+    with torchtpu_lab.eager_mode(mode):
+        for _ in range(2):  # compiled, then taught
+            casts()
+            torchtpu_lab.sync()
+        served = "recorded" if mode == "fused" else "ran"
+        for _ in range(3):
+            before = recording.stats()
+            double, floats, copy, bf16, host = casts()
+            after = recording.stats()
+            assert after[served] - before[served] == 4
+            # only the transfer to the CPU reached the Python kernel
+            assert after["python_ops"]["aten::_to_copy"] - before["python_ops"]["aten::_to_copy"] == 1
+            if mode == "fused":
+                assert fused.has_pending()
+            assert double.dtype == torch.float64 and double.device == torch.device("tpu:0")
+            torch.testing.assert_close(double.cpu(), x.double())
+            assert floats.dtype == torch.float32 and floats.cpu().tolist() == i.float().tolist()
+            torch.testing.assert_close(copy.cpu(), x)
+            assert bf16.dtype == torch.bfloat16 and torch.equal(bf16.cpu(), x.bfloat16())
+            assert host.device.type == "cpu" and torch.equal(host, x)
+
+
+def test_a_copy_to_another_tpu_device_is_never_served_as_a_cast():
+    """``x.to("tpu:1")`` from tpu:0 (or a bare ``"tpu"`` while tpu:1 is current) is a transfer, however often it
+    repeats and whatever is pending: each result is on the device asked for, with the values and dtype asked for."""
+    code = r"""
+import os
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+os.environ["TORCHTPU_LAB_PLATFORM"] = "cpu"
+import torch, torchtpu_lab
+x = torch.randn(3, 4)
+a = x.to("tpu:0")
+for mode in ("fused", "strict"):
+    with torchtpu_lab.eager_mode(mode):
+        for step in range(4):
+            pending = a * 1  # work pending on tpu:0 in fused mode
+            moved = (a.to("tpu:1"), a.to("tpu:1", torch.float64), pending.to(copy=True, device="tpu:1"))
+            with torch.tpu.device(1):
+                moved += (a.to("tpu"), a.to("tpu", torch.bfloat16))
+            for m in moved:
+                assert m.device == torch.device("tpu:1"), (mode, step, m.device)
+                torch.testing.assert_close(m.cpu(), x.to(m.dtype))
+                assert {d.id for d in m.tpu_storage.array.devices()} == {1}, (mode, step)
+            back = moved[0].to("tpu:0", torch.float64)
+            assert back.device == torch.device("tpu:0") and torch.equal(back.cpu(), x.double())
+            torchtpu_lab.sync()
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ok" in out.stdout

@@ -397,7 +397,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   elements_scratch.clear();
   element_start.assign(n, -1);
   bool any_tensor = false;
-  long named = -1;  // a factory's device argument
+  bool names_device = false;  // a Device argument (a factory's; _to_copy's or new_zeros's target)
+  long named = -1;            // the first one's tpu device, -1 for another kind
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = stack[base + i];
     if (v.isTensor()) {
@@ -461,7 +462,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       key.push_back(kDevice);
       put(key, static_cast<int8_t>(v.toDevice().type()));
       put(key, static_cast<int8_t>(v.toDevice().index()));
-      if (named < 0) named = named_device(v);
+      if (!names_device) named = named_device(v);
+      names_device = true;
     } else if (v.isTensorList()) {  // torch.cat's tensors, each keyed as a tensor argument is
       // (growth.py's appends never teach an entry, and which calls are appends follows from these keys: whether
       // an input already grows is the one thing they leave out, and an append taken for a plain cat here would
@@ -485,9 +487,11 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
     }
   }
   factory_scratch = !any_tensor;
-  // a factory is this path's when it makes its tensor where the call's other work is: the pending graph's
-  // device (fused mode), the device strict mode runs it on
-  return any_tensor || (named >= 0 && named == pending_device);
+  // a call naming a device is this path's when it makes its tensor where the call's other work is: the pending
+  // graph's device (fused mode), the device strict mode runs it on. Naming another (`x.to("cpu")`, `x.to("tpu:1")`
+  // from tpu:0) is a transfer: the Python kernel's, and never keyed, so its Python path teaches nothing.
+  if (names_device && named != pending_device) return false;
+  return any_tensor || names_device;
 }
 
 // ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----

@@ -89,6 +89,12 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     return from_host(src, _tpu_index(target))
 
 
+#: A cast on the tensor's own device (``x.float()``, ``x.to(torch.bfloat16)``, ``logits.to(copy=True)``) is
+#: ``_CAST``'s call in the executor, so the recording kernel (csrc/recorder.cpp) may serve it once that call taught
+#: it; a call naming another device is a transfer, which the recording kernel never keys (this kernel's)
+to_copy.lowering = _CAST
+
+
 def copy_(self, src, non_blocking=False):
     if tensor.on_tpu(self):
         self = tensor.adopt(self)
