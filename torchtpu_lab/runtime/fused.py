@@ -45,7 +45,7 @@ from .. import caches, config, interrupts, telemetry
 from ..device.storage import FailedValue, store_all
 from ..telemetry import SyncReason
 from ..device import memory
-from . import graph_key, program_cost
+from . import graph_key, packed_numbers, program_cost
 from .graph_cuts import CutPoints
 from .graph_key import Segment
 from .signatures import GraphSignature, NodeSignature
@@ -89,9 +89,10 @@ class Node:
 
 
 class GraphExecutable(NamedTuple):
-    fn: Any  # the compiled XLA executable (called with the graph's leaf values)
+    fn: Any  # the compiled XLA executable (called with the graph's leaf values, numbers packed as `packing` says)
     n_nodes: int
     memory: dict  # XLA's memory_analysis() of it: bytes of arguments, outputs, temporaries, aliased outputs
+    packing: Any = None  # packed_numbers.Packing of its leaves, or None (every leaf an argument)
 
 
 class PendingWork:
@@ -279,23 +280,24 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
                 leaves.append(v)
         node_keys.append((n.uid, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
-    key = GraphSignature(graph_key.canonical(graph_key.Structure(node_keys))[0],
-                         tuple(_fast_leaf_sig(v) for v in leaves), target_refs,
-                         _donate(leaves, targets))
+    leaf_sigs = tuple(_fast_leaf_sig(v) for v in leaves)
+    key = GraphSignature(graph_key.canonical(graph_key.Structure(node_keys))[0], leaf_sigs, target_refs,
+                         _donate(leaves, leaf_sigs, targets))
     return key, leaves
 
 
-def _donate(leaves: list, targets: list[LazyValue]) -> tuple:
+def _donate(leaves: list, leaf_sigs: tuple, targets: list[LazyValue]) -> tuple:
     """Leaf positions whose buffers the graph may reuse for its outputs.
 
     A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
     temporary) is donated, so a training step does not keep two copies of the model. Only buffers an output can
-    reuse (same shape and dtype) are worth donating; XLA warns about the rest."""
-    reusable = Counter((tuple(t.shape), t.dtype) for t in targets)  # numpy dtypes: str() of one is slow
+    reuse (same shape and dtype) are worth donating; XLA warns about the rest. An array's leaf signature is its
+    ``(shape, dtype)`` (a number's is its type), which is what an output must match."""
+    reusable = Counter((t.shape, t.dtype) for t in targets)  # numpy dtypes: str() of one is slow
     donate = []
-    for i, v in enumerate(leaves):
-        sig = (tuple(v.shape), v.dtype) if isinstance(v, jax.Array) else None
-        if sig is not None and reusable[sig] > 0 and not memory.is_held(v):
+    is_held = memory.is_held
+    for i, sig in enumerate(leaf_sigs):
+        if type(sig) is tuple and reusable[sig] > 0 and not is_held(leaves[i]):
             reusable[sig] -= 1
             donate.append(i)
     return tuple(donate)
@@ -419,7 +421,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     built = pending.segment.key(targets)
     if built is not None:  # the key was built while recording (graph_key.py)
         nodes, node_keys, leaves, leaf_sigs, target_refs = built
-        key = GraphSignature(node_keys, leaf_sigs, target_refs, _donate(leaves, targets))
+        key = GraphSignature(node_keys, leaf_sigs, target_refs, _donate(leaves, leaf_sigs, targets))
     else:
         nodes = _topo(targets)
         try:
@@ -443,14 +445,18 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
 
         fast, key = key, _signature(nodes, key, leaves)
         cause, site = compile_events.graph_cause(key, nodes)
+        packing = packed_numbers.plan(leaves)
         try:
-            executable, from_disk = compile_cache.executable(_graph_fn(nodes, key), leaves, "graph", key,
-                                                             device, key.donate)
+            fn, args = _graph_fn(nodes, key), leaves
+            if packing is not None:
+                fn, args = packed_numbers.traced(fn, packing), packed_numbers.arguments(packing, leaves)
+            executable, from_disk = compile_cache.executable(fn, args, "graph", key, device,
+                                                             packed_numbers.donated(packing, key.donate))
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             with interrupts.deferred():
                 _clear(pending)
                 _fail(nodes, targets, storages, index, e, extra)
-        compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable))
+        compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable), packing)
         GRAPHS.put((fast, device), compiled)
         compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk,
                                     site=site)
@@ -464,7 +470,8 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         _clear(pending)
         try:
             program_cost.before_launch()
-            results = compiled.fn(*leaves)
+            packing = compiled.packing
+            results = compiled.fn(*(leaves if packing is None else packed_numbers.arguments(packing, leaves)))
             launch_look = program_cost.look_at_launch(results)
         except Exception as e:  # noqa: BLE001
             _fail(nodes, targets, storages, index, e, extra)
