@@ -86,3 +86,33 @@ def test_the_same_graph_hits_whichever_path_built_its_key():
     hits = telemetry.counters["graph_cache_hits"]
     assert step(True) == step(False)
     assert telemetry.counters["graph_cache_hits"] >= hits + 2
+
+
+def test_a_repeated_step_finds_its_structure_while_recording(monkeypatch):
+    """After one sync, each node a step records is compared with the key at its position in the structure that
+    sync found; when all agree, the next sync takes that structure as it is (no structure built, hashed or looked
+    up, no key tuples kept while recording). A step that records another op builds its structure again, from
+    the op that differs, and becomes what the next steps are compared with. Values are CPU's throughout."""
+    calls = []
+    original = graph_key.canonical
+    monkeypatch.setattr(graph_key, "canonical", lambda s: calls.append(len(s)) or original(s))
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    tx, tw = x.to("tpu"), w.to("tpu")
+
+    def step(op, on_tpu=True):
+        a, b = (tx, tw) if on_tpu else (x, w)
+        h = op(a @ b) * 0.5 + a.sum()
+        segment = fused.PENDING.segment
+        matching = on_tpu and segment.matching
+        assert not (matching and segment.node_keys)  # agreeing keys are not kept
+        return h.cpu(), matching
+
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        for op, structures in ((torch.tanh, 1), (torch.tanh, 0), (torch.tanh, 0), (torch.relu, 1), (torch.relu, 0),
+                               (torch.tanh, 1), (torch.tanh, 0)):
+            calls.clear()
+            got, matching = step(op)
+            torch.testing.assert_close(got, step(op, on_tpu=False)[0])
+            assert len(calls) == structures, (op, calls)
+            assert matching == (structures == 0)  # every node agreed, up to the sync

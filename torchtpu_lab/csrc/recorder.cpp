@@ -190,7 +190,8 @@ struct Runtime {
   PyObject* minus_one = nullptr;
   Slot state_value;
   Slot pw_storages, pw_prior, pw_recorded, pw_seq, pw_segment, pw_device, pw_extra;
-  Slot seg_token, seg_refs, seg_node_keys, seg_leaves, seg_leaf_sigs, seg_leaf_pos, seg_regular;
+  Slot seg_token, seg_refs, seg_node_keys, seg_leaves, seg_leaf_sigs, seg_leaf_pos, seg_regular, seg_expect,
+      seg_matching;
   Slot cut_tail, cut_last_ids;
   Slot n_key, n_uid, n_fn, n_inputs, n_treedef, n_avals, n_name, n_source, n_seq, n_segment, n_position;
   Slot lv_node, lv_index, lv_shape, lv_dtype, lv_value;
@@ -657,7 +658,29 @@ void check(int rc) {
   if (rc < 0) throw python_error();
 }
 
-// graph_key.Segment.add(node, LazyValue), the same steps in the same order.
+// Whether the node key (uid, wiring) equals `expected` (a (uid, ((position, index), ...)) tuple), without
+// making the key: `wiring` holds each input's position and index.
+bool same_key(PyObject* expected, PyObject* uid, const std::vector<std::pair<PyObject*, PyObject*>>& wiring) {
+  PyObject* refs = PyTuple_GET_ITEM(expected, 1);
+  if (PyTuple_GET_SIZE(refs) != static_cast<Py_ssize_t>(wiring.size())) return false;
+  auto equal = [](PyObject* a, PyObject* b) {
+    if (a == b) return true;
+    const int rc = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (rc < 0) throw python_error();
+    return rc == 1;
+  };
+  if (!equal(PyTuple_GET_ITEM(expected, 0), uid)) return false;
+  for (size_t i = 0; i < wiring.size(); ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(refs, static_cast<Py_ssize_t>(i));
+    if (!equal(PyTuple_GET_ITEM(pair, 0), wiring[i].first) || !equal(PyTuple_GET_ITEM(pair, 1), wiring[i].second)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// graph_key.Segment.add(node, LazyValue), the same steps in the same order. While the segment matches the
+// structure its last sync found, a key equal to that structure's at the node's position is not made at all.
 void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* uid) {
   if (rt.seg_regular.get(segment) != Py_True) return;
   PyObject* token = rt.seg_token.get(segment);
@@ -665,76 +688,75 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
   PyObject* leaf_sigs = rt.seg_leaf_sigs.get(segment);
   PyObject* leaf_pos = rt.seg_leaf_pos.get(segment);
   const Py_ssize_t n = PyList_GET_SIZE(inputs);
-  PyObject* refs = untracked(PyTuple_New(n));
-  if (refs == nullptr) throw python_error();
-  try {
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* v = PyList_GET_ITEM(inputs, i);
-      PyObject* ref = nullptr;
-      if (Py_TYPE(v) == rt.lazy_type) {
-        PyObject* src = rt.lv_node.get(v);
-        if (rt.n_segment.get(src) != token) {
-          rt.seg_regular.set(segment, Py_False);
-          Py_DECREF(refs);
-          return;
-        }
-        ref = untracked(PyTuple_Pack(2, rt.n_position.get(src), rt.lv_index.get(v)));
-      } else if (Py_TYPE(v) == rt.array_type) {
-        PyObject* id = PyLong_FromVoidPtr(v);
-        if (id == nullptr) throw python_error();
-        PyObject* p = PyDict_GetItem(leaf_pos, id);
-        if (p == nullptr) {
-          p = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
-          PyObject* shape = p == nullptr ? nullptr : PyObject_GetAttr(v, rt.s_shape);
-          PyObject* dtype = shape == nullptr ? nullptr : PyObject_GetAttr(v, rt.s_dtype);
-          PyObject* sig = dtype == nullptr ? nullptr : PyTuple_Pack(2, shape, dtype);
-          Py_XDECREF(shape);
-          Py_XDECREF(dtype);
-          if (sig == nullptr || PyDict_SetItem(leaf_pos, id, p) < 0 || PyList_Append(leaves, v) < 0 ||
-              PyList_Append(leaf_sigs, sig) < 0) {
-            Py_XDECREF(sig);
-            Py_XDECREF(p);
-            Py_DECREF(id);
-            throw python_error();
-          }
-          Py_DECREF(sig);
-          Py_DECREF(p);  // the dict holds it
-        }
-        Py_DECREF(id);
-        ref = untracked(PyTuple_Pack(2, rt.minus_one, p));
-      } else {  // a dynamic Python number: one input per use
-        PyObject* p = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
-        ref = p == nullptr ? nullptr : untracked(PyTuple_Pack(2, rt.minus_one, p));
-        Py_XDECREF(p);
-        if (ref != nullptr && (PyList_Append(leaves, v) < 0 ||
-                               PyList_Append(leaf_sigs, reinterpret_cast<PyObject*>(Py_TYPE(v))) < 0)) {
-          Py_DECREF(ref);
+  // per input its (position, index): borrowed where an older object holds it, else kept in `made`
+  thread_local std::vector<std::pair<PyObject*, PyObject*>> wiring;
+  std::vector<OwnedRef> made;
+  wiring.clear();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* v = PyList_GET_ITEM(inputs, i);
+    if (Py_TYPE(v) == rt.lazy_type) {
+      PyObject* src = rt.lv_node.get(v);
+      if (rt.n_segment.get(src) != token) {
+        rt.seg_regular.set(segment, Py_False);
+        return;
+      }
+      wiring.emplace_back(rt.n_position.get(src), rt.lv_index.get(v));
+    } else if (Py_TYPE(v) == rt.array_type) {
+      OwnedRef id(PyLong_FromVoidPtr(v));
+      if (id.p == nullptr) throw python_error();
+      PyObject* p = PyDict_GetItem(leaf_pos, id.p);  // borrowed: the dict holds it
+      if (p == nullptr) {
+        OwnedRef position(PyLong_FromSsize_t(PyList_GET_SIZE(leaves)));
+        OwnedRef shape(position.p == nullptr ? nullptr : PyObject_GetAttr(v, rt.s_shape));
+        OwnedRef dtype(shape.p == nullptr ? nullptr : PyObject_GetAttr(v, rt.s_dtype));
+        OwnedRef sig(dtype.p == nullptr ? nullptr : PyTuple_Pack(2, shape.p, dtype.p));
+        if (sig.p == nullptr || PyDict_SetItem(leaf_pos, id.p, position.p) < 0 || PyList_Append(leaves, v) < 0 ||
+            PyList_Append(leaf_sigs, sig.p) < 0) {
           throw python_error();
         }
+        p = position.p;  // the dict holds it
       }
-      if (ref == nullptr) throw python_error();
-      PyTuple_SET_ITEM(refs, i, ref);
+      wiring.emplace_back(rt.minus_one, p);
+    } else {  // a dynamic Python number: one input per use
+      made.emplace_back(PyLong_FromSsize_t(PyList_GET_SIZE(leaves)));
+      PyObject* p = made.back().p;
+      if (p == nullptr || PyList_Append(leaves, v) < 0 ||
+          PyList_Append(leaf_sigs, reinterpret_cast<PyObject*>(Py_TYPE(v))) < 0) {
+        throw python_error();
+      }
+      wiring.emplace_back(rt.minus_one, p);
     }
-    PyObject* node_refs = rt.seg_refs.get(segment);
-    rt.n_segment.set(node, token);
-    PyObject* position = PyLong_FromSsize_t(PyList_GET_SIZE(node_refs));
-    if (position == nullptr) throw python_error();
-    rt.n_position.set_new(node, position);
-    PyObject* weak = untracked(PyWeakref_NewRef(node, nullptr));
-    if (weak == nullptr) throw python_error();
-    int rc = PyList_Append(node_refs, weak);
-    Py_DECREF(weak);
-    check(rc);
-    PyObject* node_key = untracked(PyTuple_Pack(2, uid, refs));
-    if (node_key == nullptr) throw python_error();
-    rc = PyList_Append(rt.seg_node_keys.get(segment), node_key);
-    Py_DECREF(node_key);
-    check(rc);
-  } catch (...) {
-    Py_DECREF(refs);
-    throw;
   }
-  Py_DECREF(refs);
+  PyObject* node_refs = rt.seg_refs.get(segment);
+  const Py_ssize_t position = PyList_GET_SIZE(node_refs);
+  rt.n_segment.set(node, token);
+  PyObject* position_obj = PyLong_FromSsize_t(position);
+  if (position_obj == nullptr) throw python_error();
+  rt.n_position.set_new(node, position_obj);
+  PyObject* weak = untracked(PyWeakref_NewRef(node, nullptr));
+  if (weak == nullptr) throw python_error();
+  const int rc = PyList_Append(node_refs, weak);
+  Py_DECREF(weak);
+  check(rc);
+  if (rt.seg_matching.get(segment) == Py_True) {
+    PyObject* expect = rt.seg_expect.get(segment);
+    if (position < PyTuple_GET_SIZE(expect) && same_key(PyTuple_GET_ITEM(expect, position), uid, wiring)) return;
+    rt.seg_matching.set(segment, Py_False);  // the agreeing prefix becomes the keys so far
+    OwnedRef prefix(PyTuple_GetSlice(expect, 0, position));
+    PyObject* keys = prefix.p == nullptr ? nullptr : PySequence_List(prefix.p);
+    if (keys == nullptr) throw python_error();
+    rt.seg_node_keys.set_new(segment, keys);
+  }
+  OwnedRef refs(untracked(PyTuple_New(n)));
+  if (refs.p == nullptr) throw python_error();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* ref = untracked(PyTuple_Pack(2, wiring[i].first, wiring[i].second));
+    if (ref == nullptr) throw python_error();
+    PyTuple_SET_ITEM(refs.p, i, ref);
+  }
+  OwnedRef node_key(untracked(PyTuple_Pack(2, uid, refs.p)));
+  if (node_key.p == nullptr) throw python_error();
+  check(PyList_Append(rt.seg_node_keys.get(segment), node_key.p));
 }
 
 // One dynamic input of a learned call, as the Python path passes it: the entry's constant, an argument's array,
@@ -1423,6 +1445,8 @@ void configure_recorder(PyObject* config) {
   rt.seg_leaf_sigs = slot_of(seg, "leaf_sigs");
   rt.seg_leaf_pos = slot_of(seg, "leaf_pos");
   rt.seg_regular = slot_of(seg, "regular");
+  rt.seg_expect = slot_of(seg, "expect");
+  rt.seg_matching = slot_of(seg, "matching");
   PyObject* cut = reinterpret_cast<PyObject*>(Py_TYPE(rt.cuts));
   rt.cut_tail = slot_of(cut, "tail");
   rt.cut_last_ids = slot_of(cut, "last_ids");

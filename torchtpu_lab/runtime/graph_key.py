@@ -37,21 +37,32 @@ untrack = _keep_tracked
 
 
 class Segment:
-    """What was recorded since the last sync, as a graph key under construction (owned by ``fused.PENDING``)."""
+    """What was recorded since the last sync, as a graph key under construction (owned by ``fused.PENDING``).
 
-    __slots__ = ("token", "refs", "node_keys", "leaves", "leaf_sigs", "leaf_pos", "regular")
+    A loop records the same graph at every step, so each new node's key is compared, as it is recorded, with the
+    key at the same position of the structure the last sync found (``expect``). While they agree nothing is
+    stored (``matching``: ``node_keys`` stays empty; the native core makes no key tuples either), and a sync whose
+    every node agreed takes ``expect`` and its plans as they are: no structure to build, hash or compare with the
+    stored one, which a step's other work has pushed out of the CPU caches. The first node that differs copies the
+    agreeing prefix (``expect``'s own tuples) into ``node_keys`` and recording goes on as without ``expect``."""
+
+    __slots__ = ("token", "refs", "node_keys", "leaves", "leaf_sigs", "leaf_pos", "regular", "expect", "plans",
+                 "matching")
 
     def __init__(self) -> None:
+        self.expect: Structure | None = None  # the canonical structure of the last sync built from a segment
+        self.plans: dict | None = None  # its plans (canonical's)
         self.reset()
 
     def reset(self) -> None:
         self.token = object()  # nodes of this segment carry it: an input from another segment is seen at once
         self.refs: list = []  # weak references to the nodes, in recording order
-        self.node_keys: list = []  # (op uid, wiring) per node, as fused._build_key lays them out
+        self.node_keys: list = []  # (op uid, wiring) per node, as fused._build_key lays them out (not matching)
         self.leaves: list = []
         self.leaf_sigs: list = []
         self.leaf_pos: dict = {}  # id(array) -> leaf position (an array read by several nodes is one input)
         self.regular = True
+        self.matching = self.expect is not None  # every node key so far is expect's at its position
 
     def add(self, node, lazy_type) -> None:
         """Note a just-recorded node (hot path)."""
@@ -79,12 +90,20 @@ class Segment:
                 refs.append((-1, len(leaves)))
                 leaves.append(v)
                 self.leaf_sigs.append(type(v))
+        position = len(self.refs)
         node.segment = self.token
-        node.position = len(self.refs)
+        node.position = position
         ref = weakref.ref(node)
         untrack(ref)
         self.refs.append(ref)
-        self.node_keys.append((node.uid, tuple(refs)))
+        key = (node.uid, tuple(refs))
+        if self.matching:
+            expect = self.expect
+            if position < len(expect) and expect[position] == key:
+                return
+            self.matching = False
+            self.node_keys = list(expect[:position])
+        self.node_keys.append(key)
 
     def key(self, targets: list):
         """``(nodes, node keys, leaves, leaf signatures, target wiring)`` of the graph that computes ``targets``
@@ -98,7 +117,12 @@ class Segment:
             if t.node.segment is not token:
                 return None
             wanted.append(t.node.position)
-        structure, plans = canonical(Structure(self.node_keys))
+        n = len(self.refs)
+        if self.matching and n == len(self.expect):
+            structure, plans = self.expect, self.plans
+        else:
+            structure, plans = canonical(Structure(self.expect[:n] if self.matching else self.node_keys))
+            self.expect, self.plans = structure, plans
         wanted = tuple(sorted(set(wanted)))
         plan = plans.get(wanted)
         if plan is None:
