@@ -97,16 +97,15 @@ def _appendable(tensors, dim: int):
         return None
     if x.device != piece.device:
         return None
-    d = dim % piece.ndim
-    if x.numel() == 0 and (x.ndim == 1 or x.shape == piece.shape[:d] + (0,) + piece.shape[d + 1:]):
+    xs, ps = tuple(x.shape), tuple(piece.shape)  # each a torch.Size made by PyTorch: read once
+    d = dim % len(ps)
+    if x.numel() == 0 and (len(xs) == 1 or xs == ps[:d] + (0,) + ps[d + 1:]):
         return (None, tensor.adopt(piece), d, False) if piece.numel() else None
-    if piece.ndim != x.ndim:
-        return None
-    if any(a != b for i, (a, b) in enumerate(zip(x.shape, piece.shape)) if i != d) or piece.shape[d] == 0:
+    if len(ps) != len(xs) or xs[:d] != ps[:d] or xs[d + 1:] != ps[d + 1:] or ps[d] == 0:
         return None
     x = tensor.adopt(x)
     padded = padded_length(x, d) is not None
-    if not padded and piece.shape[d] >= x.shape[d]:
+    if not padded and ps[d] >= xs[d]:
         return None  # two halves, not an append
     return x, tensor.adopt(piece), d, padded
 
