@@ -275,6 +275,17 @@ def test_host_to_device_copies_take_jaxs_cpp_transfer_and_keep_every_dtype(monke
     assert torch.tensor([[1, 2], [3, 4]], device="tpu").sum().item() == 10
     for view in (host.reshape(2, 3).t(), torch.randn(2, 3, 4).permute(2, 0, 1)[1:]):  # other layouts
         assert torch.equal(view.to("tpu").cpu(), view)
+    made = []
+    monkeypatch.setattr(transfer, "_shaped", lambda *a: made.append(a) or jax.core.ShapedArray(*a))
+    monkeypatch.setattr(transfer, "_avals", {})
+    for step in range(4):  # a batch of the same shape every step: its abstract value is made once
+        batch = torch.full((2, 7), float(step))
+        assert torch.equal(batch.to("tpu").cpu(), batch)
+    assert len(made) == 1
+    monkeypatch.setattr(transfer, "MAX_AVALS", 2)
+    for n in range(1, 6):  # bounded
+        assert torch.tensor([1.0] * n, device="tpu").cpu().tolist() == [1.0] * n
+        assert len(transfer._avals) <= 2
     monkeypatch.undo()
     with pytest.raises(TypeError):  # not the machine's byte order: JAX's own error, never its bytes misread
         transfer.to_device(np.arange(6, dtype=">f4"), 0)
