@@ -18,6 +18,7 @@ conversion (an internal function; a JAX that moved it), nothing is packed and ev
 from __future__ import annotations
 
 import inspect
+import operator
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -44,6 +45,7 @@ class Packing(NamedTuple):
     count: int
     float_dtype: type
     int_dtype: type
+    take: tuple  # per group (passed, floats, ints): its leaves as a tuple, picked in C (a step has hundreds)
 
 
 def plan(leaves: Sequence) -> Packing | None:
@@ -54,8 +56,17 @@ def plan(leaves: Sequence) -> Packing | None:
     if not (floats or ints) or not _weak_types():
         return None
     numbers = set(floats) | set(ints)
-    return Packing(tuple(i for i in range(len(leaves)) if i not in numbers), floats, ints, len(leaves),
-                   jax.dtypes.canonicalize_dtype(np.float64), jax.dtypes.canonicalize_dtype(np.int64))
+    passed = tuple(i for i in range(len(leaves)) if i not in numbers)
+    return Packing(passed, floats, ints, len(leaves), jax.dtypes.canonicalize_dtype(np.float64),
+                   jax.dtypes.canonicalize_dtype(np.int64), tuple(_picker(p) for p in (passed, floats, ints)))
+
+
+def _picker(positions: tuple) -> Callable[[Sequence], tuple]:
+    """The items of a sequence at ``positions``, as a tuple (``itemgetter`` of one position gives the item)."""
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda leaves: (leaves[i],)
+    return operator.itemgetter(*positions) if positions else (lambda leaves: ())
 
 
 def traced(fn: Callable, packing: Packing) -> Callable:
@@ -81,11 +92,12 @@ def traced(fn: Callable, packing: Packing) -> Callable:
 def arguments(packing: Packing, leaves: Sequence) -> list:
     """The executable's arguments for these leaves. A number out of its array's range raises ``OverflowError``, as
     JAX does for such a Python number."""
-    args = [leaves[i] for i in packing.passed]
+    passed, floats, ints = packing.take
+    args = list(passed(leaves))
     if packing.floats:
-        args.append(np.array([leaves[i] for i in packing.floats], packing.float_dtype))
+        args.append(np.array(floats(leaves), packing.float_dtype))
     if packing.ints:
-        args.append(np.array([leaves[i] for i in packing.ints], packing.int_dtype))
+        args.append(np.array(ints(leaves), packing.int_dtype))
     return args
 
 
