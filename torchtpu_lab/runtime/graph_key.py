@@ -7,8 +7,9 @@ step). :class:`Segment` does the second pass while recording — each new node's
 recorded — and the first is replaced by a plan worked out once per graph structure (:class:`_Plan`): which nodes
 the wanted values depend on (all of them, in a training step: the key built so far is the key), and when some
 are dead (a temporary whose result was dropped), the renumbered key of the live ones. A step that records the
-same ops at every iteration finds its structure (:func:`canonical`) and its plan, so a sync costs one hash and
-one comparison of the node keys, not a Python pass over every node. Otherwise (an input from before the last
+same ops at every iteration finds its structure and its plan without a Python pass over every node: its nodes'
+keys were compared with the last sync's structure as they were recorded (:class:`Segment`), or, when they
+differed, its structure is hashed and compared once (:func:`canonical`). Otherwise (an input from before the last
 sync, a failed input) :meth:`Segment.key` says so and the sync builds the key the long way; both ways give the
 same key for the same graph.
 """

@@ -52,7 +52,7 @@ def to_device(host: np.ndarray, device_index: int) -> jax.Array:
     aval = _avals.get(key)
     if aval is None:
         dtype = host.dtype
-        if not dtype.isnative or _canonical(dtype) != dtype:  # a big-endian array: the direct call reads its bytes as is
+        if not dtype.isnative or _canonical(dtype) != dtype:  # big-endian: the direct call reads its bytes as is
             return jax.device_put(host, device)
         if len(_avals) >= MAX_AVALS:
             _avals.clear()
