@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torchtpu_lab
-from torchtpu_lab import telemetry
+from torchtpu_lab import caches, telemetry
 from torchtpu_lab.runtime import fused, packed_numbers
 
 
@@ -45,11 +45,21 @@ def test_numbers_are_packed_and_keep_values_dtypes_and_one_program(steps):
     assert p.count == len(p.passed) + len(p.floats) + len(p.ints)
 
 
-def test_packed_numbers_give_the_bits_one_argument_per_number_gives(monkeypatch):
+def test_packed_numbers_give_the_bits_one_argument_per_number_gives(monkeypatch, tmp_path):
     """Packing changes how numbers reach the program, never a result: every bit is what the graph gives with
-    each number an argument of its own (float32, bfloat16 and int64 tensors meeting floats and ints)."""
-    from torchtpu_lab import caches
+    each number an argument of its own (float32, bfloat16 and int64 tensors meeting floats and ints). With the
+    persistent cache on, each convention finds its own executable on disk, never the other's."""
+    from torchtpu_lab.runtime import compile_cache
 
+    previous = compile_cache.settings()
+    assert compile_cache.enable(str(tmp_path / "cache")) is not None
+    try:
+        _bits_both_ways(monkeypatch)
+    finally:
+        compile_cache.use_settings(previous)
+
+
+def _bits_both_ways(monkeypatch):
     x, h, i = torch.randn(64), torch.randn(64).bfloat16(), torch.arange(1, 65)
     ta, th, ti = x.to("tpu"), h.to("tpu"), i.to("tpu")
     results = []

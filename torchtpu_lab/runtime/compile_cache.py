@@ -234,9 +234,10 @@ def _context() -> tuple:
     return ctx
 
 
-def disk_key(kind: str, signature, device, donate: tuple = ()) -> str | None:
+def disk_key(kind: str, signature, device, donate: tuple = (), convention: str = "") -> str | None:
     """The file name stem of an executable, or ``None`` when the cache is off or the signature has no stable
-    encoding. ``device``: the ``jax.Device`` the executable runs on."""
+    encoding. ``device``: the ``jax.Device`` the executable runs on; ``convention``: how its arguments are laid
+    out when more than one layout serves the same signature (a fused graph's numbers packed or not)."""
     if _state["dir"] is None or device is None:
         return None
     if jax.process_count() > 1:
@@ -245,7 +246,8 @@ def disk_key(kind: str, signature, device, donate: tuple = ()) -> str | None:
         # Ranks compile (JAX's own in-memory caches still serve repeats); measured, not guessed: see
         # tests/test_distributed.py with a warm cache directory.
         return None
-    return digest(_context(), kind, signature, tuple(donate), device.platform, device.device_kind, device.id)
+    return digest(_context(), kind, signature, tuple(donate), convention, device.platform, device.device_kind,
+                  device.id)
 
 
 # ---- entries ---------------------------------------------------------------------------------------------
@@ -451,7 +453,8 @@ def store_facts(kind: str, signature, device, facts: dict) -> bool:
     return _write_entry(key, _FACTS_SUFFIX, json.dumps({"key": key, "facts": facts}).encode(), b"")
 
 
-def executable(fn, args: list, kind: str, signature, device, donate: tuple = (), checks: list | None = None):
+def executable(fn, args: list, kind: str, signature, device, donate: tuple = (), checks: list | None = None,
+               convention: str = ""):
     """``jax.jit(fn, donate_argnums=donate)`` compiled for ``args`` — or, with the cache on and an entry for
     (``kind``, ``signature``, ``device``), loaded from disk without tracing ``fn`` at all.
 
@@ -461,7 +464,7 @@ def executable(fn, args: list, kind: str, signature, device, donate: tuple = (),
     checks its flag outputs belong to; stored with the executable and filled from disk on a hit, since then
     nothing traces it (without them the flags would go uninspected and bad input would pass silently)."""
     telemetry.count("xla_compile_requests")
-    key = disk_key(kind, signature, device, donate)
+    key = disk_key(kind, signature, device, donate, convention)
     if key is not None:
         loaded = PREFETCHER.take(key) or load(key, device)
         if loaded is not None:

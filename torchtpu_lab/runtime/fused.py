@@ -451,7 +451,8 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
             if packing is not None:
                 fn, args = packed_numbers.traced(fn, packing), packed_numbers.arguments(packing, leaves)
             executable, from_disk = compile_cache.executable(fn, args, "graph", key, device,
-                                                             packed_numbers.donated(packing, key.donate))
+                                                             packed_numbers.donated(packing, key.donate),
+                                                             convention=packed_numbers.convention(packing))
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             with interrupts.deferred():
                 _clear(pending)

@@ -11,8 +11,10 @@ Python number argument is, so type promotion, the program's values and every nod
 ``bool`` (a strong type in JAX), NumPy scalars and arrays are passed as before.
 
 Which leaves are numbers follows from the graph's key (a number's leaf signature is its type), so the packing is
-a function of the key: the persistent cache's executables need nothing stored beside them. Without JAX's weak-type
-conversion (an internal function; a JAX that moved it), nothing is packed and every number is an argument.
+a function of the key; the persistent cache keys an executable by whether it takes its numbers packed
+(:func:`convention`), since a process without JAX's conversion, or with packing turned off, compiles the same
+graph unpacked. Without JAX's weak-type conversion (an internal function; a JAX that moved it), nothing is packed
+and every number is an argument.
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ def arguments(packing: Packing, leaves: Sequence) -> list:
     if packing.ints:
         args.append(np.array(ints(leaves), packing.int_dtype))
     return args
+
+
+def convention(packing: Packing | None) -> str:
+    """How a graph's executable takes its arguments, for the persistent cache's key: with and without packing
+    the same graph is two executables (its own calling convention each)."""
+    return "" if packing is None else f"numbers packed as {packing.float_dtype}, {packing.int_dtype}"
 
 
 def donated(packing: Packing | None, donate: tuple) -> tuple:
