@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import torch
 
 import torchtpu_lab
@@ -19,8 +18,8 @@ def _compute(a, h, i, s: float, n: int):
     return (a * s + 3, h * s, h + n, i * n + 2, i / n, a * True, (a > s).to(torch.int64) * n, a.pow(n) - s * n)
 
 
-@pytest.mark.parametrize("steps", [3])
-def test_numbers_are_packed_and_keep_values_dtypes_and_one_program(steps):
+def test_numbers_are_packed_and_keep_values_dtypes_and_one_program():
+    steps = 3
     x = torch.randn(4)
     h = torch.randn(4).bfloat16()
     i = torch.arange(1, 5)

@@ -73,7 +73,7 @@ def _picker(positions: tuple) -> Callable[[Sequence], tuple]:
 
 def traced(fn: Callable, packing: Packing) -> Callable:
     """``fn`` (a function of the graph's leaves) as a function of the packed arguments."""
-    passed, floats, ints, count = packing[:4]
+    passed, floats, ints, count = packing.passed, packing.floats, packing.ints, packing.count
 
     def run(*args):
         leaves: list = [None] * count
