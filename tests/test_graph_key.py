@@ -20,11 +20,11 @@ def checked(monkeypatch):
             tally["walked"] += 1
             return None
         tally["incremental"] += 1
-        nodes, node_keys, leaves, leaf_sigs, target_refs = built
+        live_nodes, node_keys, leaves, leaf_sigs, target_refs, _ = built
         walked = fused._topo(targets)
-        full, full_leaves = fused._build_key(walked, targets)
-        assert [id(n) for n in nodes] == [id(n) for n in walked]
-        assert (node_keys, leaf_sigs, target_refs) == (full.nodes, full.leaves, full.targets)
+        full_keys, full_leaves, full_sigs, full_targets = fused._build_key(walked, targets)
+        assert [id(n) for n in live_nodes()] == [id(n) for n in walked]
+        assert (node_keys, leaf_sigs, target_refs) == (full_keys, full_sigs, full_targets)
         assert [id(v) if isinstance(v, torch.Tensor) else v for v in leaves] == \
                [id(v) if isinstance(v, torch.Tensor) else v for v in full_leaves]
         return built

@@ -33,6 +33,7 @@ anything but the device.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import weakref
@@ -42,7 +43,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .. import caches, config, interrupts, telemetry
-from ..device.storage import FailedValue, store_all
+from ..device.storage import FailedValue, holding, store_all
 from ..telemetry import SyncReason
 from ..device import memory
 from . import graph_key, packed_numbers, program_cost
@@ -254,10 +255,11 @@ def _leaf_sig(v) -> tuple:
     return ("s", type(v))
 
 
-def _build_key(nodes: list[Node], targets: list[LazyValue]):
-    """The graph's in-memory key — flat tuples of ints, shapes and dtypes, cheap to hash (each node stands as its
-    op's ``uid``) — and its leaf inputs. :func:`_signature` expands it into the full :class:`GraphSignature`
-    (with every op signature) on a cache miss only."""
+def _build_key(nodes: list[Node], targets: list[LazyValue]) -> tuple:
+    """``(node keys, leaves, leaf signatures, target wiring)``: the graph's in-memory key but for donation — flat
+    tuples of ints, shapes and dtypes, cheap to hash (each node stands as its op's ``uid``) — and its leaf
+    inputs. :func:`_signature` expands it into the full :class:`GraphSignature` (with every op signature) on a
+    cache miss only."""
     position = {id(n): i for i, n in enumerate(nodes)}
     leaves: list = []
     leaf_pos: dict[int, int] = {}
@@ -281,29 +283,50 @@ def _build_key(nodes: list[Node], targets: list[LazyValue]):
         node_keys.append((n.uid, tuple(refs)))
     target_refs = tuple((position[id(t.node)], t.index) for t in targets)
     leaf_sigs = tuple(_fast_leaf_sig(v) for v in leaves)
-    key = GraphSignature(graph_key.canonical(graph_key.Structure(node_keys))[0], leaf_sigs, target_refs,
-                         _donate(leaves, leaf_sigs, targets))
-    return key, leaves
+    return graph_key.canonical(graph_key.Structure(node_keys))[0], leaves, leaf_sigs, target_refs
 
 
-def _donate(leaves: list, leaf_sigs: tuple, targets: list[LazyValue]) -> tuple:
+def _donate(leaves: list, candidates: tuple, reusable: tuple) -> tuple:
     """Leaf positions whose buffers the graph may reuse for its outputs.
 
     A leaf buffer no live storage holds any more (the old value of a parameter the optimizer just updated, a
     temporary) is donated, so a training step does not keep two copies of the model. Only buffers an output can
-    reuse (same shape and dtype) are worth donating; XLA warns about the rest. An array's leaf signature is its
-    ``(shape, dtype)`` (a number's is its type), which is what an output must match."""
-    reusable = Counter((t.shape, t.dtype) for t in targets)  # numpy dtypes: str() of one is slow
+    reuse (same shape and dtype) are worth donating (XLA warns about the rest): ``candidates`` and
+    ``reusable`` (:func:`_reusable`) say which leaves could be, and how many of each signature."""
+    left = list(reusable)
     donate = []
     is_held = memory.is_held
-    for i, sig in enumerate(leaf_sigs):
-        if type(sig) is tuple and reusable[sig] > 0 and not is_held(leaves[i]):
-            reusable[sig] -= 1
+    for i, k in candidates:
+        n = left[k]
+        if n and not is_held(leaves[i]):
+            left[k] = n - 1
             donate.append(i)
     return tuple(donate)
 
 
-def _alias_order(targets: list[LazyValue], leaves: list, donate: tuple, storages: list, prior: dict) -> list | None:
+def _reusable(leaf_sigs: tuple, target_refs: tuple, targets: list[LazyValue], memo: dict | None) -> tuple:
+    """``(candidates, reusable)``: ``(position, k)`` of each array leaf with the shape and dtype of some target,
+    where ``reusable[k]`` counts the targets of that signature. An array's leaf signature is its
+    ``(shape, dtype)`` (a number's is its type), which is what an output must match. A function of the leaf
+    signatures and of the targets' shapes and dtypes, which their wiring into the graph's structure fixes: so
+    worked out once per graph when ``memo`` (its plan's) holds the very objects of its last sync."""
+    known = memo.get("reusable") if memo is not None else None
+    if known is not None and known[0] is leaf_sigs and known[1] is target_refs:
+        return known[2], known[3]
+    counts = Counter(map(_SHAPE_DTYPE, targets))  # numpy dtypes: str() of one is slow
+    slot = {sig: k for k, sig in enumerate(counts)}
+    candidates = tuple((i, slot[sig]) for i, sig in enumerate(leaf_sigs) if type(sig) is tuple and sig in slot)
+    reusable = tuple(counts.values())
+    if memo is not None:
+        memo["reusable"] = (leaf_sigs, target_refs, candidates, reusable)
+    return candidates, reusable
+
+
+_SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
+
+
+def _alias_order(targets: list[LazyValue], leaves: list, leaf_sigs: tuple, donate: tuple, storages: list,
+                 held: list, prior: dict) -> list | None:
     """A permutation of ``targets`` that makes each donated buffer the output it is the old value of.
 
     JAX pairs each output, in order, with the first donated input of the same shape and dtype not paired yet.
@@ -313,37 +336,57 @@ def _alias_order(targets: list[LazyValue], leaves: list, donate: tuple, storages
     update) come first, in leaf order; a donated leaf with no such output gets the first other output of its
     shape and dtype, so the pairs after it do not shift. ``None``: recording order already does (nothing to
     pair). The order only decides which buffers alias which outputs — never a value — and is part of the
-    graph's key, so a step that records the same ops gets the same order and the same executable."""
+    graph's key, so a step that records the same ops gets the same order and the same executable.
+    ``held[i]``: the placeholder ``storages[i]`` holds."""
     if not donate or not prior:
         return None
     donated = {id(leaves[i]): i for i in donate}
     position = {id(v): j for j, v in enumerate(targets)}
     update: dict[int, int] = {}  # donated leaf position -> position of the target that replaces it
-    for s in storages:
+    for s, v in zip(storages, held):
         leaf = donated.get(prior.get(id(s)))
-        j = position.get(id(s.held))
-        if leaf is None or j is None or leaf in update:
+        if leaf is None or leaf in update:
             continue
-        old, new = leaves[leaf], targets[j]
-        if tuple(old.shape) == tuple(new.shape) and old.dtype == new.dtype:
-            update[leaf] = j
+        if leaf_sigs[leaf] == (v.shape, v.dtype):
+            update[leaf] = position[id(v)]
     if not update:
         return None
-    paired = set(update.values())
-    spare: dict = {}  # (shape, dtype) -> the other targets, in recording order
-    for j, v in enumerate(targets):
-        if j not in paired:
-            spare.setdefault((tuple(v.shape), v.dtype), deque()).append(j)
+    spare: dict | None = None  # (shape, dtype) -> the other targets, in recording order (made when first needed)
     first: list[int] = []
     for i in donate:
         j = update.get(i)
         if j is None:
-            others = spare.get((tuple(leaves[i].shape), leaves[i].dtype))
+            if spare is None:
+                spare = _spare(targets, set(update.values()))
+            others = spare.get(leaf_sigs[i])
             j = others.popleft() if others else None
         if j is not None:
             first.append(j)
     taken = set(first)
     return first + [j for j in range(len(targets)) if j not in taken]
+
+
+def _spare(targets: list[LazyValue], paired: set) -> dict:
+    spare: dict = {}
+    for j, v in enumerate(targets):
+        if j not in paired:
+            sig = (v.shape, v.dtype)
+            others = spare.get(sig)
+            if others is None:
+                others = spare[sig] = deque()
+            others.append(j)
+    return spare
+
+
+def _same(memo: dict, part: str, value: tuple) -> graph_key.Hashed:
+    """``value``, as the equal object the last sync of this graph used when there is one (``memo``: the graph's
+    plan's): the graph cache then hashes the key's parts once and compares them by identity, where each lookup
+    hashed and compared a few hundred tuples (~30 us of a training step's sync)."""
+    last = memo.get(part)
+    if last is not None and last == value:
+        return last
+    memo[part] = value = graph_key.Hashed(value)
+    return value
 
 
 def _fast_leaf_sig(v) -> tuple:
@@ -355,13 +398,13 @@ def _fast_leaf_sig(v) -> tuple:
 def _signature(nodes: list[Node], fast: GraphSignature, leaves: list) -> GraphSignature:
     """The full signature of a graph from its in-memory key (every node's op signature spelled out)."""
     return GraphSignature(tuple(NodeSignature(n.key, refs) for n, (_, refs) in zip(nodes, fast.nodes)),
-                          tuple(_leaf_sig(v) for v in leaves), fast.targets, fast.donate)
+                          tuple(_leaf_sig(v) for v in leaves), tuple(fast.targets), tuple(fast.donate))
 
 
-def _leaf_device(leaves: list):
+def _leaf_device(leaves: list, leaf_sigs: tuple):
     """The device a graph runs on (its array inputs'), or ``None`` when it has none (then not cached on disk)."""
-    for v in leaves:
-        if isinstance(v, jax.Array):
+    for v, sig in zip(leaves, leaf_sigs):
+        if type(sig) is tuple:  # an array's (a number's signature is its type)
             return next(iter(v.devices()))
     return None
 
@@ -404,45 +447,52 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
 
 def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     pending = PENDING
-    storages = [s for s in (r() for r in pending.storages.values()) if s is not None and isinstance(s.held, LazyValue)]
+    storages, held = holding(pending.storages.values(), LazyValue)
     extra = list(pending.extra)
     n_recorded = pending.recorded
     if not storages and not extra:
         _clear(pending)
         return
     sync_event = telemetry.record_sync(reason, n_recorded, source, detail) if record else None
-    targets: list[LazyValue] = []
-    index: dict[int, int] = {}
-    wanted = {id(s.held): s.held for s in storages}
-    wanted.update((id(v), v) for values, _ in extra for v in values)
-    for v in sorted(wanted.values(), key=lambda v: (v.node.seq, v.index)):
-        index[id(v)] = len(targets)
-        targets.append(v)
+    wanted = {id(v): v for v in held}
+    for values, _ in extra:
+        for v in values:
+            wanted[id(v)] = v
+    targets: list[LazyValue] = sorted(wanted.values(), key=_RECORDING_ORDER)
     built = pending.segment.key(targets)
     if built is not None:  # the key was built while recording (graph_key.py)
-        nodes, node_keys, leaves, leaf_sigs, target_refs = built
-        key = GraphSignature(node_keys, leaf_sigs, target_refs, _donate(leaves, leaf_sigs, targets))
+        live_nodes, node_keys, leaves, leaf_sigs, target_refs, memo = built
     else:
-        nodes = _topo(targets)
+        nodes, memo = _topo(targets), None
+        live_nodes = lambda: nodes  # noqa: E731
         try:
-            key, leaves = _build_key(nodes, targets)
+            node_keys, leaves, leaf_sigs, target_refs = _build_key(nodes, targets)
         except Exception as e:  # noqa: BLE001 — an input was poisoned by an earlier failure
             for s in storages:
                 s.array = Poisoned(e, s.shape, None)
             _clear(pending)
             raise
-    order = _alias_order(targets, leaves, key.donate, storages, pending.prior)
+    if memo is not None:
+        leaf_sigs, target_refs = _same(memo, "leaves", leaf_sigs), _same(memo, "targets", target_refs)
+    donate = _donate(leaves, *_reusable(leaf_sigs, target_refs, targets, memo))
+    order = _alias_order(targets, leaves, leaf_sigs, donate, storages, held, pending.prior)
     if order is not None:
         targets = [targets[j] for j in order]
-        key = key._replace(targets=tuple(key.targets[j] for j in order))
-        index = {id(v): j for j, v in enumerate(targets)}
-    device = _leaf_device(leaves)  # the same graph on another device is another executable
+        target_refs = tuple(map(target_refs.__getitem__, order))
+        if memo is not None:
+            target_refs = _same(memo, "ordered", target_refs)
+    if memo is not None:
+        donate = _same(memo, "donate", donate)
+    key = GraphSignature(node_keys, leaf_sigs, target_refs, donate)
+    n_nodes = len(node_keys)
+    device = _leaf_device(leaves, leaf_sigs)  # the same graph on another device is another executable
     compiled = GRAPHS.get((key, device))
     hit = compiled is not None
     t0 = time.perf_counter()
     if compiled is None:
         from . import compile_cache, compile_events
 
+        nodes = live_nodes()
         fast, key = key, _signature(nodes, key, leaves)
         cause, site = compile_events.graph_cause(key, nodes)
         packing = packed_numbers.plan(leaves)
@@ -456,8 +506,8 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             with interrupts.deferred():
                 _clear(pending)
-                _fail(nodes, targets, storages, index, e, extra)
-        compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable), packing)
+                _fail(nodes, storages, e, extra)
+        compiled = GraphExecutable(executable, n_nodes, memory.analysis(executable), packing)
         GRAPHS.put((fast, device), compiled)
         compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk,
                                     site=site)
@@ -465,7 +515,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     else:
         telemetry.count("graph_cache_hits")
     device_index = storages[0].device_index if storages else 0
-    memory.executing(compiled.memory, device_index, f"graph[{len(nodes)} ops]")
+    memory.executing(compiled.memory, device_index, f"graph[{n_nodes} ops]")
     # From here to the commit, donated buffers are consumed and results exist only in locals: no interrupt.
     with interrupts.deferred():
         _clear(pending)
@@ -475,18 +525,22 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
             results = compiled.fn(*(leaves if packing is None else packed_numbers.arguments(packing, leaves)))
             launch_look = program_cost.look_at_launch(results)
         except Exception as e:  # noqa: BLE001
-            _fail(nodes, targets, storages, index, e, extra)
+            _fail(live_nodes(), storages, e, extra)
         for v, r in zip(targets, results):
             v.value = r
-        store_all(storages, [s.held.value for s in storages])
+        store_all(storages, [v.value for v in held])
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
-    telemetry.count("graph_ops_executed", len(nodes))
-    run = telemetry.record_execute(f"graph[{len(nodes)} ops]", t0, len(nodes), hit,
+    telemetry.count("graph_ops_executed", n_nodes)
+    run = telemetry.record_execute(f"graph[{n_nodes} ops]", t0, n_nodes, hit,
                                    **program_cost.run_detail(compiled.fn, not hit))
     program_cost.time_run(run, results, device_index, launch_look)  # its device time, without waiting (profiled)
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
+
+
+#: a sync lays its targets out in recording order
+_RECORDING_ORDER = operator.attrgetter("node.seq", "index")
 
 
 def _clear(pending: PendingWork) -> None:
@@ -504,7 +558,7 @@ def _finish(extra: list) -> None:
             callback([v.value for v in values])
 
 
-def _fail(nodes, targets, storages, index, error, extra=()):
+def _fail(nodes, storages, error, extra=()):
     """Replay node by node to find the op that fails; poison what depends on it; raise naming the op."""
     values: dict[int, list] = {}
     culprit, culprit_error = None, error

@@ -16,6 +16,7 @@ same key for the same graph.
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 import jax
@@ -107,51 +108,63 @@ class Segment:
         self.node_keys.append(key)
 
     def key(self, targets: list):
-        """``(nodes, node keys, leaves, leaf signatures, target wiring)`` of the graph that computes ``targets``
-        when all of it was recorded in this segment, else ``None`` (then the caller walks the graph). The node
-        keys are a canonical :class:`Structure`: the same object for the same graph at every sync."""
+        """``(live nodes, node keys, leaves, leaf signatures, target wiring, memo)`` of the graph that computes
+        ``targets`` when all of it was recorded in this segment, else ``None`` (then the caller walks the graph).
+        The node keys are a canonical :class:`Structure`: the same object for the same graph at every sync.
+        ``live nodes`` is a function giving the graph's nodes, called only when a sync needs them (a compile or a
+        failure: a hit needs none). ``memo``: a dict kept with this graph's plan for what a sync derives from it
+        (see ``fused._same``)."""
         if not self.regular:
             return None
-        wanted = []
         token = self.token
-        for t in targets:
-            if t.node.segment is not token:
+        nodes_of = list(map(_NODE, targets))
+        for n in nodes_of:
+            if n.segment is not token:
                 return None
-            wanted.append(t.node.position)
+        positions = list(map(_POSITION, nodes_of))
         n = len(self.refs)
         if self.matching and n == len(self.expect):
             structure, plans = self.expect, self.plans
         else:
             structure, plans = canonical(Structure(self.expect[:n] if self.matching else self.node_keys))
             self.expect, self.plans = structure, plans
-        wanted = tuple(sorted(set(wanted)))
+        wanted = tuple(sorted(set(positions)))
         plan = plans.get(wanted)
         if plan is None:
             if len(plans) >= MAX_PLANS:  # a graph whose values are read in ever new subsets: bounded
                 plans.clear()
             plan = plans[wanted] = _Plan(structure, wanted)
-        nodes = [r() for r in self.refs]
-        position = plan.position
-        target_refs = tuple((position[t.node.position], t.index) for t in targets)
-        if plan.kept is None:  # every node is live
-            return nodes, structure, self.leaves, tuple(self.leaf_sigs), target_refs
+        refs, kept = self.refs, plan.kept  # this segment's (a reset makes new ones)
+        target_refs = tuple(zip(map(plan.position.__getitem__, positions), map(_INDEX, targets)))
+        if kept is None:  # every node is live
+            return (lambda: [r() for r in refs]), structure, self.leaves, tuple(self.leaf_sigs), target_refs, plan.memo
         leaves, leaf_sigs = self.leaves, self.leaf_sigs
-        return ([nodes[i] for i in plan.kept], plan.structure, [leaves[j] for j in plan.leaf_order],
-                tuple(leaf_sigs[j] for j in plan.leaf_order), target_refs)
+        return ((lambda: [refs[i]() for i in kept]), plan.structure, [leaves[j] for j in plan.leaf_order],
+                tuple(leaf_sigs[j] for j in plan.leaf_order), target_refs, plan.memo)
 
 
-class Structure(tuple):
-    """A graph's node keys — ``(uid, wiring)`` per node — hashed once: a sync looks its graph up several times
-    (its canonical structure, its live part, the compiled graph), and hashing a few hundred nested tuples each
-    time cost more than the lookups did (GPT-2's step: ~0.4 ms)."""
+_NODE = operator.attrgetter("node")
+_POSITION = operator.attrgetter("position")
+_INDEX = operator.attrgetter("index")
 
-    def __new__(cls, keys):
-        self = tuple.__new__(cls, keys)
+
+class Hashed(tuple):
+    """A tuple that hashes once. A sync looks its graph up by a key made of a few long tuples; when they are the
+    very objects the last lookup used, the lookup neither rehashes them nor compares them element by element."""
+
+    def __new__(cls, items):
+        self = tuple.__new__(cls, items)
         self.hash = tuple.__hash__(self)
         return self
 
     def __hash__(self) -> int:
         return self.hash
+
+
+class Structure(Hashed):
+    """A graph's node keys — ``(uid, wiring)`` per node — hashed once: a sync looks its graph up several times
+    (its canonical structure, its live part, the compiled graph), and hashing a few hundred nested tuples each
+    time cost more than the lookups did (GPT-2's step: ~0.4 ms)."""
 
 
 #: canonical Structure -> (itself, {wanted positions: _Plan}); about as many as the compiled graphs they key
@@ -181,9 +194,10 @@ class _Plan:
     nodes and leaves are renumbered in the same order, so both ways give the same key. ``kept`` is ``None``
     when every node is live."""
 
-    __slots__ = ("kept", "structure", "leaf_order", "position")
+    __slots__ = ("kept", "structure", "leaf_order", "position", "memo")
 
     def __init__(self, structure: Structure, wanted: tuple):
+        self.memo: dict = {}
         live = [False] * len(structure)
         for p in wanted:
             live[p] = True
