@@ -112,10 +112,13 @@ def test_native_factory_makes_what_the_python_factory_makes():
     try:
         reference = tensor.make(storage, None)
     finally:
-        tensor.use_native_factory(native.module().new_tensor)
+        core = native.module()
+        tensor.use_native_factory(core.new_tensor, (core.storage_ref, core.set_storage_ref))
     for t in (made, reference):
         assert type(t) is tensor.TpuTensor and t.tpu_storage is storage and t.tpu_view is None
-        assert t.untyped_storage()._tpu_ref == (storage, None)
+        assert tensor.storage_ref(t) == (storage, None)
+    assert "_tpu_ref" not in made.untyped_storage().__dict__  # the core keeps the pair in C++
+    assert reference.untyped_storage()._tpu_ref == (storage, None)
     assert (made.shape, made.stride(), made.dtype, made.device) == \
         (reference.shape, reference.stride(), reference.dtype, reference.device)
     # no data behind either: what tied-weight checks and FSDP's storage helpers read is the same in both modes
@@ -124,6 +127,39 @@ def test_native_factory_makes_what_the_python_factory_makes():
     # autograd's saved outputs are shallow copies: plain tensors that adopt() recovers through the storage
     plain = torch.Tensor._make_subclass(torch.Tensor, made)
     assert tensor.adopt(plain).tpu_storage is storage
+
+
+@needs_core
+def test_native_outputs_keep_their_data_with_the_torch_storage_not_on_a_python_object():
+    """An op's output makes no Python storage object (with a dict and a tuple): three objects the garbage
+    collector tracked per result. The pair lives with the torch storage, where a shallow copy finds it, and an
+    in-place geometry change re-points it for every copy sharing that storage."""
+    import gc
+
+    a = torch.randn(4, 6).to("tpu")
+
+    def storage_objects() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) is torch.UntypedStorage)
+
+    with torchtpu_lab.eager_mode("fused"):
+        before = storage_objects()
+        outs = [a * float(i) for i in range(50)]
+        assert storage_objects() - before < 5
+        torchtpu_lab.sync()
+    y = outs[7]
+    assert tensor.storage_ref(y) == (y.tpu_storage, None)
+    shallow = torch.Tensor._make_subclass(torch.Tensor, y)  # what autograd saves: a plain tensor, same storage
+    assert tensor.adopt(shallow).tpu_storage is y.tpu_storage
+    y.t_()  # in place: y points at a transposed view of its storage now
+    assert tensor.storage_ref(y) == (y.tpu_storage, y.tpu_view) and y.tpu_view is not None
+    assert torch.equal(tensor.adopt(torch.Tensor._make_subclass(torch.Tensor, y)).cpu(), (a * 7.0).cpu().t())
+    # the Storage lives as long as the torch storage and no longer
+    import weakref
+
+    gone = weakref.ref(outs[3].tpu_storage)
+    del outs[3]
+    gc.collect()
+    assert gone() is None
 
 
 @needs_core

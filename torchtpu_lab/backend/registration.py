@@ -70,7 +70,7 @@ def _register_native(core) -> None:
     if hasattr(core, "configure_ledger"):  # memory accounting's writes in C (device/storage.py)
         storage.use_native_ledger(core)
     if hasattr(core, "new_tensor"):  # every op's output tensor made in one C++ call (device/tensor.py)
-        tensor.use_native_factory(core.new_tensor)
+        tensor.use_native_factory(core.new_tensor, (core.storage_ref, core.set_storage_ref))
     if platform.info.cache_info().currsize:  # the platform is already known: tell the guard its device count
         native.set_device_count(len(platform.info().devices))
 

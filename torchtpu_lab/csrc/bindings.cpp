@@ -16,6 +16,8 @@ namespace torchtpu {
 void register_guard();
 void register_hooks();
 PyObject* new_tensor(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+PyObject* storage_ref(PyObject* module, PyObject* t);
+PyObject* set_storage_ref(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 }  // namespace torchtpu
 
 namespace py = pybind11;
@@ -43,6 +45,12 @@ PyMethodDef fast_methods[] = {
      METH_FASTCALL,
      "new_tensor(cls, sizes, strides, dtype, device_index, storage, view): a tpu tensor of class cls over "
      "storage/view, made in one call (device/tensor.py's make)."},
+    {"storage_ref", &torchtpu::storage_ref, METH_O,
+     "storage_ref(t) -> (storage, view) kept with t's torch storage by new_tensor, or None (device/tensor.py)."},
+    {"set_storage_ref", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::set_storage_ref)),
+     METH_FASTCALL,
+     "set_storage_ref(t, storage, view) -> bool: re-point the pair kept with t's torch storage (False: not one "
+     "new_tensor made)."},
     {"ledger_acquire", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::ledger_acquire_py)),
      METH_FASTCALL, "acquire(array, device_index, nbytes, origin=None): device/memory.py's acquire (ledger.h)."},
     {"ledger_release", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::ledger_release_py)),

@@ -8,16 +8,19 @@
 // The storage holds no data (tpu values live in JAX arrays): a null pointer and zero bytes on PrivateUse1, as
 // the pure-Python factory's storage reports, so code that reads `data_ptr()` or `nbytes()` (tied-weight checks,
 // FSDP's storage helpers) sees the same in both modes. Python's `device/tensor.py` keeps the protocol:
-// `tpu_storage`/`tpu_view` on the tensor, and `_tpu_ref = (storage, view)` on the torch storage's Python object
-// (autograd's shallow copies find it there).
+// `tpu_storage`/`tpu_view` on the tensor, and the pair `(storage, view)` with the torch storage, where
+// autograd's shallow copies (new TensorImpls sharing it) find it. The pure-Python factory puts the pair on the
+// torch storage's Python object (`_tpu_ref`); here it is the storage's DataPtr context (`storage_ref`), so no
+// Python storage object, dict and tuple are made per output: three objects the garbage collector tracked for
+// every op's result, and ~5% of a recorded op.
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
+#include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
-#include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "tensor_factory.h"
@@ -50,16 +53,46 @@ c10::SmallVector<int64_t, 6> int_list(PyObject* seq, const char* what) {
   return out;
 }
 
+// The DataPtr deleter of a tpu storage: drops its `(storage, view)` context (the data model's Storage alone for a
+// base tensor, the pair for a view). It may run on a thread without the GIL (autograd's device threads free saved
+// tensors), as PyTorch's own drop of a storage's Python object does; after the interpreter is gone the reference
+// goes with the process.
+void drop_ref(void* context) {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+#else
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+#endif
+  PyGILState_STATE gil = PyGILState_Ensure();
+  Py_DECREF(static_cast<PyObject*>(context));
+  PyGILState_Release(gil);
+}
+
+// A data-less DataPtr on `device` whose context is `storage` (view None) or `(storage, view)`.
+c10::DataPtr ref_ptr(PyObject* storage_obj, PyObject* view, c10::Device device) {
+  PyObject* context = view == Py_None ? Py_NewRef(storage_obj) : PyTuple_Pack(2, storage_obj, view);
+  if (context == nullptr) throw python_error();
+  return c10::DataPtr(nullptr, context, &drop_ref, device);
+}
+
+// The torch storage of `t` when it is one this file made (its DataPtr's deleter is drop_ref), else nullptr.
+// `unsafe_storage` does not throw for tensors whose storage access does (functorch and functional wrappers).
+c10::StorageImpl* own_storage(PyObject* t) {
+  if (!THPVariable_Check(t)) return nullptr;
+  const c10::Storage& storage = THPVariable_Unpack(t).unsafeGetTensorImpl()->unsafe_storage();
+  if (!storage || storage.data_ptr().get_deleter() != &drop_ref) return nullptr;
+  return storage.unsafeGetStorageImpl();
+}
+
 }  // namespace
 
 PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                       c10::DeviceIndex index, PyObject* storage_obj, PyObject* view) {
   static PyObject* s_storage = interned("tpu_storage");
   static PyObject* s_view = interned("tpu_view");
-  static PyObject* s_ref = interned("_tpu_ref");
   const auto meta = c10::scalarTypeToTypeMeta(dtype);
   const auto device = c10::Device(c10::DeviceType::PrivateUse1, index);
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), /*allocator=*/nullptr,
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, ref_ptr(storage_obj, view, device), /*allocator=*/nullptr,
                        /*resizable=*/false);
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), meta);
@@ -67,22 +100,43 @@ PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRe
 
   PyObject* obj = THPVariable_Wrap(tensor, cls);
   if (obj == nullptr) return nullptr;
-  PyObject* py_storage = THPStorage_Wrap(tensor.storage());
-  PyObject* ref = py_storage == nullptr ? nullptr : PyTuple_Pack(2, storage_obj, view);
-  if (ref == nullptr || PyObject_SetAttr(obj, s_storage, storage_obj) < 0 || PyObject_SetAttr(obj, s_view, view) < 0 ||
-      PyObject_SetAttr(py_storage, s_ref, ref) < 0) {
-    Py_XDECREF(ref);
-    Py_XDECREF(py_storage);
+  if (PyObject_SetAttr(obj, s_storage, storage_obj) < 0 || PyObject_SetAttr(obj, s_view, view) < 0) {
     Py_DECREF(obj);
     return nullptr;
   }
-  Py_DECREF(ref);
-  Py_DECREF(py_storage);
   return obj;
 }
 
+// storage_ref(t) -> (storage, view) kept with t's torch storage by new_tensor or set_storage_ref, else None
+// (a tensor the pure-Python factory made, a fake or wrapper tensor, a tensor on another device).
+PyObject* storage_ref(PyObject* /*module*/, PyObject* t) {
+  HANDLE_TH_ERRORS
+  c10::StorageImpl* storage = own_storage(t);
+  if (storage == nullptr) Py_RETURN_NONE;
+  PyObject* context = static_cast<PyObject*>(storage->data_ptr().get_context());
+  if (PyTuple_CheckExact(context)) return Py_NewRef(context);
+  return PyTuple_Pack(2, context, Py_None);
+  END_HANDLE_TH_ERRORS
+}
+
+// set_storage_ref(t, storage, view) -> bool: point the pair kept with t's torch storage (shared with its shallow
+// copies) at storage/view; False when that storage is not one new_tensor made (the caller keeps the pair on the
+// storage's Python object then).
+PyObject* set_storage_ref(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "set_storage_ref(tensor, storage, view)");
+    return nullptr;
+  }
+  c10::StorageImpl* storage = own_storage(args[0]);
+  if (storage == nullptr) Py_RETURN_FALSE;
+  storage->set_data_ptr_noswap(ref_ptr(args[1], args[2], storage->device()));  // the old context is dropped
+  Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
+}
+
 // new_tensor(cls, sizes, strides, dtype, device_index, storage, view) -> a `cls` instance on tpu:device_index
-// with t.tpu_storage = storage, t.tpu_view = view and t.untyped_storage()._tpu_ref = (storage, view).
+// with t.tpu_storage = storage, t.tpu_view = view and (storage, view) kept with its torch storage (storage_ref).
 // Sizes are validated by the caller (device/sizes.py gives PyTorch's CPU messages).
 PyObject* new_tensor(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS

@@ -11,8 +11,8 @@
 namespace torchtpu {
 
 // A new reference to a `cls` instance (a torch.Tensor subclass) on tpu:index with the given sizes, strides and
-// dtype, `tpu_storage = storage`, `tpu_view = view` on it and `_tpu_ref = (storage, view)` on its torch
-// storage's Python object; nullptr with a Python error set on failure.
+// dtype, `tpu_storage = storage`, `tpu_view = view` on it and `(storage, view)` kept with its torch storage
+// (storage_ref); nullptr with a Python error set on failure.
 PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                       c10::DeviceIndex index, PyObject* storage, PyObject* view);
 

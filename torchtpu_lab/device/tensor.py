@@ -72,7 +72,7 @@ class TpuTensor(torch.Tensor):
         # storage and geometry under this object: the Python data attributes must follow, or kernels would read
         # the old device data
         _TENSOR_DATA.__set__(self, new)
-        ref = self.untyped_storage().__dict__.get("_tpu_ref") if self.device.type == "tpu" else None
+        ref = storage_ref(self) if self.device.type == "tpu" else None
         if ref is not None:
             self.tpu_storage, self.tpu_view = ref
             return
@@ -148,12 +148,35 @@ def make_base(storage: Storage) -> TpuTensor:
 
 #: the native core's ``new_tensor`` (``None``: pure-Python mode, or before registration chose)
 _FACTORY: list = [None]
+#: the native core's ``storage_ref`` and ``set_storage_ref`` (``None``: pure-Python mode)
+_REFS: list = [None, None]
 
 
-def use_native_factory(factory) -> None:
+def use_native_factory(factory, refs: tuple = (None, None)) -> None:
     """Make tensors with the native core's ``new_tensor(cls, sizes, strides, dtype, device_index, storage,
-    view)`` (the registration calls this once the core is loaded; ``None`` goes back to the Python factory)."""
+    view)`` (the registration calls this once the core is loaded; ``None`` goes back to the Python factory).
+    ``refs``: the core's ``(storage_ref, set_storage_ref)``, which read and re-point the ``(storage, view)``
+    pair its tensors keep with their torch storage (see :func:`storage_ref`); kept when ``factory`` is ``None``,
+    for the tensors the core made before."""
     _FACTORY[0] = factory
+    if factory is not None:
+        _REFS[:] = refs
+
+
+def storage_ref(t: torch.Tensor) -> tuple | None:
+    """``(storage, view)`` of a tpu tensor, read from its torch storage (``None``: a tensor without device data).
+
+    The pair is kept twice: on the tensor (``tpu_storage``/``tpu_view``, the fast path) and with its torch
+    storage. Autograd saves an op's *output* as a shallow copy — a new TensorImpl, hence a new Python object
+    without our attributes — that shares the torch storage, and :func:`adopt` recovers the data from there. The
+    native core's tensors keep it in the storage's data pointer context; the Python factory's on the storage's
+    Python object, which PyTorch keeps alive (and its attributes) for as long as the storage lives."""
+    read = _REFS[0]
+    if read is not None:
+        ref = read(t)
+        if ref is not None:
+            return ref
+    return t.untyped_storage().__dict__.get("_tpu_ref")
 
 
 _STRIDES: dict = {}
@@ -172,13 +195,12 @@ def _strides(size: tuple) -> tuple:
 
 
 def _attach(t: torch.Tensor, storage: Storage, view) -> None:
-    # The data is kept twice: on the tensor (the fast path) and on its torch storage object. Autograd saves an
-    # op's *output* as a shallow copy — a new TensorImpl, hence a new Python object without our attributes —
-    # that shares the torch storage, and PyTorch keeps a storage's Python object (and its attributes) alive for
-    # as long as the storage lives. :func:`adopt` recovers the data from there.
+    # the pair on the tensor and with its torch storage (see storage_ref)
     t.tpu_storage = storage
     t.tpu_view = view
-    t.untyped_storage()._tpu_ref = (storage, view)
+    write = _REFS[1]
+    if write is None or not write(t, storage, view):
+        t.untyped_storage()._tpu_ref = (storage, view)
 
 
 def adopt(t: torch.Tensor) -> TpuTensor:
@@ -186,7 +208,7 @@ def adopt(t: torch.Tensor) -> TpuTensor:
     saved for backward — gets its class and data back)."""
     if isinstance(t, TpuTensor):
         return t
-    ref = t.untyped_storage().__dict__.get("_tpu_ref")
+    ref = storage_ref(t)
     if ref is None:
         raise RuntimeError("torchtpu_lab bug: a tpu tensor without device data reached a kernel")
     if type(t) is torch.nn.Parameter:
@@ -203,7 +225,7 @@ def adopt(t: torch.Tensor) -> TpuTensor:
 def has_data(t: torch.Tensor) -> bool:
     """Whether :func:`adopt` can recover ``t``'s device data (false for fake, functional, functorch and meta
     tensors, whose storage never held any)."""
-    return isinstance(t, TpuTensor) or t.untyped_storage().__dict__.get("_tpu_ref") is not None
+    return isinstance(t, TpuTensor) or storage_ref(t) is not None
 
 
 def on_tpu(v) -> bool:
