@@ -135,6 +135,25 @@ def test_a_dropped_tensor_runs_no_python_frame_and_frees_its_bytes():
 
 
 @needs_core
+def test_the_native_ledger_entries_stay_off_the_garbage_collector_lists():
+    """A step makes a ledger entry per result and per released-but-alive buffer: none is tracked by the cyclic
+    collector (they cannot close a cycle), so collections neither walk nor promote them."""
+    base = torch.randn(16, 16)
+    x = base.to("tpu")
+    torchtpu_lab.sync()
+    old = x.tpu_storage.held
+    with torchtpu_lab.eager_mode("fused"):
+        x.add_(1.0)  # releases the old array, which the pending graph still reads
+        deferred = memory._deferred[id(old)]
+        assert not gc.is_tracked(deferred) and not gc.is_tracked(deferred[0])  # the entry and its weak reference
+        del old
+        torchtpu_lab.sync()  # the result is acquired by the sync's commit
+    live = memory._live[id(x.tpu_storage.held)]
+    assert not gc.is_tracked(live) and not gc.is_tracked(live[4])  # the entry and its origin tuple
+    assert torch.equal(x.cpu(), base + 1)
+
+
+@needs_core
 def test_a_failing_listener_is_detached_and_the_count_stays_right():
     def bad(kind, nbytes, device):
         raise ValueError("listener broke")

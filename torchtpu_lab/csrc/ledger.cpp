@@ -288,7 +288,7 @@ int ledger_acquire(PyObject* array, PyObject* device, PyObject* nbytes, PyObject
           rc = -1;
         }
       }
-      PyObject* fresh = rc < 0 ? nullptr : PyList_New(5);
+      PyObject* fresh = rc < 0 ? nullptr : untracked(PyList_New(5));  // see pyobjects.h
       if (fresh == nullptr) {
         rc = -1;
       } else {
@@ -347,8 +347,8 @@ int ledger_release(PyObject* array) {
         Py_XDECREF(deleted);
         PyObject* ref = nullptr;
         if (dead == 0) {  // still alive: counted until the array object is gone
-          PyObject* callback = PyCFunction_New(&gone_def, key);
-          ref = callback == nullptr ? nullptr : PyWeakref_NewRef(array, callback);
+          PyObject* callback = untracked(PyCFunction_New(&gone_def, key));
+          ref = callback == nullptr ? nullptr : untracked(PyWeakref_NewRef(array, callback));
           Py_XDECREF(callback);
           if (ref == nullptr && PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();  // not weak-referenceable: count it free now
@@ -362,7 +362,7 @@ int ledger_release(PyObject* array) {
           Py_INCREF(held);
           rc = PyDict_DelItem(L.live, key);
           if (rc == 0 && ref != nullptr) {
-            PyObject* later = PyList_New(4);
+            PyObject* later = untracked(PyList_New(4));
             if (later == nullptr) {
               rc = -1;
             } else {
@@ -444,8 +444,8 @@ static int store(PyObject* storage, PyObject* value) {
   int yes = is_array(value);
   if (yes < 0) return -1;
   if (yes) {
-    PyObject* origin = PyTuple_Pack(3, L.storage_shape.get(storage), L.storage_dtype.get(storage),
-                                    L.storage_source.get(storage));
+    PyObject* origin = untracked(PyTuple_Pack(3, L.storage_shape.get(storage), L.storage_dtype.get(storage),
+                                              L.storage_source.get(storage)));
     if (origin == nullptr) return -1;
     int rc = ledger_acquire(value, L.storage_device.get(storage), L.storage_nbytes.get(storage), origin);
     Py_DECREF(origin);

@@ -27,11 +27,14 @@ struct OwnedRef {  // a new reference, dropped at scope exit unless released
   }
 };
 
-// `obj` taken off the cyclic garbage collector's lists (returned as given, nullptr included). Only for the
-// pending graph's own objects, which refer to nothing newer than themselves (a node to its inputs, a
-// placeholder to its node, key tuples to numbers, weak references without a callback): they can never close a
-// cycle, and a recorded graph keeps thousands of them alive until its sync, so while tracked every collection
-// walked them and they were promoted until a full collection (~250 ms with torch and JAX loaded) came due.
+// `obj` taken off the cyclic garbage collector's lists (returned as given, nullptr included). Only for objects
+// that can never close a cycle: the pending graph's own (a node to its inputs, a placeholder to its node, key
+// tuples to numbers, weak references to storages without a callback), which refer to nothing newer than
+// themselves, and the memory ledger's entries (a list of an array, numbers and its origin tuple of a shape, a
+// dtype and a source; a weak reference whose callback holds an int), which only the ledger's dicts hold. A
+// recorded graph keeps thousands of them alive until its sync, and a step makes a few hundred ledger entries:
+// while tracked, each counted towards the next collection and every collection walked them, and they were
+// promoted until a full collection (~200 ms with torch and JAX loaded) came due.
 inline PyObject* untracked(PyObject* obj) {
   if (obj != nullptr && PyObject_IS_GC(obj)) PyObject_GC_UnTrack(obj);
   return obj;

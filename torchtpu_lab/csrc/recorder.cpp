@@ -810,7 +810,7 @@ void write_placeholder(PyObject* storage, PyObject* lazy) {
   PyObject* ref = PyDict_GetItemWithError(storages, id.p);
   if (ref == nullptr && PyErr_Occurred()) throw python_error();
   if (ref == nullptr || PyWeakref_GetObject(ref) != storage) {  // not tracked since the last sync
-    OwnedRef weak(PyWeakref_NewRef(storage, nullptr));
+    OwnedRef weak(untracked(PyWeakref_NewRef(storage, nullptr)));
     if (weak.p == nullptr) throw python_error();
     check(PyDict_SetItem(storages, id.p, weak.p));
     PyObject* prior = rt.pw_prior.get(pending);
@@ -1040,7 +1040,7 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   OwnedRef storage;
   storage.p = new_storage(e, e.exec_device, alloc_source);
   OwnedRef origin;
-  origin.p = PyTuple_Pack(3, e.shape, e.dtype, alloc_source);
+  origin.p = untracked(PyTuple_Pack(3, e.shape, e.dtype, alloc_source));  // the ledger's entry (pyobjects.h)
   if (origin.p == nullptr) throw python_error();
   PyObject* acquire_args[] = {out, rt.st_device.get(storage.p), e.nbytes, origin.p};
   PyObject* r = PyObject_Vectorcall(rt.acquire, acquire_args, 4, nullptr);
