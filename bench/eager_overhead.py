@@ -1,6 +1,6 @@
 """Per-op and per-step host cost of eager execution on the tpu device, against PyTorch's own CPU eager.
 
-    python bench/eager_overhead.py [--iters 2000] [--reps 7] [--steps 10] [--clock cpu]
+    python bench/eager_overhead.py [--iters 2000] [--reps 7] [--steps 10] [--gc-steps 0] [--clock cpu]
 
 * strict mode, cache hit: one small op (64x64 float32) as a tpu tensor op vs one call of the same jitted JAX
   function (target: at most 1.5x), and the same op with the native core's kernel off (``config.native_recording``:
@@ -13,7 +13,9 @@
   PyTorch CPU eager with one intra-op thread (target: host time no more than CPU eager's whole step);
 * tensors made from the host: ``torch.tensor``, ``.to("tpu")`` and factories (``full``, ``arange``, ``zeros``)
   in fused mode with nothing pending (a cell's set-up, a batch, a step's first mask), vs the same call on the CPU;
-* the floor: PyTorch's own dispatch into an empty Python PrivateUse1 kernel (no Python backend could be cheaper).
+* the floor: PyTorch's own dispatch into an empty Python PrivateUse1 kernel (no Python backend could be cheaper);
+* with ``--gc-steps N``: Python's garbage collector over N steps of the same transformer, fused vs CPU eager (its
+  time per step, collections per generation; full collections are rare, so N of 2000 or more).
 
 Each per-op figure is the median over ``--reps`` repetitions of the mean per op over ``--iters`` ops; the step
 figures are medians over ``--steps`` steady-state steps, tpu and CPU steps interleaved so that load from other
@@ -23,6 +25,7 @@ jobs falls on both. Ratios compare figures of the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import common  # noqa: F401  (sets sys.path)
 import jax
@@ -141,15 +144,11 @@ def creation_rows(iters: int, reps: int) -> list[tuple]:
     return rows
 
 
-def step_rows(steps: int) -> list[tuple]:
-    """A tiny transformer's AdamW step: fused on tpu (recording, sync, whole) vs PyTorch CPU eager."""
-    import statistics
-
+def _transformer_steps():
+    """``(step, tpu args, cpu args)``: a tiny transformer's AdamW step and the same model and data on tpu and CPU."""
     import torch.nn.functional as F
-    from common import clock
     from train_step import Transformer
 
-    now = clock()
     torch.manual_seed(0)
     cpu_model = Transformer(vocab=128, d=64, seq=16)
     tpu_model = Transformer(vocab=128, d=64, seq=16)
@@ -157,7 +156,6 @@ def step_rows(steps: int) -> list[tuple]:
     tpu_model.to("tpu")
     idx = torch.randint(0, 128, (2, 16))
     target = torch.roll(idx, -1, 1)
-    idx_t, target_t = idx.to("tpu"), target.to("tpu")
     cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-3)
     tpu_opt = torch.optim.AdamW(tpu_model.parameters(), lr=1e-3)
 
@@ -167,6 +165,17 @@ def step_rows(steps: int) -> list[tuple]:
         F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
         opt.step()
 
+    return step, (tpu_model, tpu_opt, idx.to("tpu"), target.to("tpu")), (cpu_model, cpu_opt, idx, target)
+
+
+def step_rows(steps: int) -> list[tuple]:
+    """A tiny transformer's AdamW step: fused on tpu (recording, sync, whole) vs PyTorch CPU eager."""
+    import statistics
+
+    from common import clock
+
+    now = clock()
+    step, (tpu_model, tpu_opt, idx_t, target_t), (cpu_model, cpu_opt, idx, target) = _transformer_steps()
     record, sync, whole, cpu, python = [], [], [], [], []
     threads = torch.get_num_threads()
     # one intra-op thread for the CPU step: on a small shared machine OpenMP's workers spin while they wait, which
@@ -201,6 +210,50 @@ def step_rows(steps: int) -> list[tuple]:
             ("PyTorch CPU eager: whole step", f"{ms['cpu']:.2f}", "1.00x")]
 
 
+def gc_rows(steps: int) -> list[tuple]:
+    """Python's cyclic garbage collector during ``steps`` tiny transformer AdamW steps, fused on tpu vs PyTorch CPU
+    eager: its time per step and collections per step by generation (a full collection walks every object torch
+    and JAX keep, ~0.2 s; how often one comes due depends on how many tracked objects a step makes and keeps).
+    Measured with ``gc.callbacks``, after three warm-up steps."""
+    import gc
+    import time
+
+    step, tpu_args, cpu_args = _transformer_steps()
+    rows = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    for name, args, on_tpu in (("fused (tpu)", tpu_args, True), ("PyTorch CPU eager", cpu_args, False)):
+        spent = {0: [0.0, 0], 1: [0.0, 0], 2: [0.0, 0]}
+        started: list = []
+
+        def watch(phase, info):
+            if phase == "start":
+                started.append(time.perf_counter())
+            elif started:
+                entry = spent[info["generation"]]
+                entry[0] += time.perf_counter() - started.pop()
+                entry[1] += 1
+
+        with torchtpu_lab.eager_mode("fused") if on_tpu else contextlib.nullcontext():
+            for _ in range(3):
+                step(*args)
+                if on_tpu:
+                    torchtpu_lab.sync()
+            gc.callbacks.insert(0, watch)
+            try:
+                for _ in range(steps):
+                    step(*args)
+                    if on_tpu:
+                        torchtpu_lab.sync()
+            finally:
+                gc.callbacks.remove(watch)
+        total = sum(v[0] for v in spent.values())
+        rows.append((name, f"{total / steps * 1e3:.3f}", *(f"{spent[g][1] / steps:.3f}" for g in (0, 1)),
+                     f"{spent[2][1]} ({spent[2][0] / max(spent[2][1], 1) * 1e3:.0f} ms each)"))
+    torch.set_num_threads(threads)
+    return rows
+
+
 def main(argv=None) -> None:
     from common import add_clock_option, set_clock, table
 
@@ -208,6 +261,9 @@ def main(argv=None) -> None:
     p.add_argument("--iters", type=int, default=2000)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--gc-steps", type=int, default=0,
+                   help="also measure the garbage collector over this many steps of each (full collections are "
+                        "rare: use 2000 or more)")
     add_clock_option(p)
     args = p.parse_args(argv)
     set_clock(args.clock)
@@ -225,6 +281,10 @@ def main(argv=None) -> None:
                 step_rows(args.steps), ("part", "ms/step", "vs CPU step")))
     print(table("\nfloor: PyTorch dispatch to a Python PrivateUse1 kernel", floor_rows(args.iters, args.reps),
                 ("kernel", "us/call")))
+    if args.gc_steps:
+        print(table(f"\ngarbage collection over {args.gc_steps} tiny transformer AdamW steps",
+                    gc_rows(args.gc_steps),
+                    ("path", "gc ms/step", "gen0 per step", "gen1 per step", "full collections")))
 
 
 if __name__ == "__main__":
