@@ -112,8 +112,7 @@ def test_native_factory_makes_what_the_python_factory_makes():
     try:
         reference = tensor.make(storage, None)
     finally:
-        core = native.module()
-        tensor.use_native_factory(core.new_tensor, (core.storage_ref, core.set_storage_ref))
+        tensor.use_native_factory(native.module().new_tensor)
     for t in (made, reference):
         assert type(t) is tensor.TpuTensor and t.tpu_storage is storage and t.tpu_view is None
         assert tensor.storage_ref(t) == (storage, None)

@@ -152,14 +152,14 @@ _FACTORY: list = [None]
 _REFS: list = [None, None]
 
 
-def use_native_factory(factory, refs: tuple = (None, None)) -> None:
+def use_native_factory(factory, refs: tuple | None = None) -> None:
     """Make tensors with the native core's ``new_tensor(cls, sizes, strides, dtype, device_index, storage,
     view)`` (the registration calls this once the core is loaded; ``None`` goes back to the Python factory).
     ``refs``: the core's ``(storage_ref, set_storage_ref)``, which read and re-point the ``(storage, view)``
-    pair its tensors keep with their torch storage (see :func:`storage_ref`); kept when ``factory`` is ``None``,
-    for the tensors the core made before."""
+    pair its tensors keep with their torch storage (see :func:`storage_ref`); once given they stay, whichever
+    factory makes new tensors, for the tensors the core made."""
     _FACTORY[0] = factory
-    if factory is not None:
+    if refs is not None:
         _REFS[:] = refs
 
 

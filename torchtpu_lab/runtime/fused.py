@@ -367,6 +367,7 @@ def _alias_order(targets: list[LazyValue], leaves: list, leaf_sigs: tuple, donat
 
 
 def _spare(targets: list[LazyValue], paired: set) -> dict:
+    """``(shape, dtype) -> positions`` of the targets not in ``paired``, in recording order."""
     spare: dict = {}
     for j, v in enumerate(targets):
         if j not in paired:
