@@ -379,10 +379,13 @@ def _spare(targets: list[LazyValue], paired: set) -> dict:
     return spare
 
 
-def _same(memo: dict, part: str, value: tuple) -> graph_key.Hashed:
+def _same(memo: dict | None, part: str, value: tuple) -> tuple:
     """``value``, as the equal object the last sync of this graph used when there is one (``memo``: the graph's
-    plan's): the graph cache then hashes the key's parts once and compares them by identity, where each lookup
-    hashed and compared a few hundred tuples (~30 us of a training step's sync)."""
+    plan's; ``None``, for a graph whose key was built by walking it: ``value`` as it is): the graph cache then
+    hashes the key's parts once and compares them by identity, where each lookup hashed and compared a few
+    hundred tuples (~30 us of a training step's sync)."""
+    if memo is None:
+        return value
     last = memo.get(part)
     if last is not None and last == value:
         return last
@@ -473,18 +476,13 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
                 s.array = Poisoned(e, s.shape, None)
             _clear(pending)
             raise
-    if memo is not None:
-        leaf_sigs, target_refs = _same(memo, "leaves", leaf_sigs), _same(memo, "targets", target_refs)
+    leaf_sigs, target_refs = _same(memo, "leaves", leaf_sigs), _same(memo, "targets", target_refs)
     donate = _donate(leaves, *_reusable(leaf_sigs, target_refs, targets, memo))
     order = _alias_order(targets, leaves, leaf_sigs, donate, storages, held, pending.prior)
     if order is not None:
         targets = [targets[j] for j in order]
-        target_refs = tuple(map(target_refs.__getitem__, order))
-        if memo is not None:
-            target_refs = _same(memo, "ordered", target_refs)
-    if memo is not None:
-        donate = _same(memo, "donate", donate)
-    key = GraphSignature(node_keys, leaf_sigs, target_refs, donate)
+        target_refs = _same(memo, "ordered", tuple(map(target_refs.__getitem__, order)))
+    key = GraphSignature(node_keys, leaf_sigs, target_refs, _same(memo, "donate", donate))
     n_nodes = len(node_keys)
     device = _leaf_device(leaves, leaf_sigs)  # the same graph on another device is another executable
     compiled = GRAPHS.get((key, device))
