@@ -38,27 +38,33 @@ def llama():
     return cpu, tpu
 
 
-@pytest.mark.sweep  # ~1 min under load: the mask, built from the length each step, is a new shape per token
-def test_batched_prompts_with_left_padding_and_a_mask_give_cpus_tokens(llama):
+def _programs() -> int:
+    from torchtpu_lab import telemetry
+
+    return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
+
+
+def test_batched_prompts_with_left_padding_and_a_mask_give_cpus_tokens_and_programs_per_capacity(llama):
+    """The 4-d mask ``transformers`` rebuilds from the grown length every token runs on padded extents
+    (runtime/bounded.py): a decode step is one program per capacity bucket, not one per token (it was 3 per
+    token, the whole forward among them)."""
     cpu, tpu = llama
     ids = _prompts(2, 6, 2)
     mask = torch.ones(2, 6, dtype=torch.long)
     ids[0, :2], mask[0, :2] = 0, 0  # the shorter prompt, left-padded
-    want = cpu.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
-    got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=6, do_sample=False)
-    assert torch.equal(got.cpu(), want)
+    for tokens, most in ((8, 14), (16, 0)):
+        want = cpu.generate(ids, attention_mask=mask, max_new_tokens=tokens, do_sample=False)
+        before = _programs()
+        got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=tokens, do_sample=False)
+        assert torch.equal(got.cpu(), want)
+        assert _programs() - before <= most, (tokens, _programs() - before)
 
 
 @pytest.mark.sweep  # ~20 s under load
 def test_a_batch_of_equal_length_prompts_without_a_mask_builds_programs_per_capacity_not_per_token(llama):
-    """What the report advises for a batch while a padding mask rebuilt from the length is not bounded (README,
-    issue 21): prompts of equal length and no attention_mask give the CPU's tokens, and a longer call builds
-    nothing new (the mask transformers makes is all ones, so the attention takes none)."""
-    from torchtpu_lab import telemetry
-
-    def programs() -> int:
-        return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
-
+    """Prompts of equal length and no attention_mask give the CPU's tokens, and a longer call builds nothing new
+    (the mask transformers makes is all ones, so the attention takes none)."""
+    programs = _programs
     cpu, tpu = llama
     ids = _prompts(2, 6, 5)
     for tokens, most in ((8, 12), (16, 0)):

@@ -36,6 +36,7 @@ import functools
 import itertools
 import math
 import weakref
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import torch
@@ -67,6 +68,8 @@ _GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py).
 _LINEAGE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LINEAGES = itertools.count()
+#: length -> (capacity, weak reference to the storage): the largest live storage an append grew to that length
+_LENGTHS: dict = {}
 #: the name of an append's op event
 APPEND = "aten::cat (append)"
 
@@ -134,6 +137,75 @@ def padded_length(t, dim: int) -> int | None:
     return view.size[d]
 
 
+class Front(NamedTuple):
+    """A tensor that is the front of a padded storage (:func:`front`): ``dim`` (of the tensor) holds its ``length``
+    logical positions of the storage's ``capacity``; ``whole`` is the same geometry with ``capacity`` there."""
+
+    dim: int
+    length: int
+    capacity: int
+    whole: views.View
+
+
+def front(t) -> Front | None:
+    """Where ``t`` reads the first ``n`` positions of a storage grown by appends, along one of its dims, and all
+    of the storage besides: the tensor itself, or a view of it that only adds size-1 dims or broadcasts them
+    (``x[None, None, :]``, ``expand``) — else ``None``. Ops on such a tensor can run on the ``whole`` padded
+    extent instead (runtime/bounded.py), so nothing they compile has ``n`` in a shape."""
+    if not tensor.on_tpu(t):
+        return None
+    t = tensor.adopt(t)
+    storage = t.tpu_storage
+    g = _GROWING.get(storage)
+    view = t.tpu_view
+    if g is None or view is None or view.offset != 0:
+        return None
+    base, strides = storage.shape, _strides(storage.shape)
+    kept = [i for i, n in enumerate(base) if n != 1]
+    dims = [i for i, (n, s) in enumerate(zip(view.size, view.stride)) if n != 1 and s != 0]
+    if len(dims) != len(kept):
+        return None
+    found = None
+    for i, k in zip(dims, kept):
+        if view.stride[i] != strides[k]:
+            return None
+        if k == g:
+            if not 1 < view.size[i] < base[k]:
+                return None
+            found = i
+        elif view.size[i] != base[k]:
+            return None
+    if found is None:
+        return None
+    size = list(view.size)
+    size[found] = base[g]
+    # a size-1 dim's stride addresses nothing, but a view op derives it from the length (unsqueeze): the whole
+    # extent's gets one that does not, so the ops reading it have the same key for every length
+    canonical = _strides(tuple(size))
+    stride = tuple(c if n == 1 else s for n, s, c in zip(size, view.stride, canonical))
+    return Front(found, view.size[found], base[g], views.View(tuple(size), stride, 0))
+
+
+def grown(t, dim: int, length: int):
+    """A view of the first ``length`` positions along ``dim`` of ``t`` (a base tensor: an op's output computed on
+    padded extents), its storage marked as grown along ``dim``: the result of an op run by runtime/bounded.py."""
+    t = tensor.adopt(t)
+    storage = t.tpu_storage
+    size = list(storage.shape)
+    size[dim] = length
+    _GROWING[storage] = dim
+    return tensor.make(storage, views.View(tuple(size), _strides(storage.shape), 0))
+
+
+def recent_capacity(length: int) -> int | None:
+    """The capacity of a tensor an append recently grew to ``length`` positions (``None``: none did): a factory
+    asked for that many positions (``torch.arange(n)`` of the length, as ``transformers`` builds its masks) gets
+    the same padded extent (runtime/bounded.py), while that tensor's storage lives (a later prompt of a length an
+    earlier generation grew to is an ordinary ``arange``)."""
+    known = _LENGTHS.get(length)
+    return None if known is None or known[1]() is None else known[0]
+
+
 @functools.lru_cache(maxsize=256)
 def _strides(shape: tuple) -> tuple:
     """A padded storage's contiguous strides (a handful of shapes per generation, looked up every step)."""
@@ -184,6 +256,12 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
     _GROWING[new] = d
+    if len(_LENGTHS) > 64:
+        for length in [length for length, (_, ref) in _LENGTHS.items() if ref() is None]:
+            del _LENGTHS[length]
+    known = _LENGTHS.get(n + k)
+    if known is None or known[0] <= shape[d] or known[1]() is None:
+        _LENGTHS[n + k] = (shape[d], weakref.ref(new))
     lineage = _LINEAGE.get(storage) if storage is not None else None
     _LINEAGE[new] = lineage = next(_LINEAGES) if lineage is None else lineage
     if telemetry.recording():

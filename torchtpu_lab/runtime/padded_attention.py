@@ -41,7 +41,7 @@ import torch
 from .. import caches, dtypes
 from ..device import tensor, views
 from ..ops.nn.attention import attend
-from . import fused
+from . import bounded, fused
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, _wrap, launch
 from .growth import padded_length
@@ -65,9 +65,15 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
     """The fused op for a call :func:`_covered` accepts: padded keys and values read whole, with their length
     as an input, when both are the front of storages grown by appends (and no mask has their length)."""
     query, key, value = tensor.adopt(query), tensor.adopt(key), tensor.adopt(value)
-    n = padded_length(key, 2) if attn_mask is None else None
+    n = padded_length(key, 2)
     if n is not None and padded_length(value, 2) != n:
         n = None
+    if n is not None and attn_mask is not None:  # a mask built from the grown length (runtime/bounded.py)
+        mask = bounded.attention_mask(attn_mask, n, key.tpu_storage.shape[2])
+        if mask is None:
+            n = None
+        else:
+            attn_mask = mask
     dyn: list = []
     q_in = _operand(query, dyn)
     if n is not None:

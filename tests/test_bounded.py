@@ -1,0 +1,108 @@
+"""Ops on tensors grown by appends run on their padded extent (runtime/bounded.py): values exactly PyTorch's CPU
+values, errors PyTorch's, and what a decode loop builds from the grown length compiles once per capacity bucket."""
+
+import pytest
+import torch
+
+import torchtpu_lab
+from torchtpu_lab import telemetry
+from torchtpu_lab.runtime import growth
+
+
+def _programs() -> int:
+    return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
+
+
+def _grown(device: str, n: int, rows: int = 2, dtype=torch.long):
+    """A ``[rows, n]`` tensor built by appends (on tpu: the front of a padded storage), values ``1..``."""
+    x = torch.arange(1, rows * 3 + 1, dtype=dtype).reshape(rows, 3).to(device)
+    for i in range(n - 3):
+        x = torch.cat([x, torch.full((rows, 1), 7 * i + 2, dtype=dtype, device=device)], dim=-1)
+    return x
+
+
+def _padding_mask(mask: torch.Tensor) -> torch.Tensor:
+    """What ``transformers``' ``sdpa_mask`` does with a left-padded batch's 2-d mask in a decode step: a cast, a
+    masked ``sum`` read on the host, ``arange`` of the length, unsqueezes, a compare, ``&``, a gather, ``expand``."""
+    batch, n = mask.shape
+    padding = mask.to(torch.bool)
+    all_ones = bool(padding.sum() == padding.numel())
+    kv = (torch.arange(n, device=mask.device) + 0)[None, None, None, :]
+    q = (torch.arange(1, device=mask.device) + (n - 1))[None, None, :, None]
+    b = torch.arange(batch, device=mask.device)[:, None, None, None]
+    causal = torch.ones((), dtype=torch.bool, device=mask.device) & (kv <= q)
+    out = (causal & padding[b, kv]).expand(batch, -1, 1, n)
+    return out, all_ones
+
+
+def test_a_mask_built_from_a_grown_length_equals_cpu_and_compiles_once_per_bucket():
+    mask_cpu = torch.ones(2, 7, dtype=torch.long)
+    mask_cpu[1, :3] = 0
+    mask = mask_cpu.to("tpu")
+    counts = []
+    for step in range(40):
+        mask_cpu = torch.cat([mask_cpu, torch.ones(2, 1, dtype=torch.long)], dim=-1)
+        mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.long, device="tpu")], dim=-1)
+        before = _programs()
+        got, got_all = _padding_mask(mask)
+        want, want_all = _padding_mask(mask_cpu)
+        assert got.shape == want.shape and got_all == want_all
+        assert torch.equal(got.cpu(), want), step
+        counts.append(_programs() - before)
+    assert growth.front(got) is not None  # the result is still the front of a padded storage
+    assert sum(counts[5:]) == 0, counts  # every length in the bucket: the programs of the first steps
+
+
+def test_sums_over_grown_padding_are_exact_and_keep_the_grown_dim_when_it_stays():
+    x_cpu, x = _grown("cpu", 12, dtype=torch.float32), _grown("tpu", 12, dtype=torch.float32)
+    assert growth.front(x) is not None
+    # the padding holds exp(0) = 1 after this op: a sum that read it would be off by the padding's size
+    e_cpu, e = torch.exp(x_cpu * 0.01), torch.exp(x * 0.01)
+    assert growth.front(e) is not None
+    torch.testing.assert_close(e.sum().cpu(), e_cpu.sum())
+    torch.testing.assert_close(e.sum(dim=1).cpu(), e_cpu.sum(dim=1))
+    kept = e.sum(dim=0, keepdim=True)
+    assert growth.front(kept) is not None
+    torch.testing.assert_close(kept.cpu(), e_cpu.sum(dim=0, keepdim=True))
+    torch.testing.assert_close(e.sum(dim=0).cpu(), e_cpu.sum(dim=0))
+    # not rewritten (a mean divides by the length): the ordinary path, same values
+    torch.testing.assert_close(e.mean().cpu(), e_cpu.mean())
+
+
+def test_pointwise_ops_of_grown_tensors_with_different_capacities_equal_cpu():
+    ids_cpu, ids = _grown("cpu", 10, rows=1), _grown("tpu", 10, rows=1)  # small rows: a large capacity
+    big_cpu, big = _grown("cpu", 10, rows=300, dtype=torch.float32), _grown("tpu", 10, rows=300,
+                                                                             dtype=torch.float32)
+    assert growth.front(ids).capacity != growth.front(big).capacity
+    torch.testing.assert_close((big * ids + 1).cpu(), big_cpu * ids_cpu + 1)
+    torch.testing.assert_close(torch.where(ids > 10, big, -big).cpu(), torch.where(ids_cpu > 10, big_cpu, -big_cpu))
+    assert torch.equal(ids.to(torch.float16).cpu(), ids_cpu.to(torch.float16))
+
+
+def test_indexing_a_grown_dim_wraps_and_raises_by_the_logical_length():
+    x_cpu, x = _grown("cpu", 10), _grown("tpu", 10)
+    f = growth.front(x)
+    assert f is not None and f.length == 10 and f.capacity > 10
+    rows = torch.tensor([[0], [1]])
+    for cols in ([0, 9, -1, -10], [3, 3, 5, 2]):
+        c = torch.tensor([cols])
+        assert torch.equal(x[rows.to("tpu"), c.to("tpu")].cpu(), x_cpu[rows, c])
+    for bad in (10, 11, -11):  # inside the padded capacity, outside the tensor: PyTorch raises, so must we
+        c = torch.tensor([[0, bad]])
+        with pytest.raises(IndexError):
+            x_cpu[rows, c]
+        with pytest.raises(IndexError, match="out of bounds"):
+            x[rows.to("tpu"), c.to("tpu")].cpu()
+    assert torch.equal(x.cpu(), x_cpu)  # the error lost nothing
+
+
+def test_arange_of_a_grown_length_is_the_front_of_its_capacity():
+    x = _grown("tpu", 12)
+    a = torch.arange(12, device="tpu")
+    f = growth.front(a)
+    # the capacity of what an append grew to 12 (the largest, if several did)
+    assert f is not None and f.length == 12 and f.capacity == growth.recent_capacity(12) >= growth.front(x).capacity
+    assert torch.equal(a.cpu(), torch.arange(12))
+    assert a.shape == (12,) and a.stride() == (1,)
+    assert growth.recent_capacity(3) is None and growth.front(torch.arange(3, device="tpu")) is None  # ordinary
+    torchtpu_lab.sync()

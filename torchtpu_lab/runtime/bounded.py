@@ -1,0 +1,253 @@
+"""Ops on a tensor that grows run on its padded extent: what is built from a grown length compiles once per bucket.
+
+:mod:`.growth` keeps a tensor grown by ``torch.cat`` at the front of a padded storage (capacity doubling), and
+attention reads a padded KV cache whole (:mod:`.padded_attention`). What a decode step *builds* from the length
+still had it in its shapes: ``transformers`` rebuilds a left-padded batch's 4-d mask every token from the grown
+``[batch, n]`` attention mask and ``torch.arange(n)`` — a cast, a masked ``sum``, a compare, ``&``, a gather,
+``expand`` — so every token was a new program (3 per token, one of them the whole forward; tiny Llama, batch 2:
+72 programs for 32 tokens, 40 s against 1.7 s for one prompt).
+
+Here an op whose tensor inputs are such fronts (:func:`.growth.front`: the tensor, or views of it that add or
+broadcast size-1 dims) is rewritten on the padded extents, with torch ops, and its result is the front of the
+padded output (:func:`.growth.grown`), so the next op is rewritten too:
+
+- **pointwise ops** (PyTorch's ``pointwise`` tag, and same-device casts): run on the whole extents, aligned to the
+  smallest capacity among them (a view: capacities only differ in how far past ``n`` they reach). Every logical
+  position is computed from the same inputs as before; padding positions hold whatever the op makes of padding,
+  and nothing reads them: a consumer not rewritten here reads the front view, as before.
+- **sums** (``sum``, over all dims or some): the padding is filled with ``0`` first (``arange(capacity) >= n``,
+  ``n`` a graph input), so the result is exact; an output that keeps the grown dim is a front again.
+- **advanced indexing** (``x[i, j]`` with an index for every dim): padding positions of grown indices become
+  ``0`` before the gather (padding must not raise an index error that PyTorch would not); an index into a grown
+  dim of ``x`` is wrapped by the *logical* length, as PyTorch does, and one out of that range is moved out of the
+  padded range too, so the gather's own check raises ``IndexError`` (its message shows the moved value and the
+  capacity: the logical length is a graph input, not part of a compiled message).
+- **factories**: ``torch.arange(n)`` where an append just made a tensor of ``n`` positions is an ``arange`` of
+  that tensor's capacity, viewed to ``n`` — the length it is built from is a graph input nowhere, and the iota
+  is the same program for every ``n`` in the bucket.
+
+Scalars the rewrite introduces (``n``, capacities minus ``n``) are Python numbers, so they are graph inputs
+(packed numbers), not constants. The inner ops are ordinary dispatches of static shapes, which the native
+recording kernel learns and then serves without Python; the rewritten op itself is never taught to it (its key
+has ``n`` in it). Anything else — other reductions, other indexing, mutation, several outputs, operands grown
+along different dims or lengths — takes the ordinary path: correct, and compiled per length as before, with the
+compile cause naming the op and the dim.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..device import tensor, views
+from . import executor, growth
+
+aten = torch.ops.aten
+
+#: set while a rewrite runs its inner ops (they see whole extents, never fronts, and an ``arange`` of a capacity
+#: must not be rewritten again)
+_ACTIVE = [False]
+_SUMS = {aten.sum.default, aten.sum.dim_IntList}
+#: op id -> its rewrite (or ``None``), decided once per op
+_KINDS: dict = {}
+
+
+def run(low, args: tuple, kwargs: dict):
+    """The result of ``low.op`` on ``args`` computed on padded extents, or ``None`` where this does not apply
+    (the caller then runs the op as usual). Called by the executor only while some storage is grown."""
+    if _ACTIVE[0]:
+        return None
+    op = low.op
+    rewrite = _KINDS.get(id(op), _KINDS)
+    if rewrite is _KINDS:
+        rewrite = _KINDS[id(op)] = _kind(op)
+    if rewrite is None:
+        return None
+    _ACTIVE[0] = True
+    try:
+        return rewrite(op, args, kwargs)
+    finally:
+        _ACTIVE[0] = False
+
+
+def _kind(op):
+    from ..ops import LOWERINGS
+
+    low = LOWERINGS.get(op)
+    if low is not None and low.rng:  # random draws over padding would shift the logical positions' numbers
+        return None
+    if op is aten.arange.default:
+        return _arange
+    if op is aten.index.Tensor:
+        return _index
+    if op in _SUMS:
+        return _sum
+    if op is aten._to_copy.default:
+        return _pointwise
+    if op is aten.clone.default:  # a copy asked for is a tensor of its own, not the front of another padding
+        return None
+    schema = op._schema
+    if torch.Tag.pointwise in op.tags and not schema.is_mutable and len(schema.returns) == 1 \
+            and str(schema.returns[0].type) == "Tensor":
+        return _pointwise
+    return None
+
+
+def whole(t, f: growth.Front, capacity: int | None = None):
+    """``t`` over its padded storage's whole extent (``f = growth.front(t)``), cut to ``capacity`` positions
+    along the grown dim when given (a view either way; ``capacity`` is at least the length)."""
+    view = f.whole
+    if capacity is not None and capacity != f.capacity:
+        size = list(view.size)
+        size[f.dim] = capacity
+        view = views.View(tuple(size), view.stride, 0)
+    return tensor.make(tensor.adopt(t).tpu_storage, view)
+
+
+def _padding(t, f: growth.Front):
+    """A bool tensor, ``True`` at ``t``'s padding positions along its grown dim, shaped to broadcast against
+    ``whole(t, f)``: ``arange(capacity) >= n``, ``n`` a graph input."""
+    shape = [1] * t.ndim
+    shape[f.dim] = f.capacity
+    return (torch.arange(f.capacity, device=t.device) >= f.length).view(shape)
+
+
+def _aligned(tensors: list, rank: int):
+    """``(dim, length, capacity)`` of the output when every grown tensor among ``tensors`` (broadcast to
+    ``rank`` dims) is grown along the same output dim to the same length and the others have size 1 there;
+    ``None`` otherwise (or when none is grown)."""
+    out = None
+    for t, f in tensors:
+        if f is None:
+            continue
+        d = rank - t.ndim + f.dim
+        if out is None:
+            out = [d, f.length, f.capacity]
+        elif out[0] != d or out[1] != f.length:
+            return None
+        else:
+            out[2] = min(out[2], f.capacity)
+    if out is None:
+        return None
+    d = out[0]
+    for t, f in tensors:
+        if f is None:
+            i = d - (rank - t.ndim)
+            if i >= 0 and t.shape[i] != 1:
+                return None
+    return tuple(out)
+
+
+def _tensors(values) -> list | None:
+    """``(tensor, front)`` for each tpu tensor among ``values``; ``None`` when a list holds one (not covered)."""
+    found = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append((v, growth.front(v) if tensor.on_tpu(v) else None))
+        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+            return None
+    return found
+
+
+def _base(out):
+    """``out`` as a base tensor (rewritten ops make new outputs; a view is copied, which never happens for the
+    ops covered, but a front must be a base)."""
+    return out if tensor.adopt(out).tpu_view is None else out.clone()
+
+
+def _pointwise(op, args: tuple, kwargs: dict):
+    found = _tensors(list(args) + list(kwargs.values()))
+    if not found or not any(f for _, f in found):
+        return None
+    rank = max(t.ndim for t, _ in found)
+    plan = _aligned(found, rank)
+    if plan is None:
+        return None
+    d, n, capacity = plan
+    swap = {id(t): whole(t, f, capacity) for t, f in found if f is not None}
+    args = tuple(swap.get(id(a), a) for a in args)
+    kwargs = {k: swap.get(id(v), v) for k, v in kwargs.items()}
+    return growth.grown(_base(op(*args, **kwargs)), d, n)
+
+
+def _sum(op, args: tuple, kwargs: dict):
+    x = args[0]
+    f = growth.front(x)
+    if f is None:
+        return None
+    rest = list(args[1:])
+    dims = rest[0] if rest else kwargs.get("dim")
+    keepdim = rest[1] if len(rest) > 1 else kwargs.get("keepdim", False)
+    if op is aten.sum.default or not dims:
+        reduced = set(range(x.ndim))
+    else:
+        reduced = {int(i) % x.ndim for i in dims}
+    masked = whole(x, f).masked_fill(_padding(x, f), 0)
+    out = op(masked, *rest, **kwargs)
+    if f.dim in reduced:
+        return out
+    d = f.dim if keepdim else f.dim - sum(1 for i in reduced if i < f.dim)
+    return growth.grown(_base(out), d, f.length)
+
+
+def _index(op, args: tuple, kwargs: dict):
+    if kwargs or len(args) != 2:
+        return None
+    x, indices = args
+    if not tensor.on_tpu(x) or len(indices) != x.ndim or x.ndim == 0:
+        return None
+    if any(i is None or not tensor.on_tpu(i) or i.dtype in (torch.bool, torch.uint8) or i.is_floating_point()
+           for i in indices):
+        return None
+    fx = growth.front(x)
+    found = [(i, growth.front(i)) for i in indices]
+    if fx is None and not any(f for _, f in found):
+        return None
+    rank = max(i.ndim for i in indices)
+    plan = _aligned(found, rank) if any(f for _, f in found) else None
+    if any(f for _, f in found) and plan is None:
+        return None
+    new = []
+    for i, f in found:
+        if f is not None:  # padding positions of a grown index would be checked too: make them a valid index
+            i = whole(i, f, plan[2])
+            i = i.masked_fill(_padding(i, growth.Front(f.dim, f.length, plan[2], f.whole)), 0)
+        new.append(i)
+    if fx is not None:
+        new[fx.dim] = _into_padded(new[fx.dim], fx.length, fx.capacity)
+        x = whole(x, fx)
+    out = op(x, new)
+    return out if plan is None else growth.grown(_base(out), plan[0], plan[1])
+
+
+def _into_padded(i, n: int, capacity: int):
+    """Indices into a dim of logical length ``n`` as indices into its padded ``capacity``: negatives wrap by
+    ``n`` (PyTorch's rule), and an index outside ``[-n, n)`` lands outside ``[-capacity, capacity)``, where the
+    gather's own check reports it."""
+    i = torch.where(i < 0, i + n, i)
+    return torch.where(i >= n, i + (capacity - n), torch.where(i < 0, i - capacity, i))
+
+
+def _arange(op, args: tuple, kwargs: dict):
+    end = args[0] if args else kwargs.get("end")
+    if type(end) is not int or len(args) > 1:
+        return None
+    capacity = growth.recent_capacity(end)
+    if capacity is None or end < 2:
+        return None
+    kwargs = {k: v for k, v in kwargs.items() if k != "end"}
+    return growth.grown(_base(op(capacity, **kwargs)), 0, end)
+
+
+def attention_mask(mask, length: int, capacity: int):
+    """``mask`` (an attention mask or bias) over ``capacity`` key positions when it is grown along its last dim
+    to ``length`` keys (the keys' own padded length), else ``None``: attention then reads the mask with the
+    keys, whole, and masks the padding itself (runtime/padded_attention.py)."""
+    f = growth.front(mask)
+    if f is None or f.dim != mask.ndim - 1 or f.length != length:
+        return None
+    if f.capacity >= capacity:
+        return whole(mask, f, capacity)
+    return torch.constant_pad_nd(whole(mask, f), [0, capacity - f.capacity], 0)
+
+
+executor.BOUNDED[:] = [growth._GROWING.data, run]
