@@ -19,7 +19,7 @@ the tables.
 Every row's tokens are checked against CPU eager's. The warm calls of the rows are interleaved (round robin), so a
 shared machine's changing load falls on all rows alike. Usage::
 
-    python bench/generate.py [--tokens 32] [--models llama,gpt2] [--reps 3] [--width 64]
+    python bench/generate.py [--tokens 32] [--models llama,gpt2] [--reps 3] [--width 64] [--batch 2]
     python bench/generate.py --kernels   # host microseconds per call of a decode step's generation kernels
 """
 
@@ -74,6 +74,7 @@ def call(model, prompt, tokens: int, kwargs: dict) -> tuple:
         torch.set_num_threads(threads)
     try:
         t0 = time.perf_counter()
+        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         with torch.no_grad():
             out = model.generate(prompt.to(device), max_new_tokens=tokens, do_sample=False, **kwargs)
         if device.type == "tpu":
@@ -162,6 +163,9 @@ def main() -> None:
     parser.add_argument("--models", default="llama,gpt2")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=1,
+                        help="prompts per call; above 1 the first is left-padded by 3 positions, with an "
+                             "attention_mask (transformers then rebuilds a 4-d mask from the length every token)")
     parser.add_argument("--kernels", action="store_true", help="time the generation kernels per call instead")
     args = parser.parse_args()
     if args.kernels:
@@ -171,18 +175,23 @@ def main() -> None:
     load0 = " ".join(f"{x:.1f}" for x in os.getloadavg())
     rows = []
     for kind in args.models.split(","):
-        prompt = torch.randint(1, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+        prompt = torch.randint(1, VOCAB, (args.batch, PROMPT), generator=torch.Generator().manual_seed(1))
+        masked = {}
+        if args.batch > 1:
+            mask = torch.ones(args.batch, PROMPT, dtype=torch.long)
+            prompt[0, :3], mask[0, :3] = 0, 0
+            masked = {"attention_mask": mask, "pad_token_id": 0}
         inductor = build(kind, args.width)
         inductor.forward = torch.compile(inductor.forward, backend="inductor")
         tpu = build(kind, args.width).to("tpu")
         eager = build(kind, args.width)
         results = measure({
-            "cpu eager": (eager, {}),
-            "cpu eager 1 thread": (eager, {"threads": 1}),
-            "cpu inductor": (inductor, {**static, "disable_compile": True}),
-            "tpu default cache": (tpu, {}),
-            "tpu static cache": (tpu, {**static, "disable_compile": True}),
-            "tpu torch.compile": (build(kind, args.width).to("tpu"), static),
+            "cpu eager": (eager, masked),
+            "cpu eager 1 thread": (eager, {**masked, "threads": 1}),
+            "cpu inductor": (inductor, {**masked, **static, "disable_compile": True}),
+            "tpu default cache": (tpu, masked),
+            "tpu static cache": (tpu, {**masked, **static, "disable_compile": True}),
+            "tpu torch.compile": (build(kind, args.width).to("tpu"), {**masked, **static}),
         }, prompt, args.tokens, args.reps)
         base = max(r[1] for name, r in results.items() if name.startswith("cpu eager") and not isinstance(r, str))
         for name, r in results.items():
@@ -192,7 +201,8 @@ def main() -> None:
             cold, warm, first, later, equal = r
             rows.append((kind, name, f"{cold:.2f}", f"{warm:.2f}", f"{warm / base:.2f}x", f"{warm / cold:.1f}x",
                          f"{first} + {later}", "yes" if equal else "NO"))
-        print(table(f"{kind}: {args.tokens} new tokens, prompt {PROMPT}, width {args.width}", rows[-len(results):],
+        print(table(f"{kind}: {args.tokens} new tokens, prompt {PROMPT}, batch {args.batch}, width {args.width}",
+                    rows[-len(results):],
                     ("model", "row", "cold tok/s", "warm tok/s", "warm vs cpu eager", "warm/cold",
                      "programs (first + later)", "tokens = cpu")), flush=True)
     print()

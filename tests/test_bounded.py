@@ -106,3 +106,48 @@ def test_arange_of_a_grown_length_is_the_front_of_its_capacity():
     assert a.shape == (12,) and a.stride() == (1,)
     assert growth.recent_capacity(3) is None and growth.front(torch.arange(3, device="tpu")) is None  # ordinary
     torchtpu_lab.sync()
+
+
+def test_in_place_ops_and_gradients_through_grown_tensors_equal_cpu():
+    x_cpu, x = _grown("cpu", 9, dtype=torch.float32), _grown("tpu", 9, dtype=torch.float32)
+    y_cpu, y = x_cpu * 0.5, x * 0.5
+    assert growth.front(y) is not None
+    y_cpu.add_(1), y.add_(1)
+    y_cpu[:, -1:].mul_(3), y[:, -1:].mul_(3)
+    assert torch.equal(y.cpu(), y_cpu)
+    assert torch.equal(x.cpu(), x_cpu)  # the op's input is untouched by the result's in-place changes
+    w_cpu = torch.tensor([[0.3], [-0.2]]).requires_grad_()  # broadcast along the grown dim: rewritten ops
+    w = w_cpu.detach().to("tpu").requires_grad_()
+    loss_cpu = ((x_cpu * w_cpu).sigmoid() * x_cpu).sum()
+    assert growth.front((x * w).sigmoid()) is not None
+    loss = ((x * w).sigmoid() * x).sum()
+    loss_cpu.backward()
+    loss.backward()
+    torch.testing.assert_close(loss.detach().cpu(), loss_cpu.detach())
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)
+
+
+def test_softmax_and_products_over_grown_padding_equal_cpu():
+    """The padding of ``1 / x`` is ``inf`` (a grown storage's padding starts as zeros): a softmax along the grown
+    dim or a product contracting it that read the padding would give ``nan``."""
+    x_cpu, x = _grown("cpu", 11, dtype=torch.float32), _grown("tpu", 11, dtype=torch.float32)
+    r_cpu, r = 1 / x_cpu, 1 / x  # [2, 11], grown along dim 1
+    for dim in (1, 0):
+        torch.testing.assert_close(r.softmax(dim).cpu(), r_cpu.softmax(dim))
+        torch.testing.assert_close(r.log_softmax(dim).cpu(), r_cpu.log_softmax(dim))
+    assert growth.front(r.softmax(1)) is not None
+    a_cpu, a = r_cpu[None], r[None]  # [1, 2, n]: the contraction dim grown
+    b_cpu, b = r_cpu[None].transpose(1, 2), r[None].transpose(1, 2)  # [1, n, 2]: a transposed view, grown too
+    assert growth.front(b) is not None
+    torch.testing.assert_close(torch.bmm(a, b).cpu(), torch.bmm(a_cpu, b_cpu))  # contracts the padding
+    torch.testing.assert_close((r.t() @ torch.ones(2, 3, device="tpu")).cpu(), r_cpu.t() @ torch.ones(2, 3))
+    product = torch.ones(3, 2, device="tpu") @ r  # the grown dim is the product's column dim
+    assert growth.front(product) is not None
+    torch.testing.assert_close(product.cpu(), torch.ones(3, 2) @ r_cpu)
+    q_cpu = torch.linspace(-1, 1, 2 * 3).reshape(1, 2, 1, 3)
+    k_cpu, k = r_cpu.reshape(1, 2, 11, 1).expand(1, 2, 11, 3), r.reshape(1, 2, 11, 1).expand(1, 2, 11, 3)
+    scores_cpu = (q_cpu @ k_cpu.transpose(-1, -2)).softmax(-1)  # attention as transformers' eager path writes it
+    scores = (q_cpu.to("tpu") @ k.transpose(-1, -2)).softmax(-1)
+    assert growth.front(scores) is not None  # through matmul's own decomposition (expand, reshape, bmm, view)
+    torch.testing.assert_close(scores.cpu(), scores_cpu)
+    torch.testing.assert_close((scores @ k).cpu(), scores_cpu @ k_cpu)

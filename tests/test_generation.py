@@ -129,20 +129,36 @@ def test_default_cache_generate_builds_programs_per_capacity_not_per_token(kind)
 
 
 @pytest.mark.sweep  # ~35 s under load: a program per token, by design
-def test_attention_that_reads_the_cache_at_its_length_says_why_it_recompiles():
-    """Eager attention (``matmul``/``softmax`` on the keys) reads the growing cache at its logical length:
-    correct, but a new graph per token; the compile cause names the op, the growth and the fix."""
-    model = _tiny("gpt2", 20, attn="eager")
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_eager_attention_on_a_dynamic_cache_builds_programs_per_capacity(kind):
+    """Eager attention (``matmul``/``softmax`` on the keys, ``transformers``' ``attn_implementation="eager"``)
+    runs on the cache's padded extent (runtime/bounded.py: the score product keeps the grown dim, the softmax
+    fills the padding with ``-inf``, the weighted sum zeroes it on both sides): CPU's tokens, and a longer call
+    within the capacity bucket builds nothing new."""
+    model = _tiny(kind, 32, attn="eager")
     prompt = torch.randint(1, 97, (1, PROMPT), generator=torch.Generator().manual_seed(1))
-    expected = model.generate(prompt, max_new_tokens=4, do_sample=False)
+    expected = model.generate(prompt, max_new_tokens=20, do_sample=False)
     model = model.to("tpu")
+    assert torch.equal(model.generate(prompt.to("tpu"), max_new_tokens=6, do_sample=False).cpu(),
+                       expected[:, :PROMPT + 6])
+    before = _compiles()
+    assert torch.equal(model.generate(prompt.to("tpu"), max_new_tokens=20, do_sample=False).cpu(), expected)
+    assert _compiles() - before <= 1, [e.detail["cause"] for e in list(telemetry.compile_log)[-3:]]
+
+
+def test_an_op_that_reads_a_growing_tensor_at_its_length_says_why_it_recompiles():
+    """An op with no padded form (a cumulative sum along the grown dim) reads the growing tensor at its logical
+    length: correct, but a new graph per step; the compile cause names the op, the growth and the fixes."""
+    cache_cpu, cache = torch.ones(1, 3, 4), torch.ones(1, 3, 4, device="tpu")
     with torchtpu_lab.profile() as prof:
-        out = model.generate(prompt.to("tpu"), max_new_tokens=4, do_sample=False)
-    assert torch.equal(out.cpu(), expected)
+        for _ in range(5):
+            cache_cpu = torch.cat([cache_cpu, torch.ones(1, 1, 4)], 1)
+            cache = torch.cat([cache, torch.ones(1, 1, 4, device="tpu")], 1)
+            assert torch.equal(cache.cumsum(1)[:, -1].cpu(), cache_cpu.cumsum(1)[:, -1])
     causes = [str(r.cause) for r in prof.report().compiles if r.recompile]
     grew = [c for c in causes if "grows by one every step" in c]
     assert len(grew) >= 2, causes
-    assert all("aten::" in c and "scaled_dot_product_attention" in c and 'cache_implementation="static"' in c
+    assert all("aten::cumsum" in c and "scaled_dot_product_attention" in c and 'cache_implementation="static"' in c
                for c in grew), grew
 
 

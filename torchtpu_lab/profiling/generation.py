@@ -46,6 +46,7 @@ def growth_hint(op: str, arg: str, dim: int) -> str:
             "F.scaled_dot_product_attention (transformers: attn_implementation=\"sdpa\"), which reads its padded "
             "storage with the length as an input (one program per capacity bucket), or allocate it once at its "
             "maximum length and write each step at a moving offset (buf[:, pos] = x; transformers: "
-            "cache_implementation=\"static\"), which compiles once for any number of steps. A padding mask rebuilt "
-            "from the length each step (transformers, a left-padded batch with attention_mask) is read at its length "
-            "with either cache: batch prompts of equal length and pass no attention_mask")
+            "cache_implementation=\"static\"), which compiles once for any number of steps. Pointwise ops, casts, "
+            "sums, softmax, matmul, indexing and arange(n) of the length run on the padded storage too (eager "
+            "attention, a left-padded batch's mask); other ops across the growing dim (mean, cumsum, sort) read it "
+            "at its length")

@@ -47,6 +47,8 @@ aten = torch.ops.aten
 #: must not be rewritten again)
 _ACTIVE = [False]
 _SUMS = {aten.sum.default, aten.sum.dim_IntList}
+_SOFTMAXES = {aten._softmax.default, aten._log_softmax.default}
+_PRODUCTS = {aten.mm.default, aten.bmm.default}
 #: op id -> its rewrite (or ``None``), decided once per op
 _KINDS: dict = {}
 
@@ -81,6 +83,10 @@ def _kind(op):
         return _index
     if op in _SUMS:
         return _sum
+    if op in _SOFTMAXES:
+        return _softmax
+    if op in _PRODUCTS:
+        return _product
     if op is aten._to_copy.default:
         return _pointwise
     if op is aten.clone.default:  # a copy asked for is a tensor of its own, not the front of another padding
@@ -99,7 +105,7 @@ def whole(t, f: growth.Front, capacity: int | None = None):
     if capacity is not None and capacity != f.capacity:
         size = list(view.size)
         size[f.dim] = capacity
-        view = views.View(tuple(size), view.stride, 0)
+        view = views.View(tuple(size), view.stride, view.offset)
     return tensor.make(tensor.adopt(t).tpu_storage, view)
 
 
@@ -189,6 +195,44 @@ def _sum(op, args: tuple, kwargs: dict):
     return growth.grown(_base(out), d, f.length)
 
 
+def _softmax(op, args: tuple, kwargs: dict):
+    """Along the grown dim: the padding is ``-inf`` first, so its weights are exact zeros; along another dim the
+    grown one is a batch dim, as for a pointwise op."""
+    x = args[0]
+    f = growth.front(x)
+    if f is None or kwargs or len(args) != 3:
+        return None
+    w = whole(x, f)
+    if args[1] % x.ndim == f.dim:
+        w = w.masked_fill(_padding(x, f), float("-inf"))
+    return growth.grown(_base(op(w, *args[1:])), f.dim, f.length)
+
+
+def _product(op, args: tuple, kwargs: dict):
+    """``mm``/``bmm``: a grown row dim of the first operand or column dim of the second is a grown dim of the
+    product; grown contraction dims of both (attention's weights times its values) have their padding zeroed on
+    both sides, so each padded term adds an exact ``0``, and the product is an ordinary tensor."""
+    if kwargs or len(args) != 2:
+        return None
+    a, b = args
+    fa, fb = growth.front(a), growth.front(b)
+    if fa is None and fb is None:
+        return None
+    batch = a.ndim - 2  # the row dim of a, the contraction dim of b
+    if fa is not None and fb is not None:
+        if fa.dim != batch + 1 or fb.dim != batch or fa.length != fb.length:
+            return None
+        capacity = min(fa.capacity, fb.capacity)
+        a = whole(a, fa, capacity).masked_fill(_padding(a, fa._replace(capacity=capacity)), 0)
+        b = whole(b, fb, capacity).masked_fill(_padding(b, fb._replace(capacity=capacity)), 0)
+        return op(a, b)
+    if fa is not None and fa.dim == batch:
+        return growth.grown(_base(op(whole(a, fa), b)), batch, fa.length)
+    if fb is not None and fb.dim == batch + 1:
+        return growth.grown(_base(op(a, whole(b, fb))), batch + 1, fb.length)
+    return None
+
+
 def _index(op, args: tuple, kwargs: dict):
     if kwargs or len(args) != 2:
         return None
@@ -210,7 +254,7 @@ def _index(op, args: tuple, kwargs: dict):
     for i, f in found:
         if f is not None:  # padding positions of a grown index would be checked too: make them a valid index
             i = whole(i, f, plan[2])
-            i = i.masked_fill(_padding(i, growth.Front(f.dim, f.length, plan[2], f.whole)), 0)
+            i = i.masked_fill(_padding(i, f._replace(capacity=plan[2])), 0)
         new.append(i)
     if fx is not None:
         new[fx.dim] = _into_padded(new[fx.dim], fx.length, fx.capacity)

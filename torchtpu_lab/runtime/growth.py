@@ -20,14 +20,11 @@ masks — get as many as fit in :data:`FREE_BYTES`, so they do not change bucket
 they run beside), and a storage over :data:`MAX_PADDED_BYTES` is not padded at all.
 
 A grown tensor's consumers read its first ``n`` positions — a view, whose shape changes every step — unless
-they can mask the rest: attention over a padded KV cache reads the whole storage with ``n`` as a graph input
-(:func:`padded_length`, runtime/padded_attention.py), so a decode step is one program per capacity bucket.
-
-Not bounded (yet): values *derived* from the length by other ops. ``transformers`` rebuilds a left-padded
-batch's 4-d mask every step from the grown ``[batch, n]`` mask and ``torch.arange(n)`` (a cast, a masked
-``sum``, broadcasting compares, a gather, ``expand``), so that batch still compiles its forward per token. Bounding
-it means carrying the padded extent through those generic ops — a factory with no padded input among them — on
-the per-op recording path, not here.
+they can take the padding: attention over a padded KV cache reads the whole storage with ``n`` as a graph input
+(:func:`padded_length`, runtime/padded_attention.py), and pointwise ops, casts, sums, advanced indexing and an
+``arange`` of a grown length run on the padded extent and give the front of a padded result again
+(:func:`front`, :func:`grown`, runtime/bounded.py): the mask ``transformers`` rebuilds from a left-padded batch's
+grown ``[batch, n]`` mask every step is built that way, so a decode step is one program per capacity bucket.
 """
 
 from __future__ import annotations
@@ -148,42 +145,39 @@ class Front(NamedTuple):
 
 
 def front(t) -> Front | None:
-    """Where ``t`` reads the first ``n`` positions of a storage grown by appends, along one of its dims, and all
-    of the storage besides: the tensor itself, or a view of it that only adds size-1 dims or broadcasts them
-    (``x[None, None, :]``, ``expand``) — else ``None``. Ops on such a tensor can run on the ``whole`` padded
-    extent instead (runtime/bounded.py), so nothing they compile has ``n`` in a shape."""
+    """Where ``t`` reads the first ``n`` positions along a storage's grown dim with one of its own dims, and the
+    same geometry with the storage's whole capacity there stays inside the storage: a grown tensor, or any view of
+    it that keeps the grown positions together (``x[None, :]``, ``expand``, a transpose, a reshape of the other
+    dims, a row ``x[1]``) — else ``None``. Ops on such a tensor can run on the ``whole`` padded extent instead
+    (runtime/bounded.py), so nothing they compile has ``n`` in a shape: the positions past ``n`` are read, as
+    padding, and nothing logical is computed from them."""
     if not tensor.on_tpu(t):
         return None
     t = tensor.adopt(t)
     storage = t.tpu_storage
     g = _GROWING.get(storage)
     view = t.tpu_view
-    if g is None or view is None or view.offset != 0:
+    if g is None or view is None:
         return None
-    base, strides = storage.shape, _strides(storage.shape)
-    kept = [i for i, n in enumerate(base) if n != 1]
-    dims = [i for i, (n, s) in enumerate(zip(view.size, view.stride)) if n != 1 and s != 0]
-    if len(dims) != len(kept):
-        return None
+    base = storage.shape
+    capacity, step = base[g], _strides(base)[g]
     found = None
-    for i, k in zip(dims, kept):
-        if view.stride[i] != strides[k]:
-            return None
-        if k == g:
-            if not 1 < view.size[i] < base[k]:
+    for i, (n, s) in enumerate(zip(view.size, view.stride)):
+        if s == step and 1 < n < capacity:
+            if found is not None:
                 return None
             found = i
-        elif view.size[i] != base[k]:
-            return None
-    if found is None:
+    if found is None or 0 in view.size:
         return None
     size = list(view.size)
-    size[found] = base[g]
+    size[found] = capacity
+    if view.offset + sum((n - 1) * s for n, s in zip(size, view.stride)) >= math.prod(base):
+        return None
     # a size-1 dim's stride addresses nothing, but a view op derives it from the length (unsqueeze): the whole
     # extent's gets one that does not, so the ops reading it have the same key for every length
     canonical = _strides(tuple(size))
     stride = tuple(c if n == 1 else s for n, s, c in zip(size, view.stride, canonical))
-    return Front(found, view.size[found], base[g], views.View(tuple(size), stride, 0))
+    return Front(found, view.size[found], capacity, views.View(tuple(size), stride, view.offset))
 
 
 def grown(t, dim: int, length: int):

@@ -28,10 +28,11 @@ torchtpu_lab code). The unpadded program's rounding depends on ``n`` in a way no
 can reproduce, so results equal the unpadded computation within float32 rounding (tests: ``atol=1e-6``),
 and tokens equal CPU's.
 
-Where keys and values are not both padded views of the same length, or a mask comes with them (a mask built
-from the length each step has the growing shape itself), the kernel reads them at their logical length: the
-results are the same, and the compile cause of the next program names ``scaled_dot_product_attention``
-and the length that changed.
+A mask that comes with padded keys is read over the keys' padded extent when it is itself the front of a padded
+result grown to the same length (built on padded extents by runtime/bounded.py, as ``transformers``' mask of a
+left-padded batch is). Where keys and values are not both padded views of the same length, or the mask is not
+such a front, the kernel reads them at their logical length: the results are the same, and the compile cause of
+the next program names ``scaled_dot_product_attention`` and the length that changed.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
 
 def _fused(query, key, value, attn_mask, is_causal: bool, scale):
     """The fused op for a call :func:`_covered` accepts: padded keys and values read whole, with their length
-    as an input, when both are the front of storages grown by appends (and no mask has their length)."""
+    as an input, when both are the front of storages grown by appends (and a mask, if any, is such a front too)."""
     query, key, value = tensor.adopt(query), tensor.adopt(key), tensor.adopt(value)
     n = padded_length(key, 2)
     if n is not None and padded_length(value, 2) != n:
