@@ -151,3 +151,23 @@ def test_softmax_and_products_over_grown_padding_equal_cpu():
     assert growth.front(scores) is not None  # through matmul's own decomposition (expand, reshape, bmm, view)
     torch.testing.assert_close(scores.cpu(), scores_cpu)
     torch.testing.assert_close((scores @ k).cpu(), scores_cpu @ k_cpu)
+
+
+def test_padding_a_grown_tensor_to_a_fixed_length_fills_with_the_value_and_compiles_once():
+    mask_cpu, mask = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 5, dtype=torch.bool, device="tpu")
+    mask_cpu[0, :2], mask[0, :2] = False, False
+    counts = []
+    for step in range(20):
+        mask_cpu = torch.cat([mask_cpu, torch.ones(2, 1, dtype=torch.bool)], -1)
+        mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.bool, device="tpu")], -1)
+        before = _programs()
+        for size, value in ((40, False), (3000, True)):  # within the capacity, and past it
+            got = torch.nn.functional.pad(mask, (0, size - mask.shape[1]), value=value)
+            assert growth.front(got) is None and got.shape == (2, size)
+            assert torch.equal(got.cpu(), torch.nn.functional.pad(mask_cpu, (0, size - mask_cpu.shape[1]),
+                                                                  value=value)), step
+        rows = torch.nn.functional.pad(mask.float(), (0, 0, 1, 1), value=2.0)  # the other dim: still grown
+        assert growth.front(rows) is not None
+        assert torch.equal(rows.cpu(), torch.nn.functional.pad(mask_cpu.float(), (0, 0, 1, 1), value=2.0))
+        counts.append(_programs() - before)
+    assert sum(counts[3:]) == 0, counts

@@ -61,6 +61,23 @@ def test_batched_prompts_with_left_padding_and_a_mask_give_cpus_tokens_and_progr
 
 
 @pytest.mark.sweep  # ~20 s under load
+def test_a_left_padded_batch_with_a_static_cache_compiles_nothing_for_a_longer_call(llama):
+    """``transformers`` pads the grown mask to the static cache's length every token (``F.pad`` by ``max_cache_len
+    - n``): on the padded extent that is the same program for every ``n`` (runtime/bounded.py)."""
+    cpu, tpu = llama
+    ids = _prompts(2, 6, 3)
+    mask = torch.ones(2, 6, dtype=torch.long)
+    ids[1, :3], mask[1, :3] = 0, 0
+    static = {"cache_implementation": "static", "max_cache_len": 64, "disable_compile": True, "do_sample": False}
+    for tokens, most in ((6, 14), (14, 0)):
+        want = cpu.generate(ids, attention_mask=mask, max_new_tokens=tokens, **static)
+        before = _programs()
+        got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=tokens, **static)
+        assert torch.equal(got.cpu(), want)
+        assert _programs() - before <= most, (tokens, _programs() - before)
+
+
+@pytest.mark.sweep  # ~20 s under load
 def test_a_batch_of_equal_length_prompts_without_a_mask_builds_programs_per_capacity_not_per_token(llama):
     """Prompts of equal length and no attention_mask give the CPU's tokens, and a longer call builds nothing new
     (the mask transformers makes is all ones, so the attention takes none)."""

@@ -22,6 +22,13 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
   dim of ``x`` is wrapped by the *logical* length, as PyTorch does, and one out of that range is moved out of the
   padded range too, so the gather's own check raises ``IndexError`` (its message shows the moved value and the
   capacity: the logical length is a graph input, not part of a compiled message).
+- **padding** (``F.pad``): of other dims, the result is grown again; of the grown dim on the right to a fixed
+  size (a grown mask padded to a static cache's length), the padding takes the pad value and the result is an
+  ordinary tensor of that size.
+- **products and softmax** (``mm``/``bmm``, so ``matmul``'s decomposition; ``softmax``/``log_softmax``): a grown
+  row or column dim is a grown dim of the product; grown contraction dims of both operands are zeroed on both
+  sides first (each padded term adds an exact ``0``); a softmax along the grown dim sees ``-inf`` there (exact
+  zero weights). Eager attention over a grown KV cache is built from these.
 - **factories**: ``torch.arange(n)`` where an append just made a tensor of ``n`` positions is an ``arange`` of
   that tensor's capacity, viewed to ``n`` — the length it is built from is a graph input nowhere, and the iota
   is the same program for every ``n`` in the bucket.
@@ -87,6 +94,8 @@ def _kind(op):
         return _softmax
     if op in _PRODUCTS:
         return _product
+    if op is aten.constant_pad_nd.default:
+        return _pad
     if op is aten._to_copy.default:
         return _pointwise
     if op is aten.clone.default:  # a copy asked for is a tensor of its own, not the front of another padding
@@ -231,6 +240,32 @@ def _product(op, args: tuple, kwargs: dict):
     if fb is not None and fb.dim == batch + 1:
         return growth.grown(_base(op(a, whole(b, fb))), batch + 1, fb.length)
     return None
+
+
+def _pad(op, args: tuple, kwargs: dict):
+    """``F.pad`` of a grown tensor: padding the other dims keeps it grown; padding the grown dim on the right to
+    a fixed size (``transformers`` pads a grown mask to a static cache's length) fills the padding with the pad
+    value and gives an ordinary tensor of that size, whatever ``n`` was."""
+    x = args[0]
+    f = growth.front(x)
+    if f is None or kwargs or len(args) > 3:
+        return None
+    pad, value = list(args[1]), args[2] if len(args) > 2 else None
+    at = 2 * (x.ndim - 1 - f.dim)
+    left, right = (pad[at], pad[at + 1]) if at + 1 < len(pad) else (0, 0)
+    if left != 0 or right < 0 or any(p < 0 for p in pad):
+        return None
+    rest = args[2:]
+    if right == 0:
+        return growth.grown(_base(op(whole(x, f), pad, *rest)), f.dim, f.length)
+    size = f.length + right
+    filled = whole(x, f).masked_fill(_padding(x, f), 0 if value is None else value)
+    if f.capacity >= size:
+        filled = filled.narrow(f.dim, 0, size)
+        pad[at + 1] = 0
+    else:
+        pad[at + 1] = size - f.capacity
+    return op(filled, pad, *rest)
 
 
 def _index(op, args: tuple, kwargs: dict):
