@@ -171,3 +171,30 @@ def test_padding_a_grown_tensor_to_a_fixed_length_fills_with_the_value_and_compi
         assert torch.equal(rows.cpu(), torch.nn.functional.pad(mask_cpu.float(), (0, 0, 1, 1), value=2.0))
         counts.append(_programs() - before)
     assert sum(counts[3:]) == 0, counts
+
+
+def test_gathers_and_scatters_by_grown_indices_equal_cpu_and_compile_once():
+    """What ``transformers``' repetition penalty does every token with the grown token ids."""
+    scores_cpu = torch.linspace(-3, 3, 2 * 40).reshape(2, 40)
+    scores = scores_cpu.to("tpu")
+    ids_cpu, ids = torch.tensor([[3, 5], [7, 7]]), torch.tensor([[3, 5], [7, 7]], device="tpu")
+    counts = []
+    for step in range(20):
+        new = torch.tensor([[step % 40], [(3 * step) % 40]])
+        ids_cpu, ids = torch.cat([ids_cpu, new], 1), torch.cat([ids, new.to("tpu")], 1)
+        before = _programs()
+        picked = torch.gather(scores, 1, ids)
+        assert growth.front(picked) is not None
+        penalized = torch.where(picked < 0, picked * 1.3, picked / 1.3)
+        got = scores.scatter(1, ids, penalized)
+        added = scores.scatter_add(1, ids, torch.ones_like(penalized))
+        filled = scores.scatter(1, ids, 9.0)
+        picked_cpu = torch.gather(scores_cpu, 1, ids_cpu)
+        want = scores_cpu.scatter(1, ids_cpu, torch.where(picked_cpu < 0, picked_cpu * 1.3, picked_cpu / 1.3))
+        torch.testing.assert_close(got.cpu(), want)
+        torch.testing.assert_close(added.cpu(), scores_cpu.scatter_add(1, ids_cpu, torch.ones_like(picked_cpu)))
+        assert torch.equal(filled.cpu(), scores_cpu.scatter(1, ids_cpu, 9.0))
+        counts.append(_programs() - before)
+    assert sum(counts[3:]) == 0, counts
+    with pytest.raises(RuntimeError, match="out of bounds"):  # a logical index out of range still raises
+        torch.gather(scores, 1, ids + 40).cpu()

@@ -77,6 +77,20 @@ def test_a_left_padded_batch_with_a_static_cache_compiles_nothing_for_a_longer_c
         assert _programs() - before <= most, (tokens, _programs() - before)
 
 
+def test_a_repetition_penalty_gives_cpus_tokens_and_programs_per_capacity(llama):
+    """The penalty gathers and scatters the scores by the grown token ids every token (runtime/bounded.py runs
+    both on the padded ids): it was the whole forward compiled again per token."""
+    cpu, tpu = llama
+    ids = _prompts(1, 6, 4)
+    kwargs = {"repetition_penalty": 1.3, "do_sample": False}
+    for tokens, most in ((6, 12), (14, 0)):
+        want = cpu.generate(ids, max_new_tokens=tokens, **kwargs)
+        before = _programs()
+        got = tpu.generate(ids.to("tpu"), max_new_tokens=tokens, **kwargs)
+        assert torch.equal(got.cpu(), want)
+        assert _programs() - before <= most, (tokens, _programs() - before)
+
+
 @pytest.mark.sweep  # ~20 s under load
 def test_a_batch_of_equal_length_prompts_without_a_mask_builds_programs_per_capacity_not_per_token(llama):
     """Prompts of equal length and no attention_mask give the CPU's tokens, and a longer call builds nothing new

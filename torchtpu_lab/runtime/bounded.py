@@ -11,7 +11,7 @@ Here an op whose tensor inputs are such fronts (:func:`.growth.front`: the tenso
 broadcast size-1 dims) is rewritten on the padded extents, with torch ops, and its result is the front of the
 padded output (:func:`.growth.grown`), so the next op is rewritten too:
 
-- **pointwise ops** (PyTorch's ``pointwise`` tag, and same-device casts): run on the whole extents, aligned to the
+- **pointwise ops** (PyTorch's ``pointwise`` tag, same-device casts, ``full_like``/``ones_like``): run on the whole extents, aligned to the
   smallest capacity among them (a view: capacities only differ in how far past ``n`` they reach). Every logical
   position is computed from the same inputs as before; padding positions hold whatever the op makes of padding,
   and nothing reads them: a consumer not rewritten here reads the front view, as before.
@@ -22,6 +22,9 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
   dim of ``x`` is wrapped by the *logical* length, as PyTorch does, and one out of that range is moved out of the
   padded range too, so the gather's own check raises ``IndexError`` (its message shows the moved value and the
   capacity: the logical length is a graph input, not part of a compiled message).
+- **gathers and scatters** along the dim their index grows along (``transformers``' repetition penalty gathers
+  and scatters scores by the grown token ids): the index's padding is made ``0`` for a gather; for a scatter,
+  each padding position repeats the first position's write (or adds ``0``).
 - **padding** (``F.pad``): of other dims, the result is grown again; of the grown dim on the right to a fixed
   size (a grown mask padded to a static cache's length), the padding takes the pad value and the result is an
   ordinary tensor of that size.
@@ -56,6 +59,7 @@ _ACTIVE = [False]
 _SUMS = {aten.sum.default, aten.sum.dim_IntList}
 _SOFTMAXES = {aten._softmax.default, aten._log_softmax.default}
 _PRODUCTS = {aten.mm.default, aten.bmm.default}
+_SCATTERS = {aten.scatter.src, aten.scatter.value, aten.scatter_add.default}
 #: op id -> its rewrite (or ``None``), decided once per op
 _KINDS: dict = {}
 
@@ -96,7 +100,11 @@ def _kind(op):
         return _product
     if op is aten.constant_pad_nd.default:
         return _pad
-    if op is aten._to_copy.default:
+    if op is aten.gather.default:
+        return _gather
+    if op in _SCATTERS:
+        return _scatter
+    if op is aten._to_copy.default or op is aten.full_like.default:  # a cast; a fill shaped like its input
         return _pointwise
     if op is aten.clone.default:  # a copy asked for is a tensor of its own, not the front of another padding
         return None
@@ -266,6 +274,59 @@ def _pad(op, args: tuple, kwargs: dict):
     else:
         pad[at + 1] = size - f.capacity
     return op(filled, pad, *rest)
+
+
+def _grown_index(x, dim, index):
+    """``(dim, front)`` when ``index`` is grown along the gathered/scattered ``dim`` of an ``x`` that is not grown
+    (the token ids ``transformers``' repetition penalty gathers scores with), else ``None``."""
+    if not tensor.on_tpu(index) or not isinstance(dim, int) or growth.front(x) is not None:
+        return None
+    f = growth.front(index)
+    return None if f is None or f.dim != dim % index.ndim else (f.dim, f)
+
+
+def _gather(op, args: tuple, kwargs: dict):
+    """``gather`` along the dim its index grows along: padding positions of the index become ``0`` (a valid
+    index, never an error PyTorch would not raise), and the result is grown like the index."""
+    if kwargs or len(args) != 3:
+        return None
+    x, dim, index = args
+    found = _grown_index(x, dim, index)
+    if found is None:
+        return None
+    d, f = found
+    index = whole(index, f).masked_fill(_padding(index, f), 0)
+    return growth.grown(_base(op(x, dim, index)), d, f.length)
+
+
+def _scatter(op, args: tuple, kwargs: dict):
+    """``scatter``/``scatter_add`` along the dim its index (and source) grow along: each padding position writes
+    what the first position along that dim writes (a repeated write of the same value), or adds ``0``; the
+    result is shaped like ``self``, an ordinary tensor."""
+    if kwargs or len(args) != 4:
+        return None
+    x, dim, index, src = args
+    found = _grown_index(x, dim, index)
+    if found is None:
+        return None
+    d, f = found
+    padding = _padding(index, f)
+    index = whole(index, f)
+    if isinstance(src, torch.Tensor):
+        fs = growth.front(src)
+        if fs is None or fs.dim != d or fs.length != f.length or src.ndim != index.ndim:
+            return None
+        src = whole(src, fs, f.capacity) if fs.capacity >= f.capacity else None
+        if src is None:
+            return None
+        if op is aten.scatter_add.default:
+            src = src.masked_fill(padding, 0)
+        else:
+            src = torch.where(padding, src.narrow(d, 0, 1), src)
+    elif op is aten.scatter_add.default:
+        return None
+    index = torch.where(padding, index.narrow(d, 0, 1), index)
+    return op(x, dim, index, src)
 
 
 def _index(op, args: tuple, kwargs: dict):
