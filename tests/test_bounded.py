@@ -35,7 +35,13 @@ def _padding_mask(mask: torch.Tensor) -> torch.Tensor:
     return out, all_ones
 
 
-def test_a_mask_built_from_a_grown_length_equals_cpu_and_compiles_once_per_bucket():
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_a_mask_built_from_a_grown_length_equals_cpu_and_compiles_once_per_bucket(mode):
+    with torchtpu_lab.eager_mode(mode):
+        _mask_steps()
+
+
+def _mask_steps():
     mask_cpu = torch.ones(2, 7, dtype=torch.long)
     mask_cpu[1, :3] = 0
     mask = mask_cpu.to("tpu")

@@ -39,7 +39,8 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
 Scalars the rewrite introduces (``n``, capacities minus ``n``) are Python numbers, so they are graph inputs
 (packed numbers), not constants. The inner ops are ordinary dispatches of static shapes, which the native
 recording kernel learns and then serves without Python; the rewritten op itself is never taught to it (its key
-has ``n`` in it). Anything else — other reductions, other indexing, mutation, several outputs, operands grown
+has ``n`` in it). A rewrite that fails for any reason leaves the op to the ordinary path, which gives PyTorch's
+error if the call is wrong. Anything else — other reductions, other indexing, mutation, several outputs, operands grown
 along different dims or lengths — takes the ordinary path: correct, and compiled per length as before, with the
 compile cause naming the op and the dim.
 """
@@ -78,6 +79,8 @@ def run(low, args: tuple, kwargs: dict):
     _ACTIVE[0] = True
     try:
         return rewrite(op, args, kwargs)
+    except Exception:  # noqa: BLE001 — the ordinary path runs the op instead, and raises PyTorch's error if any
+        return None
     finally:
         _ACTIVE[0] = False
 
