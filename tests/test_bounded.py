@@ -204,3 +204,26 @@ def test_gathers_and_scatters_by_grown_indices_equal_cpu_and_compile_once():
     assert sum(counts[3:]) == 0, counts
     with pytest.raises(RuntimeError, match="out of bounds"):  # a logical index out of range still raises
         torch.gather(scores, 1, ids + 40).cpu()
+
+
+def test_reductions_and_cumulative_ops_over_grown_padding_equal_cpu():
+    x_cpu, x = _grown("cpu", 13, dtype=torch.float32), _grown("tpu", 13, dtype=torch.float32)
+    e_cpu, e = torch.exp(x_cpu * -0.01) - 2, torch.exp(x * -0.01) - 2  # padding: exp(0) - 2 = -1
+    i_cpu, i = _grown("cpu", 13), _grown("tpu", 13)  # int64: padding 0 below every value
+    close = torch.testing.assert_close
+    close(e.mean().cpu(), e_cpu.mean())
+    close(e.mean(1, keepdim=True).cpu(), e_cpu.mean(1, keepdim=True))
+    close(e.mean(0).cpu(), e_cpu.mean(0))
+    assert growth.front(e.mean(0)) is not None
+    close(e.amax(1).cpu(), e_cpu.amax(1))  # every logical value is below -1: a max that read the padding is -1
+    close((-e).amin().cpu(), (-e_cpu).amin())
+    assert torch.equal(i.amin(1).cpu(), i_cpu.amin(1)) and torch.equal((-i).amax().cpu(), (-i_cpu).amax())
+    assert bool((e < -1).all()) == bool((e_cpu < -1).all()) is True
+    assert bool((e > -1).any()) == bool((e_cpu > -1).any()) is False
+    assert torch.equal((e < -1.5).any(1).cpu(), (e_cpu < -1.5).any(1))
+    for op in (torch.cumsum, torch.cumprod, torch.logcumsumexp):
+        close(op(e, 1).cpu(), op(e_cpu, 1))
+        close(op(e, 0).cpu(), op(e_cpu, 0))
+    assert growth.front(torch.cumsum(e, 1)) is not None
+    with pytest.raises(RuntimeError):  # PyTorch's error for a mean of integers, from the ordinary path
+        i.mean()

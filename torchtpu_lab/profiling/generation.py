@@ -47,6 +47,6 @@ def growth_hint(op: str, arg: str, dim: int) -> str:
             "storage with the length as an input (one program per capacity bucket), or allocate it once at its "
             "maximum length and write each step at a moving offset (buf[:, pos] = x; transformers: "
             "cache_implementation=\"static\"), which compiles once for any number of steps. Pointwise ops, casts, "
-            "sums, softmax, matmul, indexing and arange(n) of the length run on the padded storage too (eager "
-            "attention, a left-padded batch's mask); other ops across the growing dim (mean, cumsum, sort) read it "
-            "at its length")
+            "reductions, softmax, matmul, indexing and arange(n) of the length run on the padded storage too (eager "
+            "attention, a left-padded batch's mask); other ops across the growing dim (flip, sort) read it at its "
+            "length")

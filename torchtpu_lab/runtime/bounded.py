@@ -15,8 +15,10 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
   smallest capacity among them (a view: capacities only differ in how far past ``n`` they reach). Every logical
   position is computed from the same inputs as before; padding positions hold whatever the op makes of padding,
   and nothing reads them: a consumer not rewritten here reads the front view, as before.
-- **sums** (``sum``, over all dims or some): the padding is filled with ``0`` first (``arange(capacity) >= n``,
-  ``n`` a graph input), so the result is exact; an output that keeps the grown dim is a front again.
+- **reductions** (``sum``, ``mean``, ``amax``/``amin``, ``any``/``all``, over all dims or some): over the grown
+  dim the padding is filled with the reduction's identity first (``arange(capacity) >= n``, ``n`` a graph input;
+  a mean divides the sum by the logical count), so the result is exact; a reduction of other dims keeps the grown
+  dim, a front again. Cumulative ops (``cumsum``, ``cumprod``, ``logcumsumexp``) never read past a position.
 - **advanced indexing** (``x[i, j]`` with an index for every dim): padding positions of grown indices become
   ``0`` before the gather (padding must not raise an index error that PyTorch would not); an index into a grown
   dim of ``x`` is wrapped by the *logical* length, as PyTorch does, and one out of that range is moved out of the
@@ -47,6 +49,8 @@ compile cause naming the op and the dim.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..device import tensor, views
@@ -57,7 +61,12 @@ aten = torch.ops.aten
 #: set while a rewrite runs its inner ops (they see whole extents, never fronts, and an ``arange`` of a capacity
 #: must not be rewritten again)
 _ACTIVE = [False]
-_SUMS = {aten.sum.default, aten.sum.dim_IntList}
+_MEAN, _LEAST, _MOST = object(), object(), object()
+#: reductions and the value the padding is filled with when they reduce the grown dim
+_IDENTITY = {aten.sum.default: 0, aten.sum.dim_IntList: 0, aten.mean.default: _MEAN, aten.mean.dim: _MEAN,
+             aten.amax.default: _LEAST, aten.amin.default: _MOST, aten.any.default: False, aten.any.dim: False,
+             aten.any.dims: False, aten.all.default: True, aten.all.dim: True, aten.all.dims: True}
+_CUMULATIVE = {aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default}
 _SOFTMAXES = {aten._softmax.default, aten._log_softmax.default}
 _PRODUCTS = {aten.mm.default, aten.bmm.default}
 _SCATTERS = {aten.scatter.src, aten.scatter.value, aten.scatter_add.default}
@@ -95,8 +104,10 @@ def _kind(op):
         return _arange
     if op is aten.index.Tensor:
         return _index
-    if op in _SUMS:
-        return _sum
+    if op in _IDENTITY:
+        return _reduce
+    if op in _CUMULATIVE:
+        return _cumulative
     if op in _SOFTMAXES:
         return _softmax
     if op in _PRODUCTS:
@@ -195,7 +206,10 @@ def _pointwise(op, args: tuple, kwargs: dict):
     return growth.grown(_base(op(*args, **kwargs)), d, n)
 
 
-def _sum(op, args: tuple, kwargs: dict):
+def _reduce(op, args: tuple, kwargs: dict):
+    """A reduction: over the grown dim, the padding is first filled with the reduction's identity (``0`` for a
+    sum, ``-inf`` or the dtype's least value for a max, ...; a mean sums and divides by the logical count);
+    over other dims only, the grown dim is a batch dim and the result is grown again."""
     x = args[0]
     f = growth.front(x)
     if f is None:
@@ -203,16 +217,35 @@ def _sum(op, args: tuple, kwargs: dict):
     rest = list(args[1:])
     dims = rest[0] if rest else kwargs.get("dim")
     keepdim = rest[1] if len(rest) > 1 else kwargs.get("keepdim", False)
-    if op is aten.sum.default or not dims:
-        reduced = set(range(x.ndim))
-    else:
-        reduced = {int(i) % x.ndim for i in dims}
-    masked = whole(x, f).masked_fill(_padding(x, f), 0)
-    out = op(masked, *rest, **kwargs)
-    if f.dim in reduced:
-        return out
-    d = f.dim if keepdim else f.dim - sum(1 for i in reduced if i < f.dim)
-    return growth.grown(_base(out), d, f.length)
+    if isinstance(dims, int):
+        dims = [dims]
+    reduced = set(range(x.ndim)) if not dims else {int(i) % x.ndim for i in dims}
+    w = whole(x, f)
+    if f.dim not in reduced:
+        d = f.dim if keepdim else f.dim - sum(1 for i in reduced if i < f.dim)
+        return growth.grown(_base(op(w, *rest, **kwargs)), d, f.length)
+    fill = _IDENTITY[op]
+    if fill is _MEAN:
+        dtype = kwargs.get("dtype")
+        if not (dtype or x.dtype).is_floating_point:
+            return None  # PyTorch's error, from the ordinary path
+        total = aten.sum.dim_IntList(w.masked_fill(_padding(x, f), 0), sorted(reduced), bool(keepdim), dtype=dtype)
+        return total / math.prod(x.shape[i] for i in reduced)
+    if fill is _LEAST or fill is _MOST:
+        info = torch.finfo(x.dtype) if x.dtype.is_floating_point else torch.iinfo(x.dtype)
+        fill = (-math.inf if fill is _LEAST else math.inf) if x.dtype.is_floating_point else \
+            (info.min if fill is _LEAST else info.max)
+    return op(w.masked_fill(_padding(x, f), fill), *rest, **kwargs)
+
+
+def _cumulative(op, args: tuple, kwargs: dict):
+    """``cumsum``/``cumprod``/``logcumsumexp``: along the grown dim a logical position only reads positions
+    before it, never the padding; along another dim the grown one is a batch dim. The result is grown again."""
+    x = args[0]
+    f = growth.front(x)
+    if f is None:
+        return None
+    return growth.grown(_base(op(whole(x, f), *args[1:], **kwargs)), f.dim, f.length)
 
 
 def _softmax(op, args: tuple, kwargs: dict):
