@@ -54,6 +54,7 @@ import math
 import torch
 
 from ..device import tensor, views
+from ..ops import LOWERINGS
 from . import executor, growth
 
 aten = torch.ops.aten
@@ -95,33 +96,11 @@ def run(low, args: tuple, kwargs: dict):
 
 
 def _kind(op):
-    from ..ops import LOWERINGS
-
     low = LOWERINGS.get(op)
     if low is not None and low.rng:  # random draws over padding would shift the logical positions' numbers
         return None
-    if op is aten.arange.default:
-        return _arange
-    if op is aten.index.Tensor:
-        return _index
-    if op in _IDENTITY:
-        return _reduce
-    if op in _CUMULATIVE:
-        return _cumulative
-    if op in _SOFTMAXES:
-        return _softmax
-    if op in _PRODUCTS:
-        return _product
-    if op is aten.constant_pad_nd.default:
-        return _pad
-    if op is aten.gather.default:
-        return _gather
-    if op in _SCATTERS:
-        return _scatter
-    if op is aten._to_copy.default or op is aten.full_like.default:  # a cast; a fill shaped like its input
-        return _pointwise
-    if op is aten.clone.default:  # a copy asked for is a tensor of its own, not the front of another padding
-        return None
+    if op in _REWRITES or op is aten.clone.default:  # clone: a copy asked for is a tensor of its own
+        return _REWRITES.get(op)
     schema = op._schema
     if torch.Tag.pointwise in op.tags and not schema.is_mutable and len(schema.returns) == 1 \
             and str(schema.returns[0].type) == "Tensor":
@@ -426,4 +405,10 @@ def attention_mask(mask, length: int, capacity: int):
     return torch.constant_pad_nd(whole(mask, f), [0, capacity - f.capacity], 0)
 
 
+#: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
+_REWRITES = {aten.arange.default: _arange, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
+             aten.gather.default: _gather, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
+             **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
+             **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS, _product),
+             **dict.fromkeys(_SCATTERS, _scatter)}
 executor.BOUNDED[:] = [growth._GROWING.data, run]
