@@ -227,3 +227,11 @@ def test_reductions_and_cumulative_ops_over_grown_padding_equal_cpu():
     assert growth.front(torch.cumsum(e, 1)) is not None
     with pytest.raises(RuntimeError):  # PyTorch's error for a mean of integers, from the ordinary path
         i.mean()
+
+
+def test_an_embedding_of_grown_indices_equals_cpu_and_stays_grown():
+    weight_cpu = torch.linspace(-1, 1, 32 * 3).reshape(32, 3)
+    ids_cpu, ids = _grown("cpu", 9) % 32, _grown("tpu", 9) % 32
+    rows = torch.nn.functional.embedding(ids, weight_cpu.to("tpu"))
+    assert growth.front(rows) is not None and rows.shape == (2, 9, 3)
+    assert torch.equal(rows.cpu(), torch.nn.functional.embedding(ids_cpu, weight_cpu))

@@ -181,3 +181,26 @@ def test_encoder_decoder_t5_gives_cpus_tokens():
     want = model.generate(prompt, max_new_tokens=5, do_sample=False)
     got = model.to("tpu").generate(prompt.to("tpu"), max_new_tokens=5, do_sample=False)
     assert torch.equal(got.cpu(), want)
+
+
+def test_t5_with_eager_attention_and_a_padded_batch_builds_programs_per_capacity():
+    """T5's relative position bias is an embedding of buckets computed from ``arange`` of the key length every
+    token; with eager attention all of it runs on the padded extent (runtime/bounded.py). (Its sdpa path makes the
+    bias ``contiguous()``: a contiguous tensor of ``n`` positions has ``n`` in its shape, so that path still
+    builds a program per token.)"""
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                                decoder_start_token_id=0, pad_token_id=0, eos_token_id=None)
+    cfg._attn_implementation = "eager"
+    cpu = transformers.T5ForConditionalGeneration(cfg).eval()
+    tpu = transformers.T5ForConditionalGeneration(cfg).eval()
+    tpu.load_state_dict(cpu.state_dict())
+    tpu = tpu.to("tpu")
+    ids, mask = _prompts(2, 6, 6), torch.ones(2, 6, dtype=torch.long)
+    ids[0, 4:], mask[0, 4:] = 0, 0
+    for tokens, most in ((6, 16), (14, 0)):
+        want = cpu.generate(ids, attention_mask=mask, max_new_tokens=tokens, do_sample=False)
+        before = _programs()
+        got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=tokens, do_sample=False)
+        assert torch.equal(got.cpu(), want)
+        assert _programs() - before <= most, (tokens, _programs() - before)

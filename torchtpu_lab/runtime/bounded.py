@@ -24,6 +24,8 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
   dim of ``x`` is wrapped by the *logical* length, as PyTorch does, and one out of that range is moved out of the
   padded range too, so the gather's own check raises ``IndexError`` (its message shows the moved value and the
   capacity: the logical length is a graph input, not part of a compiled message).
+- **embedding** of grown indices (T5's relative position bias is looked up by buckets built from ``arange`` of
+  the key length): padding indices read row ``0``, and the rows are grown like the indices.
 - **gathers and scatters** along the dim their index grows along (``transformers``' repetition penalty gathers
   and scatters scores by the grown token ids): the index's padding is made ``0`` for a gather; for a scatter,
   each padding position repeats the first position's write (or adds ``0``).
@@ -314,6 +316,17 @@ def _gather(op, args: tuple, kwargs: dict):
     return growth.grown(_base(op(x, dim, index)), d, f.length)
 
 
+def _embedding(op, args: tuple, kwargs: dict):
+    """``embedding`` of grown indices (T5's relative position buckets, built from ``arange`` of the key length):
+    padding indices become row ``0``, and the rows are grown like the indices."""
+    weight, indices = args[0], args[1]
+    f = growth.front(indices)
+    if f is None or growth.front(weight) is not None:
+        return None
+    indices = whole(indices, f).masked_fill(_padding(indices, f), 0)
+    return growth.grown(_base(op(weight, indices, *args[2:], **kwargs)), f.dim, f.length)
+
+
 def _scatter(op, args: tuple, kwargs: dict):
     """``scatter``/``scatter_add`` along the dim its index (and source) grow along: each padding position writes
     what the first position along that dim writes (a repeated write of the same value), or adds ``0``; the
@@ -408,6 +421,7 @@ def attention_mask(mask, length: int, capacity: int):
 #: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
 _REWRITES = {aten.arange.default: _arange, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
              aten.gather.default: _gather, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
+             aten.embedding.default: _embedding,
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
              **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS, _product),
              **dict.fromkeys(_SCATTERS, _scatter)}
