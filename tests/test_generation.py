@@ -147,8 +147,9 @@ def test_eager_attention_on_a_dynamic_cache_builds_programs_per_capacity(kind):
 
 
 def test_an_op_that_reads_a_growing_tensor_at_its_length_says_why_it_recompiles():
-    """An op with no padded form (a flip along the grown dim: the padding would come first) reads the growing tensor at its logical
-    length: correct, but a new graph per step; the compile cause names the op, the growth and the fixes."""
+    """An op with no padded form (a flip along the grown dim: the padding would come first) reads the growing
+    tensor at its logical length: correct, but a new graph per step; the compile cause names the op, the growth
+    and the fixes."""
     cache_cpu, cache = torch.ones(1, 3, 4), torch.ones(1, 3, 4, device="tpu")
     with torchtpu_lab.profile() as prof:
         for _ in range(5):

@@ -7,14 +7,15 @@ still had it in its shapes: ``transformers`` rebuilds a left-padded batch's 4-d 
 ``expand`` — so every token was a new program (3 per token, one of them the whole forward; tiny Llama, batch 2:
 72 programs for 32 tokens, 40 s against 1.7 s for one prompt).
 
-Here an op whose tensor inputs are such fronts (:func:`.growth.front`: the tensor, or views of it that add or
-broadcast size-1 dims) is rewritten on the padded extents, with torch ops, and its result is the front of the
+Here an op whose tensor inputs are such fronts (:func:`.growth.front`: the tensor, or a view of it that keeps its
+grown positions together) is rewritten on the padded extents, with torch ops, and its result is the front of the
 padded output (:func:`.growth.grown`), so the next op is rewritten too:
 
-- **pointwise ops** (PyTorch's ``pointwise`` tag, same-device casts, ``full_like``/``ones_like``): run on the whole extents, aligned to the
-  smallest capacity among them (a view: capacities only differ in how far past ``n`` they reach). Every logical
-  position is computed from the same inputs as before; padding positions hold whatever the op makes of padding,
-  and nothing reads them: a consumer not rewritten here reads the front view, as before.
+- **pointwise ops** (PyTorch's ``pointwise`` tag, same-device casts, ``full_like``/``ones_like``): run on the
+  whole extents, aligned to the smallest capacity among them (a view: capacities only differ in how far past
+  ``n`` they reach). Every logical position is computed from the same inputs as before; padding positions hold
+  whatever the op makes of padding, and nothing reads them: a consumer not rewritten here reads the front view,
+  as before.
 - **reductions** (``sum``, ``mean``, ``amax``/``amin``, ``any``/``all``, over all dims or some): over the grown
   dim the padding is filled with the reduction's identity first (``arange(capacity) >= n``, ``n`` a graph input;
   a mean divides the sum by the logical count), so the result is exact; a reduction of other dims keeps the grown
@@ -43,10 +44,16 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
 Scalars the rewrite introduces (``n``, capacities minus ``n``) are Python numbers, so they are graph inputs
 (packed numbers), not constants. The inner ops are ordinary dispatches of static shapes, which the native
 recording kernel learns and then serves without Python; the rewritten op itself is never taught to it (its key
-has ``n`` in it). A rewrite that fails for any reason leaves the op to the ordinary path, which gives PyTorch's
-error if the call is wrong. Anything else — other reductions, other indexing, mutation, several outputs, operands grown
-along different dims or lengths — takes the ordinary path: correct, and compiled per length as before, with the
-compile cause naming the op and the dim.
+has ``n`` in it; an ``arange(n)`` it learned before any tensor grew to ``n`` stays an ordinary one). A rewrite
+that fails for any reason leaves the op to the ordinary path, which gives PyTorch's error if the call is wrong.
+Anything else — ops across the grown dim with no padded form (``flip``, ``sort``), other indexing, mutation,
+several outputs, operands grown along different dims or lengths, ``clone``/``contiguous`` (a copy is asked to be
+a tensor of its own) — takes the ordinary path: correct, and compiled per length as before, with the compile
+cause naming the op and the dim.
+
+A rewritten result has the padded storage's strides, as a grown tensor itself has: a ``view`` that merges its
+grown dim with another fails as PyTorch's does for such strides (``reshape`` copies), and ``contiguous()`` gives
+an ordinary tensor of ``n`` positions.
 """
 
 from __future__ import annotations
@@ -173,6 +180,7 @@ def _base(out):
 
 
 def _pointwise(op, args: tuple, kwargs: dict):
+    """A pointwise op (or cast, or ``full_like``) of grown tensors and others broadcast along the grown dim."""
     found = _tensors(list(args) + list(kwargs.values()))
     if not found or not any(f for _, f in found):
         return None

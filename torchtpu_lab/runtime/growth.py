@@ -21,10 +21,11 @@ they run beside), and a storage over :data:`MAX_PADDED_BYTES` is not padded at a
 
 A grown tensor's consumers read its first ``n`` positions — a view, whose shape changes every step — unless
 they can take the padding: attention over a padded KV cache reads the whole storage with ``n`` as a graph input
-(:func:`padded_length`, runtime/padded_attention.py), and pointwise ops, casts, sums, advanced indexing and an
-``arange`` of a grown length run on the padded extent and give the front of a padded result again
-(:func:`front`, :func:`grown`, runtime/bounded.py): the mask ``transformers`` rebuilds from a left-padded batch's
-grown ``[batch, n]`` mask every step is built that way, so a decode step is one program per capacity bucket.
+(:func:`padded_length`, runtime/padded_attention.py), and most ops on a grown tensor — pointwise ops,
+reductions, softmax, products, gathers, indexing, an ``arange`` of a grown length — run on the padded extent and
+give the front of a padded result again (:func:`front`, :func:`grown`, runtime/bounded.py): the mask
+``transformers`` rebuilds from a left-padded batch's grown ``[batch, n]`` mask every step, eager attention and a
+repetition penalty are built that way, so a decode step is one program per capacity bucket.
 """
 
 from __future__ import annotations
@@ -185,6 +186,8 @@ def grown(t, dim: int, length: int):
     padded extents), its storage marked as grown along ``dim``: the result of an op run by runtime/bounded.py."""
     t = tensor.adopt(t)
     storage = t.tpu_storage
+    if t.tpu_view is not None or not length < storage.shape[dim]:
+        raise ValueError(f"not a padded result: {tuple(storage.shape)} for {length} positions along dim {dim}")
     size = list(storage.shape)
     size[dim] = length
     _GROWING[storage] = dim
