@@ -102,16 +102,21 @@ def test_indexing_a_grown_dim_wraps_and_raises_by_the_logical_length():
     assert torch.equal(x.cpu(), x_cpu)  # the error lost nothing
 
 
-def test_arange_of_a_grown_length_is_the_front_of_its_capacity():
-    x = _grown("tpu", 12)
-    a = torch.arange(12, device="tpu")
-    f = growth.front(a)
-    # the capacity of what an append grew to 12 (the largest, if several did)
-    assert f is not None and f.length == 12 and f.capacity == growth.recent_capacity(12) >= growth.front(x).capacity
-    assert torch.equal(a.cpu(), torch.arange(12))
-    assert a.shape == (12,) and a.stride() == (1,)
-    assert growth.recent_capacity(3) is None and growth.front(torch.arange(3, device="tpu")) is None  # ordinary
-    torchtpu_lab.sync()
+def test_arange_of_a_growing_length_is_the_front_of_its_capacity_and_of_a_finished_one_ordinary():
+    x = _grown("tpu", 6)
+    fronts = []
+    for _ in range(8):  # a decode loop: append, then arange of the new length from one line
+        x = torch.cat([x, torch.ones(2, 1, dtype=torch.long, device="tpu")], 1)
+        a = torch.arange(x.shape[1], device="tpu")
+        assert torch.equal(a.cpu(), torch.arange(x.shape[1])) and a.stride() == (1,)
+        fronts.append(growth.front(a))
+    n = x.shape[1]
+    assert all(f is not None and f.capacity == growth.front(x).capacity for f in fronts)
+    assert [f.length for f in fronts] == list(range(n - 7, n + 1))
+    for _ in range(growth.RECENT_SYNCS + 1):  # x stops growing (a generated output kept during training)
+        torchtpu_lab.sync()
+        float(x.sum())
+    assert growth.front(torch.arange(n, device="tpu")) is None
 
 
 def test_in_place_ops_and_gradients_through_grown_tensors_equal_cpu():

@@ -37,8 +37,9 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
   row or column dim is a grown dim of the product; grown contraction dims of both operands are zeroed on both
   sides first (each padded term adds an exact ``0``); a softmax along the grown dim sees ``-inf`` there (exact
   zero weights). Eager attention over a grown KV cache is built from these.
-- **factories**: ``torch.arange(n)`` where an append just made a tensor of ``n`` positions is an ``arange`` of
-  that tensor's capacity, viewed to ``n`` — the length it is built from is a graph input nowhere, and the iota
+- **factories**: ``torch.arange(n)`` where an append made a live tensor of ``n`` positions within the last few
+  syncs (a growing length, not one a finished sequence happens to have) is an ``arange`` of that tensor's
+  capacity, viewed to ``n`` — the length it is built from is a graph input nowhere, and the iota
   is the same program for every ``n`` in the bucket.
 
 Scalars the rewrite introduces (``n``, capacities minus ``n``) are Python numbers, so they are graph inputs
@@ -404,11 +405,14 @@ def _into_padded(i, n: int, capacity: int):
 
 
 def _arange(op, args: tuple, kwargs: dict):
+    """``arange(n)`` of a growing length: where an append grew a live tensor to ``n`` within the last few syncs
+    (a decode loop's mask or position bias, built from the length of what it just appended). A sequence that
+    stopped growing (a generated output kept while a training loop runs) leaves ``arange`` ordinary."""
     end = args[0] if args else kwargs.get("end")
-    if type(end) is not int or len(args) > 1:
+    if type(end) is not int or len(args) > 1 or end < 2:
         return None
     capacity = growth.recent_capacity(end)
-    if capacity is None or end < 2:
+    if capacity is None:
         return None
     kwargs = {k: v for k, v in kwargs.items() if k != "end"}
     return growth.grown(_base(op(capacity, **kwargs)), 0, end)

@@ -66,8 +66,11 @@ _GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py).
 _LINEAGE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LINEAGES = itertools.count()
-#: length -> (capacity, weak reference to the storage): the largest live storage an append grew to that length
+#: length -> (capacity, weak reference to the storage, syncs so far): the largest live storage an append grew to
+#: that length, and when
 _LENGTHS: dict = {}
+#: how many syncs (a decode step makes one or two) an append's length stays "growing" for factories
+RECENT_SYNCS = 4
 #: the name of an append's op event
 APPEND = "aten::cat (append)"
 
@@ -195,12 +198,14 @@ def grown(t, dim: int, length: int):
 
 
 def recent_capacity(length: int) -> int | None:
-    """The capacity of a tensor an append recently grew to ``length`` positions (``None``: none did): a factory
-    asked for that many positions (``torch.arange(n)`` of the length, as ``transformers`` builds its masks) gets
-    the same padded extent (runtime/bounded.py), while that tensor's storage lives (a later prompt of a length an
-    earlier generation grew to is an ordinary ``arange``)."""
+    """The capacity of a live tensor an append grew to ``length`` positions within the last :data:`RECENT_SYNCS`
+    syncs (``None``: none did): a factory asked for that many positions (``torch.arange(n)`` of the length, as
+    ``transformers`` builds its masks) gets the same padded extent (runtime/bounded.py). A sequence that stopped
+    growing — a generated output kept while a training loop runs — or a dead one leaves factories ordinary."""
     known = _LENGTHS.get(length)
-    return None if known is None or known[1]() is None else known[0]
+    if known is None or known[1]() is None:
+        return None
+    return known[0] if 0 <= telemetry.counters["syncs"] - known[2] <= RECENT_SYNCS else None
 
 
 @functools.lru_cache(maxsize=256)
@@ -254,11 +259,11 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
     _GROWING[new] = d
     if len(_LENGTHS) > 64:
-        for length in [length for length, (_, ref) in _LENGTHS.items() if ref() is None]:
+        for length in [length for length, (_, ref, _) in _LENGTHS.items() if ref() is None]:
             del _LENGTHS[length]
     known = _LENGTHS.get(n + k)
     if known is None or known[0] <= shape[d] or known[1]() is None:
-        _LENGTHS[n + k] = (shape[d], weakref.ref(new))
+        _LENGTHS[n + k] = (shape[d], weakref.ref(new), telemetry.counters["syncs"])
     lineage = _LINEAGE.get(storage) if storage is not None else None
     _LINEAGE[new] = lineage = next(_LINEAGES) if lineage is None else lineage
     if telemetry.recording():
