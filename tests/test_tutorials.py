@@ -304,6 +304,11 @@ def test_09_huggingface_fine_tunes_and_static_cache_compiles_stay_flat():
     # the first call may build nothing: the default-cache cell above already built the same padded programs
     assert m and m.group(2) == m.group(3) == "0", static
     assert "same tokens as the static-cache loop: True" in static, static
+    # a left-padded batch: the mask rebuilt from the grown length runs on the padded storage (runtime/bounded.py)
+    batched = _text(_cell(code, "batched generate, new compiles per call"))
+    m = re.search(r"batched generate, new compiles per call: \{4: (\d+), 8: (\d+), 16: (\d+)\}", batched)
+    assert m and int(m.group(1)) > 0 and m.group(2) == m.group(3) == "0", batched
+    assert "same tokens as on the CPU: True" in batched, batched
 
 
 def _requirements_for_this_machine(path: str) -> list[str]:

@@ -18,7 +18,8 @@ A `transformers` model is a PyTorch module, so it moves to `tpu` like any other.
 1. builds a small GPT-2 from a config (random weights: nothing to download),
 2. fine-tunes it on `tpu` under `%%tpu_profile`, and checks that steady-state steps compile nothing,
 3. generates text with a **static KV cache**, where the number of compiles stays flat as the number of new
-   tokens grows, and shows why `generate`'s default loop recompiles every token.
+   tokens grows, and with `generate`'s default *dynamic* cache, which on `tpu` compiles once per capacity
+   bucket, not once per token — for a left-padded batch of prompts too.
 
 With network access, `GPT2LMHeadModel.from_pretrained("gpt2")` (or any checkpoint) works the same way: load on
 CPU, then `.to("tpu")`. The install cell adds the `hf` extra (`transformers`), pinning the torch you already have."""),
@@ -68,8 +69,8 @@ print(f"loss now: {more[-1]:.3f}")"""),
     md("""## Generate with a static cache
 
 A decode step needs the keys and values of every earlier token: the KV cache. `transformers`' default cache
-grows by one token per step (`torch.cat`), so each step has new shapes, and XLA compiles new programs for
-every token. A `StaticCache` is preallocated for `max_cache_len` tokens and written at the current position;
+grows by one token per step (`torch.cat`), so each step has new shapes (on the `tpu` device it lives in padded
+storage, see below). A `StaticCache` is preallocated for `max_cache_len` tokens and written at the current position;
 with the tokens written into a preallocated buffer too, each decode step has the same shapes whatever the
 position. The position is a *value* (a graph input), not part of the program, so the step compiles once."""),
     code("""from transformers import StaticCache
@@ -113,12 +114,20 @@ print("follows the trained pattern:", out.tolist() == expected)"""),
 
 `model.generate` gives the same tokens. Its loop appends each new token to `input_ids` with `torch.cat`; on the
 `tpu` device an append writes into spare capacity (the tensor keeps one padded shape, its length is a value),
-so the loop's steps keep their shapes. With the default *dynamic* cache, the keys and values still grow every
-token, and the profile's compile causes say so and what to do about it:"""),
+so the loop's steps keep their shapes. The default *dynamic* cache grows its keys and values the same way, and
+attention (`F.scaled_dot_product_attention`, the model's default) reads the whole padded cache with the length
+as an input, masking the padding: one decode program per capacity bucket (capacity doubles), not one per token."""),
     code("""%%tpu_profile --top 3 --no-flame
 generated = model.generate(prompt.to("tpu"), max_new_tokens=8, do_sample=False)"""),
     code("""print("same tokens as the static-cache loop:", generated[0].cpu().tolist() == out[:14].tolist())
-print(next(c.detail["cause"] for c in _tpu_profile.compiles if "grows by one" in str(c.detail["cause"])))"""),
+print("grows-by-one recompiles:", sum("grows by one" in str(c.detail["cause"]) for c in _tpu_profile.compiles))
+dynamic = {}
+for new_tokens in (4, 8, 16):
+    before = programs()
+    generated = model.generate(prompt.to("tpu"), max_new_tokens=new_tokens, do_sample=False)
+    dynamic[new_tokens] = int(programs() - before)
+print("generate(dynamic cache), new compiles per call:", dynamic)
+print("same tokens as the static-cache loop:", generated[0].cpu().tolist() == out.tolist())"""),
     md("""With `cache_implementation="static"` the cache is preallocated, and on a `tpu` device `transformers`
 compiles the model's forward with `torch.compile(backend="tpu")` (its default for this device). A fixed
 `max_cache_len` keeps the cache the same size whatever `max_new_tokens` asks for, so after the first call
@@ -134,6 +143,27 @@ for new_tokens in (4, 8, 16):
     per_call[new_tokens], tokens = generate_static(new_tokens)
 print("generate(static cache), new compiles per call:", per_call)
 print("same tokens as the static-cache loop:", tokens.tolist() == out.tolist())"""),
+    md("""## A batch of prompts of different lengths
+
+Prompts of different lengths share a batch left-padded, with an `attention_mask` saying which positions are
+padding. `transformers` then rebuilds a 4-d attention mask from the grown length every token: a cast, a sum it
+reads on the host, `arange(n)`, compares, a gather. On `tpu` each of those ops runs on the padded storage too,
+with the length as a value, so a batched decode step is still one program per capacity bucket:"""),
+    code("""cpu_model = GPT2LMHeadModel(config).eval()
+cpu_model.load_state_dict({name: value.cpu() for name, value in model.state_dict().items()})
+prompts = torch.stack([data[1, :6], torch.cat([torch.zeros(3, dtype=torch.long), data[2, :3]])])
+mask = torch.ones_like(prompts)
+mask[1, :3] = 0                                                # the second prompt is 3 tokens, left-padded
+
+batched = {}
+for new_tokens in (4, 8, 16):
+    before = programs()
+    tokens = model.generate(prompts.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=new_tokens,
+                            do_sample=False, pad_token_id=0)
+    batched[new_tokens] = int(programs() - before)
+print("batched generate, new compiles per call:", batched)
+want = cpu_model.generate(prompts, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
+print("same tokens as on the CPU:", torch.equal(tokens.cpu(), want))"""),
 ]
 
 if __name__ == "__main__":

@@ -163,15 +163,16 @@ def _aligned(tensors: list, rank: int):
     return tuple(out)
 
 
-def _tensors(values) -> list | None:
-    """``(tensor, front)`` for each tpu tensor among ``values``; ``None`` when a list holds one (not covered)."""
-    found = []
+def _tensors(values, found: list) -> bool:
+    """Add ``(tensor, front)`` for each tpu tensor among ``values`` to ``found``; ``False`` when a list holds one
+    (not covered)."""
+    front, on_tpu = growth.front, tensor.on_tpu
     for v in values:
         if isinstance(v, torch.Tensor):
-            found.append((v, growth.front(v) if tensor.on_tpu(v) else None))
+            found.append((v, front(v) if on_tpu(v) else None))
         elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
-            return None
-    return found
+            return False
+    return True
 
 
 def _base(out):
@@ -182,8 +183,10 @@ def _base(out):
 
 def _pointwise(op, args: tuple, kwargs: dict):
     """A pointwise op (or cast, or ``full_like``) of grown tensors and others broadcast along the grown dim."""
-    found = _tensors(list(args) + list(kwargs.values()))
-    if not found or not any(f for _, f in found):
+    found: list = []
+    if not _tensors(args, found) or (kwargs and not _tensors(kwargs.values(), found)):
+        return None
+    if not any(f for _, f in found):
         return None
     rank = max(t.ndim for t, _ in found)
     plan = _aligned(found, rank)
@@ -437,4 +440,4 @@ _REWRITES = {aten.arange.default: _arange, aten.index.Tensor: _index, aten.const
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
              **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS, _product),
              **dict.fromkeys(_SCATTERS, _scatter)}
-executor.BOUNDED[:] = [growth._GROWING.data, run]
+executor.BOUNDED[:] = [growth._GROWN_IDS, run]

@@ -62,6 +62,9 @@ FREE_BYTES = 16 << 10
 
 #: Storages made by an append, and the dim they grow along (weak: an entry lives as long as its storage).
 _GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: The same by ``id`` (a plain dict read without making a weak reference: :func:`front` runs for every tensor
+#: argument of an op while anything is grown), each entry dropped by its storage's death
+_GROWN_IDS: dict = {}
 #: Storages made by an append, and the sequence they belong to (an id shared by every append of one growing
 #: tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py).
 _LINEAGE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -158,11 +161,14 @@ def front(t) -> Front | None:
     if not tensor.on_tpu(t):
         return None
     t = tensor.adopt(t)
-    storage = t.tpu_storage
-    g = _GROWING.get(storage)
     view = t.tpu_view
-    if g is None or view is None:
+    if view is None:  # a base tensor is never a front: its padding, if any, is part of it
         return None
+    storage = t.tpu_storage
+    known = _GROWN_IDS.get(id(storage))
+    if known is None:
+        return None
+    g = known[0]
     base = storage.shape
     capacity, step = base[g], _strides(base)[g]
     found = None
@@ -193,8 +199,15 @@ def grown(t, dim: int, length: int):
         raise ValueError(f"not a padded result: {tuple(storage.shape)} for {length} positions along dim {dim}")
     size = list(storage.shape)
     size[dim] = length
-    _GROWING[storage] = dim
+    _mark(storage, dim)
     return tensor.make(storage, views.View(tuple(size), _strides(storage.shape), 0))
+
+
+def _mark(storage: Storage, dim: int) -> None:
+    """Record ``storage`` as grown along ``dim`` (both registries; the id entry leaves when the storage dies)."""
+    _GROWING[storage] = dim
+    key = id(storage)
+    _GROWN_IDS[key] = (dim, weakref.ref(storage, lambda _, key=key: _GROWN_IDS.pop(key, None)))
 
 
 def recent_capacity(length: int) -> int | None:
@@ -257,7 +270,7 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     size = list(shape)
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
-    _GROWING[new] = d
+    _mark(new, d)
     if len(_LENGTHS) > 64:
         for length in [length for length, (_, ref, _) in _LENGTHS.items() if ref() is None]:
             del _LENGTHS[length]
