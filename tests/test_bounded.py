@@ -240,3 +240,14 @@ def test_an_embedding_of_grown_indices_equals_cpu_and_stays_grown():
     rows = torch.nn.functional.embedding(ids, weight_cpu.to("tpu"))
     assert growth.front(rows) is not None and rows.shape == (2, 9, 3)
     assert torch.equal(rows.cpu(), torch.nn.functional.embedding(ids_cpu, weight_cpu))
+
+
+def test_a_bad_call_on_a_grown_tensor_raises_pytorchs_error_and_loses_nothing():
+    x_cpu, x = _grown("cpu", 9, dtype=torch.float32), _grown("tpu", 9, dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="broadcast|size of tensor"):
+        x + torch.ones(2, 5, device="tpu")  # not broadcastable: the ordinary path's (PyTorch's) error
+    with pytest.raises(RuntimeError, match="Dimension out of range"):
+        torch.softmax(x, 2).cpu()  # no dim 2 (raised when the graph runs, as every fused op's error)
+    y = x * 2  # the session and every tensor made before still work, and the rewrite still applies
+    assert growth.front(y) is not None
+    assert torch.equal(y.cpu(), x_cpu * 2) and torch.equal(x.cpu(), x_cpu)

@@ -687,3 +687,14 @@ def test_matmul_precision_follows_torch_setting(setting, expected):
         assert "precision = [HIGH" not in hlo, hlo
     else:
         assert f"precision = [{expected}, {expected}]" in hlo, hlo
+
+
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax])
+def test_a_softmax_dim_out_of_range_raises_instead_of_wrapping(fn):
+    """PyTorch's meta kernels do not check the dim; the lowering does (it used to wrap 2 to 0: a wrong answer)."""
+    with pytest.raises(IndexError):
+        fn(torch.ones(2, 9), 2)
+    for dim in (2, -3):
+        with pytest.raises((IndexError, RuntimeError), match="Dimension out of range"):
+            fn(torch.ones(2, 9, device="tpu"), dim).cpu()
+    torch.testing.assert_close(fn(torch.ones(2, 9, device="tpu"), -2).cpu(), fn(torch.ones(2, 9), -2))

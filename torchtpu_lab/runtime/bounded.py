@@ -212,6 +212,8 @@ def _reduce(op, args: tuple, kwargs: dict):
     keepdim = rest[1] if len(rest) > 1 else kwargs.get("keepdim", False)
     if isinstance(dims, int):
         dims = [dims]
+    if dims and not all(-x.ndim <= int(i) < x.ndim for i in dims):
+        return None  # PyTorch's error, from the ordinary path
     reduced = set(range(x.ndim)) if not dims else {int(i) % x.ndim for i in dims}
     w = whole(x, f)
     if f.dim not in reduced:
@@ -236,7 +238,8 @@ def _cumulative(op, args: tuple, kwargs: dict):
     before it, never the padding; along another dim the grown one is a batch dim. The result is grown again."""
     x = args[0]
     f = growth.front(x)
-    if f is None:
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if f is None or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
         return None
     return growth.grown(_base(op(whole(x, f), *args[1:], **kwargs)), f.dim, f.length)
 
@@ -247,6 +250,8 @@ def _softmax(op, args: tuple, kwargs: dict):
     x = args[0]
     f = growth.front(x)
     if f is None or kwargs or len(args) != 3:
+        return None
+    if not -x.ndim <= args[1] < x.ndim:
         return None
     w = whole(x, f)
     if args[1] % x.ndim == f.dim:
