@@ -689,9 +689,11 @@ def test_matmul_precision_follows_torch_setting(setting, expected):
         assert f"precision = [{expected}, {expected}]" in hlo, hlo
 
 
-@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax])
-def test_a_softmax_dim_out_of_range_raises_instead_of_wrapping(fn):
-    """PyTorch's meta kernels do not check the dim; the lowering does (it used to wrap 2 to 0: a wrong answer)."""
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax, lambda x, d: torch.sort(x, d).values],
+                         ids=["softmax", "log_softmax", "sort"])
+def test_a_dim_out_of_range_raises_instead_of_wrapping(fn):
+    """PyTorch's meta kernels for these do not check the dim; the lowerings do (``registry.wrap_dim``: they used
+    to wrap 2 to 0, a wrong answer)."""
     with pytest.raises(IndexError):
         fn(torch.ones(2, 9), 2)
     for dim in (2, -3):

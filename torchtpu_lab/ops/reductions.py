@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import dtypes
-from .registry import aten, lower
+from .registry import aten, lower, wrap_dim
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------
@@ -25,7 +25,7 @@ def _axes(dim, ndim: int, empty_means_all: bool = True) -> tuple:
 
 
 def _axis(dim: int, ndim: int) -> int:
-    return dim % max(ndim, 1)
+    return wrap_dim(dim, ndim)
 
 
 def _is_int(x) -> bool:

@@ -88,6 +88,15 @@ def skip_decomposition(*ops) -> None:
 skip_decomposition(aten.as_strided_scatter, aten._unsafe_view, aten.view, aten.empty_like)
 
 
+def wrap_dim(dim: int, ndim: int) -> int:
+    """``dim`` as an axis of an ``ndim``-dim array (a 0-dim one counts as 1-dim), or PyTorch's ``IndexError``: a
+    lowering whose op's meta kernel does not check the dim must not wrap an out-of-range one into a wrong axis."""
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
 def lower(*ops, static_scalars: bool = False, rng: bool = False, jit: bool | Callable = True):
     """Register the decorated function as the lowering of each of ``ops`` (OpOverloads or packets' defaults)."""
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..registry import aten, lower
+from ..registry import aten, lower, wrap_dim
 from ._common import _acc
 
 
@@ -21,9 +21,7 @@ from ._common import _acc
 def _along(fn, x, dim):
     """Apply ``fn(x, axis)`` along ``dim``, treating a 0-dim ``x`` as one element; a ``dim`` out of range raises
     PyTorch's ``IndexError`` (its meta kernels do not check it, and a wrapped dim would be a wrong answer)."""
-    n = max(x.ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    wrap_dim(dim, x.ndim)
     if x.ndim == 0:
         return fn(x.reshape(1), 0).reshape(())
     return fn(x, dim % x.ndim)
