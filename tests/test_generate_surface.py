@@ -44,6 +44,18 @@ def _programs() -> int:
     return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
 
 
+def _calls_give_cpus_tokens_within(cpu, tpu, ids, calls, **kwargs) -> None:
+    """For each ``(tokens, most)`` in ``calls``: ``generate`` on tpu gives CPU's tokens and builds at most ``most``
+    programs (tensor keyword arguments, such as ``attention_mask``, are moved to tpu)."""
+    on_tpu = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    for tokens, most in calls:
+        want = cpu.generate(ids, max_new_tokens=tokens, **kwargs)
+        before = _programs()
+        got = tpu.generate(ids.to("tpu"), max_new_tokens=tokens, **on_tpu)
+        assert torch.equal(got.cpu(), want)
+        assert _programs() - before <= most, (tokens, _programs() - before)
+
+
 def test_batched_prompts_with_left_padding_and_a_mask_give_cpus_tokens_and_programs_per_capacity(llama):
     """The 4-d mask ``transformers`` rebuilds from the grown length every token runs on padded extents
     (runtime/bounded.py): a decode step is one program per capacity bucket, not one per token (it was 3 per
@@ -52,12 +64,7 @@ def test_batched_prompts_with_left_padding_and_a_mask_give_cpus_tokens_and_progr
     ids = _prompts(2, 6, 2)
     mask = torch.ones(2, 6, dtype=torch.long)
     ids[0, :2], mask[0, :2] = 0, 0  # the shorter prompt, left-padded
-    for tokens, most in ((8, 14), (16, 0)):
-        want = cpu.generate(ids, attention_mask=mask, max_new_tokens=tokens, do_sample=False)
-        before = _programs()
-        got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=tokens, do_sample=False)
-        assert torch.equal(got.cpu(), want)
-        assert _programs() - before <= most, (tokens, _programs() - before)
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((8, 14), (16, 0)), attention_mask=mask, do_sample=False)
 
 
 @pytest.mark.sweep  # ~20 s under load
@@ -69,12 +76,7 @@ def test_a_left_padded_batch_with_a_static_cache_compiles_nothing_for_a_longer_c
     mask = torch.ones(2, 6, dtype=torch.long)
     ids[1, :3], mask[1, :3] = 0, 0
     static = {"cache_implementation": "static", "max_cache_len": 64, "disable_compile": True, "do_sample": False}
-    for tokens, most in ((6, 14), (14, 0)):
-        want = cpu.generate(ids, attention_mask=mask, max_new_tokens=tokens, **static)
-        before = _programs()
-        got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=tokens, **static)
-        assert torch.equal(got.cpu(), want)
-        assert _programs() - before <= most, (tokens, _programs() - before)
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 14), (14, 0)), attention_mask=mask, **static)
 
 
 def test_a_repetition_penalty_gives_cpus_tokens_and_programs_per_capacity(llama):
@@ -82,13 +84,7 @@ def test_a_repetition_penalty_gives_cpus_tokens_and_programs_per_capacity(llama)
     both on the padded ids): it was the whole forward compiled again per token."""
     cpu, tpu = llama
     ids = _prompts(1, 6, 4)
-    kwargs = {"repetition_penalty": 1.3, "do_sample": False}
-    for tokens, most in ((6, 12), (14, 0)):
-        want = cpu.generate(ids, max_new_tokens=tokens, **kwargs)
-        before = _programs()
-        got = tpu.generate(ids.to("tpu"), max_new_tokens=tokens, **kwargs)
-        assert torch.equal(got.cpu(), want)
-        assert _programs() - before <= most, (tokens, _programs() - before)
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 12), (14, 0)), repetition_penalty=1.3, do_sample=False)
 
 
 @pytest.mark.sweep  # ~20 s under load
@@ -198,9 +194,4 @@ def test_t5_with_eager_attention_and_a_padded_batch_builds_programs_per_capacity
     tpu = tpu.to("tpu")
     ids, mask = _prompts(2, 6, 6), torch.ones(2, 6, dtype=torch.long)
     ids[0, 4:], mask[0, 4:] = 0, 0
-    for tokens, most in ((6, 16), (14, 0)):
-        want = cpu.generate(ids, attention_mask=mask, max_new_tokens=tokens, do_sample=False)
-        before = _programs()
-        got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=tokens, do_sample=False)
-        assert torch.equal(got.cpu(), want)
-        assert _programs() - before <= most, (tokens, _programs() - before)
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 16), (14, 0)), attention_mask=mask, do_sample=False)
