@@ -46,7 +46,12 @@ def _programs() -> int:
 
 def _calls_give_cpus_tokens_within(cpu, tpu, ids, calls, **kwargs) -> None:
     """For each ``(tokens, most)`` in ``calls``: ``generate`` on tpu gives CPU's tokens and builds at most ``most``
-    programs (tensor keyword arguments, such as ``attention_mask``, are moved to tpu)."""
+    programs (tensor keyword arguments, such as ``attention_mask``, are moved to tpu). Caches are cleared first:
+    an ``arange(n)`` the native kernel learned as an ordinary call in an earlier test would stay one (a program
+    for that length, once: runtime/bounded.py)."""
+    from torchtpu_lab.runtime import state
+
+    state.clear()
     on_tpu = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     for tokens, most in calls:
         want = cpu.generate(ids, max_new_tokens=tokens, **kwargs)
