@@ -385,11 +385,11 @@ def _index(op, args: tuple, kwargs: dict):
         return None
     fx = growth.front(x)
     found = [(i, growth.front(i)) for i in indices]
-    if fx is None and not any(f for _, f in found):
+    grown_index = any(f for _, f in found)
+    if fx is None and not grown_index:
         return None
-    rank = max(i.ndim for i in indices)
-    plan = _aligned(found, rank) if any(f for _, f in found) else None
-    if any(f for _, f in found) and plan is None:
+    plan = _aligned(found, max(i.ndim for i in indices)) if grown_index else None
+    if grown_index and plan is None:
         return None
     new = []
     for i, f in found:
