@@ -164,6 +164,40 @@ def test_softmax_and_products_over_grown_padding_equal_cpu():
     torch.testing.assert_close((scores @ k).cpu(), scores_cpu @ k_cpu)
 
 
+def test_biased_products_of_grown_operands_equal_cpu_and_compile_once_per_bucket():
+    """``baddbmm``/``addmm`` with a grown column (or row) operand and a bias grown alike or broadcast along it (BLOOM
+    adds its ALiBi bias to the scores with ``baddbmm`` over a growing KV cache): CPU's values, the result grown,
+    one program for every length in a bucket; a grown contraction dim with a plain bias gives a plain result."""
+    q_cpu = torch.linspace(-1, 1, 4 * 3).reshape(4, 1, 3)
+    counts = []
+    k_cpu, k = _grown("cpu", 8, rows=12, dtype=torch.float32), _grown("tpu", 8, rows=12, dtype=torch.float32)
+    for n in range(9, 15):  # one append a step, within one capacity bucket
+        k_cpu = torch.cat([k_cpu, k_cpu[:, -1:] + 1], -1)
+        k = torch.cat([k, k[:, -1:] + 1], -1)
+        torchtpu_lab.sync()
+        keys_cpu, keys = k_cpu.reshape(4, 3, n) / 50, k.reshape(4, 3, n) / 50  # [batch, d, n]: grown columns
+        slopes = torch.tensor([0.5, 0.25, 0.125, 1.0])[:, None, None]
+        alibi_cpu, alibi = k_cpu[:4, None] * slopes, k[:4, None] * slopes.to("tpu")  # [4, 1, n], grown like keys
+        before = _programs()
+        scores = alibi.baddbmm(q_cpu.to("tpu"), keys, beta=0.5, alpha=0.25)
+        plain_bias = torch.ones(4, 1, 1, device="tpu").baddbmm(q_cpu.to("tpu"), keys)
+        rows = (k[:1].t() * 0.5).addmm(k[:2].t(), torch.eye(2, device="tpu"))  # [n, 2]: grown rows and bias
+        got = (scores.cpu(), plain_bias.cpu(), rows.cpu())
+        counts.append(_programs() - before)
+        assert all(growth.front(t) is not None for t in (scores, plain_bias, rows))
+        unpadded = alibi.contiguous().baddbmm(q_cpu.to("tpu"), keys.contiguous(), beta=0.5, alpha=0.25)
+        assert growth.front(unpadded) is None and torch.equal(got[0], unpadded.cpu()), n  # bit for bit
+        torch.testing.assert_close(got[0], alibi_cpu.baddbmm(q_cpu, keys_cpu, beta=0.5, alpha=0.25))
+        torch.testing.assert_close(got[1], torch.ones(4, 1, 1).baddbmm(q_cpu, keys_cpu))
+        torch.testing.assert_close(got[2], (k_cpu[:1].t() * 0.5).addmm(k_cpu[:2].t(), torch.eye(2)))
+    assert sum(counts[2:]) == 0, counts
+    v_cpu, v = _grown("cpu", 11, rows=3, dtype=torch.float32), _grown("tpu", 11, rows=3, dtype=torch.float32)
+    bias = torch.full((3, 3), 0.5)
+    product = bias.to("tpu").addmm(1 / v, (1 / v).t())  # contracts the grown dim: padding of 1 / v is inf
+    assert growth.front(product) is None
+    torch.testing.assert_close(product.cpu(), bias.addmm(1 / v_cpu, (1 / v_cpu).t()))
+
+
 def test_padding_a_grown_tensor_to_a_fixed_length_fills_with_the_value_and_compiles_once():
     mask_cpu, mask = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 5, dtype=torch.bool, device="tpu")
     mask_cpu[0, :2], mask[0, :2] = False, False

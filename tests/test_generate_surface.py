@@ -200,3 +200,19 @@ def test_t5_with_eager_attention_and_a_padded_batch_builds_programs_per_capacity
     ids, mask = _prompts(2, 6, 6), torch.ones(2, 6, dtype=torch.long)
     ids[0, 4:], mask[0, 4:] = 0, 0
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 16), (14, 0)), attention_mask=mask, do_sample=False)
+
+
+def test_bloom_alibi_scores_over_a_growing_cache_build_programs_per_capacity():
+    """BLOOM adds its ALiBi bias (built from the grown attention mask) to the scores with ``baddbmm`` over the
+    growing KV cache: the product runs on the padded extent (runtime/bounded.py), so a left-padded batch builds
+    programs per capacity bucket (it built one per token) and gives CPU's tokens."""
+    torch.manual_seed(0)
+    cfg = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, bos_token_id=1,
+                                   eos_token_id=None, pad_token_id=0)
+    cpu = transformers.BloomForCausalLM(cfg).eval()
+    tpu = transformers.BloomForCausalLM(cfg).eval()
+    tpu.load_state_dict(cpu.state_dict())
+    tpu = tpu.to("tpu")
+    ids, mask = _prompts(2, 6, 7), torch.ones(2, 6, dtype=torch.long)
+    ids[0, :2], mask[0, :2] = 0, 0
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 8), (14, 0)), attention_mask=mask, do_sample=False)

@@ -33,7 +33,8 @@ padded output (:func:`.growth.grown`), so the next op is rewritten too:
 - **padding** (``F.pad``): of other dims, the result is grown again; of the grown dim on the right to a fixed
   size (a grown mask padded to a static cache's length), the padding takes the pad value and the result is an
   ordinary tensor of that size.
-- **products and softmax** (``mm``/``bmm``, so ``matmul``'s decomposition; ``softmax``/``log_softmax``): a grown
+- **products and softmax** (``mm``/``bmm``, so ``matmul``'s decomposition, and ``addmm``/``baddbmm`` with a bias
+  grown alike or broadcast, as BLOOM adds ALiBi to its scores; ``softmax``/``log_softmax``): a grown
   row or column dim is a grown dim of the product; grown contraction dims of both operands are zeroed on both
   sides first (each padded term adds an exact ``0``); a softmax along the grown dim sees ``-inf`` there (exact
   zero weights). Eager attention over a grown KV cache is built from these.
@@ -80,6 +81,8 @@ _IDENTITY = {aten.sum.default: 0, aten.sum.dim_IntList: 0, aten.mean.default: _M
 _CUMULATIVE = {aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default}
 _SOFTMAXES = {aten._softmax.default, aten._log_softmax.default}
 _PRODUCTS = {aten.mm.default, aten.bmm.default}
+#: products that add a scaled bias
+_BIASED = {aten.addmm.default, aten.baddbmm.default}
 _SCATTERS = {aten.scatter.src, aten.scatter.value, aten.scatter_add.default}
 #: op id -> its rewrite (or ``None``), decided once per op
 _KINDS: dict = {}
@@ -260,28 +263,43 @@ def _softmax(op, args: tuple, kwargs: dict):
 
 
 def _product(op, args: tuple, kwargs: dict):
-    """``mm``/``bmm``: a grown row dim of the first operand or column dim of the second is a grown dim of the
-    product; grown contraction dims of both (attention's weights times its values) have their padding zeroed on
-    both sides, so each padded term adds an exact ``0``, and the product is an ordinary tensor."""
-    if kwargs or len(args) != 2:
+    """``mm``/``bmm``, and ``addmm``/``baddbmm`` (``beta * bias + alpha * a @ b``: BLOOM adds its ALiBi bias to the
+    attention scores this way): a grown row dim of the first operand or column dim of the second is a grown dim
+    of the product, and a bias grown along that dim to the same length, or of size 1 there, is read whole; grown
+    contraction dims of both (attention's weights times its values) have their padding zeroed on both sides, so
+    each padded term adds an exact ``0``, and the product is an ordinary tensor."""
+    biased = op in _BIASED
+    if len(args) != 2 + biased or (kwargs and not biased):
         return None
-    a, b = args
+    bias, (a, b) = (args[0], args[1:]) if biased else (None, args)
     fa, fb = growth.front(a), growth.front(b)
     if fa is None and fb is None:
         return None
     batch = a.ndim - 2  # the row dim of a, the contraction dim of b
     if fa is not None and fb is not None:
-        if fa.dim != batch + 1 or fb.dim != batch or fa.length != fb.length:
+        if fa.dim != batch + 1 or fb.dim != batch or fa.length != fb.length or _grown(bias):
             return None
         capacity = min(fa.capacity, fb.capacity)
         a = whole(a, fa, capacity).masked_fill(_padding(a, fa._replace(capacity=capacity)), 0)
         b = whole(b, fb, capacity).masked_fill(_padding(b, fb._replace(capacity=capacity)), 0)
-        return op(a, b)
+        return op(*(bias, a, b)[not biased:], **kwargs)
     if fa is not None and fa.dim == batch:
-        return growth.grown(_base(op(whole(a, fa), b)), batch, fa.length)
-    if fb is not None and fb.dim == batch + 1:
-        return growth.grown(_base(op(a, whole(b, fb))), batch + 1, fb.length)
-    return None
+        d, f = batch, fa
+    elif fb is not None and fb.dim == batch + 1:
+        d, f = batch + 1, fb
+    else:
+        return None
+    found = [(a if f is fa else b, f)] + ([(bias, growth.front(bias))] if biased else [])
+    plan = _aligned(found, a.ndim)
+    if plan is None or plan[0] != d:
+        return None
+    swap = {id(t): whole(t, g, plan[2]) for t, g in found if g is not None}
+    operands = [swap.get(id(t), t) for t in (bias, a, b)[not biased:]]
+    return growth.grown(_base(op(*operands, **kwargs)), d, f.length)
+
+
+def _grown(t) -> bool:
+    return isinstance(t, torch.Tensor) and tensor.on_tpu(t) and growth.front(t) is not None
 
 
 def _pad(op, args: tuple, kwargs: dict):
@@ -443,6 +461,6 @@ _REWRITES = {aten.arange.default: _arange, aten.index.Tensor: _index, aten.const
              aten.gather.default: _gather, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
              aten.embedding.default: _embedding,
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
-             **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS, _product),
+             **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS | _BIASED, _product),
              **dict.fromkeys(_SCATTERS, _scatter)}
 executor.BOUNDED[:] = [growth._GROWN_IDS, run]
