@@ -198,6 +198,37 @@ def test_biased_products_of_grown_operands_equal_cpu_and_compile_once_per_bucket
     torch.testing.assert_close(product.cpu(), bias.addmm(1 / v_cpu, (1 / v_cpu).t()))
 
 
+def test_grouped_query_attention_over_a_grown_cache_copies_its_broadcast_on_the_padded_extent():
+    """``repeat_kv`` expands a grown KV cache over a head group (a stride-0 dim) and ``matmul`` must copy it to
+    reshape it to 3-d: the copy is made on the padded extent and grown again, so eager grouped-query attention is
+    one program per bucket with CPU's values. A copy asked of a front without a broadcast dim (``contiguous()``)
+    stays an ordinary, contiguous tensor of ``n`` positions."""
+    q_cpu = torch.linspace(-1, 1, 2 * 4 * 8).reshape(2, 4, 1, 8)
+    k_cpu = torch.linspace(0, 1, 2 * 1 * 5 * 8).reshape(2, 1, 5, 8)
+    k = k_cpu.to("tpu")
+    counts = []
+    for step in range(8):
+        piece = torch.full((2, 1, 1, 8), 0.1 * step)
+        k_cpu, k = torch.cat([k_cpu, piece], -2), torch.cat([k, piece.to("tpu")], -2)
+        torchtpu_lab.sync()
+        before = _programs()
+        grouped = k[:, :, None].expand(2, 1, 4, k.shape[2], 8).reshape(2, 4, k.shape[2], 8)
+        grouped_cpu = k_cpu[:, :, None].expand(2, 1, 4, k_cpu.shape[2], 8).reshape(2, 4, k_cpu.shape[2], 8)
+        weights = (q_cpu.to("tpu") @ grouped.transpose(2, 3)).softmax(-1)
+        out = (weights @ grouped).cpu()
+        counts.append(_programs() - before)
+        assert growth.front(weights) is not None
+        want = (q_cpu @ grouped_cpu.transpose(2, 3)).softmax(-1) @ grouped_cpu
+        torch.testing.assert_close(out, want)
+    assert sum(counts[2:]) == 0, counts
+    copy = grouped.transpose(2, 3).clone()  # a broadcast copied: grown, bit for bit the unpadded copy
+    assert growth.front(copy) is not None
+    assert torch.equal(copy.cpu(), grouped_cpu.transpose(2, 3).clone())
+    plain = k.contiguous()
+    assert growth.front(plain) is None and plain.is_contiguous() and plain.view(-1).shape == (2 * k.shape[2] * 8,)
+    assert torch.equal(plain.cpu(), k_cpu)
+
+
 def test_padding_a_grown_tensor_to_a_fixed_length_fills_with_the_value_and_compiles_once():
     mask_cpu, mask = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 5, dtype=torch.bool, device="tpu")
     mask_cpu[0, :2], mask[0, :2] = False, False

@@ -216,3 +216,19 @@ def test_bloom_alibi_scores_over_a_growing_cache_build_programs_per_capacity():
     ids, mask = _prompts(2, 6, 7), torch.ones(2, 6, dtype=torch.long)
     ids[0, :2], mask[0, :2] = 0, 0
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 8), (14, 0)), attention_mask=mask, do_sample=False)
+
+
+def test_grouped_query_eager_attention_builds_programs_per_capacity():
+    """Eager attention with fewer key/value heads than heads (``repeat_kv`` expands the grown cache, ``matmul``
+    copies it to reshape it): the copy runs on the padded extent (runtime/bounded.py), so a left-padded batch
+    builds programs per capacity bucket (it built one per token) and gives CPU's tokens."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(**COMMON)
+    cfg._attn_implementation = "eager"
+    cpu = transformers.LlamaForCausalLM(cfg).eval()
+    tpu = transformers.LlamaForCausalLM(cfg).eval()
+    tpu.load_state_dict(cpu.state_dict())
+    tpu = tpu.to("tpu")
+    ids, mask = _prompts(2, 6, 8), torch.ones(2, 6, dtype=torch.long)
+    ids[0, :2], mask[0, :2] = 0, 0
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 8), (14, 0)), attention_mask=mask, do_sample=False)

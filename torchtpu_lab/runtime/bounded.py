@@ -49,9 +49,11 @@ recording kernel learns and then serves without Python; the rewritten op itself 
 has ``n`` in it; an ``arange(n)`` it learned before any tensor grew to ``n`` stays an ordinary one). A rewrite
 that fails for any reason leaves the op to the ordinary path, which gives PyTorch's error if the call is wrong.
 Anything else — ops across the grown dim with no padded form (``flip``, ``sort``), other indexing, mutation,
-several outputs, operands grown along different dims or lengths, ``clone``/``contiguous`` (a copy is asked to be
-a tensor of its own) — takes the ordinary path: correct, and compiled per length as before, with the compile
-cause naming the op and the dim.
+several outputs, operands grown along different dims or lengths, ``clone``/``contiguous`` of a front without a
+broadcast dim (asked for a contiguous tensor: T5's sdpa mask, BART's ``ones`` of the length, are still compiled
+per length) — takes the ordinary path: correct, and compiled per length as before, with the compile cause naming
+the op and the dim. A copy of a front *with* a broadcast dim (``reshape`` of an expanded KV cache: grouped-query
+eager attention) is made on the padded extent and grown again.
 
 A rewritten result has the padded storage's strides, as a grown tensor itself has: a ``view`` that merges its
 grown dim with another fails as PyTorch's does for such strides (``reshape`` copies), and ``contiguous()`` gives
@@ -112,8 +114,8 @@ def _kind(op):
     low = LOWERINGS.get(op)
     if low is not None and low.rng:  # random draws over padding would shift the logical positions' numbers
         return None
-    if op in _REWRITES or op is aten.clone.default:  # clone: a copy asked for is a tensor of its own
-        return _REWRITES.get(op)
+    if op in _REWRITES:
+        return _REWRITES[op]
     schema = op._schema
     if torch.Tag.pointwise in op.tags and not schema.is_mutable and len(schema.returns) == 1 \
             and str(schema.returns[0].type) == "Tensor":
@@ -430,6 +432,21 @@ def _into_padded(i, n: int, capacity: int):
     return torch.where(i >= n, i + (capacity - n), torch.where(i < 0, i - capacity, i))
 
 
+def _broadcast_copy(op, args: tuple, kwargs: dict):
+    """``clone`` of a grown tensor with a broadcast (stride-0) dim of size above 1: what ``reshape`` makes of an
+    expanded grown KV cache — ``repeat_kv``'s grouped-query keys in eager attention, reshaped by ``matmul`` to
+    3-d — copied on the whole padded extent, the copy grown again. A copy of a front without broadcast dims is
+    left to the ordinary path: ``contiguous()`` gives a tensor of ``n`` positions, as PyTorch's does."""
+    x = args[0]
+    f = growth.front(x)
+    if f is None or len(args) > 1 or kwargs.get("memory_format") not in (None, torch.contiguous_format,
+                                                                            torch.preserve_format):
+        return None
+    if not any(s == 0 and n > 1 for n, s in zip(x.shape, x.stride())):
+        return None
+    return growth.grown(_base(op(whole(x, f), **kwargs)), f.dim, f.length)
+
+
 def _arange(op, args: tuple, kwargs: dict):
     """``arange(n)`` of a growing length: where an append grew a live tensor to ``n`` within the last few syncs
     (a decode loop's mask or position bias, built from the length of what it just appended). A sequence that
@@ -458,6 +475,7 @@ def attention_mask(mask, length: int, capacity: int):
 
 #: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
 _REWRITES = {aten.arange.default: _arange, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
+             aten.clone.default: _broadcast_copy,
              aten.gather.default: _gather, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
              aten.embedding.default: _embedding,
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
