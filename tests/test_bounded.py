@@ -316,3 +316,36 @@ def test_a_bad_call_on_a_grown_tensor_raises_pytorchs_error_and_loses_nothing():
     y = x * 2  # the session and every tensor made before still work, and the rewrite still applies
     assert growth.front(y) is not None
     assert torch.equal(y.cpu(), x_cpu * 2) and torch.equal(x.cpu(), x_cpu)
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_a_view_merging_a_grown_dim_takes_a_compact_copy_and_keeps_aliasing(mode):
+    """``torch.cat([a, b], 1)`` is padded (an append), so its strides are the padded storage's; a ``view`` that
+    merges the grown dim with another (``.view(-1)``, which PyTorch's contiguous result takes) moves the tensor to
+    a contiguous copy of its own first, so the view works, aliases it, and gradients flow as on the CPU. With
+    another view of it alive, moving it would break their aliasing: PyTorch's view error stands, losing
+    nothing."""
+    a_cpu = torch.arange(20, dtype=torch.float32).reshape(2, 10).requires_grad_()
+    b_cpu = torch.arange(6, dtype=torch.float32).reshape(2, 3).requires_grad_()
+    with torchtpu_lab.eager_mode(mode):
+        a, b = a_cpu.detach().to("tpu").requires_grad_(), b_cpu.detach().to("tpu").requires_grad_()
+        x, x_cpu = torch.cat([a, b], 1), torch.cat([a_cpu, b_cpu], 1)
+        assert growth.front(x) is not None and not x.is_contiguous()
+        flat = x.view(-1)
+        assert x.is_contiguous() and growth.front(x) is None
+        assert torch.equal(flat.detach().cpu(), x_cpu.detach().view(-1))
+        (flat * torch.arange(26.0, device="tpu")).sum().backward()
+        (x_cpu.view(-1) * torch.arange(26.0)).sum().backward()
+        assert torch.equal(a.grad.cpu(), a_cpu.grad) and torch.equal(b.grad.cpu(), b_cpu.grad)
+        y, y_cpu = _grown("tpu", 8, dtype=torch.float32), _grown("cpu", 8, dtype=torch.float32)
+        assert growth.front(y) is not None
+        y.view(-1)[0] = 100.0  # writes through the view reach the tensor
+        y_cpu.view(-1)[0] = 100.0
+        assert torch.equal(y.cpu(), y_cpu)
+        z, z_cpu = _grown("tpu", 8, dtype=torch.float32), _grown("cpu", 8, dtype=torch.float32)
+        head = z[:, :3]
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            z.view(-1)
+        head[0, 0] = -1.0  # still aliases z, and both stay usable
+        z_cpu[0, 0] = -1.0
+        assert torch.equal(z.cpu(), z_cpu) and torch.equal(z.reshape(-1).cpu(), z_cpu.reshape(-1))

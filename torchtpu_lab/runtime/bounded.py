@@ -55,9 +55,10 @@ per length) — takes the ordinary path: correct, and compiled per length as bef
 the op and the dim. A copy of a front *with* a broadcast dim (``reshape`` of an expanded KV cache: grouped-query
 eager attention) is made on the padded extent and grown again.
 
-A rewritten result has the padded storage's strides, as a grown tensor itself has: a ``view`` that merges its
-grown dim with another fails as PyTorch's does for such strides (``reshape`` copies), and ``contiguous()`` gives
-an ordinary tensor of ``n`` positions.
+A rewritten result has the padded storage's strides, as a grown tensor itself has, where PyTorch's would be
+contiguous: a ``view`` that merges its grown dim with another moves the tensor to a contiguous copy of its own
+first (:func:`compact`; with another view of it alive, PyTorch's error for such strides stands), ``reshape``
+copies, and ``contiguous()`` gives an ordinary tensor of ``n`` positions.
 """
 
 from __future__ import annotations
@@ -459,6 +460,34 @@ def _arange(op, args: tuple, kwargs: dict):
         return None
     kwargs = {k: v for k, v in kwargs.items() if k != "end"}
     return growth.grown(_base(op(capacity, **kwargs)), 0, end)
+
+
+def compact(t) -> bool:
+    """Give ``t``, the front of a padded storage, a contiguous copy of its ``n`` positions as its own storage, in
+    place, when no other tensor reads that storage; ``False`` (nothing changed) otherwise.
+
+    A ``view`` that merges a grown dim with another (``torch.cat([a, b], 1).view(-1)``) cannot be expressed on
+    the padded storage's strides, where PyTorch's contiguous ``cat`` result takes it. The view kernel calls this
+    and retries (runtime/view_kernels.py). Values and every reference to ``t`` are kept; only its strides change.
+    With another tensor on the storage (a view of ``t`` made before), moving ``t`` would break their aliasing, so
+    PyTorch's view error stands. Who else reads the storage is found by the garbage collector's referrers (each
+    tensor holds a ``(storage, view)`` pair): ~30 ms, on a path that raised before."""
+    import gc
+
+    t = tensor.adopt(t)
+    storage = t.tpu_storage
+    if growth.front(t) is None:
+        return False
+    pairs = [r for r in gc.get_referrers(storage) if type(r) is tuple and len(r) == 2 and r[0] is storage]
+    if len(pairs) != 1:
+        return False
+    active, _ACTIVE[0] = _ACTIVE[0], True  # the ordinary copy: contiguous, n positions
+    try:
+        copy = tensor.adopt(aten.clone.default(t, memory_format=torch.contiguous_format))
+    finally:
+        _ACTIVE[0] = active
+    tensor.set_geometry(t, copy.tpu_storage, copy.tpu_view)
+    return True
 
 
 def attention_mask(mask, length: int, capacity: int):

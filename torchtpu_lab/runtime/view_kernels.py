@@ -58,6 +58,11 @@ INPLACE_VIEW_OPS = {
 }
 
 
+#: views that merge dims: on a grown tensor's padded strides one can fail where the contiguous tensor PyTorch's
+#: ``cat`` makes takes it (runtime/bounded.py: ``compact``)
+_RESHAPING = (aten.view.default, aten._unsafe_view.default)
+
+
 def _hashable(v):
     if isinstance(v, (list, tuple)):
         return tuple(_hashable(x) for x in v)
@@ -101,7 +106,16 @@ def make_view_kernel(op):
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
         storage = self.tpu_storage
-        geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
+        moved = False
+        try:
+            geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
+        except RuntimeError:
+            from .bounded import compact  # a grown tensor's padded strides: compact it and view that (rare)
+
+            if op not in _RESHAPING or not compact(self):
+                raise
+            storage, moved = self.tpu_storage, True
+            geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
         if torch.is_inference_mode_enabled() and not self.is_inference():
             # a view of a normal tensor is a normal tensor, even inside inference_mode (as on CPU)
             with torch.inference_mode(False):
@@ -111,7 +125,8 @@ def make_view_kernel(op):
         if multi:
             return outs
         lesson = recording.lesson_pending
-        if lesson is not None and lesson():  # the recording kernel keyed this call: teach it the geometry
+        if not moved and lesson is not None and lesson():  # the recording kernel keyed this call: teach it
+            # the geometry (not after a move: the key has the padded geometry, the answer the compact one)
             recording.learn_view(op, storage, geoms[0])
         return outs[0]
 
