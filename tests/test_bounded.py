@@ -349,3 +349,36 @@ def test_a_view_merging_a_grown_dim_takes_a_compact_copy_and_keeps_aliasing(mode
         head[0, 0] = -1.0  # still aliases z, and both stay usable
         z_cpu[0, 0] = -1.0
         assert torch.equal(z.cpu(), z_cpu) and torch.equal(z.reshape(-1).cpu(), z_cpu.reshape(-1))
+
+
+def test_attention_reads_an_unwritten_contiguous_copy_of_a_grown_mask_from_its_source():
+    """``transformers``' sdpa path makes T5's position-bias mask ``contiguous()``: the copy is an ordinary tensor
+    of ``n`` positions (contiguous, as PyTorch's), and attention given it reads the grown tensor it was copied
+    from, so a decode step is one program per bucket. A copy written after it was made is read as it is."""
+    F = torch.nn.functional
+    q_cpu = torch.linspace(-1, 1, 4 * 8).reshape(1, 4, 1, 8)
+    k_cpu = torch.linspace(0, 1, 4 * 5 * 8).reshape(1, 4, 5, 8)
+    bias_cpu = torch.zeros(1, 4, 1, 5)
+    k = torch.cat([torch.tensor([], device="tpu"), k_cpu.to("tpu")], -2)
+    bias = torch.cat([torch.tensor([], device="tpu"), bias_cpu.to("tpu")], -1)
+    counts = []
+    for step in range(10):
+        piece, extra = torch.full((1, 4, 1, 8), 0.1 * step), torch.full((1, 4, 1, 1), -0.5 * step)
+        k_cpu, k = torch.cat([k_cpu, piece], -2), torch.cat([k, piece.to("tpu")], -2)
+        bias_cpu, bias = torch.cat([bias_cpu, extra], -1), torch.cat([bias, extra.to("tpu")], -1)
+        torchtpu_lab.sync()
+        before = _programs()
+        mask = (bias * 2.0).contiguous()
+        assert mask.is_contiguous() and growth.front(mask) is None
+        out = F.scaled_dot_product_attention(q_cpu.to("tpu"), k, k, attn_mask=mask)
+        del mask
+        got = out.cpu()
+        counts.append(_programs() - before)
+        torch.testing.assert_close(got, F.scaled_dot_product_attention(q_cpu, k_cpu, k_cpu, attn_mask=bias_cpu * 2.0))
+    assert sum(counts[2:]) == 0, counts
+    written = (bias * 2.0).contiguous()
+    written[..., 0] = 100.0  # the copy differs from its source now: attention reads the copy
+    want = (bias_cpu * 2.0).contiguous()
+    want[..., 0] = 100.0
+    torch.testing.assert_close(F.scaled_dot_product_attention(q_cpu.to("tpu"), k, k, attn_mask=written).cpu(),
+                               F.scaled_dot_product_attention(q_cpu, k_cpu, k_cpu, attn_mask=want))

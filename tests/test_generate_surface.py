@@ -184,15 +184,16 @@ def test_encoder_decoder_t5_gives_cpus_tokens():
     assert torch.equal(got.cpu(), want)
 
 
-def test_t5_with_eager_attention_and_a_padded_batch_builds_programs_per_capacity():
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_t5_with_a_padded_batch_builds_programs_per_capacity(attention):
     """T5's relative position bias is an embedding of buckets computed from ``arange`` of the key length every
-    token; with eager attention all of it runs on the padded extent (runtime/bounded.py). (Its sdpa path makes the
-    bias ``contiguous()``: a contiguous tensor of ``n`` positions has ``n`` in its shape, so that path still
-    builds a program per token.)"""
+    token; with eager attention all of it runs on the padded extent (runtime/bounded.py). Its sdpa path makes the
+    bias mask ``contiguous()`` (a tensor of ``n`` positions) and hands it to attention, which reads the grown
+    tensor it was copied from instead, so the copy never reaches a program (it built one per token)."""
     torch.manual_seed(0)
     cfg = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=None)
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation = attention
     cpu = transformers.T5ForConditionalGeneration(cfg).eval()
     tpu = transformers.T5ForConditionalGeneration(cfg).eval()
     tpu.load_state_dict(cpu.state_dict())

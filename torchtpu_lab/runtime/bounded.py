@@ -49,11 +49,15 @@ recording kernel learns and then serves without Python; the rewritten op itself 
 has ``n`` in it; an ``arange(n)`` it learned before any tensor grew to ``n`` stays an ordinary one). A rewrite
 that fails for any reason leaves the op to the ordinary path, which gives PyTorch's error if the call is wrong.
 Anything else — ops across the grown dim with no padded form (``flip``, ``sort``), other indexing, mutation,
-several outputs, operands grown along different dims or lengths, ``clone``/``contiguous`` of a front without a
-broadcast dim (asked for a contiguous tensor: T5's sdpa mask, BART's ``ones`` of the length, are still compiled
-per length) — takes the ordinary path: correct, and compiled per length as before, with the compile cause naming
-the op and the dim. A copy of a front *with* a broadcast dim (``reshape`` of an expanded KV cache: grouped-query
-eager attention) is made on the padded extent and grown again.
+several outputs, operands grown along different dims or lengths, factories of a grown length other than
+``arange`` (BART's ``torch.ones(batch, n)`` mask: a factory's result is contiguous) — takes the ordinary path:
+correct, and compiled per length as before, with the compile cause naming the op and the dim.
+
+**Copies** (``clone``, ``contiguous()``): a copy of a front *with* a broadcast dim (``reshape`` of an expanded KV
+cache: grouped-query eager attention) is made on the padded extent and grown again. Without one, the copy is the
+ordinary contiguous tensor of ``n`` positions PyTorch gives, remembered as a copy of its source: attention handed
+it as a mask, unwritten, reads the grown source instead (T5's sdpa path makes its position-bias mask
+``contiguous()``), so the copy, dead by the sync, never reaches a program.
 
 A rewritten result has the padded storage's strides, as a grown tensor itself has, where PyTorch's would be
 contiguous: a ``view`` that merges its grown dim with another moves the tensor to a contiguous copy of its own
@@ -64,9 +68,11 @@ copies, and ``contiguous()`` gives an ordinary tensor of ``n`` positions.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
+from .. import config
 from ..device import tensor, views
 from ..ops import LOWERINGS
 from . import executor, growth
@@ -89,6 +95,9 @@ _BIASED = {aten.addmm.default, aten.baddbmm.default}
 _SCATTERS = {aten.scatter.src, aten.scatter.value, aten.scatter_add.default}
 #: op id -> its rewrite (or ``None``), decided once per op
 _KINDS: dict = {}
+#: id(a copy's storage) -> (weak ref to it, its array then, a tensor over its grown source, the source storage's
+#: array then): copies of grown tensors that attention may read through (:func:`_copy`)
+_COPIES: dict = {}
 
 
 def run(low, args: tuple, kwargs: dict):
@@ -433,19 +442,49 @@ def _into_padded(i, n: int, capacity: int):
     return torch.where(i >= n, i + (capacity - n), torch.where(i < 0, i - capacity, i))
 
 
-def _broadcast_copy(op, args: tuple, kwargs: dict):
-    """``clone`` of a grown tensor with a broadcast (stride-0) dim of size above 1: what ``reshape`` makes of an
-    expanded grown KV cache — ``repeat_kv``'s grouped-query keys in eager attention, reshaped by ``matmul`` to
-    3-d — copied on the whole padded extent, the copy grown again. A copy of a front without broadcast dims is
-    left to the ordinary path: ``contiguous()`` gives a tensor of ``n`` positions, as PyTorch's does."""
+def _copy(op, args: tuple, kwargs: dict):
+    """``clone`` of a grown tensor. With a broadcast (stride-0) dim of size above 1 — what ``reshape`` makes of an
+    expanded grown KV cache: ``repeat_kv``'s grouped-query keys in eager attention, reshaped by ``matmul`` to 3-d —
+    the copy is made on the whole padded extent and grown again. Without one (``contiguous()``: PyTorch's result is
+    a contiguous tensor, so ours is too) the copy is the ordinary one, of ``n`` positions, remembered as a copy of
+    its source's padded extent: attention given it as a mask reads the source instead (:func:`attention_mask`;
+    ``transformers`` makes T5's position-bias mask ``contiguous()`` before sdpa), and the copy, dead by the sync,
+    never reaches a program."""
     x = args[0]
     f = growth.front(x)
     if f is None or len(args) > 1 or kwargs.get("memory_format") not in (None, torch.contiguous_format,
                                                                             torch.preserve_format):
         return None
-    if not any(s == 0 and n > 1 for n, s in zip(x.shape, x.stride())):
+    if any(s == 0 and n > 1 for n, s in zip(x.shape, x.stride())):
+        return growth.grown(_base(op(whole(x, f), **kwargs)), f.dim, f.length)
+    out = _unlearned(op, x, **kwargs)
+    x = tensor.adopt(x)
+    copy, source = tensor.adopt(out).tpu_storage, x.tpu_storage
+    key = id(copy)
+    _COPIES[key] = (weakref.ref(copy, lambda _, key=key: _COPIES.pop(key, None)), copy._array,
+                    tensor.make(source, x.tpu_view), source._array)
+    return out
+
+
+def _unlearned(op, *args, **kwargs):
+    """``op`` run the ordinary way on a front's own geometry, without the native recording kernel keying it: a
+    lesson would serve the next call of ``op`` on that geometry — the rewrite's own — in C++, past the rewrite."""
+    with config.native_recording(False):
+        return op(*args, **kwargs)
+
+
+def _copied_front(mask):
+    """The grown tensor ``mask`` is a whole :func:`_copy` of (a tensor of its own over the same padded storage),
+    when neither has been written since (a write replaces a storage's array), else ``None``."""
+    m = tensor.adopt(mask)
+    storage = m.tpu_storage
+    entry = _COPIES.get(id(storage))
+    if entry is None or m.tpu_view is not None:
         return None
-    return growth.grown(_base(op(whole(x, f), **kwargs)), f.dim, f.length)
+    ref, copied, source, read = entry
+    if ref() is not storage or storage._array is not copied or tensor.adopt(source).tpu_storage._array is not read:
+        return None
+    return source
 
 
 def _arange(op, args: tuple, kwargs: dict):
@@ -483,7 +522,7 @@ def compact(t) -> bool:
         return False
     active, _ACTIVE[0] = _ACTIVE[0], True  # the ordinary copy: contiguous, n positions
     try:
-        copy = tensor.adopt(aten.clone.default(t, memory_format=torch.contiguous_format))
+        copy = tensor.adopt(_unlearned(aten.clone.default, t, memory_format=torch.contiguous_format))
     finally:
         _ACTIVE[0] = active
     tensor.set_geometry(t, copy.tpu_storage, copy.tpu_view)
@@ -492,9 +531,13 @@ def compact(t) -> bool:
 
 def attention_mask(mask, length: int, capacity: int):
     """``mask`` (an attention mask or bias) over ``capacity`` key positions when it is grown along its last dim
-    to ``length`` keys (the keys' own padded length), else ``None``: attention then reads the mask with the
-    keys, whole, and masks the padding itself (runtime/padded_attention.py)."""
+    to ``length`` keys (the keys' own padded length), or is an unwritten copy of such a tensor (:func:`_copy`),
+    else ``None``: attention then reads the mask with the keys, whole, and masks the padding itself
+    (runtime/padded_attention.py)."""
     f = growth.front(mask)
+    if f is None:
+        mask = _copied_front(mask)
+        f = None if mask is None else growth.front(mask)
     if f is None or f.dim != mask.ndim - 1 or f.length != length:
         return None
     if f.capacity >= capacity:
@@ -504,7 +547,7 @@ def attention_mask(mask, length: int, capacity: int):
 
 #: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
 _REWRITES = {aten.arange.default: _arange, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
-             aten.clone.default: _broadcast_copy,
+             aten.clone.default: _copy,
              aten.gather.default: _gather, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
              aten.embedding.default: _embedding,
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),

@@ -274,9 +274,11 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     if len(_LENGTHS) > 64:
         for length in [length for length, (_, ref, _) in _LENGTHS.items() if ref() is None]:
             del _LENGTHS[length]
-    known = _LENGTHS.get(n + k)
-    if known is None or known[0] <= shape[d] or known[1]() is None:
-        _LENGTHS[n + k] = (shape[d], weakref.ref(new), telemetry.counters["syncs"])
+    known, syncs = _LENGTHS.get(n + k), telemetry.counters["syncs"]
+    # the largest capacity among this length's recent appends; one from an earlier loop (a previous generate's
+    # output, kept alive) gives way, or the next loop's factories of that length would stay ordinary
+    if known is None or known[0] <= shape[d] or known[1]() is None or syncs - known[2] > RECENT_SYNCS:
+        _LENGTHS[n + k] = (shape[d], weakref.ref(new), syncs)
     lineage = _LINEAGE.get(storage) if storage is not None else None
     _LINEAGE[new] = lineage = next(_LINEAGES) if lineage is None else lineage
     if telemetry.recording():
