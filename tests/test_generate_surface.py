@@ -61,6 +61,21 @@ def _calls_give_cpus_tokens_within(cpu, tpu, ids, calls, **kwargs) -> None:
         assert _programs() - before <= most, (tokens, _programs() - before)
 
 
+def _twins(model_class, cfg):
+    """(CPU model, tpu model with the same weights) of ``cfg``."""
+    torch.manual_seed(0)
+    cpu, tpu = model_class(cfg).eval(), model_class(cfg).eval()
+    tpu.load_state_dict(cpu.state_dict())
+    return cpu, tpu.to("tpu")
+
+
+def _left_padded(seed: int, padding: int) -> tuple:
+    """A batch of two 6-token prompts, the first left-padded by ``padding``, and its attention mask."""
+    ids, mask = _prompts(2, 6, seed), torch.ones(2, 6, dtype=torch.long)
+    ids[0, :padding], mask[0, :padding] = 0, 0
+    return ids, mask
+
+
 def test_batched_prompts_with_left_padding_and_a_mask_give_cpus_tokens_and_programs_per_capacity(llama):
     """The 4-d mask ``transformers`` rebuilds from the grown length every token runs on padded extents
     (runtime/bounded.py): a decode step is one program per capacity bucket, not one per token (it was 3 per
@@ -190,14 +205,10 @@ def test_t5_with_a_padded_batch_builds_programs_per_capacity(attention):
     token; with eager attention all of it runs on the padded extent (runtime/bounded.py). Its sdpa path makes the
     bias mask ``contiguous()`` (a tensor of ``n`` positions) and hands it to attention, which reads the grown
     tensor it was copied from instead, so the copy never reaches a program (it built one per token)."""
-    torch.manual_seed(0)
     cfg = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=None)
     cfg._attn_implementation = attention
-    cpu = transformers.T5ForConditionalGeneration(cfg).eval()
-    tpu = transformers.T5ForConditionalGeneration(cfg).eval()
-    tpu.load_state_dict(cpu.state_dict())
-    tpu = tpu.to("tpu")
+    cpu, tpu = _twins(transformers.T5ForConditionalGeneration, cfg)
     ids, mask = _prompts(2, 6, 6), torch.ones(2, 6, dtype=torch.long)
     ids[0, 4:], mask[0, 4:] = 0, 0
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 16), (14, 0)), attention_mask=mask, do_sample=False)
@@ -207,15 +218,10 @@ def test_bloom_alibi_scores_over_a_growing_cache_build_programs_per_capacity():
     """BLOOM adds its ALiBi bias (built from the grown attention mask) to the scores with ``baddbmm`` over the
     growing KV cache: the product runs on the padded extent (runtime/bounded.py), so a left-padded batch builds
     programs per capacity bucket (it built one per token) and gives CPU's tokens."""
-    torch.manual_seed(0)
     cfg = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, bos_token_id=1,
                                    eos_token_id=None, pad_token_id=0)
-    cpu = transformers.BloomForCausalLM(cfg).eval()
-    tpu = transformers.BloomForCausalLM(cfg).eval()
-    tpu.load_state_dict(cpu.state_dict())
-    tpu = tpu.to("tpu")
-    ids, mask = _prompts(2, 6, 7), torch.ones(2, 6, dtype=torch.long)
-    ids[0, :2], mask[0, :2] = 0, 0
+    cpu, tpu = _twins(transformers.BloomForCausalLM, cfg)
+    ids, mask = _left_padded(7, 2)
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 8), (14, 0)), attention_mask=mask, do_sample=False)
 
 
@@ -223,13 +229,8 @@ def test_grouped_query_eager_attention_builds_programs_per_capacity():
     """Eager attention with fewer key/value heads than heads (``repeat_kv`` expands the grown cache, ``matmul``
     copies it to reshape it): the copy runs on the padded extent (runtime/bounded.py), so a left-padded batch
     builds programs per capacity bucket (it built one per token) and gives CPU's tokens."""
-    torch.manual_seed(0)
     cfg = transformers.LlamaConfig(**COMMON)
     cfg._attn_implementation = "eager"
-    cpu = transformers.LlamaForCausalLM(cfg).eval()
-    tpu = transformers.LlamaForCausalLM(cfg).eval()
-    tpu.load_state_dict(cpu.state_dict())
-    tpu = tpu.to("tpu")
-    ids, mask = _prompts(2, 6, 8), torch.ones(2, 6, dtype=torch.long)
-    ids[0, :2], mask[0, :2] = 0, 0
+    cpu, tpu = _twins(transformers.LlamaForCausalLM, cfg)
+    ids, mask = _left_padded(8, 2)
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 8), (14, 0)), attention_mask=mask, do_sample=False)
