@@ -382,3 +382,14 @@ def test_attention_reads_an_unwritten_contiguous_copy_of_a_grown_mask_from_its_s
     want[..., 0] = 100.0
     torch.testing.assert_close(F.scaled_dot_product_attention(q_cpu.to("tpu"), k, k, attn_mask=written).cpu(),
                                F.scaled_dot_product_attention(q_cpu, k_cpu, k_cpu, attn_mask=want))
+
+
+def test_a_grown_tensor_with_a_live_contiguous_copy_still_takes_a_merging_view():
+    """A ``contiguous()`` copy's record of its source (for attention) is not a view of the source: the source can
+    still move to a contiguous copy of its own for a view, and the copy keeps its values."""
+    x, x_cpu = _grown("tpu", 9, dtype=torch.float32), _grown("cpu", 9, dtype=torch.float32)
+    copy = x.contiguous()
+    flat = x.view(-1)
+    flat[0] = -5.0
+    x_cpu.view(-1)[0] = -5.0
+    assert torch.equal(x.cpu(), x_cpu) and torch.equal(copy.cpu(), _grown("cpu", 9, dtype=torch.float32))

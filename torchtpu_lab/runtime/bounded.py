@@ -449,7 +449,7 @@ def _copy(op, args: tuple, kwargs: dict):
     a contiguous tensor, so ours is too) the copy is the ordinary one, of ``n`` positions, remembered as a copy of
     its source's padded extent: attention given it as a mask reads the source instead (:func:`attention_mask`;
     ``transformers`` makes T5's position-bias mask ``contiguous()`` before sdpa), and the copy, dead by the sync,
-    never reaches a program."""
+    never reaches a program. The record keeps the source's padded storage alive as long as the copy lives."""
     x = args[0]
     f = growth.front(x)
     if f is None or len(args) > 1 or kwargs.get("memory_format") not in (None, torch.contiguous_format,
@@ -518,7 +518,8 @@ def compact(t) -> bool:
     if growth.front(t) is None:
         return False
     pairs = [r for r in gc.get_referrers(storage) if type(r) is tuple and len(r) == 2 and r[0] is storage]
-    if len(pairs) != 1:
+    private = sum(1 for entry in _COPIES.values() if tensor.adopt(entry[2]).tpu_storage is storage)
+    if len(pairs) - private != 1:  # a copy's record of its source is no view of t: the source is not written
         return False
     active, _ACTIVE[0] = _ACTIVE[0], True  # the ordinary copy: contiguous, n positions
     try:
