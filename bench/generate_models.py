@@ -1,6 +1,6 @@
 """``model.generate`` across model families on tpu: tokens against PyTorch on the CPU, and the programs each call
 builds, for the case that used to compile per token (a left-padded batch of 2 with an ``attention_mask``,
-default cache, greedy). A sweep to run and report, not a test: ~3 minutes on 2 cores.
+default cache, greedy). A sweep to run and report, not a test: about 4 minutes on 2 cores.
 
 Each family is a tiny random-init config from ``transformers`` (2 layers, width 64, no downloads). Per row: the
 programs built by a first call of ``--tokens`` new tokens, then by a second call of twice as many (a model whose
