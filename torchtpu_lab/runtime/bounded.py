@@ -289,29 +289,25 @@ def _product(op, args: tuple, kwargs: dict):
         return None
     batch = a.ndim - 2  # the row dim of a, the contraction dim of b
     if fa is not None and fb is not None:
-        if fa.dim != batch + 1 or fb.dim != batch or fa.length != fb.length or _grown(bias):
+        if fa.dim != batch + 1 or fb.dim != batch or fa.length != fb.length or growth.front(bias) is not None:
             return None
         capacity = min(fa.capacity, fb.capacity)
         a = whole(a, fa, capacity).masked_fill(_padding(a, fa._replace(capacity=capacity)), 0)
         b = whole(b, fb, capacity).masked_fill(_padding(b, fb._replace(capacity=capacity)), 0)
         return op(*(bias, a, b)[not biased:], **kwargs)
     if fa is not None and fa.dim == batch:
-        d, f = batch, fa
+        d, grown, f = batch, a, fa
     elif fb is not None and fb.dim == batch + 1:
-        d, f = batch + 1, fb
+        d, grown, f = batch + 1, b, fb
     else:
         return None
-    found = [(a if f is fa else b, f)] + ([(bias, growth.front(bias))] if biased else [])
+    found = [(grown, f)] + ([(bias, growth.front(bias))] if biased else [])
     plan = _aligned(found, a.ndim)
     if plan is None or plan[0] != d:
         return None
     swap = {id(t): whole(t, g, plan[2]) for t, g in found if g is not None}
     operands = [swap.get(id(t), t) for t in (bias, a, b)[not biased:]]
     return growth.grown(_base(op(*operands, **kwargs)), d, f.length)
-
-
-def _grown(t) -> bool:
-    return isinstance(t, torch.Tensor) and tensor.on_tpu(t) and growth.front(t) is not None
 
 
 def _pad(op, args: tuple, kwargs: dict):
