@@ -3,9 +3,11 @@ pure-Python fallback. Tests that need the core skip, saying why, when it is not 
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -281,3 +283,101 @@ def test_an_interrupt_inside_the_synchronize_hook_reaches_the_caller_and_the_ses
     x = torch.ones(3, device="tpu") + 1
     torch.accelerator.synchronize()
     assert x.sum().item() == 6
+
+
+def _locks():
+    kinds = [pytest.param(threading.RLock, id="threading.RLock")]
+    core = native.module()
+    kinds.append(pytest.param(core.Lock if core is not None else None, id="core Lock",
+                              marks=pytest.mark.skipif(core is None, reason="no native core")))
+    return kinds
+
+
+@pytest.mark.parametrize("make", _locks())
+def test_the_runtime_lock_keeps_threading_rlocks_semantics(make):
+    """fused.LOCK is the core's Lock when the core is loaded; it must behave as the RLock it replaced (the same
+    assertions run against RLock itself)."""
+    lock = make()
+    assert lock.acquire() and lock.acquire(False) and lock._is_owned()
+    lock.release()
+    assert lock._is_owned()
+    lock.release()
+    assert not lock._is_owned()
+    with pytest.raises(RuntimeError):
+        lock.release()
+    with pytest.raises(ValueError):
+        lock.acquire(False, 1)
+    with pytest.raises(ValueError):
+        lock.acquire(timeout=-2)
+    with pytest.raises(KeyError):
+        with lock:
+            assert lock._is_owned()
+            raise KeyError("inside")
+    assert not lock._is_owned()
+
+    held, go, seen = threading.Event(), threading.Event(), []
+
+    def holder():
+        with lock:
+            held.set()
+            go.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    assert not lock._is_owned()
+    assert lock.acquire(False) is False
+    t0 = time.monotonic()
+    assert lock.acquire(timeout=0.2) is False
+    assert time.monotonic() - t0 >= 0.15
+    waiter = threading.Thread(target=lambda: seen.append(lock.acquire(timeout=10)) or lock.release())
+    waiter.start()
+    go.set()
+    t.join(10)
+    waiter.join(10)
+    assert seen == [True]
+    assert lock.acquire(blocking=True, timeout=1) is True
+    lock.release()
+
+
+@pytest.mark.parametrize("make", _locks())
+def test_a_signal_interrupts_a_wait_for_the_runtime_lock(make):
+    """Ctrl-C while the main thread waits for the lock another thread holds reaches the caller (as with RLock),
+    and the lock is not left taken."""
+    lock = make()
+    held, go = threading.Event(), threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            go.wait(10)
+
+    class Alarm(Exception):
+        pass
+
+    def ring(*_):
+        raise Alarm
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    old = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Alarm):
+            lock.acquire(timeout=10)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        go.set()
+        t.join(10)
+    assert not lock._is_owned()
+    assert lock.acquire(False)
+    lock.release()
+
+
+def test_the_runtime_lock_is_the_cores_when_the_core_is_loaded():
+    from torchtpu_lab.runtime import fused
+
+    core = native.module()
+    assert type(fused.LOCK) is (core.Lock if core is not None else type(threading.RLock()))

@@ -10,6 +10,7 @@
 #include "generator.h"
 #include "geometry.h"
 #include "ledger.h"
+#include "lock.h"
 #include "recorder.h"
 
 namespace torchtpu {
@@ -92,6 +93,7 @@ PYBIND11_MODULE(_C, m) {
     torchtpu::set_sync_hook(&call_synchronize);
   }, "fn(device_index): what torch.accelerator/Stream/Event synchronize run for a tpu device.");
   if (PyModule_AddFunctions(m.ptr(), fast_methods) < 0) throw py::error_already_set();
+  if (torchtpu::add_lock_type(m.ptr()) < 0) throw py::error_already_set();
   m.def("default_generator", [](int i) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_Wrap(torchtpu::default_generator(static_cast<c10::DeviceIndex>(i))));

@@ -53,6 +53,7 @@
 
 #include "device.h"
 #include "geometry.h"
+#include "lock.h"
 #include "tensor_factory.h"
 
 namespace torchtpu {
@@ -159,9 +160,7 @@ struct Runtime {
   PyObject* entry_spans = nullptr;     // interrupts.entry_spans ([None] unless a profile times entry points)
   PyObject* after_entry = nullptr;     // interrupts.after_entry: run after each op a profile records
   PyObject* interrupt = nullptr;       // interrupts._pending ([bool])
-  PyObject* lock_acquire = nullptr;    // fused.LOCK.acquire / .release
-  PyObject* lock_release = nullptr;
-  PyObject* lock_is_owned = nullptr;
+  PyObject* lock = nullptr;            // fused.LOCK (lock.h's Lock)
   PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.OP_MARK (while a profile records)
   PyObject* op_mark = nullptr;
   PyObject* adopt = nullptr;           // tensor.adopt: a plain tpu torch.Tensor (a saved output) made a TpuTensor
@@ -959,20 +958,13 @@ bool same_str(PyObject* a, PyObject* b) {  // a config string equal to an intern
   return c == 0;
 }
 
-// fused.LOCK.release(), keeping the Python error being raised, if any (releasing runs no bytecode).
-void unlock() {
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  PyObject* released = PyObject_CallNoArgs(rt.lock_release);
-  if (released == nullptr) {
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    throw python_error();
-  }
-  Py_DECREF(released);
-  PyErr_Restore(type, value, tb);
-}
+// fused.LOCK, taken by lock_try_acquire, held for a scope (releasing runs no bytecode and cannot fail).
+struct LockHeld {
+  LockHeld() = default;
+  LockHeld(const LockHeld&) = delete;
+  LockHeld& operator=(const LockHeld&) = delete;
+  ~LockHeld() { lock_release(rt.lock); }
+};
 
 // The device a call runs on: its first tpu tensor's (strict mode runs where its inputs are), else, for a factory
 // (full, arange), the tpu device its arguments name; -1 when neither.
@@ -1157,40 +1149,23 @@ class RecordingKernel final : public c10::OperatorKernel {
       alloc_source = source != Py_None ? source : user_source();
       if (alloc_source == nullptr) return false;
     }
-    PyObject* got = PyObject_CallOneArg(rt.lock_acquire, Py_False);
-    if (got == nullptr) throw python_error();
-    const bool acquired = got == Py_True;
-    Py_DECREF(got);
-    if (!acquired) return false;  // another thread is inside the runtime: the Python kernel waits for it
+    if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: its Python kernel waits
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
     OwnedRef write_to;  // held: recording may run bytecode (a new leaf's shape) before the write
-    if (inplace_) {  // the usual update: a base `self` whose storage the result replaces whole
-      const at::Tensor& self = (*stack)[base].toTensor();
-      if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
-        PyObject* released = PyObject_CallNoArgs(rt.lock_release);
-        Py_XDECREF(released);
-        if (released == nullptr) throw python_error();
-        return false;
+    OwnedRef out;
+    {
+      const LockHeld held;
+      if (inplace_) {  // the usual update: a base `self` whose storage the result replaces whole
+        const at::Tensor& self = (*stack)[base].toTensor();
+        if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
+          return false;
+        }
+        write_to.p = Py_NewRef(storages_scratch[0]);
       }
-      write_to.p = Py_NewRef(storages_scratch[0]);
+      out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p);
     }
-    PyObject* out = nullptr;
-    try {
-      out = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p);
-    } catch (...) {
-      PyObject* released = PyObject_CallNoArgs(rt.lock_release);
-      Py_XDECREF(released);
-      throw;
-    }
-    PyObject* released = PyObject_CallNoArgs(rt.lock_release);
-    if (released == nullptr) {
-      Py_DECREF(out);
-      throw python_error();
-    }
-    Py_DECREF(released);
-    return_result(stack, base, n, out);
-    Py_DECREF(out);
+    return_result(stack, base, n, out.p);
     ++stats.recorded;
     if (profiling || outermost) note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
     flush_if_needed(e);
@@ -1238,19 +1213,12 @@ class RecordingKernel final : public c10::OperatorKernel {
       alloc_source = user_source();
       if (alloc_source == nullptr) return false;  // a line Python has not seen yet
     }
-    PyObject* got = PyObject_CallOneArg(rt.lock_acquire, Py_False);
-    if (got == nullptr) throw python_error();
-    const bool acquired = got == Py_True;
-    Py_DECREF(got);
-    if (!acquired) return false;  // another thread is inside the runtime: the Python kernel waits for it
+    if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: its Python kernel waits
     OwnedRef out;
-    try {
+    {
+      const LockHeld held;
       out.p = run_strict(e, *stack, base, arrays_scratch, alloc_source, write_to.p);
-    } catch (...) {
-      unlock();
-      throw;
     }
-    unlock();
     if (out.p == nullptr) {  // a TypeError: the Python path decides, and learns nothing new
       key_scratch.clear();
       return false;
@@ -1306,13 +1274,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   }
 
   // Whether this thread holds fused.LOCK already (a call inside another entry point, which times it).
-  static bool lock_owned() {
-    PyObject* owned = PyObject_CallNoArgs(rt.lock_is_owned);
-    if (owned == nullptr) throw python_error();
-    const bool yes = owned == Py_True;
-    Py_DECREF(owned);
-    return yes;
-  }
+  static bool lock_owned() { return torchtpu::lock_owned(rt.lock); }
 
   // The op record a profile reads (none when `sources` is null): telemetry.record_op's steps, OP_MARK and the
   // fields (name, t, dur, cache_hit None, source, stack) appended flat to every open recorder; and the entry
@@ -1398,13 +1360,9 @@ void configure_recorder(PyObject* config) {
   rt.entry_spans = item(config, "entry_spans");
   rt.after_entry = item(config, "after_entry");
   rt.interrupt = item(config, "interrupt_pending");
-  PyObject* lock = item(config, "lock");
-  rt.lock_acquire = PyObject_GetAttrString(lock, "acquire");
-  rt.lock_release = PyObject_GetAttrString(lock, "release");
-  rt.lock_is_owned = PyObject_GetAttrString(lock, "_is_owned");
-  if (rt.lock_acquire == nullptr || rt.lock_release == nullptr || rt.lock_is_owned == nullptr) {
-    throw python_error();
-  }
+  rt.lock = item(config, "lock");
+  TORCH_CHECK(is_lock(rt.lock), "torchtpu_lab recorder: fused.LOCK must be the native core's Lock ",
+              "(native.reentrant_lock), not a ", Py_TYPE(rt.lock)->tp_name);
   rt.op_sources = item(config, "op_sources");
   rt.adopt = item(config, "adopt");
   rt.parameter_type = item(config, "Parameter");

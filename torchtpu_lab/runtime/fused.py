@@ -34,7 +34,6 @@ anything but the device.
 from __future__ import annotations
 
 import operator
-import threading
 import time
 import weakref
 from collections import Counter, deque
@@ -42,7 +41,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .. import caches, config, interrupts, telemetry
+from .. import caches, config, interrupts, native, telemetry
 from ..device.storage import FailedValue, holding, store_all
 from ..telemetry import SyncReason
 from ..device import memory
@@ -113,7 +112,7 @@ class PendingWork:
 
 PENDING = PendingWork()
 #: Owns :data:`PENDING` and every storage (see "Threads" above); re-entrant, since kernels nest.
-LOCK = threading.RLock()
+LOCK = native.reentrant_lock()
 #: Decorates the runtime's public entry points: the safe point for a deferred Ctrl-C, then :data:`LOCK` held for
 #: the whole call (a Ctrl-C inside it waits for its end).
 entry_point = interrupts.owning(LOCK)
