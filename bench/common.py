@@ -37,6 +37,29 @@ def median_time(fn, finish, iters: int, reps: int, warmup: int = 3) -> float:
     return statistics.median(samples)
 
 
+def median_pair(a, finish_a, b, finish_b, iters: int, reps: int, warmup: int = 3) -> tuple[float, float, float]:
+    """:func:`median_time` of ``a`` and of ``b`` measured in alternating repetitions, and the median of their
+    per-repetition ratio a/b. This project's machines change speed by up to 2x for seconds at a time (both
+    devices alike): a ratio of two runs taken apart can measure that instead of the code, one of neighbours
+    cannot."""
+    now = clock()
+
+    def once(fn, finish) -> float:
+        t0 = now()
+        out = None
+        for _ in range(iters):
+            out = fn()
+        finish(out)
+        return (now() - t0) / iters
+
+    for _ in range(warmup):
+        finish_a(a())
+        finish_b(b())
+    pairs = [(once(a, finish_a), once(b, finish_b)) for _ in range(reps)]
+    return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+            statistics.median(p[0] / p[1] for p in pairs))
+
+
 def add_clock_option(parser) -> None:
     """``--clock wall|cpu`` (see :data:`CLOCK`)."""
     parser.add_argument("--clock", choices=("wall", "cpu"), default=CLOCK,

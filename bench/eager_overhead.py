@@ -19,7 +19,9 @@
 
 Each per-op figure is the median over ``--reps`` repetitions of the mean per op over ``--iters`` ops; the step
 figures are medians over ``--steps`` steady-state steps, tpu and CPU steps interleaved so that load from other
-jobs falls on both. Ratios compare figures of the same run.
+jobs falls on both. Ratios compare figures of the same run; the strict and capture ratios are medians of
+per-repetition ratios, tpu and the reference measured alternately (``common.median_pair``), and the capture's CPU
+figure runs the same chained loop as the tpu one (each op takes the previous result).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ UNCHAINED = {"sum", "to(bf16)"}
 
 
 def strict_rows(iters: int, reps: int) -> list[tuple]:
-    from common import median_time
+    from common import median_pair, median_time
 
     x = torch.randn(64, 64)
     a, b = x.to("tpu"), x.to("tpu")
@@ -57,12 +59,12 @@ def strict_rows(iters: int, reps: int) -> list[tuple]:
     with torchtpu_lab.eager_mode("strict"):
         for name, (tfn, jfn) in OPS.items():
             jitted = jax.jit(jfn)
-            t_tpu = median_time(lambda: tfn(a, b), lambda o: torch.tpu.synchronize(), iters, reps)
+            t_tpu, t_jax, ratio = median_pair(lambda: tfn(a, b), lambda o: torch.tpu.synchronize(),
+                                              lambda: jitted(aj, bj), lambda o: o.block_until_ready(), iters, reps)
             with torchtpu_lab.config.native_recording(False):
                 t_py = median_time(lambda: tfn(a, b), lambda o: torch.tpu.synchronize(), iters, reps)
-            t_jax = median_time(lambda: jitted(aj, bj), lambda o: o.block_until_ready(), iters, reps)
             rows.append((name, f"{t_tpu * 1e6:.1f}", f"{t_py * 1e6:.1f}", f"{t_jax * 1e6:.1f}",
-                         f"{t_tpu / t_jax:.2f}x", f"{t_py / t_jax:.2f}x"))
+                         f"{ratio:.2f}x", f"{t_py / t_jax:.2f}x"))
     return rows
 
 
@@ -90,8 +92,23 @@ def floor_rows(iters: int, reps: int) -> list[tuple]:
              f"{median_time(lambda: new(a, a), lambda o: None, iters, reps) * 1e6:.1f}")]
 
 
+def _chained(fn, unchained: bool, x0):
+    """The loop both devices run: each call takes the previous call's result (``x0`` again after ``reset``), or
+    ``x0`` itself for an op whose output cannot feed it (a reduction, a cast to another dtype)."""
+    state = {"x": x0}
+
+    def call():
+        state["x"] = fn(x0, x0) if unchained else fn(state["x"], x0)
+        return state["x"]
+
+    def reset() -> None:
+        state["x"] = x0
+
+    return call, reset
+
+
 def capture_rows(iters: int, reps: int) -> list[tuple]:
-    from common import median_time
+    from common import median_pair, median_time
 
     x = torch.randn(8, 8)
     a, ca = x.to("tpu"), x.clone()
@@ -99,23 +116,19 @@ def capture_rows(iters: int, reps: int) -> list[tuple]:
     # measure recording only; the graph is dropped unexecuted by the sync below
     with torchtpu_lab.config.patch(max_graph_ops=10**9, eager_mode="fused"):
         for name, (tfn, _) in OPS.items():
-            state = {"x": a}
-
-            def record():
-                state["x"] = tfn(state["x"], a) if name not in UNCHAINED else tfn(a, a)
-                return state["x"]
+            record, reset = _chained(tfn, name in UNCHAINED, a)
 
             def finish(_):
-                state["x"] = a
+                reset()
                 fused.PENDING.storages.clear()  # drop the recorded graph unexecuted
                 fused.PENDING.recorded = 0
                 fused.PENDING.segment.reset()
 
-            t = median_time(record, finish, iters, reps)
+            cpu_call, cpu_reset = _chained(tfn, name in UNCHAINED, ca)  # the same loop on the CPU
+            t, t_cpu, ratio = median_pair(record, finish, cpu_call, lambda _: cpu_reset(), iters, reps)
             with torchtpu_lab.config.native_recording(False):
                 t_py = median_time(record, finish, iters, reps)
-            t_cpu = median_time(lambda f=tfn: f(ca, ca), lambda o: None, iters, reps)
-            rows.append((name, f"{t * 1e6:.1f}", f"{t_py * 1e6:.1f}", f"{t_cpu * 1e6:.1f}", f"{t / t_cpu:.1f}x"))
+            rows.append((name, f"{t * 1e6:.1f}", f"{t_py * 1e6:.1f}", f"{t_cpu * 1e6:.1f}", f"{ratio:.2f}x"))
     return rows
 
 
