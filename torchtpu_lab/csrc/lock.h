@@ -2,8 +2,8 @@
 // uncontended acquire that the recording kernel makes as plain C calls.
 //
 // Why: the kernel takes fused.LOCK around every op it records or runs. Through RLock's Python methods that was
-// ~200 ns an op (a method call that builds an argument tuple and parses it, twice), ~5% of a recorded op; the
-// Python entry points' `with LOCK:` pays the same. Here acquire, release and the owner check are a few loads and
+// ~200 ns an op (acquire's call builds an argument tuple and parses it; release is a second call), ~5% of a
+// recorded op; the Python entry points' `with LOCK:` paid RLock's price too. Here acquire, release and the owner check are a few loads and
 // stores under the GIL, plus one uncontended PyThread lock operation on the outermost acquire and release.
 #pragma once
 

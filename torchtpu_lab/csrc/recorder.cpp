@@ -1149,7 +1149,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       alloc_source = source != Py_None ? source : user_source();
       if (alloc_source == nullptr) return false;
     }
-    if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: its Python kernel waits
+    if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: the Python kernel waits
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
     OwnedRef write_to;  // held: recording may run bytecode (a new leaf's shape) before the write
@@ -1213,7 +1213,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       alloc_source = user_source();
       if (alloc_source == nullptr) return false;  // a line Python has not seen yet
     }
-    if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: its Python kernel waits
+    if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: the Python kernel waits
     OwnedRef out;
     {
       const LockHeld held;
