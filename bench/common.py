@@ -20,21 +20,23 @@ def clock():
     return time.process_time if CLOCK == "cpu" else time.perf_counter
 
 
+def _per_call(fn, finish, iters: int) -> float:
+    """Seconds per call of ``fn`` over a loop of ``iters`` calls, ``finish`` waiting for the last result."""
+    now = clock()
+    t0 = now()
+    out = None
+    for _ in range(iters):
+        out = fn()
+    finish(out)
+    return (now() - t0) / iters
+
+
 def median_time(fn, finish, iters: int, reps: int, warmup: int = 3) -> float:
     """Median over ``reps`` of the mean seconds per call of ``fn`` in a loop of ``iters`` calls (``finish``
     waits for the last result)."""
-    now = clock()
     for _ in range(warmup):
         finish(fn())
-    samples = []
-    for _ in range(reps):
-        t0 = now()
-        out = None
-        for _ in range(iters):
-            out = fn()
-        finish(out)
-        samples.append((now() - t0) / iters)
-    return statistics.median(samples)
+    return statistics.median(_per_call(fn, finish, iters) for _ in range(reps))
 
 
 def median_pair(a, finish_a, b, finish_b, iters: int, reps: int, warmup: int = 3) -> tuple[float, float, float]:
@@ -42,20 +44,10 @@ def median_pair(a, finish_a, b, finish_b, iters: int, reps: int, warmup: int = 3
     per-repetition ratio a/b. This project's machines change speed by up to 2x for seconds at a time (both
     devices alike): a ratio of two runs taken apart can measure that instead of the code, one of neighbours
     cannot."""
-    now = clock()
-
-    def once(fn, finish) -> float:
-        t0 = now()
-        out = None
-        for _ in range(iters):
-            out = fn()
-        finish(out)
-        return (now() - t0) / iters
-
     for _ in range(warmup):
         finish_a(a())
         finish_b(b())
-    pairs = [(once(a, finish_a), once(b, finish_b)) for _ in range(reps)]
+    pairs = [(_per_call(a, finish_a, iters), _per_call(b, finish_b, iters)) for _ in range(reps)]
     return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
             statistics.median(p[0] / p[1] for p in pairs))
 

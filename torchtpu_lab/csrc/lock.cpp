@@ -83,20 +83,15 @@ PyObject* acquire(PyObject* obj, PyObject* const* args, Py_ssize_t nargs, PyObje
     PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
     return nullptr;
   }
-  if (owned_here(self)) {
-    if (self->depth == ULONG_MAX) {
-      PyErr_SetString(PyExc_OverflowError, "Internal lock count overflowed");
-      return nullptr;
-    }
-    ++self->depth;
-    Py_RETURN_TRUE;
+  if (owned_here(self) && self->depth == ULONG_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "Internal lock count overflowed");
+    return nullptr;
   }
-  if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-    if (!blocking) Py_RETURN_FALSE;
-    const int got = wait_for(self, timeout);
-    if (got < 0) return nullptr;
-    if (got == 0) Py_RETURN_FALSE;
-  }
+  if (lock_try_acquire(obj)) Py_RETURN_TRUE;  // re-entered, or free
+  if (!blocking) Py_RETURN_FALSE;
+  const int got = wait_for(self, timeout);
+  if (got < 0) return nullptr;
+  if (got == 0) Py_RETURN_FALSE;
   take(self);
   Py_RETURN_TRUE;
 }
