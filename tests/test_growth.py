@@ -35,7 +35,7 @@ def test_appends_equal_cpu_and_compile_a_bounded_number_of_programs(mode):
         assert torch.equal(history[i].cpu(), expected_history[i]), i
     # capacity 64 then 128 then 256: a few programs per capacity, never one per step
     assert 0 < compiles <= 20, compiles
-    assert growth._GROWING.get(tensor_storage(got)) == 1
+    assert growth.grown_dim(tensor_storage(got)) == 1
 
 
 def tensor_storage(t):

@@ -103,7 +103,7 @@ def make(storage: Storage, view: views.View | None) -> TpuTensor:
     """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base)."""
     size = storage.shape if view is None else view.size
     sizes.check(size, storage.dtype if view is None else None)  # XLA would abort the process on an overflow
-    reported = view is not None and (view.offset or view.stride != views.contiguous_strides(view.size))
+    reported = view is not None and (view.offset or view.stride != _strides(view.size))
     factory = _FACTORY[0]
     if factory is not None:  # the native core makes the TensorImpl, its Python object and the links in one call
         t = factory(TpuTensor, size, _strides(size), storage.dtype, storage.device_index, storage, view)

@@ -60,14 +60,12 @@ MIN_CAPACITY = 64
 #: bucket one step apart from the KV cache's.
 FREE_BYTES = 16 << 10
 
-#: Storages made by an append, and the dim they grow along (weak: an entry lives as long as its storage).
-_GROWING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: The same by ``id`` (a plain dict read without making a weak reference: :func:`front` runs for every tensor
-#: argument of an op while anything is grown), each entry dropped by its storage's death
+#: ``id(storage) -> (dim, weak reference, lineage)`` for each storage grown along ``dim`` — by an append, or as an op's
+#: padded result (:func:`grown`). ``lineage`` is the sequence an append's storage belongs to (an id shared by every
+#: append of one growing tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py; ``None``
+#: for a padded result). Keyed by ``id``, read without making a weak reference (:func:`front` runs for every tensor
+#: argument of an op while anything is grown); the weak reference's callback drops the entry when the storage dies.
 _GROWN_IDS: dict = {}
-#: Storages made by an append, and the sequence they belong to (an id shared by every append of one growing
-#: tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py).
-_LINEAGE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LINEAGES = itertools.count()
 #: length -> (capacity, weak reference to the storage, syncs so far): the largest live storage an append grew to
 #: that length, and when
@@ -102,19 +100,19 @@ def _appendable(tensors, dim: int):
     x, piece = tensors
     if not (tensor.on_tpu(x) and tensor.on_tpu(piece)) or x.dtype != piece.dtype or piece.ndim == 0:
         return None
-    if x.device != piece.device:
+    x, piece = tensor.adopt(x), tensor.adopt(piece)
+    if x.tpu_storage.device_index != piece.tpu_storage.device_index:
         return None
     xs, ps = tuple(x.shape), tuple(piece.shape)  # each a torch.Size made by PyTorch: read once
     d = dim % len(ps)
     if x.numel() == 0 and (len(xs) == 1 or xs == ps[:d] + (0,) + ps[d + 1:]):
-        return (None, tensor.adopt(piece), d, False) if piece.numel() else None
+        return (None, piece, d, False) if piece.numel() else None
     if len(ps) != len(xs) or xs[:d] != ps[:d] or xs[d + 1:] != ps[d + 1:] or ps[d] == 0:
         return None
-    x = tensor.adopt(x)
-    padded = padded_length(x, d) is not None
+    padded = _padded_length(x, d) is not None
     if not padded and ps[d] >= xs[d]:
         return None  # two halves, not an append
-    return x, tensor.adopt(piece), d, padded
+    return x, piece, d, padded
 
 
 def padded_length(t, dim: int) -> int | None:
@@ -125,10 +123,14 @@ def padded_length(t, dim: int) -> int | None:
     graph input instead of ``t`` itself, whose shape changes with every append."""
     if not tensor.on_tpu(t) or t.ndim == 0:
         return None
-    t = tensor.adopt(t)
+    return _padded_length(tensor.adopt(t), dim % t.ndim)
+
+
+def _padded_length(t: tensor.TpuTensor, d: int) -> int | None:
+    """:func:`padded_length` of an adopted tpu tensor along its (non-negative) dim ``d``."""
     storage = t.tpu_storage
-    d = dim % t.ndim
-    if _GROWING.get(storage) != d:
+    known = _GROWN_IDS.get(id(storage))
+    if known is None or known[0] != d:
         return None
     view = t.tpu_view
     if view is None:
@@ -139,6 +141,12 @@ def padded_length(t, dim: int) -> int | None:
     if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
         return None
     return view.size[d]
+
+
+def grown_dim(storage: Storage) -> int | None:
+    """The dim ``storage`` grows along (an append's result or a padded op result), else ``None``."""
+    known = _GROWN_IDS.get(id(storage))
+    return None if known is None else known[0]
 
 
 class Front(NamedTuple):
@@ -203,11 +211,13 @@ def grown(t, dim: int, length: int):
     return tensor.make(storage, views.View(tuple(size), _strides(storage.shape), 0))
 
 
-def _mark(storage: Storage, dim: int) -> None:
-    """Record ``storage`` as grown along ``dim`` (both registries; the id entry leaves when the storage dies)."""
-    _GROWING[storage] = dim
+def _mark(storage: Storage, dim: int, lineage: int | None = None) -> weakref.ref:
+    """Record ``storage`` as grown along ``dim`` (in ``lineage``: an append's); the entry leaves when the storage
+    dies. Returns the entry's weak reference to ``storage``."""
     key = id(storage)
-    _GROWN_IDS[key] = (dim, weakref.ref(storage, lambda _, key=key: _GROWN_IDS.pop(key, None)))
+    ref = weakref.ref(storage, lambda _, key=key: _GROWN_IDS.pop(key, None))
+    _GROWN_IDS[key] = (dim, ref, lineage)
+    return ref
 
 
 def recent_capacity(length: int) -> int | None:
@@ -270,17 +280,17 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     size = list(shape)
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
-    _mark(new, d)
+    known = None if storage is None else _GROWN_IDS.get(id(storage))
+    lineage = known[2] if known is not None and known[2] is not None else next(_LINEAGES)
+    ref = _mark(new, d, lineage)
     if len(_LENGTHS) > 64:
-        for length in [length for length, (_, ref, _) in _LENGTHS.items() if ref() is None]:
+        for length in [length for length, (_, r, _) in _LENGTHS.items() if r() is None]:
             del _LENGTHS[length]
     known, syncs = _LENGTHS.get(n + k), telemetry.counters["syncs"]
     # the largest capacity among this length's recent appends; one from an earlier loop (a previous generate's
     # output, kept alive) gives way, or the next loop's factories of that length would stay ordinary
     if known is None or known[0] <= shape[d] or known[1]() is None or syncs - known[2] > RECENT_SYNCS:
-        _LENGTHS[n + k] = (shape[d], weakref.ref(new), syncs)
-    lineage = _LINEAGE.get(storage) if storage is not None else None
-    _LINEAGE[new] = lineage = next(_LINEAGES) if lineage is None else lineage
+        _LENGTHS[n + k] = (shape[d], ref, syncs)
     if telemetry.recording():
         telemetry.emit("op", APPEND, dim=d, length=n + k, appended=k, lineage=lineage)
     return result
