@@ -21,6 +21,8 @@ shared machine's changing load falls on all rows alike. Usage::
 
     python bench/generate.py [--tokens 32] [--models llama,gpt2] [--reps 3] [--width 64] [--batch 2]
     python bench/generate.py --kernels   # host microseconds per call of a decode step's generation kernels
+    python bench/generate.py --split     # where a warm decode token goes: ops recorded, handed to Python, syncs,
+                                         # the decode program's device time
 """
 
 from __future__ import annotations
@@ -157,6 +159,45 @@ def kernels(reps: int) -> None:
                 f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows, ("kernel", "us per call")))
 
 
+def split(models: list, width: int, reps: int) -> None:
+    """Where a warm token of ``generate`` goes, per model and cache (fused eager): wall ms per token (median of
+    ``reps`` calls) next to CPU eager's (one intra-op thread); per token, the ops the native core recorded, the
+    calls it handed to Python (by op: those kernels are Python), the syncs; and the device time of one run of the
+    program run most often (the decode step's), as a profile times it."""
+    from torchtpu_lab.profiling import programs as program_rows
+    from torchtpu_lab.runtime import recording
+
+    static = {"cache_implementation": "static", "max_cache_len": 128, "disable_compile": True}
+    tokens, rows = 32, []
+    for kind in models:
+        prompt = torch.randint(1, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+        cpu, tpu = build(kind, width), build(kind, width).to("tpu")
+        for cache, kwargs in (("default", {}), ("static", static)):
+            for _ in range(2):  # compile and warm up
+                call(tpu, prompt, tokens, kwargs)
+            times = {"tpu": [], "cpu": []}
+            for _ in range(reps):
+                times["tpu"].append(call(tpu, prompt, tokens, kwargs)[1])
+                times["cpu"].append(call(cpu, prompt, tokens, {**kwargs, "threads": 1})[1])
+            before, syncs = recording.stats(), telemetry.counters["syncs"]
+            call(tpu, prompt, tokens, kwargs)
+            after, syncs = recording.stats(), telemetry.counters["syncs"] - syncs
+            handed = {op: n - before.get("python_ops", {}).get(op, 0) for op, n in after.get("python_ops", {}).items()}
+            handed = ", ".join(f"{op.removeprefix('aten::')} {n / tokens:.1f}"
+                               for op, n in sorted(handed.items(), key=lambda kv: -kv[1]) if n)
+            with torchtpu_lab.profile() as prof:
+                call(tpu, prompt, tokens, kwargs)
+            step = max(program_rows.profile_programs(prof), key=lambda r: r.runs)
+            per_token = {k: statistics.median(v) / tokens * 1e3 for k, v in times.items()}
+            rows.append((kind, cache, f"{per_token['tpu']:.2f}", f"{per_token['cpu']:.2f}",
+                         f"{(after.get('recorded', 0) - before.get('recorded', 0)) / tokens:.0f}", handed or "-",
+                         f"{syncs / tokens:.2f}", f"{step.device_s / step.runs * 1e3:.2f} ({step.runs} runs)"))
+    print(table(f"where a warm token of generate goes (fused eager, {tokens} tokens, width {width}, median of {reps}; "
+                f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows,
+                ("model", "cache", "tpu ms/token", "cpu eager ms/token (1 thread)", "ops recorded in C++",
+                 "calls handed to Python, per token", "syncs/token", "step program device ms/run")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=32)
@@ -167,9 +208,13 @@ def main() -> None:
                         help="prompts per call; above 1 the first is left-padded by 3 positions, with an "
                              "attention_mask (transformers then rebuilds a 4-d mask from the length every token)")
     parser.add_argument("--kernels", action="store_true", help="time the generation kernels per call instead")
+    parser.add_argument("--split", action="store_true", help="where a warm decode token goes, per model and cache")
     args = parser.parse_args()
     if args.kernels:
         kernels(max(args.reps, 5))
+        return
+    if args.split:
+        split(args.models.split(","), args.width, max(args.reps, 5))
         return
     static = {"cache_implementation": "static", "max_cache_len": 128}
     load0 = " ".join(f"{x:.1f}" for x in os.getloadavg())
