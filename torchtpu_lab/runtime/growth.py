@@ -60,11 +60,12 @@ MIN_CAPACITY = 64
 #: bucket one step apart from the KV cache's.
 FREE_BYTES = 16 << 10
 
-#: ``id(storage) -> (dim, weak reference, lineage)`` for each storage grown along ``dim`` — by an append, or as an op's
-#: padded result (:func:`grown`). ``lineage`` is the sequence an append's storage belongs to (an id shared by every
-#: append of one growing tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py; ``None``
-#: for a padded result). Keyed by ``id``, read without making a weak reference (:func:`front` runs for every tensor
-#: argument of an op while anything is grown); the weak reference's callback drops the entry when the storage dies.
+#: ``id(storage) -> (dim, weak reference, lineage)`` for each storage grown along ``dim``: by an append, or as an
+#: op's padded result (:func:`grown`). ``lineage`` is the sequence an append's storage belongs to (an id shared by
+#: every append of one growing tensor: the ``lineage`` of the op events a profile reads, profiling/generation.py;
+#: ``None`` for a padded result). Keyed by ``id``, read without making a weak reference (:func:`front` runs for
+#: every tensor argument of an op while anything is grown); the weak reference's callback drops the entry when the
+#: storage dies.
 _GROWN_IDS: dict = {}
 _LINEAGES = itertools.count()
 #: length -> (capacity, weak reference to the storage, syncs so far): the largest live storage an append grew to
