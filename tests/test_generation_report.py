@@ -48,3 +48,31 @@ def test_a_cell_that_does_not_generate_has_no_generation_section(ip):
     _, text, html = _run(ip, "%%tpu_profile --no-flame\nx = torch.ones(3, device='tpu').sum().item()\n")
     assert "findings:" in text and "generation:" not in text
     assert "<h4>Findings</h4>" in html and "Generation</h4>" not in html
+
+
+HOST_BOUND = """%%tpu_profile --no-flame
+ids = torch.tensor([[3, 4, 5]], device='tpu')  # a prompt: each token below is an append to it
+h = torch.ones(1, 8, device='tpu')
+for i in range(12):
+    for layer in range(4):
+        h = torch.tanh(h * 0.5 + 0.1) * 1.01 - 0.01  # a line run once per layer: 5 ops, 4 visits per token
+    ids = torch.cat([ids, (h.sum(-1, keepdim=True) > 0).long()], -1)
+    if bool(ids[0, -1] == 5):  # a stop check: one host read per token
+        break
+"""
+
+
+def test_a_host_bound_generating_cell_counts_ops_per_token_not_per_visit_of_its_busiest_line(ip):
+    _run(ip, HOST_BOUND)  # compiles: the profile below is of the warm loop
+    result, text, _ = _run(ip, HOST_BOUND)
+    assert result.error_in_exec is None, result.error_in_exec
+    report = ip.user_ns["_tpu_profile"].report()
+    assert report.generation is not None and report.generation.tokens == 12, report.generation
+    per_token = len(ip.user_ns["_tpu_profile"].ops) / 12
+    assert 20 <= per_token <= 40, per_token
+    found = [f for f in report.findings if f.title.startswith("host-bound")]
+    assert found, text[text.index("findings:"):text.index("time:")]
+    # the busiest line runs 4 times a token: per visit it would read 5-6 ops/step (under the finding's floor)
+    assert f"host-bound: {per_token:.0f} ops/token" in found[0].title, found[0].title
+    assert "20 of them per token at `h = torch.tanh(h * 0.5 + 0.1)" in found[0].detail, found[0].detail
+    assert 'cache_implementation="static"' in found[0].fix and "run the token as one program" in found[0].fix

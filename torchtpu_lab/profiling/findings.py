@@ -27,6 +27,7 @@ from collections import Counter
 from ..causes import CauseKind
 from ..records import CompileGroup, FallbackGroup, Finding, GraphBreakRow, Summary, SyncGroup
 from ..telemetry import Source, code_text, describe
+from .generation import generation_stats
 
 #: findings under this share of the steady-state time are noise (timer jitter, a one-off read)
 NOISE = 0.05
@@ -201,9 +202,13 @@ def _visits(events) -> Counter:
     return visits
 
 
-def _host_bound(prof, s: Summary, steady_s: float) -> Finding | None:
+def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup]) -> Finding | None:
     """The host (Python, recording ops, our overhead) takes most of the steady state while the device waits
-    little: many small ops per step."""
+    little: many small ops per step.
+
+    A step is what the cell repeats: a token when it generated (:func:`.generation.generation_stats`), else one
+    pass between the syncs repeated most at one line (``loss.item()``, ``torchtpu_lab.sync()``), else one visit
+    of the busiest line. The busiest line alone undercounts a step whose line runs once per layer."""
     ops = [e for e in prof.ops if e.source is not None]
     if not ops or steady_s <= 0:
         return None
@@ -212,18 +217,27 @@ def _host_bound(prof, s: Summary, steady_s: float) -> Finding | None:
         return None
     per_line = Counter(e.source for e in ops)
     busiest, n_busiest = per_line.most_common(1)[0]
-    steps = max(1, _visits(ops)[busiest])
-    per_step = len(prof.ops) / steps
+    generated = generation_stats(prof)
+    repeated = max((g.count for g in syncs), default=0)
+    if generated is not None:
+        steps, unit = generated.tokens, "token"
+    else:
+        steps, unit = (repeated if repeated >= 2 else _visits(ops)[busiest]), "step"
+    per_step = len(prof.ops) / max(steps, 1)
     if steps < 2 or per_step < 20:
         return None
     code = code_text(busiest)
-    fixes = ["run the step as one program: torch.compile(step_fn, backend='tpu') (no per-op host work)"]
+    fixes = []
+    if generated is not None:
+        fixes.append('for transformers\' generate(): cache_implementation="static", and transformers compiles the '
+                     "decode step (torch.compile, backend 'tpu' on a tpu device): one program call per token")
+    fixes.append(f"run the {unit} as one program: torch.compile(step_fn, backend='tpu') (no per-op host work)")
     if "step(" in code:
         fixes.append("a foreach optimizer (foreach=True) issues one op per kind of update instead of one per "
                      "parameter")
-    fixes.append("fewer, larger ops (batch more per step)")
-    return Finding(f"host-bound: {per_step:.0f} ops/step, mostly at {describe(busiest)}", host,
-                   f"{n_busiest // steps} of them per step at `{code}`; the host spends "
+    fixes.append(f"fewer, larger ops (batch more per {unit})")
+    return Finding(f"host-bound: {per_step:.0f} ops/{unit}, mostly at {describe(busiest)}", host,
+                   f"{n_busiest // steps} of them per {unit} at `{code}`; the host spends "
                    f"{100 * host / steady_s:.0f}% of the steady state issuing ops while the device waits",
                    "; ".join(fixes), host / steady_s, True, "of the steady state")
 
@@ -262,7 +276,7 @@ def findings(prof, s: Summary, groups: list[CompileGroup], syncs: list[SyncGroup
     kept = sorted((f for f, grows in found if f.share >= NOISE or grows), key=lambda f: -f.cost_s)[:3]
     # last among the actionable: its fix restructures the step (and would also remove the line-level costs
     # above), where theirs are one line each
-    host = _host_bound(prof, s, steady)
+    host = _host_bound(prof, s, steady, syncs)
     if host is not None:
         kept.append(host)
     one_time = [Finding(f"one-time warm-up: {g.count} compile{'s' if g.count != 1 else ''}", g.seconds,
