@@ -76,3 +76,13 @@ def test_a_host_bound_generating_cell_counts_ops_per_token_not_per_visit_of_its_
     assert f"host-bound: {per_token:.0f} ops/token" in found[0].title, found[0].title
     assert "20 of them per token at `h = torch.tanh(h * 0.5 + 0.1)" in found[0].detail, found[0].detail
     assert 'cache_implementation="static"' in found[0].fix and "run the token as one program" in found[0].fix
+    # two generations in one cell: still per token (a generation's own appends would count one sequence only)
+    twice = HOST_BOUND.replace("%%tpu_profile --no-flame\n", "%%tpu_profile --no-flame\nfor call in range(2):\n")
+    twice = twice.replace("\n", "\n    ").replace("    for call", "for call", 1).rstrip() + "\n"
+    _run(ip, twice)
+    result, _, _ = _run(ip, twice)
+    assert result.error_in_exec is None, result.error_in_exec
+    report = ip.user_ns["_tpu_profile"].report()
+    found = [f for f in report.findings if f.title.startswith("host-bound")]
+    per_token = len(ip.user_ns["_tpu_profile"].ops) / 24
+    assert found and f"host-bound: {per_token:.0f} ops/token" in found[0].title, (found, per_token)

@@ -206,9 +206,11 @@ def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup]) -> Fi
     """The host (Python, recording ops, our overhead) takes most of the steady state while the device waits
     little: many small ops per step.
 
-    A step is what the cell repeats: a token when it generated (:func:`.generation.generation_stats`), else one
-    pass between the syncs repeated most at one line (``loss.item()``, ``torchtpu_lab.sync()``), else one visit
-    of the busiest line. The busiest line alone undercounts a step whose line runs once per layer."""
+    A step is what the cell repeats: the pass between the syncs repeated most at one line (``loss.item()``,
+    ``torchtpu_lab.sync()``, ``generate``'s stop check), else a token of a generation without such syncs
+    (:func:`.generation.generation_stats`: one sequence's appends, so not several ``generate`` calls' tokens),
+    else one visit of the busiest line, which undercounts a step whose line runs once per layer. A cell that
+    generated counts per token."""
     ops = [e for e in prof.ops if e.source is not None]
     if not ops or steady_s <= 0:
         return None
@@ -219,10 +221,11 @@ def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup]) -> Fi
     busiest, n_busiest = per_line.most_common(1)[0]
     generated = generation_stats(prof)
     repeated = max((g.count for g in syncs), default=0)
-    if generated is not None:
-        steps, unit = generated.tokens, "token"
+    if repeated >= 2:
+        steps = repeated
     else:
-        steps, unit = (repeated if repeated >= 2 else _visits(ops)[busiest]), "step"
+        steps = generated.tokens if generated is not None else _visits(ops)[busiest]
+    unit = "step" if generated is None else "token"
     per_step = len(prof.ops) / max(steps, 1)
     if steps < 2 or per_step < 20:
         return None
