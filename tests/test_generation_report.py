@@ -86,3 +86,32 @@ def test_a_host_bound_generating_cell_counts_ops_per_token_not_per_visit_of_its_
     found = [f for f in report.findings if f.title.startswith("host-bound")]
     per_token = len(ip.user_ns["_tpu_profile"].ops) / 24
     assert found and f"host-bound: {per_token:.0f} ops/token" in found[0].title, (found, per_token)
+
+
+def test_transformers_generate_reads_per_token_with_the_static_cache_fix(ip):
+    """A real ``generate()``: the host-bound finding counts its ops per token, and the stop check it reads after
+    every token is named as generate's own, with the fix that shortens the wait (a cheaper, compiled token)."""
+    _run(ip, """
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+llm = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, bos_token_id=None,
+                                   eos_token_id=None, pad_token_id=None)).eval().to('tpu')
+prompt = torch.tensor([[5, 6, 7, 8]], device='tpu')
+with torch.no_grad():
+    llm.generate(prompt, max_new_tokens=12, do_sample=False)
+""")
+    result, text, _ = _run(ip, """%%tpu_profile --no-flame
+with torch.no_grad():
+    out = llm.generate(prompt, max_new_tokens=12, do_sample=False)
+""")
+    assert result.error_in_exec is None, result.error_in_exec
+    report = ip.user_ns["_tpu_profile"].report()
+    stop = next(g for g in report.syncs if "unfinished_sequences" in g.code)
+    assert stop.count >= 11 and "generate() reads after every token" in stop.fix, stop
+    assert 'cache_implementation="static"' in stop.fix and "look for an argument" not in stop.fix
+    host = [f for f in report.findings if f.title.startswith("host-bound")]  # ~80% of a warm tiny token
+    assert host, text[text.index("findings:"):text.index("time:")]
+    per_token = len(ip.user_ns["_tpu_profile"].ops) / stop.count
+    assert f"host-bound: {per_token:.0f} ops/token" in host[0].title, (host[0].title, per_token)
+    assert 'cache_implementation="static"' in host[0].fix

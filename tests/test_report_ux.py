@@ -177,6 +177,15 @@ def test_advice_inside_library_code_names_the_frame_and_the_callers_fix():
     finally:
         del linecache.cache[hf.filename]
     assert "attention_mask" in fix
+    stop = Source("/venv/lib/python3.12/site-packages/transformers/generation/utils.py", 397, "__call__")
+    linecache.cache[stop.filename] = (1, None, [""] * 396 + ["return bool(unfinished_sequences.max() == 0)\n"],
+                                      stop.filename)
+    try:
+        _, fix = sync_advice(stop, "cell [3], line 1", 32)
+    finally:
+        del linecache.cache[stop.filename]
+    assert "generate() reads after every token" in fix and 'cache_implementation="static"' in fix, fix
+    assert "look for an argument" not in fix
     _, fix = sync_advice(None, "cell [2], line 3", 5)
     assert "keep the value on the device" in fix
 

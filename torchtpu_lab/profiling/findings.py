@@ -155,6 +155,11 @@ def sync_advice(lib: Source | None, line: str, count: int) -> tuple[str, str]:
     elif name == "transformers" and "pad_token_id" in text:
         fix = ("transformers looks for padding in input_ids when no attention mask is given: pass "
                "attention_mask=... to the call")
+    elif name == "transformers" and "unfinished_sequences" in text:
+        fix = ("generate() reads after every token whether all sequences have finished (its stopping criteria), "
+               "so every token waits for its program; the read is generate's own, and what shortens the wait is "
+               'a cheaper token: cache_implementation="static", which transformers compiles (torch.compile, '
+               "backend 'tpu' on a tpu device)")
     else:
         fix = (f"this library code reads a value back (`{text}`): look for an argument of the call that avoids "
                "it, or call it once outside the loop")
