@@ -160,10 +160,11 @@ def kernels(reps: int) -> None:
 
 
 def split(models: list, width: int, reps: int) -> None:
-    """Where a warm token of ``generate`` goes, per model and cache (fused eager): wall ms per token (median of
-    ``reps`` calls) next to CPU eager's (one intra-op thread); per token, the ops the native core recorded, the
-    calls it handed to Python (by op: those kernels are Python), the syncs; and the device time of one run of the
-    program run most often (the decode step's), as a profile times it."""
+    """Where a warm token of ``generate`` goes, per model and cache (fused eager, and the static cache with
+    ``transformers``' own ``torch.compile``): wall ms per token (median of ``reps`` calls) next to CPU eager's with
+    the same cache (one intra-op thread); per token, the ops the native core recorded, the calls it handed to
+    Python (by op: those kernels are Python), the syncs; and the device time of one run of the program run most
+    often (the decode step's), as a profile times it."""
     from torchtpu_lab.profiling import programs as program_rows
     from torchtpu_lab.runtime import recording
 
@@ -171,27 +172,29 @@ def split(models: list, width: int, reps: int) -> None:
     tokens, rows = 32, []
     for kind in models:
         prompt = torch.randint(1, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
-        cpu, tpu = build(kind, width), build(kind, width).to("tpu")
-        for cache, kwargs in (("default", {}), ("static", static)):
+        cpu, tpu, compiled = build(kind, width), build(kind, width).to("tpu"), build(kind, width).to("tpu")
+        compile_kwargs = {k: v for k, v in static.items() if k != "disable_compile"}
+        for cache, model, kwargs in (("default", tpu, {}), ("static", tpu, static),
+                                     ("static, torch.compile", compiled, compile_kwargs)):
             for _ in range(2):  # compile and warm up
-                call(tpu, prompt, tokens, kwargs)
+                call(model, prompt, tokens, kwargs)
             times = {"tpu": [], "cpu": []}
             for _ in range(reps):
-                times["tpu"].append(call(tpu, prompt, tokens, kwargs)[1])
-                times["cpu"].append(call(cpu, prompt, tokens, {**kwargs, "threads": 1})[1])
+                times["tpu"].append(call(model, prompt, tokens, kwargs)[1])
+                times["cpu"].append(call(cpu, prompt, tokens, {**static, "threads": 1} if kwargs else {"threads": 1})[1])
             before, syncs = recording.stats(), telemetry.counters["syncs"]
-            call(tpu, prompt, tokens, kwargs)
+            call(model, prompt, tokens, kwargs)
             after, syncs = recording.stats(), telemetry.counters["syncs"] - syncs
             handed = {op: n - before.get("python_ops", {}).get(op, 0) for op, n in after.get("python_ops", {}).items()}
             handed = ", ".join(f"{op.removeprefix('aten::')} {n / tokens:.1f}"
                                for op, n in sorted(handed.items(), key=lambda kv: -kv[1]) if n)
             with torchtpu_lab.profile() as prof:
-                call(tpu, prompt, tokens, kwargs)
+                call(model, prompt, tokens, kwargs)
             step = max(program_rows.profile_programs(prof), key=lambda r: r.runs)
             per_token = {k: statistics.median(v) / tokens * 1e3 for k, v in times.items()}
             rows.append((kind, cache, f"{per_token['tpu']:.2f}", f"{per_token['cpu']:.2f}",
                          f"{(after.get('recorded', 0) - before.get('recorded', 0)) / tokens:.0f}", handed or "-",
-                         f"{syncs / tokens:.2f}", f"{step.device_s / step.runs * 1e3:.2f} ({step.runs} runs)"))
+                         f"{syncs / tokens:.2f}", f"{step.device_s / step.runs * 1e3:.2f} ({step.name}, {step.runs} runs)"))
     print(table(f"where a warm token of generate goes (fused eager, {tokens} tokens, width {width}, median of {reps}; "
                 f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows,
                 ("model", "cache", "tpu ms/token", "cpu eager ms/token (1 thread)", "ops recorded in C++",
