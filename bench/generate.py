@@ -181,7 +181,8 @@ def split(models: list, width: int, reps: int) -> None:
             times = {"tpu": [], "cpu": []}
             for _ in range(reps):
                 times["tpu"].append(call(model, prompt, tokens, kwargs)[1])
-                times["cpu"].append(call(cpu, prompt, tokens, {**static, "threads": 1} if kwargs else {"threads": 1})[1])
+                same_cache = {**static, "threads": 1} if kwargs else {"threads": 1}
+                times["cpu"].append(call(cpu, prompt, tokens, same_cache)[1])
             before, syncs = recording.stats(), telemetry.counters["syncs"]
             call(model, prompt, tokens, kwargs)
             after, syncs = recording.stats(), telemetry.counters["syncs"] - syncs
@@ -194,7 +195,8 @@ def split(models: list, width: int, reps: int) -> None:
             per_token = {k: statistics.median(v) / tokens * 1e3 for k, v in times.items()}
             rows.append((kind, cache, f"{per_token['tpu']:.2f}", f"{per_token['cpu']:.2f}",
                          f"{(after.get('recorded', 0) - before.get('recorded', 0)) / tokens:.0f}", handed or "-",
-                         f"{syncs / tokens:.2f}", f"{step.device_s / step.runs * 1e3:.2f} ({step.name}, {step.runs} runs)"))
+                         f"{syncs / tokens:.2f}",
+                         f"{step.device_s / step.runs * 1e3:.2f} ({step.name}, {step.runs} runs)"))
     print(table(f"where a warm token of generate goes (fused eager, {tokens} tokens, width {width}, median of {reps}; "
                 f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows,
                 ("model", "cache", "tpu ms/token", "cpu eager ms/token (1 thread)", "ops recorded in C++",
