@@ -31,7 +31,10 @@ def test_a_generating_cell_reports_tokens_per_second_first_token_and_programs_pe
     assert stats is not None and stats.tokens == 5 and stats.programs >= 5, stats
     line = next(ln for ln in text.splitlines() if ln.startswith("generation:"))
     assert re.search(r"tokens 5 · tokens/s \d+\.\d · decode tokens/s \d+\.\d · time to first token [\d.]+ \w?s · "
-                     r"programs built \d+ · programs per token \d+\.\d\d$", line), line
+                     r"programs built \d+ · programs per token \d+\.\d\d · host per token [\d.]+ \w?s · "
+                     r"device per token [\d.]+ \w?s$", line), line
+    s = ip.user_ns["_tpu_profile"].report().summary
+    assert stats.host_s_per_token == (s.python_s + s.tracing_s + s.overhead_s) / 5, (stats, s)
     assert f"programs built {stats.programs} " in line and f"programs per token {stats.programs_per_token:.2f}" in line
     assert "<h4>Generation</h4>" in html and re.search(r"programs per token <b>\d+\.\d\d</b>", html), html[:3000]
     assert re.search(r"tokens/s <b>\d+\.\d</b>", html) and "time to first token <b>" in html
@@ -115,3 +118,9 @@ with torch.no_grad():
     per_token = len(ip.user_ns["_tpu_profile"].ops) / stop.count
     assert f"host-bound: {per_token:.0f} ops/token" in host[0].title, (host[0].title, per_token)
     assert 'cache_implementation="static"' in host[0].fix
+    # the generation line says which side bounds a token: here the host, several times over
+    g = report.generation
+    assert g.host_s_per_token is not None and g.device_s_per_token is not None, g
+    assert g.host_s_per_token > 2 * g.device_s_per_token, g
+    line = next(ln for ln in text.splitlines() if ln.startswith("generation:"))
+    assert "· host per token " in line and "· device per token " in line, line

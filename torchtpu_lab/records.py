@@ -286,7 +286,10 @@ class GenerationStats:
     stream; ``tokens_per_s`` over the block's wall time; ``first_token_s`` from the block's start to the first
     token's append (the prompt's forward and its compiles included); ``decode_tokens_per_s`` from the first
     token's append to the last's (the steady decode rate, ``None`` for fewer than two tokens); ``programs``
-    compiled or loaded from disk in the block, and ``programs_per_token``."""
+    compiled or loaded from disk in the block, and ``programs_per_token``; ``host_s_per_token`` (the host's work:
+    Python, recording, the backend's overhead; compiles and waits excluded) and ``device_s_per_token`` (the
+    summary's device time), each over the block's tokens, so a token loop says which side bounds it (``None``
+    without a summary, or without device time)."""
 
     tokens: int
     wall_s: float
@@ -295,6 +298,8 @@ class GenerationStats:
     programs: int
     programs_per_token: float
     decode_tokens_per_s: float | None = None
+    host_s_per_token: float | None = None
+    device_s_per_token: float | None = None
 
 
 @dataclass(frozen=True)

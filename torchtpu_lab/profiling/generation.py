@@ -13,16 +13,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..records import GenerationStats
+from ..records import GenerationStats, Summary
 from ..runtime.growth import APPEND
 from ..telemetry import EventKind
 
 __all__ = ["GenerationStats", "generation_stats", "growth_hint"]
 
 
-def generation_stats(prof) -> GenerationStats | None:
+def generation_stats(prof, summary: Summary | None = None) -> GenerationStats | None:
     """The generation in ``prof`` (a :class:`~.session.Profile`), or ``None`` when nothing was appended token by
-    token (at least two one-position appends to one sequence)."""
+    token (at least two one-position appends to one sequence). With the profile's ``summary``, the host's and the
+    device's time per token too."""
     appends = [e for e in prof.events if e.kind == EventKind.OP and e.name == APPEND and e.detail.get("appended") == 1]
     if not appends:
         return None
@@ -34,8 +35,12 @@ def generation_stats(prof) -> GenerationStats | None:
     programs = len(prof.compiles)
     wall = prof.wall_s
     decode = (tokens - 1) / (last - first) if last > first else None
+    host = device = None
+    if summary is not None:
+        host = (summary.python_s + summary.tracing_s + summary.overhead_s) / tokens
+        device = None if summary.device_s is None else summary.device_s / tokens
     return GenerationStats(tokens, wall, tokens / wall if wall > 0 else 0.0, max(first - prof.t0, 0.0), programs,
-                           programs / tokens, decode)
+                           programs / tokens, decode, host, device)
 
 
 def growth_hint(op: str, arg: str, dim: int) -> str:

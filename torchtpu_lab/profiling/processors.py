@@ -620,7 +620,7 @@ def build_report(prof, top: int = 10) -> Report:
         roofline=programs.roofline(rows, programs.device_peaks(prof)),
         memory_at_peak=tuple(memory_owners.at_peak(prof)),
         memory_timeline=tuple(memory_owners.timeline(prof)),
-        generation=generation_stats(prof),
+        generation=generation_stats(prof, summary),
     )
 
 

@@ -1,4 +1,5 @@
-"""A token loop's rates in a profile report: tokens/s, time to first token, programs built per token.
+"""A token loop's rates in a profile report: tokens/s, time to first token, programs built per token, and the
+host's and the device's time per token.
 
 The figures are :class:`~torchtpu_lab.records.GenerationStats`, computed by the collector
 (``profiling/generation.py``); this module only lays them out, as text lines and as HTML chips."""
@@ -18,6 +19,10 @@ def generation_parts(g: GenerationStats) -> list[tuple[str, str]]:
         parts.append(("decode tokens/s", f"{g.decode_tokens_per_s:.1f}"))
     parts += [("time to first token", fmt_s(g.first_token_s)), ("programs built", str(g.programs)),
               ("programs per token", f"{g.programs_per_token:.2f}")]
+    if g.host_s_per_token is not None:
+        parts.append(("host per token", fmt_s(g.host_s_per_token)))
+    if g.device_s_per_token is not None:
+        parts.append(("device per token", fmt_s(g.device_s_per_token)))
     return parts
 
 
