@@ -25,9 +25,8 @@ import os
 from collections import Counter
 
 from ..causes import CauseKind
-from ..records import CompileGroup, FallbackGroup, Finding, GraphBreakRow, Summary, SyncGroup
+from ..records import CompileGroup, FallbackGroup, Finding, GenerationStats, GraphBreakRow, Summary, SyncGroup
 from ..telemetry import Source, code_text, describe
-from .generation import generation_stats
 
 #: findings under this share of the steady-state time are noise (timer jitter, a one-off read)
 NOISE = 0.05
@@ -207,15 +206,16 @@ def _visits(events) -> Counter:
     return visits
 
 
-def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup]) -> Finding | None:
+def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup],
+                generated: GenerationStats | None) -> Finding | None:
     """The host (Python, recording ops, our overhead) takes most of the steady state while the device waits
     little: many small ops per step.
 
     A step is what the cell repeats: the pass between the syncs repeated most at one line (``loss.item()``,
     ``torchtpu_lab.sync()``, ``generate``'s stop check), else a token of a generation without such syncs
-    (:func:`.generation.generation_stats`: one sequence's appends, so not several ``generate`` calls' tokens),
-    else one visit of the busiest line, which undercounts a step whose line runs once per layer. A cell that
-    generated counts per token."""
+    (``generated``, from :func:`.generation.generation_stats`: one sequence's appends, so not several ``generate``
+    calls' tokens), else one visit of the busiest line, which undercounts a step whose line runs once per layer.
+    A cell that generated counts per token."""
     ops = [e for e in prof.ops if e.source is not None]
     if not ops or steady_s <= 0:
         return None
@@ -224,7 +224,6 @@ def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup]) -> Fi
         return None
     per_line = Counter(e.source for e in ops)
     busiest, n_busiest = per_line.most_common(1)[0]
-    generated = generation_stats(prof)
     repeated = max((g.count for g in syncs), default=0)
     if repeated >= 2:
         steps = repeated
@@ -251,7 +250,7 @@ def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup]) -> Fi
 
 
 def findings(prof, s: Summary, groups: list[CompileGroup], syncs: list[SyncGroup], fallbacks: list[FallbackGroup],
-             breaks: list[GraphBreakRow]) -> list[Finding]:
+             breaks: list[GraphBreakRow], generation: GenerationStats | None) -> list[Finding]:
     """Actionable findings first (line-level mistakes costliest first, then a host-bound step; noise left out),
     then one-time warm-up."""
     warm = [g for g in groups if g.kind in ("first", "warmup")]
@@ -284,7 +283,7 @@ def findings(prof, s: Summary, groups: list[CompileGroup], syncs: list[SyncGroup
     kept = sorted((f for f, grows in found if f.share >= NOISE or grows), key=lambda f: -f.cost_s)[:3]
     # last among the actionable: its fix restructures the step (and would also remove the line-level costs
     # above), where theirs are one line each
-    host = _host_bound(prof, s, steady, syncs)
+    host = _host_bound(prof, s, steady, syncs, generation)
     if host is not None:
         kept.append(host)
     one_time = [Finding(f"one-time warm-up: {g.count} compile{'s' if g.count != 1 else ''}", g.seconds,

@@ -374,7 +374,8 @@ def sync_groups(prof) -> list[SyncGroup]:
 def findings(prof, groups: list[CompileGroup], syncs: list[SyncGroup], fallbacks: list[FallbackGroup],
              breaks: tuple[GraphBreakRow, ...] = ()) -> list[Finding]:
     """Actionable findings first, then one-time warm-up (the rules are in :mod:`.findings`)."""
-    return advice.findings(prof, summarize(prof), groups, syncs, fallbacks, list(breaks))
+    summary = summarize(prof)
+    return advice.findings(prof, summary, groups, syncs, fallbacks, list(breaks), generation_stats(prof, summary))
 
 
 def graph_break_rows(prof) -> list[GraphBreakRow]:
@@ -594,7 +595,8 @@ def build_report(prof, top: int = 10) -> Report:
     fallbacks = fallback_groups(prof)
     breaks = tuple(graph_break_rows(prof))
     rows = programs.profile_programs(prof)
-    found = advice.findings(prof, summary, groups, syncs, fallbacks, list(breaks))
+    generation = generation_stats(prof, summary)
+    found = advice.findings(prof, summary, groups, syncs, fallbacks, list(breaks), generation)
     far = programs.roofline_finding(rows, prof.wall_s)
     if far is not None and far.share >= advice.NOISE:  # last among the actionable findings
         n = sum(1 for f in found if f.actionable)
@@ -620,7 +622,7 @@ def build_report(prof, top: int = 10) -> Report:
         roofline=programs.roofline(rows, programs.device_peaks(prof)),
         memory_at_peak=tuple(memory_owners.at_peak(prof)),
         memory_timeline=tuple(memory_owners.timeline(prof)),
-        generation=generation_stats(prof, summary),
+        generation=generation,
     )
 
 
