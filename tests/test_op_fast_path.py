@@ -162,6 +162,52 @@ def test_native_outputs_keep_their_data_with_the_torch_storage_not_on_a_python_o
 
 
 @needs_core
+def test_tensor_attributes_are_read_from_the_torch_storage_and_c_lookups_make_no_string():
+    """With the core, TpuTensor's ``tpu_storage``/``tpu_view`` are descriptors over the pair kept with the torch
+    storage: an op's output carries no attributes (no per-tensor dict), a write re-points the pair, and a tensor
+    the pure-Python factory made keeps its pair in its own dict as before. C's char* look-up (what PyTorch's
+    argument parser uses for ``__torch_function__`` on every tensor argument) answers as ``getattr`` does."""
+    import ctypes
+
+    a = torch.randn(4, 6).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        y = a * 2
+        assert y.__dict__ == {}  # nothing written on the object
+        assert (y.tpu_storage, y.tpu_view) == tensor.storage_ref(y)
+        v = y[1:3]
+        assert v.__dict__ == {} and v.tpu_view is not None and v.tpu_storage is y.tpu_storage
+        torchtpu_lab.sync()
+    assert type(tensor.TpuTensor.__dict__["tpu_storage"]).__name__ == "getset_descriptor"
+    # a write re-points the pair (shared with shallow copies), one half at a time
+    other = Storage((4, 6), torch.float32, 0)
+    z = (a + 1).cpu()
+    w = a + 1
+    old = w.tpu_storage
+    w.tpu_storage = other
+    assert tensor.storage_ref(w) == (other, None) and w.tpu_storage is other
+    w.tpu_storage = old
+    torch.testing.assert_close(w.cpu(), z)
+    with pytest.raises(AttributeError, match="cannot be deleted"):
+        del w.tpu_storage
+    # the pure-Python factory's tensors: the pair in their own dict
+    storage = Storage((2, 3), torch.float32, 0)
+    tensor.use_native_factory(None)
+    try:
+        ref = tensor.make(storage, None)
+    finally:
+        tensor.use_native_factory(native.module().new_tensor)
+    assert ref.__dict__ == {"tpu_storage": storage, "tpu_view": None} and ref.tpu_storage is storage
+    # C's char* attribute look-up
+    get = ctypes.pythonapi.PyObject_GetAttrString
+    get.restype, get.argtypes = ctypes.py_object, [ctypes.py_object, ctypes.c_char_p]
+    assert get(y, b"__torch_function__") is torch._C._disabled_torch_function_impl
+    assert get(y, b"shape") == y.shape and get(y, b"tpu_storage") is y.tpu_storage
+    with pytest.raises(AttributeError):
+        get(y, b"no_such_attribute")
+    assert torch.equal(torch.add(y, y).cpu(), (a * 4).cpu())
+
+
+@needs_core
 def test_native_factory_rejects_bad_arguments_with_python_errors():
     new = native.module().new_tensor
     storage = Storage((2,), torch.float32, 0)

@@ -71,6 +71,8 @@ def _register_native(core) -> None:
         storage.use_native_ledger(core)
     if hasattr(core, "new_tensor"):  # every op's output tensor made in one C++ call (device/tensor.py)
         tensor.use_native_factory(core.new_tensor, (core.storage_ref, core.set_storage_ref))
+    if hasattr(core, "install_tensor_class"):  # data attributes read from the torch storage (device/tensor.py)
+        tensor.use_attributes_in_storage(core.install_tensor_class(tensor.TpuTensor))
     if platform.info.cache_info().currsize:  # the platform is already known: tell the guard its device count
         native.set_device_count(len(platform.info().devices))
 

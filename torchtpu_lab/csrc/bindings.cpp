@@ -18,6 +18,7 @@ void register_guard();
 void register_hooks();
 PyObject* new_tensor(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 PyObject* storage_ref(PyObject* module, PyObject* t);
+PyObject* install_tensor_class(PyObject* module, PyObject* cls);
 PyObject* set_storage_ref(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 }  // namespace torchtpu
 
@@ -46,6 +47,9 @@ PyMethodDef fast_methods[] = {
      METH_FASTCALL,
      "new_tensor(cls, sizes, strides, dtype, device_index, storage, view): a tpu tensor of class cls over "
      "storage/view, made in one call (device/tensor.py's make)."},
+    {"install_tensor_class", &torchtpu::install_tensor_class, METH_O,
+     "install_tensor_class(cls) -> bool: cls's tpu_storage/tpu_view read from the pair new_tensor keeps with the "
+     "torch storage (no per-tensor writes), and a char* attribute look-up that makes no str (tensor_factory.cpp)."},
     {"storage_ref", &torchtpu::storage_ref, METH_O,
      "storage_ref(t) -> (storage, view) kept with t's torch storage by new_tensor, or None (device/tensor.py)."},
     {"set_storage_ref", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::set_storage_ref)),

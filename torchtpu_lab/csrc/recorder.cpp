@@ -330,9 +330,18 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
   if (obj == nullptr) throw python_error();
   PyObject* array = nullptr;
   if (Py_TYPE(obj) == rt.tensor_type) {
-    PyObject* view = PyObject_GetAttr(obj, rt.s_tpu_view);
-    PyObject* storage = view == nullptr ? nullptr : PyObject_GetAttr(obj, rt.s_tpu_storage);
-    if (storage == nullptr) PyErr_Clear();
+    PyObject* view = nullptr;
+    PyObject* storage = nullptr;
+    if (data_in_storage(rt.tensor_type)) {  // the attributes' own source, without their descriptors
+      if (data_ref(t, &storage, &view)) {
+        Py_INCREF(storage);
+        Py_INCREF(view);
+      }
+    } else {
+      view = PyObject_GetAttr(obj, rt.s_tpu_view);
+      storage = view == nullptr ? nullptr : PyObject_GetAttr(obj, rt.s_tpu_storage);
+      if (storage == nullptr) PyErr_Clear();
+    }
     PyObject* held = storage != nullptr && Py_TYPE(storage) == rt.storage_type ? rt.st_array.get(storage) : nullptr;
     if (held != nullptr && (Py_TYPE(held) == rt.lazy_type || Py_TYPE(held) == rt.array_type)) {
       array = held;  // the storage (owned by the tensor) keeps it alive for this call

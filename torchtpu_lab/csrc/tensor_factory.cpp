@@ -15,6 +15,8 @@
 // every op's result, and ~5% of a recorded op.
 #include <Python.h>
 
+#include <cstring>
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 #include <c10/core/StorageImpl.h>
@@ -23,6 +25,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "pyobjects.h"
 #include "tensor_factory.h"
 
 
@@ -77,19 +80,122 @@ c10::DataPtr ref_ptr(PyObject* storage_obj, PyObject* view, c10::Device device) 
 
 // The torch storage of `t` when it is one this file made (its DataPtr's deleter is drop_ref), else nullptr.
 // `unsafe_storage` does not throw for tensors whose storage access does (functorch and functional wrappers).
-c10::StorageImpl* own_storage(PyObject* t) {
-  if (!THPVariable_Check(t)) return nullptr;
-  const c10::Storage& storage = THPVariable_Unpack(t).unsafeGetTensorImpl()->unsafe_storage();
+c10::StorageImpl* own_storage_of(const at::Tensor& t) {
+  const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
   if (!storage || storage.data_ptr().get_deleter() != &drop_ref) return nullptr;
   return storage.unsafeGetStorageImpl();
 }
 
+c10::StorageImpl* own_storage(PyObject* t) {
+  return THPVariable_Check(t) ? own_storage_of(THPVariable_Unpack(t)) : nullptr;
+}
+
+// The pair kept with `impl` (borrowed).
+void data_ref_of(c10::StorageImpl* impl, PyObject** storage, PyObject** view) {
+  auto* context = static_cast<PyObject*>(impl->data_ptr().get_context());
+  if (PyTuple_CheckExact(context)) {  // a view's (storage, view); a base's is its Storage alone
+    *storage = PyTuple_GET_ITEM(context, 0);
+    *view = PyTuple_GET_ITEM(context, 1);
+  } else {
+    *storage = context;
+    *view = Py_None;
+  }
+}
+
+// ---- the tensor class: its data attributes and a char* attribute look-up (install_tensor_class) ----
+
+PyTypeObject* data_class = nullptr;  // the class given the descriptors below (TpuTensor), once installed
+PyObject* s_tpu_storage = nullptr;
+PyObject* s_tpu_view = nullptr;
+PyObject* s_torch_function = nullptr;
+
+// A tensor whose torch storage make_tensor did not make (the pure-Python factory's, made before the core was
+// loaded) keeps its pair in its own __dict__, as before the descriptors.
+PyObject* attribute_from_dict(PyObject* self, PyObject* name) {
+  OwnedRef dict(PyObject_GenericGetDict(self, nullptr));
+  if (dict.p == nullptr) return nullptr;
+  PyObject* value = PyDict_GetItemWithError(dict.p, name);
+  if (value != nullptr) return Py_NewRef(value);
+  if (!PyErr_Occurred()) {
+    PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", Py_TYPE(self)->tp_name, name);
+  }
+  return nullptr;
+}
+
+int attribute_to_dict(PyObject* self, PyObject* name, PyObject* value) {
+  OwnedRef dict(PyObject_GenericGetDict(self, nullptr));
+  if (dict.p == nullptr) return -1;
+  if (value != nullptr) return PyDict_SetItem(dict.p, name, value);
+  if (PyDict_DelItem(dict.p, name) == 0) return 0;
+  if (PyErr_ExceptionMatches(PyExc_KeyError)) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", Py_TYPE(self)->tp_name, name);
+  }
+  return -1;
+}
+
+// `t.tpu_storage` / `t.tpu_view`: read from the pair kept with the tensor's torch storage, which make_tensor
+// writes anyway (storage_ref), so an output tensor gets no attribute writes and no per-object dict.
+PyObject* get_data_attribute(PyObject* self, void* closure) {
+  const bool is_view = closure != nullptr;
+  PyObject* storage;
+  PyObject* view;
+  if (data_ref(THPVariable_Unpack(self), &storage, &view)) return Py_NewRef(is_view ? view : storage);
+  return attribute_from_dict(self, is_view ? s_tpu_view : s_tpu_storage);
+}
+
+// Writing one half re-points the pair (shared with the tensor's shallow copies, as set_storage_ref does).
+int set_data_attribute(PyObject* self, PyObject* value, void* closure) {
+  const bool is_view = closure != nullptr;
+  c10::StorageImpl* impl = own_storage_of(THPVariable_Unpack(self));
+  if (impl == nullptr) return attribute_to_dict(self, is_view ? s_tpu_view : s_tpu_storage, value);
+  if (value == nullptr) {
+    PyErr_Format(PyExc_AttributeError, "a tpu tensor's %s cannot be deleted", is_view ? "tpu_view" : "tpu_storage");
+    return -1;
+  }
+  PyObject* storage;
+  PyObject* view;
+  data_ref_of(impl, &storage, &view);
+  PyObject* new_storage = is_view ? storage : value;
+  PyObject* new_view = is_view ? value : view;
+  if (new_storage == storage && new_view == view) return 0;
+  PyObject* context = new_view == Py_None ? Py_NewRef(new_storage) : PyTuple_Pack(2, new_storage, new_view);
+  if (context == nullptr) return -1;
+  impl->set_data_ptr_noswap(c10::DataPtr(nullptr, context, &drop_ref, impl->device()));  // drops the old one
+  return 0;
+}
+
+PyGetSetDef data_attributes[] = {
+    {"tpu_storage", &get_data_attribute, &set_data_attribute,
+     "The device data model's Storage of this tensor (kept with its torch storage).", nullptr},
+    {"tpu_view", &get_data_attribute, &set_data_attribute,
+     "The device data model's View of this tensor over its Storage, None for the whole base.",
+     reinterpret_cast<void*>(1)},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// The class's `tp_getattr`: the char* attribute look-up C code uses (PyObject_GetAttrString). PyTorch's argument
+// parser asks every tensor argument that is not exactly a torch.Tensor for `__torch_function__` that way
+// (PyObject_FastGetAttrString), which without the slot makes and interns a new str per argument per call. The
+// answer is the same generic look-up (tp_getattro) on an interned name.
+PyObject* tensor_getattr(PyObject* self, char* name) {
+  if (std::strcmp(name, "__torch_function__") == 0) return PyObject_GetAttr(self, s_torch_function);
+  OwnedRef attr(PyUnicode_InternFromString(name));
+  return attr.p == nullptr ? nullptr : PyObject_GetAttr(self, attr.p);
+}
+
 }  // namespace
+
+bool data_ref(const at::Tensor& t, PyObject** storage, PyObject** view) {
+  c10::StorageImpl* impl = own_storage_of(t);
+  if (impl == nullptr) return false;
+  data_ref_of(impl, storage, view);
+  return true;
+}
+
+bool data_in_storage(PyTypeObject* cls) { return cls == data_class; }
 
 PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                       c10::DeviceIndex index, PyObject* storage_obj, PyObject* view) {
-  static PyObject* s_storage = interned("tpu_storage");
-  static PyObject* s_view = interned("tpu_view");
   const auto meta = c10::scalarTypeToTypeMeta(dtype);
   const auto device = c10::Device(c10::DeviceType::PrivateUse1, index);
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, ref_ptr(storage_obj, view, device), /*allocator=*/nullptr,
@@ -99,7 +205,9 @@ PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRe
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
 
   PyObject* obj = THPVariable_Wrap(tensor, cls);
-  if (obj == nullptr) return nullptr;
+  if (obj == nullptr || cls == data_class) return obj;  // the class reads the pair from the torch storage
+  static PyObject* s_storage = interned("tpu_storage");
+  static PyObject* s_view = interned("tpu_view");
   if (PyObject_SetAttr(obj, s_storage, storage_obj) < 0 || PyObject_SetAttr(obj, s_view, view) < 0) {
     Py_DECREF(obj);
     return nullptr;
@@ -163,6 +271,32 @@ PyObject* new_tensor(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
 
   return make_tensor(reinterpret_cast<PyTypeObject*>(args[0]), sizes, strides, dtype,
                      static_cast<c10::DeviceIndex>(index), args[5], args[6]);
+  END_HANDLE_TH_ERRORS
+}
+
+// install_tensor_class(cls): make `cls` (TpuTensor, a torch.Tensor subclass without a tp_getattr of its own) read
+// its data attributes from the pair kept with its torch storage (no per-object writes: make_tensor skips them for
+// it) and answer C's char* attribute look-ups without making a str. Once per process; True when installed.
+PyObject* install_tensor_class(PyObject* /*module*/, PyObject* cls) {
+  HANDLE_TH_ERRORS
+  if (!PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls),
+                                              reinterpret_cast<PyTypeObject*>(THPVariableClass))) {
+    PyErr_SetString(PyExc_TypeError, "install_tensor_class: cls must be a torch.Tensor subclass");
+    return nullptr;
+  }
+  auto* type = reinterpret_cast<PyTypeObject*>(cls);
+  if (data_class == type) Py_RETURN_TRUE;
+  if (data_class != nullptr || type->tp_getattr != nullptr) Py_RETURN_FALSE;
+  s_tpu_storage = interned("tpu_storage");
+  s_tpu_view = interned("tpu_view");
+  s_torch_function = interned("__torch_function__");
+  for (PyGetSetDef* def = data_attributes; def->name != nullptr; ++def) {
+    OwnedRef descriptor(PyDescr_NewGetSet(type, def));
+    if (descriptor.p == nullptr || PyObject_SetAttrString(cls, def->name, descriptor.p) < 0) return nullptr;
+  }
+  type->tp_getattr = &tensor_getattr;
+  data_class = type;
+  Py_RETURN_TRUE;
   END_HANDLE_TH_ERRORS
 }
 

@@ -8,6 +8,10 @@
 #include <c10/util/ArrayRef.h>
 #include <c10/core/Device.h>
 
+namespace at {
+class Tensor;
+}
+
 namespace torchtpu {
 
 // A new reference to a `cls` instance (a torch.Tensor subclass) on tpu:index with the given sizes, strides and
@@ -15,5 +19,13 @@ namespace torchtpu {
 // (storage_ref); nullptr with a Python error set on failure.
 PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                       c10::DeviceIndex index, PyObject* storage, PyObject* view);
+
+// The (storage, view) pair kept with `t`'s torch storage, borrowed (they live as long as that storage); false
+// when make_tensor did not make it.
+bool data_ref(const at::Tensor& t, PyObject** storage, PyObject** view);
+
+// Whether `cls`'s `tpu_storage`/`tpu_view` are read from that pair (install_tensor_class): then the pair and
+// the attributes cannot disagree.
+bool data_in_storage(PyTypeObject* cls);
 
 }  // namespace torchtpu

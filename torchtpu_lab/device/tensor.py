@@ -3,10 +3,11 @@
 Tensors are made by :func:`make` from a PrivateUse1 TensorImpl without data (see :mod:`.impl_factory`), given
 the class :class:`TpuTensor` and two public attributes, the data model every layer above reads:
 ``t.tpu_storage`` (:class:`Storage`) and ``t.tpu_view`` (:class:`~torchtpu_lab.device.views.View` or ``None`` for
-the base). They are plain attributes, not properties, because the executor reads both for every tensor argument
-of every op. Only this module sets them (:func:`make`, :func:`adopt`, :func:`set_geometry`). PyTorch keeps the
-Python object alive for as long as C++ holds the tensor, so the attributes travel through autograd and the
-dispatcher.
+the base). The executor reads both for every tensor argument of every op, so they are never Python properties:
+with the native core they are C descriptors reading the pair kept with the tensor's torch storage (no per-tensor
+writes or dict: ~10% of a recorded op), without it plain attributes. Only this module sets them (:func:`make`,
+:func:`adopt`, :func:`set_geometry`). PyTorch keeps the Python object alive for as long as C++ holds the tensor,
+so the attributes travel through autograd and the dispatcher.
 
 :class:`TpuTensor` only adds what the pure-Python backend cannot get from PyTorch itself: printing, pickling
 and deep copies, which for tensors without host-visible data go through a CPU copy, as PyTorch/XLA does.
@@ -166,8 +167,8 @@ def use_native_factory(factory, refs: tuple | None = None) -> None:
 def storage_ref(t: torch.Tensor) -> tuple | None:
     """``(storage, view)`` of a tpu tensor, read from its torch storage (``None``: a tensor without device data).
 
-    The pair is kept twice: on the tensor (``tpu_storage``/``tpu_view``, the fast path) and with its torch
-    storage. Autograd saves an op's *output* as a shallow copy — a new TensorImpl, hence a new Python object
+    The pair is kept with its torch storage and, unless the native core's descriptors read it from there (see
+    :func:`use_attributes_in_storage`), on the tensor too (``tpu_storage``/``tpu_view``, the fast path). Autograd saves an op's *output* as a shallow copy — a new TensorImpl, hence a new Python object
     without our attributes — that shares the torch storage, and :func:`adopt` recovers the data from there. The
     native core's tensors keep it in the storage's data pointer context; the Python factory's on the storage's
     Python object, which PyTorch keeps alive (and its attributes) for as long as the storage lives."""
@@ -194,13 +195,28 @@ def _strides(size: tuple) -> tuple:
     return s
 
 
+def use_attributes_in_storage(installed: bool) -> None:
+    """Whether the native core made :class:`TpuTensor`'s ``tpu_storage``/``tpu_view`` descriptors reading the
+    pair kept with the torch storage (its ``install_tensor_class``): its tensors then carry no attributes of their
+    own, and writing the pair there is writing them."""
+    _IN_STORAGE[0] = installed
+
+
+#: see use_attributes_in_storage
+_IN_STORAGE: list = [False]
+
+
 def _attach(t: torch.Tensor, storage: Storage, view) -> None:
     # the pair on the tensor and with its torch storage (see storage_ref)
+    write = _REFS[1]
+    if write is not None and write(t, storage, view):
+        if not _IN_STORAGE[0]:
+            t.tpu_storage = storage
+            t.tpu_view = view
+        return
     t.tpu_storage = storage
     t.tpu_view = view
-    write = _REFS[1]
-    if write is None or not write(t, storage, view):
-        t.untyped_storage()._tpu_ref = (storage, view)
+    t.untyped_storage()._tpu_ref = (storage, view)
 
 
 def adopt(t: torch.Tensor) -> TpuTensor:
