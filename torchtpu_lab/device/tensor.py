@@ -168,7 +168,8 @@ def storage_ref(t: torch.Tensor) -> tuple | None:
     """``(storage, view)`` of a tpu tensor, read from its torch storage (``None``: a tensor without device data).
 
     The pair is kept with its torch storage and, unless the native core's descriptors read it from there (see
-    :func:`use_attributes_in_storage`), on the tensor too (``tpu_storage``/``tpu_view``, the fast path). Autograd saves an op's *output* as a shallow copy — a new TensorImpl, hence a new Python object
+    :func:`use_attributes_in_storage`), on the tensor too (``tpu_storage``/``tpu_view``, the fast path).
+    Autograd saves an op's *output* as a shallow copy — a new TensorImpl, hence a new Python object
     without our attributes — that shares the torch storage, and :func:`adopt` recovers the data from there. The
     native core's tensors keep it in the storage's data pointer context; the Python factory's on the storage's
     Python object, which PyTorch keeps alive (and its attributes) for as long as the storage lives."""
@@ -209,14 +210,12 @@ _IN_STORAGE: list = [False]
 def _attach(t: torch.Tensor, storage: Storage, view) -> None:
     # the pair on the tensor and with its torch storage (see storage_ref)
     write = _REFS[1]
-    if write is not None and write(t, storage, view):
-        if not _IN_STORAGE[0]:
-            t.tpu_storage = storage
-            t.tpu_view = view
-        return
-    t.tpu_storage = storage
-    t.tpu_view = view
-    t.untyped_storage()._tpu_ref = (storage, view)
+    written = write is not None and write(t, storage, view)
+    if not (written and _IN_STORAGE[0]):  # the attributes are the object's own
+        t.tpu_storage = storage
+        t.tpu_view = view
+    if not written:
+        t.untyped_storage()._tpu_ref = (storage, view)
 
 
 def adopt(t: torch.Tensor) -> TpuTensor:
