@@ -132,7 +132,7 @@ def test_native_factory_makes_what_the_python_factory_makes():
 def test_native_outputs_keep_their_data_with_the_torch_storage_not_on_a_python_object():
     """An op's output makes no Python storage object (with a dict and a tuple): three objects the garbage
     collector tracked per result. The pair lives with the torch storage, where a shallow copy finds it, and an
-    in-place geometry change re-points it for every copy sharing that storage."""
+    in-place geometry change re-points it for the tensor it changed."""
     import gc
 
     a = torch.randn(4, 6).to("tpu")
@@ -205,6 +205,25 @@ def test_tensor_attributes_are_read_from_the_torch_storage_and_c_lookups_make_no
     with pytest.raises(AttributeError):
         get(y, b"no_such_attribute")
     assert torch.equal(torch.add(y, y).cpu(), (a * 4).cpu())
+
+
+@pytest.mark.parametrize("used_first", (True, False))
+def test_an_in_place_view_op_leaves_shallow_copies_their_own_geometry(used_first):
+    """``.data`` and ``detach()`` alias a tensor (``.data`` through a shallow copy that shares its torch storage).
+    An in-place view op on the tensor (``t_``) changes its geometry only: the aliases keep theirs, and still see
+    its data, as on the CPU — whether or not an alias took part in an op before the change."""
+    results = []
+    for device in ("cpu", "tpu"):
+        x = torch.arange(6.0).reshape(2, 3).to(device)
+        d, y = x.data, x.detach()
+        if used_first:
+            _ = (d + 1, y + 1)
+        x.t_()
+        x.add_(10)
+        results.append([t.cpu() for t in (x, d, y, d + 0, y * 1)])
+    for cpu, tpu in zip(*results):
+        assert tpu.shape == cpu.shape
+        torch.testing.assert_close(tpu, cpu)
 
 
 @needs_core

@@ -102,6 +102,25 @@ void data_ref_of(c10::StorageImpl* impl, PyObject** storage, PyObject** view) {
   }
 }
 
+// Points `tensor`'s torch storage at (storage, view) (a new reference to the pair is taken). In place when only
+// `tensor` holds that storage; when others hold it too (autograd's shallow copies, `.data`), `tensor` gets a
+// storage of its own of the same size instead, so each TensorImpl's pair keeps matching its own geometry after
+// an in-place view op (`t_()`, `squeeze_()`) changed one of them. 0, or -1 with a Python error set.
+int repoint(c10::TensorImpl* tensor, PyObject* storage, PyObject* view) {
+  const c10::Storage& current = tensor->unsafe_storage();
+  PyObject* context = view == Py_None ? Py_NewRef(storage) : PyTuple_Pack(2, storage, view);
+  if (context == nullptr) return -1;
+  c10::DataPtr ptr(nullptr, context, &drop_ref, current.device());
+  if (current.use_count() == 1 || !tensor->allow_tensor_metadata_change()) {
+    current.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(ptr));  // drops the old pair
+    return 0;
+  }
+  const size_t nbytes = current.nbytes();
+  tensor->set_storage_keep_dtype(c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(ptr),
+                                              /*allocator=*/nullptr, /*resizable=*/false));
+  return 0;
+}
+
 // ---- the tensor class: its data attributes and a char* attribute look-up (install_tensor_class) ----
 
 PyTypeObject* data_class = nullptr;  // the class given the descriptors below (TpuTensor), once installed
@@ -144,10 +163,11 @@ PyObject* get_data_attribute(PyObject* self, void* closure) {
   return attribute_from_dict(self, is_view ? s_tpu_view : s_tpu_storage);
 }
 
-// Writing one half re-points the pair (shared with the tensor's shallow copies, as set_storage_ref does).
+// Writing one half re-points the pair, as set_storage_ref does (repoint).
 int set_data_attribute(PyObject* self, PyObject* value, void* closure) {
   const bool is_view = closure != nullptr;
-  c10::StorageImpl* impl = own_storage_of(THPVariable_Unpack(self));
+  const at::Tensor& tensor = THPVariable_Unpack(self);
+  c10::StorageImpl* impl = own_storage_of(tensor);
   if (impl == nullptr) return attribute_to_dict(self, is_view ? s_tpu_view : s_tpu_storage, value);
   if (value == nullptr) {
     PyErr_Format(PyExc_AttributeError, "a tpu tensor's %s cannot be deleted", is_view ? "tpu_view" : "tpu_storage");
@@ -159,10 +179,7 @@ int set_data_attribute(PyObject* self, PyObject* value, void* closure) {
   PyObject* new_storage = is_view ? storage : value;
   PyObject* new_view = is_view ? value : view;
   if (new_storage == storage && new_view == view) return 0;
-  PyObject* context = new_view == Py_None ? Py_NewRef(new_storage) : PyTuple_Pack(2, new_storage, new_view);
-  if (context == nullptr) return -1;
-  impl->set_data_ptr_noswap(c10::DataPtr(nullptr, context, &drop_ref, impl->device()));  // drops the old one
-  return 0;
+  return repoint(tensor.unsafeGetTensorImpl(), new_storage, new_view);
 }
 
 PyGetSetDef data_attributes[] = {
@@ -227,18 +244,17 @@ PyObject* storage_ref(PyObject* /*module*/, PyObject* t) {
   END_HANDLE_TH_ERRORS
 }
 
-// set_storage_ref(t, storage, view) -> bool: point the pair kept with t's torch storage (shared with its shallow
-// copies) at storage/view; False when that storage is not one new_tensor made (the caller keeps the pair on the
-// storage's Python object then).
+// set_storage_ref(t, storage, view) -> bool: point the pair kept with t's torch storage at storage/view (repoint:
+// t alone, when shallow copies share that storage); False when that storage is not one new_tensor made (the
+// caller keeps the pair on the storage's Python object then).
 PyObject* set_storage_ref(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   if (nargs != 3) {
     PyErr_SetString(PyExc_TypeError, "set_storage_ref(tensor, storage, view)");
     return nullptr;
   }
-  c10::StorageImpl* storage = own_storage(args[0]);
-  if (storage == nullptr) Py_RETURN_FALSE;
-  storage->set_data_ptr_noswap(ref_ptr(args[1], args[2], storage->device()));  // the old context is dropped
+  if (own_storage(args[0]) == nullptr) Py_RETURN_FALSE;
+  if (repoint(THPVariable_Unpack(args[0]).unsafeGetTensorImpl(), args[1], args[2]) < 0) return nullptr;
   Py_RETURN_TRUE;
   END_HANDLE_TH_ERRORS
 }
