@@ -71,9 +71,15 @@ void drop_ref(void* context) {
   PyGILState_Release(gil);
 }
 
-// A data-less DataPtr on `device` whose context is `storage` (view None) or `(storage, view)`.
+// The pair as a DataPtr context: `storage` alone (view None) or `(storage, view)`; a new reference, or nullptr
+// with a Python error set.
+PyObject* pair_context(PyObject* storage_obj, PyObject* view) {
+  return view == Py_None ? Py_NewRef(storage_obj) : PyTuple_Pack(2, storage_obj, view);
+}
+
+// A data-less DataPtr on `device` whose context is the pair.
 c10::DataPtr ref_ptr(PyObject* storage_obj, PyObject* view, c10::Device device) {
-  PyObject* context = view == Py_None ? Py_NewRef(storage_obj) : PyTuple_Pack(2, storage_obj, view);
+  PyObject* context = pair_context(storage_obj, view);
   if (context == nullptr) throw python_error();
   return c10::DataPtr(nullptr, context, &drop_ref, device);
 }
@@ -108,7 +114,7 @@ void data_ref_of(c10::StorageImpl* impl, PyObject** storage, PyObject** view) {
 // an in-place view op (`t_()`, `squeeze_()`) changed one of them. 0, or -1 with a Python error set.
 int repoint(c10::TensorImpl* tensor, PyObject* storage, PyObject* view) {
   const c10::Storage& current = tensor->unsafe_storage();
-  PyObject* context = view == Py_None ? Py_NewRef(storage) : PyTuple_Pack(2, storage, view);
+  PyObject* context = pair_context(storage, view);
   if (context == nullptr) return -1;
   c10::DataPtr ptr(nullptr, context, &drop_ref, current.device());
   if (current.use_count() == 1 || !tensor->allow_tensor_metadata_change()) {
@@ -127,6 +133,13 @@ PyTypeObject* data_class = nullptr;  // the class given the descriptors below (T
 PyObject* s_tpu_storage = nullptr;
 PyObject* s_tpu_view = nullptr;
 PyObject* s_torch_function = nullptr;
+
+void intern_names() {  // once, with the GIL held (kept for the process's life)
+  if (s_tpu_storage != nullptr) return;
+  s_tpu_storage = interned("tpu_storage");
+  s_tpu_view = interned("tpu_view");
+  s_torch_function = interned("__torch_function__");
+}
 
 // A tensor whose torch storage make_tensor did not make (the pure-Python factory's, made before the core was
 // loaded) keeps its pair in its own __dict__, as before the descriptors.
@@ -223,9 +236,8 @@ PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRe
 
   PyObject* obj = THPVariable_Wrap(tensor, cls);
   if (obj == nullptr || cls == data_class) return obj;  // the class reads the pair from the torch storage
-  static PyObject* s_storage = interned("tpu_storage");
-  static PyObject* s_view = interned("tpu_view");
-  if (PyObject_SetAttr(obj, s_storage, storage_obj) < 0 || PyObject_SetAttr(obj, s_view, view) < 0) {
+  intern_names();
+  if (PyObject_SetAttr(obj, s_tpu_storage, storage_obj) < 0 || PyObject_SetAttr(obj, s_tpu_view, view) < 0) {
     Py_DECREF(obj);
     return nullptr;
   }
@@ -303,9 +315,7 @@ PyObject* install_tensor_class(PyObject* /*module*/, PyObject* cls) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls);
   if (data_class == type) Py_RETURN_TRUE;
   if (data_class != nullptr || type->tp_getattr != nullptr) Py_RETURN_FALSE;
-  s_tpu_storage = interned("tpu_storage");
-  s_tpu_view = interned("tpu_view");
-  s_torch_function = interned("__torch_function__");
+  intern_names();
   for (PyGetSetDef* def = data_attributes; def->name != nullptr; ++def) {
     OwnedRef descriptor(PyDescr_NewGetSet(type, def));
     if (descriptor.p == nullptr || PyObject_SetAttrString(cls, def->name, descriptor.p) < 0) return nullptr;
