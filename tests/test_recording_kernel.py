@@ -610,3 +610,52 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ok" in out.stdout
+
+
+def _checked_ops(table, ids, logits, target, buf, rows, src):
+    """Ops whose lowerings report a data-dependent error (an index bound): one output, several, in place."""
+    emb = torch.nn.functional.embedding(ids, table)
+    loss = torch.nn.functional.cross_entropy(logits, target)  # nll_loss_forward: output and total weight
+    buf.index_copy_(0, rows, src)
+    return emb, loss
+
+
+def test_ops_with_checks_are_recorded_in_cpp_and_a_bad_index_still_raises_naming_the_op_and_line():
+    """An op whose lowering checks an index (embedding, nll_loss, index_copy_) is recorded by the kernel with its
+    error flags as extra outputs of its node: a bad index seen by the C++ path raises what the Python path
+    raises — PyTorch's error class and message, the op and the user's line — and leaves the session usable."""
+    table, logits = torch.randn(10, 4), torch.randn(3, 5)
+    ids, target, rows = torch.tensor([[1, 2, 9]]), torch.tensor([0, 4, 2]), torch.tensor([2, 0])
+    buf, src = torch.zeros(4, 3), torch.randn(2, 3)
+    t = [x.to("tpu") for x in (table, ids, logits, target, buf, rows, src)]
+    expected = _checked_ops(table, ids, logits, target, buf, rows, src)
+    line = inspect.getsourcelines(_checked_ops)[1] + 2
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):  # the first call of each signature takes the Python path and teaches the kernel
+            _checked_ops(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
+        torchtpu_lab.sync()
+        stats = recording.stats()
+        tpu_buf = torch.zeros(4, 3).to("tpu")
+        emb, loss = _checked_ops(t[0], t[1], t[2], t[3], tpu_buf, t[5], t[6])
+        after = recording.stats()
+        assert after["recorded"] - stats["recorded"] >= 4, after  # the three, and log_softmax
+        for op in ("aten::embedding", "aten::nll_loss_forward", "aten::index_copy_"):
+            assert after["python_ops"].get(op, 0) == stats["python_ops"].get(op, 0), (op, after["python_ops"])
+        torch.testing.assert_close(emb.cpu(), expected[0])
+        torch.testing.assert_close(loss.cpu(), expected[1])
+        torch.testing.assert_close(tpu_buf.cpu(), buf)
+
+        bad_ids = torch.tensor([[1, 12, 3]]).to("tpu")
+        stats = recording.stats()
+        emb, _ = _checked_ops(t[0], bad_ids, t[2], t[3], tpu_buf, t[5], t[6])
+        assert recording.stats()["python"] == stats["python"]  # the bad call itself went through C++
+        with pytest.raises(IndexError, match=rf"aten::embedding: index out of range in self \(at "
+                                             rf"test_recording_kernel.py:{line}\)"):
+            emb.sum().item()
+        bad_target = torch.tensor([0, 7, 2]).to("tpu")
+        _, loss = _checked_ops(t[0], t[1], t[2], bad_target, tpu_buf, t[5], t[6])
+        with pytest.raises(IndexError, match=r"aten::nll_loss_forward: Target 7 is out of bounds"):
+            loss.item()
+        emb, loss = _checked_ops(*t)  # the session and earlier tensors still work
+        torch.testing.assert_close(emb.cpu(), expected[0])
+        torch.testing.assert_close(t[0].cpu(), table)

@@ -6,9 +6,11 @@
 // `fused.PENDING` (its graph-key segment, cut-point tail and storage tracking included), a `Storage` around the
 // placeholder and the output tensor, the user's line read from the current frame. These are the same Python
 // objects the Python path makes, so the sync, the cause analysis and the lab read one pending graph whichever
-// path recorded an op. Everything else — a first call, debug mode, a pending interrupt, another thread
-// inside the runtime, an op with checks or several outputs, config.native_recording off — goes to the op's
-// Python kernel, which on a recordable call teaches this table its entry (`learn`). While a profile records,
+// path recorded an op. An op with checks (an index bound) is recorded with its error flags as further outputs
+// of its node, which the next sync computes and hands to pending_errors, as the Python path does. Everything
+// else — a first call, debug mode, a pending interrupt, another thread inside the runtime,
+// config.native_recording off — goes to the op's Python kernel, which on a recordable call teaches this table
+// its entry (`learn`). While a profile records,
 // the op's line, stack and op record come from telemetry's own functions (Python, but no kernel).
 //
 // Strict mode (`try_run`): a call seen before, under the same key, runs the op's cached executable from here —
@@ -168,6 +170,8 @@ struct Runtime {
   PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
   PyObject* acquire = nullptr;         // memory.acquire(array, device, nbytes, origin): a strict output's bytes
   PyObject* release = nullptr;         // memory.release(array): an in-place write's old array
+  PyObject* partial = nullptr;         // functools.partial, and pending_errors.note_later: an op's flags noted
+  PyObject* note_later = nullptr;      // once a sync computed them (pending_errors.callback's partial)
   PyObject* counters = nullptr;        // telemetry.counters (a defaultdict(float))
   PyObject* hits_key = nullptr;        // "op_cache_hits"
   PyObject* pending = nullptr;         // fused.PENDING
@@ -248,9 +252,12 @@ struct Output {
 };
 
 // A learned call: its first (usually only) output is the Entry's own; an op with several outputs (layer norm's
-// output, mean and rstd) has the others in `more`.
+// output, mean and rstd) has the others in `more`. An op with checks (an index bound) has its error flags as
+// the node's leaves after the outputs (`flags`: only their shapes and JAX dtypes) and its Check list (`checks`).
 struct Entry : Output {
   std::vector<Output> more;
+  std::vector<Output> flags;
+  PyObject* checks = nullptr;
   PyObject* compiled = nullptr;   // the executor's OpExecutable (kept alive)
   PyObject* signature = nullptr;  // its fields the node and output need, read once
   PyObject* run = nullptr;
@@ -874,6 +881,25 @@ PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* 
   return out;
 }
 
+// An op with checks: its error flags — the node's leaves from `first` on — computed by the next sync and then
+// noted for pending_errors.raise_pending (fused.also_compute(flags, pending_errors.callback(checks, name,
+// source)), as executor._launch does). The callback is a functools.partial made here: no bytecode runs.
+void also_compute_flags(const Entry& e, PyObject* node, size_t first, PyObject* source) {
+  const Py_ssize_t k = static_cast<Py_ssize_t>(e.flags.size());
+  if (e.checks == nullptr || k == 0) return;
+  OwnedRef values(PyList_New(k));
+  if (values.p == nullptr) throw python_error();
+  for (Py_ssize_t j = 0; j < k; ++j) {
+    OwnedRef index(PyLong_FromSize_t(first + static_cast<size_t>(j)));
+    if (index.p == nullptr) throw python_error();
+    PyList_SET_ITEM(values.p, j, new_lazy(node, index.p, e.flags[static_cast<size_t>(j)]));
+  }
+  OwnedRef callback(PyObject_CallFunctionObjArgs(rt.partial, rt.note_later, e.checks, e.name, source, nullptr));
+  if (callback.p == nullptr) throw python_error();
+  OwnedRef pair(PyTuple_Pack(2, values.p, callback.p));
+  if (pair.p == nullptr || PyList_Append(rt.pw_extra.get(rt.pending), pair.p) < 0) throw python_error();
+}
+
 // The recorded path proper, under fused.LOCK. Returns the output tensor, or a tuple of them for an op with several
 // outputs (a new reference).
 // `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
@@ -919,16 +945,18 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     if (write_to != nullptr) {
       lazy = new_lazy(node, rt.zero, e);
       write_placeholder(write_to, lazy);
-      Py_DECREF(lazy);
+      Py_CLEAR(lazy);
+      also_compute_flags(e, node, 1, source);
       Py_DECREF(node);
       return Py_NewRef(Py_None);
     }
     if (e.more.empty()) {
       lazy = new_lazy(node, rt.zero, e);
-      PyObject* out = output_tensor(e, lazy, device, alloc_source);
-      Py_DECREF(lazy);
+      OwnedRef out(output_tensor(e, lazy, device, alloc_source));
+      Py_CLEAR(lazy);
+      also_compute_flags(e, node, 1, source);
       Py_DECREF(node);
-      return out;
+      return out.release();
     }
     // several outputs: a tuple of tensors, each over a placeholder LazyValue(node, leaf), where `leaf` counts the
     // present outputs (those a mask leaves out are None)
@@ -947,6 +975,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
       PyTuple_SET_ITEM(outs.p, static_cast<Py_ssize_t>(i), output_tensor(o, lazy, device, alloc_source));
       Py_CLEAR(lazy);
     }
+    also_compute_flags(e, node, leaf, source);
     Py_DECREF(node);
     return outs.release();
   } catch (...) {
@@ -1149,7 +1178,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     PyObject* source = Py_None;
     if (profiling) {
       source = PyTuple_GET_ITEM(sources.p, 0);
-    } else if (flag(rt.track_sources)) {
+    } else if (flag(rt.track_sources) || e.checks != nullptr) {  // a check's error names the user's line
       source = user_source();
       if (source == nullptr) return false;  // a line Python has not seen: it interns it (and learns nothing new)
     }
@@ -1347,11 +1376,13 @@ class RecordingKernel final : public c10::OperatorKernel {
 
 void clear_entry(Entry& e) {
   for (PyObject* o : {e.compiled, e.signature, e.run, e.avals, e.treedef, e.name, e.uid, e.fn_id, e.shape,
-                      e.aval_dtype, e.dtype, e.nbytes, e.view, e.call}) {
+                      e.aval_dtype, e.dtype, e.nbytes, e.view, e.call, e.checks}) {
     Py_XDECREF(o);
   }
-  for (Output& o : e.more) {
-    for (PyObject* v : {o.shape, o.aval_dtype, o.dtype, o.nbytes}) Py_XDECREF(v);
+  for (const auto* outputs : {&e.more, &e.flags}) {
+    for (const Output& o : *outputs) {
+      for (PyObject* v : {o.shape, o.aval_dtype, o.dtype, o.nbytes}) Py_XDECREF(v);
+    }
   }
   for (auto& s : e.dyn) Py_XDECREF(s.constant);
 }
@@ -1377,6 +1408,8 @@ void configure_recorder(PyObject* config) {
   rt.parameter_type = item(config, "Parameter");
   rt.op_mark = item(config, "op_mark");
   rt.set_array = item(config, "set_array");
+  rt.partial = item(config, "partial");
+  rt.note_later = item(config, "note_later");
   rt.acquire = item(config, "acquire");
   rt.release = item(config, "release");
   rt.counters = item(config, "counters");
@@ -1744,8 +1777,21 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
       o.aval_dtype = PyObject_GetAttrString(aval, "dtype");
       set_output(o, tuple, o.aval_dtype == nullptr ? nullptr : PyObject_GetAttrString(m.p, "dtype"));
     }
-    TORCH_CHECK(leaf == PyList_Size(e.avals), "learn: ", PyUnicode_AsUTF8(e.name), " has ", PyList_Size(e.avals),
-                " output leaves for ", leaf, " present outputs");
+    OwnedRef checks(attr(compiled, "checks"));
+    const Py_ssize_t leaves = PyList_Size(e.avals);
+    TORCH_CHECK(leaf == leaves || (checks.p != Py_None && leaf < leaves), "learn: ", PyUnicode_AsUTF8(e.name),
+                " has ", leaves, " output leaves for ", leaf, " present outputs");
+    if (checks.p != Py_None) {  // its error flags: the leaves after the outputs
+      e.checks = checks.release();
+      for (; leaf < leaves; ++leaf) {
+        Output& f = e.flags.emplace_back();
+        PyObject* aval = PyList_GET_ITEM(e.avals, leaf);  // borrowed
+        OwnedRef shape(attr(aval, "shape"));
+        f.shape = PySequence_Tuple(shape.p);
+        if (f.shape == nullptr) throw python_error();
+        f.aval_dtype = attr(aval, "dtype");
+      }
+    }
   });
 }
 

@@ -351,6 +351,10 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
     t_launch = time.perf_counter()
     records = _records(compiled, has_tensors, device_index)
     out = _launch(compiled, key, dyn, device_index, has_tensors, records)
+    if records and compiled.checks is not None:  # recorded with its error flags (now with its avals): teachable
+        lesson = recording.lesson_pending
+        if lesson is not None and lesson():
+            recording.learn(op, compiled, dyn, args, kwargs, positions, names, not low.static_scalars)
     # an executable ran (strict/debug) rather than being recorded (fused): its first run compiled it
     hit = None
     if not records and compiled.jit:

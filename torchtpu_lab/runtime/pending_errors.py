@@ -10,6 +10,7 @@ host ahead of the device; a host read (``.item()``, ``.cpu()``, printing) always
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 
@@ -53,8 +54,15 @@ def note(flags, statics: list, name: str, source) -> None:
 
 
 def callback(statics: list, name: str, source):
-    """A :func:`torchtpu_lab.runtime.fused.also_compute` callback noting a fused op's flags once computed."""
-    return lambda values: note(values, statics, name, source)
+    """A :func:`torchtpu_lab.runtime.fused.also_compute` callback noting a fused op's flags once computed: a
+    ``functools.partial`` of :func:`note_later`, which the native recording kernel makes the same way (in C, so
+    recording an op with checks runs no Python)."""
+    return functools.partial(note_later, statics, name, source)
+
+
+def note_later(statics: list, name: str, source, values) -> None:
+    """:func:`note` with the call's facts first (the order ``functools.partial`` binds them in)."""
+    note(values, statics, name, source)
 
 
 def pending() -> int:

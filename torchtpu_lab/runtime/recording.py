@@ -14,6 +14,10 @@ the same other arguments. The native core (``csrc/recorder.cpp``) records those 
 itself — the same ``Node``, ``LazyValue``, ``Storage`` and tensor objects :func:`.executor._record_single`
 makes, the graph-key segment, cut points and storage tracking updated the same way — without entering Python:
 PyTorch's dispatch into a Python kernel alone costs more than PyTorch's whole CPU ``add`` (docs/perf.md).
+An op with checks (``embedding``, ``nll_loss``, ``index_copy_``: an index bound) is recorded the same way, its
+error flags as further outputs of its node and a :func:`.pending_errors.callback` in the pending work's extra
+values, as :func:`.executor._launch` records it; its node carries the user's line whether or not sources are
+tracked, since a bad index's error names it.
 
 In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
 (:func:`learn_strict`, taught from :func:`.executor._run_repeated`'s branch): JAX's C++ call of the compiled
@@ -36,6 +40,7 @@ Without the core (pure-Python mode) nothing here is active and every op takes th
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -44,7 +49,7 @@ from .. import caches, config, interrupts, telemetry
 from ..device import memory, views
 from ..device.storage import Storage
 from ..device.tensor import TpuTensor, adopt
-from . import encode, fused, graph_key
+from . import encode, fused, graph_key, pending_errors
 
 _core: list = [None]  # the native core, once configured
 #: ``core.lesson_pending`` (``None`` without the core): whether the call being run can teach the kernel
@@ -85,6 +90,8 @@ def configure(core, set_array) -> None:
         "adopt": adopt,
         "Parameter": torch.nn.Parameter,
         "set_array": set_array,
+        "partial": functools.partial,
+        "note_later": pending_errors.note_later,
         "acquire": memory.acquire,
         "release": memory.release,
         "counters": telemetry.counters,
