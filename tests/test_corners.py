@@ -2,6 +2,7 @@
 overflow and rounding, NaN, masks, indexing with repeats, dtype promotion, bfloat16."""
 
 import functools
+import re
 
 import pytest
 import torch
@@ -700,3 +701,35 @@ def test_a_dim_out_of_range_raises_instead_of_wrapping(fn):
         with pytest.raises((IndexError, RuntimeError), match="Dimension out of range"):
             fn(torch.ones(2, 9, device="tpu"), dim).cpu()
     torch.testing.assert_close(fn(torch.ones(2, 9, device="tpu"), -2).cpu(), fn(torch.ones(2, 9), -2))
+
+
+def test_the_runtimes_broadcast_agrees_with_pytorchs_for_every_small_pair_of_shapes():
+    """``sizes.broadcast`` stands in for ``torch.broadcast_shapes`` (30 us of Python per call) where attention and
+    ``copy_`` ask it per call: the same shape for every pair that broadcasts, ``None`` for every pair that does
+    not."""
+    import itertools
+
+    from torchtpu_lab.device import sizes
+
+    shapes = [s for n in range(4) for s in itertools.product((1, 2, 3), repeat=n)]
+    for a, b in itertools.product(shapes, shapes):
+        try:
+            want = tuple(torch.broadcast_shapes(a, b))
+        except RuntimeError:
+            want = None
+        assert sizes.broadcast(a, b) == want, (a, b)
+
+
+@pytest.mark.parametrize("dst, src", [((2, 3), (3,)), ((3,), (2, 3)), ((3,), (4,)), ((2, 3), (2, 1)), ((2, 3), (4, 1, 3)),
+                                      ((4, 2, 3), (5, 3))])
+def test_copy_into_a_tpu_tensor_broadcasts_or_raises_as_cpu_does(dst, src):
+    values = torch.randn(src)
+    cpu, tpu = torch.zeros(dst), torch.zeros(dst).to("tpu")
+    try:
+        cpu.copy_(values)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match=re.escape(str(e).split("\n")[0])):
+            tpu.copy_(values.to("tpu"))
+        return
+    tpu.copy_(values.to("tpu"))
+    torch.testing.assert_close(tpu.cpu(), cpu)

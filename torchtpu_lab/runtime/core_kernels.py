@@ -15,7 +15,7 @@ import torch
 
 from .. import dtypes, platform, telemetry
 from ..telemetry import SyncReason
-from ..device import context, tensor, views
+from ..device import context, sizes, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
 from . import executor, fused, program_cost, transfer, values
@@ -103,11 +103,12 @@ def copy_(self, src, non_blocking=False):
             src = from_host(src.to(self.dtype), index)
         elif tensor.adopt(src).tpu_storage.device_index != index:
             src = to_copy(src, device=torch.device("tpu", index))
-        if tuple(self.shape) != tuple(torch.broadcast_shapes(self.shape, src.shape)):
-            raise RuntimeError(
-                f"output with shape {list(self.shape)} doesn't match the broadcast shape "
-                f"{list(torch.broadcast_shapes(self.shape, src.shape))}"
-            )
+        shape = tuple(self.shape)
+        wide = sizes.broadcast(shape, tuple(src.shape))
+        if wide is None:
+            raise RuntimeError(sizes.broadcast_error(shape, tuple(src.shape)))
+        if wide != shape:
+            raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(wide)}")
         values.assign(self, src)
         return self
     # a CPU (or other device) destination, a tpu source

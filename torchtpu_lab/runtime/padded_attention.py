@@ -40,7 +40,7 @@ from __future__ import annotations
 import torch
 
 from .. import caches, dtypes
-from ..device import tensor, views
+from ..device import sizes, tensor, views
 from ..ops.nn.attention import attend
 from . import bounded, fused
 from .encode import dynamic_input, leaf_dtype
@@ -164,9 +164,7 @@ def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, en
     if attn_mask is not None:
         if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
             return False
-        try:
-            torch.broadcast_shapes(tuple(attn_mask.shape), (b, h, length, s))
-        except RuntimeError:
+        if sizes.broadcast(tuple(attn_mask.shape), (b, h, length, s)) is None:
             return False
     return query.dtype == key.dtype == value.dtype and query.dtype.is_floating_point
 
