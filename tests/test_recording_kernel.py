@@ -659,3 +659,33 @@ def test_ops_with_checks_are_recorded_in_cpp_and_a_bad_index_still_raises_naming
         emb, loss = _checked_ops(*t)  # the session and earlier tensors still work
         torch.testing.assert_close(emb.cpu(), expected[0])
         torch.testing.assert_close(t[0].cpu(), table)
+
+
+def test_the_native_sync_snapshot_is_the_python_one():
+    """A sync's snapshot of the pending work — the live storages holding placeholders, those placeholders, and
+    the placeholders to compute (with an op's error flags, each once, in recording order) — is the same list of
+    the same objects from the core's one C pass as from the Python path's."""
+    from torchtpu_lab.device.storage import holding
+
+    table, ids = torch.randn(10, 4).to("tpu"), torch.tensor([[1, 2, 3]]).to("tpu")
+    x = torch.randn(4, 4).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        kept = []
+        for _ in range(3):
+            emb = torch.nn.functional.embedding(ids, table)  # error flags: extra values to compute
+            y = (x @ x).relu()
+            _dropped = y + 1  # noqa: F841 — a storage that dies before the sync
+            kept += [emb, y, y.t(), x.add_(1)]  # a view and an in-place write share storages
+            del _dropped
+        pending = fused.PENDING
+        assert pending.extra and pending.storages
+        storages, held = holding(pending.storages.values(), fused.LazyValue)
+        targets = fused._targets(held, list(pending.extra))
+        native_storages, native_held, native_targets = fused.SNAPSHOT[0]()
+        assert [id(s) for s in native_storages] == [id(s) for s in storages]
+        assert [id(v) for v in native_held] == [id(v) for v in held]
+        assert [id(v) for v in native_targets] == [id(v) for v in targets]
+        assert len(targets) > len(set(map(id, held))) > 0  # flags beyond the storages' placeholders
+        torchtpu_lab.sync()
+        assert all(type(s.array) is not fused.LazyValue for s in storages)

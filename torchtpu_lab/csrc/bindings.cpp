@@ -37,7 +37,11 @@ PyObject* untrack(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs)
   Py_RETURN_NONE;
 }
 
+PyObject* sync_targets(PyObject* /*module*/, PyObject* /*unused*/) { return torchtpu::sync_targets(); }
+
 PyMethodDef fast_methods[] = {
+    {"sync_targets", &sync_targets, METH_NOARGS,
+     "sync_targets() -> (storages, held, targets): a sync's snapshot of the pending work (recorder.h)."},
     {"untrack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&untrack)), METH_FASTCALL,
      "untrack(*objects): take pending-graph objects that cannot close a reference cycle off the garbage "
      "collector's lists (pyobjects.h)."},

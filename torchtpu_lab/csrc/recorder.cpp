@@ -32,6 +32,7 @@
 #include <frameobject.h>
 #include <structmember.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -1825,6 +1826,67 @@ void clear_recorded() {
       t->clear();
     }
   }
+}
+
+PyObject* sync_targets() {
+  if (!rt.ready) {
+    PyErr_SetString(PyExc_RuntimeError, "torchtpu_lab: sync_targets before configure_recorder");
+    return nullptr;
+  }
+  PyObject* pending = rt.pending;
+  OwnedRef storages(PyList_New(0));
+  OwnedRef held(PyList_New(0));
+  if (storages.p == nullptr || held.p == nullptr) return nullptr;
+  struct Target {
+    long seq, index;
+    PyObject* value;  // borrowed: held or extra keeps it
+  };
+  std::vector<Target> targets;  // each placeholder once: duplicates end up side by side once sorted
+  auto want = [&](PyObject* v) -> bool {
+    if (Py_TYPE(v) != rt.lazy_type) {
+      PyErr_SetString(PyExc_TypeError, "torchtpu_lab: a sync's extra value is not a placeholder");
+      return false;
+    }
+    PyObject* node = rt.lv_node.get(v);
+    const long seq = PyLong_AsLong(rt.n_seq.get(node));
+    const long index = PyLong_AsLong(rt.lv_index.get(v));
+    if ((seq == -1 || index == -1) && PyErr_Occurred()) return false;
+    targets.push_back({seq, index, v});
+    return true;
+  };
+  PyObject* refs = rt.pw_storages.get(pending);
+  Py_ssize_t pos = 0;
+  PyObject* id;
+  PyObject* ref;
+  while (PyDict_Next(refs, &pos, &id, &ref)) {
+    PyObject* storage = PyWeakref_GetObject(ref);  // borrowed; None once it is gone
+    if (storage == Py_None) continue;
+    PyObject* value = rt.st_array.get(storage);
+    if (value == nullptr || Py_TYPE(value) != rt.lazy_type) continue;
+    if (PyList_Append(storages.p, storage) < 0 || PyList_Append(held.p, value) < 0 || !want(value)) return nullptr;
+  }
+  PyObject* extra = rt.pw_extra.get(pending);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(extra); ++i) {
+    PyObject* values = PyTuple_GetItem(PyList_GET_ITEM(extra, i), 0);  // (values, callback)
+    if (values == nullptr) return nullptr;
+    OwnedRef seq(PySequence_Fast(values, "a sync's extra values"));
+    if (seq.p == nullptr) return nullptr;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq.p); ++j) {
+      if (!want(PySequence_Fast_GET_ITEM(seq.p, j))) return nullptr;
+    }
+  }
+  std::sort(targets.begin(), targets.end(), [](const Target& a, const Target& b) {
+    return a.seq != b.seq ? a.seq < b.seq : (a.index != b.index ? a.index < b.index : a.value < b.value);
+  });
+  targets.erase(std::unique(targets.begin(), targets.end(),
+                            [](const Target& a, const Target& b) { return a.value == b.value; }),
+                targets.end());
+  OwnedRef ordered(PyList_New(static_cast<Py_ssize_t>(targets.size())));
+  if (ordered.p == nullptr) return nullptr;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    PyList_SET_ITEM(ordered.p, static_cast<Py_ssize_t>(i), Py_NewRef(targets[i].value));
+  }
+  return PyTuple_Pack(3, storages.p, held.p, ordered.p);
 }
 
 PyObject* recorder_stats() {

@@ -36,6 +36,11 @@ bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObje
 bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride, long offset,
                 bool reported);
 
+// fused._sync's snapshot of the pending work: (the live storages holding a placeholder, those placeholders, the
+// placeholders to compute: those and the extra values, each once, in recording order (node seq, then index)).
+// A new reference, or nullptr with a Python error set.
+PyObject* sync_targets();
+
 void clear_recorded();
 PyObject* recorder_stats();
 

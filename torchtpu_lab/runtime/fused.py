@@ -450,18 +450,19 @@ def sync(reason: SyncReason = SyncReason.USER_SYNC, record: bool = True, source=
 
 def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     pending = PENDING
-    storages, held = holding(pending.storages.values(), LazyValue)
     extra = list(pending.extra)
+    snapshot = SNAPSHOT[0]
+    if snapshot is not None:
+        storages, held, targets = snapshot()
+    else:
+        storages, held = holding(pending.storages.values(), LazyValue)
     n_recorded = pending.recorded
     if not storages and not extra:
         _clear(pending)
         return
     sync_event = telemetry.record_sync(reason, n_recorded, source, detail) if record else None
-    wanted = {id(v): v for v in held}
-    for values, _ in extra:
-        for v in values:
-            wanted[id(v)] = v
-    targets: list[LazyValue] = sorted(wanted.values(), key=_RECORDING_ORDER)
+    if snapshot is None:
+        targets = _targets(held, extra)
     built = pending.segment.key(targets)
     if built is not None:  # the key was built while recording (graph_key.py)
         live_nodes, node_keys, leaves, leaf_sigs, target_refs, memo = built
@@ -537,8 +538,21 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         sync_event.dur = time.perf_counter() - sync_event.t
 
 
+def _targets(held: list, extra: list) -> list[LazyValue]:
+    """The placeholders a sync computes: those live storages hold and the extra values, each once, in recording
+    order."""
+    wanted = {id(v): v for v in held}
+    for values, _ in extra:
+        for v in values:
+            wanted[id(v)] = v
+    return sorted(wanted.values(), key=_RECORDING_ORDER)
+
+
 #: a sync lays its targets out in recording order
 _RECORDING_ORDER = operator.attrgetter("node.seq", "index")
+#: the native core's ``sync_targets`` (``None``: pure-Python mode): ``(storages, held, targets)`` in one C pass,
+#: as :func:`.storage.holding` and :func:`_targets` give them (a training step's sync walks a few hundred)
+SNAPSHOT: list = [None]
 
 
 def _clear(pending: PendingWork) -> None:

@@ -105,6 +105,7 @@ def configure(core, set_array) -> None:
     _core[0] = core
     lesson_pending = core.lesson_pending
     graph_key.untrack = core.untrack
+    fused.SNAPSHOT[0] = core.sync_targets
     caches.on_clear(core.clear_recorded)
     config.data_checks.before_change(lambda old, new: core.clear_recorded())  # entries are with/without checks
 
