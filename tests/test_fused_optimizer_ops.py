@@ -78,3 +78,91 @@ def test_fused_sgd_matches_cpu(options):
         lists.append([])
     cpu, tpu = _run_both(torch._fused_sgd_, lists, None, **kwargs)
     _check(cpu, tpu)
+
+
+def _adam_lists(amsgrad: bool):
+    g = torch.Generator().manual_seed(1)
+    shapes = [(3, 4), (5,), (2, 2, 2)]
+    lists = [[torch.randn(s, generator=g).abs() + 0.1 for s in shapes] for _ in range(5)]
+    if not amsgrad:
+        lists[4] = []
+    return lists, [torch.tensor(3.0) for _ in shapes]
+
+
+@pytest.mark.parametrize("decoupled", [False, True], ids=["adam", "adamw"])
+@pytest.mark.parametrize("options", ADAM_OPTIONS + [{"lr": torch.tensor(0.02), "weight_decay": 0.1},
+                                                    {"grad_scale": torch.tensor(4.0), "found_inf": torch.tensor(0.0)}],
+                         ids=lambda o: ",".join(o) or "plain")
+def test_a_fused_adam_step_is_one_recorded_op_with_the_per_op_kernels_values(decoupled, options):
+    """In fused mode the whole step is one node of the pending graph (runtime/optimizer_step.py), and its values
+    are bit for bit those of the per-op kernel (ops/optimizer_kernels.py) it replaces."""
+    import torchtpu_lab
+    from torchtpu_lab.ops import optimizer_kernels
+    from torchtpu_lab.runtime import fused
+
+    op = torch._fused_adamw_ if decoupled else torch._fused_adam_
+    kwargs = {"lr": 0.01, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0, "eps": 1e-8, "amsgrad": False,
+              "maximize": False, **options}
+    lists, steps = _adam_lists(kwargs["amsgrad"])
+    with torchtpu_lab.eager_mode("fused"):
+        one = [[t.to("tpu") for t in lst] for lst in lists]
+        per_op = [[t.to("tpu") for t in lst] for lst in lists]
+        tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        tpu_steps = [s.to("tpu") for s in steps]
+        torchtpu_lab.sync()
+        for _ in range(2):
+            before = fused.pending_ops()
+            op(*one, tpu_steps, **tpu_kwargs)
+            assert fused.pending_ops() == before + 1
+            optimizer_kernels._adam(*per_op, tpu_steps, decoupled=decoupled, **tpu_kwargs)
+        for a, b in zip(sum(one, []), sum(per_op, [])):
+            assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_a_fused_adam_step_it_does_not_cover_takes_the_per_op_kernel():
+    """A view among the parameters (or a non-float32 tensor) is not one program's input: the per-op kernel runs
+    the step, with the values CPU's kernel gives."""
+    lists, steps = _adam_lists(False)
+    cpu = [[t.clone() for t in lst] for lst in lists]
+    tpu = [[t.to("tpu") for t in lst] for lst in lists]
+    whole = torch.randn(2, 3, 4)
+    cpu[0][0], tpu[0][0] = whole[1].clone(), whole.to("tpu")[1]  # a view of a bigger tensor
+    kwargs = {"lr": 0.01, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.1, "eps": 1e-8, "amsgrad": False,
+              "maximize": False}
+    torch._fused_adamw_(*cpu, [s.clone() for s in steps], **kwargs)
+    torch._fused_adamw_(*tpu, [s.to("tpu") for s in steps], **kwargs)
+    _check(cpu, tpu)
+
+
+def test_adamw_fused_training_matches_cpu_and_a_learning_rate_schedule_compiles_nothing_new():
+    """``AdamW(fused=True)`` (``transformers``' default optimizer) on a small model: losses equal CPU's step by
+    step, and once warm, steps whose learning rate a scheduler changes build no new program."""
+    import torchtpu_lab
+    from torchtpu_lab import caches
+
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    tpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    tpu_model.load_state_dict(cpu_model.state_dict())
+    tpu_model.to("tpu")
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    xt, yt = x.to("tpu"), y.to("tpu")
+    runs = []
+    for model, inputs in ((cpu_model, (x, y)), (tpu_model, (xt, yt))):
+        opt = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01, fused=True)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+        losses, compiles = [], []
+        with torchtpu_lab.eager_mode("fused"):
+            for _ in range(6):
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.mse_loss(model(inputs[0]), inputs[1])
+                loss.backward()
+                opt.step()
+                sched.step()
+                losses.append(loss.item())
+                compiles.append(telemetry.counters["compiles"])
+        runs.append((losses, compiles))
+    (cpu_losses, _), (tpu_losses, compiles) = runs
+    torch.testing.assert_close(tpu_losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    assert compiles[-1] == compiles[2], compiles  # steps 4-6: new learning rates, the same programs
+    assert caches.stats()["fused_adam_programs"]["entries"] >= 1  # the one-op step ran

@@ -29,6 +29,7 @@ from ..runtime import (
     fused,
     growth,
     mutation,
+    optimizer_step,
     padded_attention,
     recording,
     training_attention,
@@ -152,6 +153,7 @@ def _collect() -> dict:
     kernels.update(padded_attention.ATTENTION_KERNELS)
     kernels.update(training_attention.KERNELS)
     kernels.update(serialization.STORAGE_KERNELS)
+    kernels.update(optimizer_step.OPTIMIZER_KERNELS)
     for op, low in linear_grad.LOWERED.items():  # CompositeImplicitAutograd: never in the op table's sweep
         kernels[op] = tpu_kernel(low)
     for op, fn in PY_KERNELS.items():
