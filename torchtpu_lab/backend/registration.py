@@ -100,6 +100,7 @@ def register() -> None:
     recorder = core if recording.available(core) else None
     if recorder is not None:
         recording.configure(recorder, values.set_array)
+        values.use_native_writes(recorder.write_placeholders)
     dispatch.install(recorder)
     linear_grad.install(recorder)  # after the PrivateUse1 kernels: its forward runs through them
     shallow_copy.install()  # Module.to("tpu") moves parameters in place: tied weights stay tied

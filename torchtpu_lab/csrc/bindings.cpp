@@ -39,7 +39,27 @@ PyObject* untrack(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs)
 
 PyObject* sync_targets(PyObject* /*module*/, PyObject* /*unused*/) { return torchtpu::sync_targets(); }
 
+PyObject* segment_add(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "segment_add(segment, node)");
+    return nullptr;
+  }
+  return torchtpu::segment_add_py(args[0], args[1]);
+}
+
+PyObject* write_placeholders(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "write_placeholders(storages, placeholders)");
+    return nullptr;
+  }
+  return torchtpu::write_placeholders(args[0], args[1]);
+}
+
 PyMethodDef fast_methods[] = {
+    {"segment_add", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&segment_add)), METH_FASTCALL,
+     "segment_add(segment, node) -> bool: graph_key.Segment.add in C (False: inputs only Python keys)."},
+    {"write_placeholders", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&write_placeholders)),
+     METH_FASTCALL, "write_placeholders(storages, placeholders): values.set_array for each pair, in C."},
     {"sync_targets", &sync_targets, METH_NOARGS,
      "sync_targets() -> (storages, held, targets): a sync's snapshot of the pending work (recorder.h)."},
     {"untrack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&untrack)), METH_FASTCALL,

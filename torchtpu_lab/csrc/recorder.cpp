@@ -1828,6 +1828,54 @@ void clear_recorded() {
   }
 }
 
+namespace {
+// nullptr, with the Python error a C++ exception stands for (a python_error's is set already).
+PyObject* raised(const std::exception& e) {
+  if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
+  return nullptr;
+}
+}  // namespace
+
+PyObject* segment_add_py(PyObject* segment, PyObject* node) {
+  if (!rt.ready) Py_RETURN_FALSE;
+  PyObject* inputs = rt.n_inputs.get(node);
+  if (inputs == nullptr || !PyList_CheckExact(inputs)) Py_RETURN_FALSE;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(inputs); ++i) {  // what segment_add keys; anything else: Python's
+    PyTypeObject* t = Py_TYPE(PyList_GET_ITEM(inputs, i));
+    if (t != rt.lazy_type && t != rt.array_type && t != &PyFloat_Type && t != &PyLong_Type && t != &PyBool_Type) {
+      Py_RETURN_FALSE;
+    }
+  }
+  try {
+    segment_add(segment, node, inputs, rt.n_uid.get(node));
+  } catch (const std::exception& e) {
+    return raised(e);
+  }
+  Py_RETURN_TRUE;
+}
+
+PyObject* write_placeholders(PyObject* storages, PyObject* values) {
+  if (!rt.ready || !PyList_CheckExact(storages) || !PyList_CheckExact(values) ||
+      PyList_GET_SIZE(storages) != PyList_GET_SIZE(values)) {
+    PyErr_SetString(PyExc_TypeError, "torchtpu_lab: write_placeholders takes two lists of equal length");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
+    if (Py_TYPE(PyList_GET_ITEM(values, i)) != rt.lazy_type) {
+      PyErr_SetString(PyExc_TypeError, "torchtpu_lab: write_placeholders writes placeholders only");
+      return nullptr;
+    }
+  }
+  try {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
+      write_placeholder(PyList_GET_ITEM(storages, i), PyList_GET_ITEM(values, i));
+    }
+  } catch (const std::exception& e) {
+    return raised(e);
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* sync_targets() {
   if (!rt.ready) {
     PyErr_SetString(PyExc_RuntimeError, "torchtpu_lab: sync_targets before configure_recorder");

@@ -36,6 +36,14 @@ bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObje
 bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride, long offset,
                 bool reported);
 
+// graph_key.Segment.add(node) for a node the Python path recorded: True when done here, False (nothing done) for
+// inputs only Python's add keys (a FailedValue, another array type). nullptr with a Python error set.
+PyObject* segment_add_py(PyObject* segment, PyObject* node);
+
+// values.set_array(storage, placeholder) for each pair (lists of equal length; placeholders only), as the recorded
+// path writes an in-place op's result. None, or nullptr with a Python error set.
+PyObject* write_placeholders(PyObject* storages, PyObject* values);
+
 // fused._sync's snapshot of the pending work: (the live storages holding a placeholder, those placeholders, the
 // placeholders to compute: those and the extra values, each once, in recording order (node seq, then index)).
 // A new reference, or nullptr with a Python error set.

@@ -36,6 +36,10 @@ def _keep_tracked(*objects) -> None:
 #: and promoted them until a full collection (~250 ms in a process holding torch and JAX) came due. The native
 #: core's ``untrack`` once it is configured (runtime/recording.py), else nothing.
 untrack = _keep_tracked
+#: the native core's ``segment_add(segment, node) -> bool`` (``None``: pure-Python mode): :meth:`Segment.add` in C
+#: for a node the Python path recorded (its inputs placeholders, arrays and numbers: ``False`` leaves the rest to
+#: Python); a one-op optimizer step's node has a few hundred inputs
+NATIVE_ADD: list = [None]
 
 
 class Segment:
@@ -69,6 +73,9 @@ class Segment:
     def add(self, node, lazy_type) -> None:
         """Note a just-recorded node (hot path)."""
         if not self.regular:
+            return
+        native = NATIVE_ADD[0]
+        if native is not None and native(self, node):
             return
         leaves, leaf_pos, refs = self.leaves, self.leaf_pos, []
         for v in node.inputs:

@@ -32,72 +32,72 @@ from .signatures import OpSignature
 aten = torch.ops.aten
 
 
-def _base_f32(t, device: int | None) -> int | None:
-    """``t``'s device index when it is a float32 base tpu tensor (on ``device``, when given), else ``None``."""
-    if not tensor.on_tpu(t):
-        return None
-    t = tensor.adopt(t)
-    if t.tpu_view is not None or t.dtype != torch.float32:
-        return None
-    index = t.tpu_storage.device_index
-    return index if device is None or index == device else None
-
-
-def _device(groups: tuple, steps, extras: tuple) -> int | None:
-    """The device of a step this module covers, else ``None``: lists of equal, non-zero length of float32 base
-    tpu tensors on one device (a parameter's gradient and states of its shape), and tpu tensors among
-    ``extras`` (a tensor learning rate, ``grad_scale``, ``found_inf``)."""
-    params = groups[0]
-    n = len(params)
-    if n == 0 or any(len(g) != n for g in groups) or len(steps) != n:
-        return None
-    device = _base_f32(params[0], None)
-    if device is None:
-        return None
-    for i, p in enumerate(params):
-        shape = p.shape
-        for g in groups:
-            if _base_f32(g[i], device) is None or g[i].shape != shape:
+def _arrays(lists, device: int | None, adopted: list | None = None) -> list | None:
+    """The arrays of ``lists``' tensors, in order, when every one is a float32 base tpu tensor with device data
+    (not a fake tensor Dynamo traces with) on one device (``device``, when given); else ``None``. The tensors,
+    adopted, are appended to ``adopted``."""
+    arrays = []
+    for lst in lists:
+        for t in lst:
+            if not tensor.on_tpu(t) or not tensor.has_data(t):
                 return None
-        if _base_f32(steps[i], device) is None:
-            return None
-    for x in extras:
-        if isinstance(x, torch.Tensor) and _base_f32(x, device) is None:
-            return None
-    return device
+            t = tensor.adopt(t)
+            storage = t.tpu_storage
+            if t.tpu_view is not None or storage.dtype != torch.float32:
+                return None
+            if device is None:
+                device = storage.device_index
+            elif storage.device_index != device:
+                return None
+            arrays.append(storage.array)
+            if adopted is not None:
+                adopted.append(t)
+    return arrays
 
 
+@fused.entry_point  # under the runtime's lock from the first array read to the last write
 def _step(decoupled: bool, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
           beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None) -> bool:
-    """Run (or record) the step as one op, if :func:`_device` covers it; ``False`` (nothing done) otherwise."""
+    """Run (or record) the step as one op when it is covered: lists of equal, non-zero length of float32 base tpu
+    tensors on one device (a parameter's gradient and states of its shape; a tensor learning rate, ``grad_scale``
+    and ``found_inf`` too); ``False`` (nothing done) otherwise."""
     groups = (params, grads, exp_avgs, exp_avg_sqs) + ((max_exp_avg_sqs,) if amsgrad else ())
-    device = _device(groups, state_steps, (lr, grad_scale, found_inf))
-    if device is None or (not amsgrad and max_exp_avg_sqs):
+    n = len(params)
+    if n == 0 or any(len(g) != n for g in groups) or len(state_steps) != n or (not amsgrad and max_exp_avg_sqs):
         return False
-    _run(decoupled, groups, state_steps, device, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
-         grad_scale, found_inf)
+    if any(g[i].shape != p.shape for i, p in enumerate(params) for g in groups[1:]):
+        return False
+    tensors: list = []
+    arrays = _arrays(zip(*groups), None, tensors)
+    if arrays is None:
+        return False
+    device = tensors[0].tpu_storage.device_index
+    extras = [x for x in (lr, grad_scale, found_inf) if isinstance(x, torch.Tensor)]
+    steps = _arrays((state_steps, extras), device)
+    if steps is None:
+        return False
+    _run(decoupled, tensors, arrays, steps, device, lr, beta1, beta2, weight_decay, eps, len(groups),
+         grad_scale is not None, found_inf is not None, maximize)
     return True
 
 
-@fused.entry_point
-def _run(decoupled: bool, groups: tuple, steps, device: int, lr, beta1, beta2, weight_decay, eps, amsgrad: bool,
-         maximize: bool, grad_scale, found_inf) -> None:
-    tensors = [tensor.adopt(g[i]) for i in range(len(groups[0])) for g in groups]
-    dyn = [t.tpu_storage.array for t in tensors]
-    dyn += [tensor.adopt(s).tpu_storage.array for s in steps]
+def _run(decoupled: bool, tensors: list, arrays: list, steps: list, device: int, lr, beta1, beta2, weight_decay, eps,
+         per_param: int, scaled: bool, checks_inf: bool, maximize: bool) -> None:
+    """Record (fused) or run (strict) the step's program on ``arrays`` (``tensors``' own, per parameter ``p, g, m,
+    v[, max_v]``) and ``steps`` (the steps' arrays, then a tensor learning rate's, ``grad_scale``'s,
+    ``found_inf``'s), and give its outputs to the tensors they replace."""
     lr_tensor = isinstance(lr, torch.Tensor)
+    n = len(tensors) // per_param
     # the per-op kernel's Python-level numbers, computed as it computes them (in double, then cast by each op); with
     # a tensor learning rate, ``1 - lr * weight_decay`` is a tensor expression, computed in the program
     decay = (1 - lr * weight_decay) if decoupled and not lr_tensor else weight_decay
-    dyn += [tensor.adopt(lr).tpu_storage.array if lr_tensor else lr, decay, beta1, 1 - beta1, beta2, 1 - beta2, eps]
-    dyn += [tensor.adopt(x).tpu_storage.array for x in (grad_scale, found_inf) if x is not None]
-    shapes = tuple(tuple(p.shape) for p in groups[0])
-    sig = (shapes, decoupled, amsgrad, maximize, weight_decay != 0, lr_tensor, grad_scale is not None,
-           found_inf is not None)
+    dyn = arrays + steps[:n] + [steps[n] if lr_tensor else lr, decay, beta1, 1 - beta1, beta2, 1 - beta2, eps]
+    dyn += steps[n + lr_tensor:]
+    shapes = tuple(tuple(t.shape) for t in tensors[::per_param])
+    sig = (shapes, decoupled, per_param == 5, maximize, weight_decay != 0, lr_tensor, scaled, checks_inf)
     program = _program(*sig)
     out = launch(program, OpSignature("fused_adam", sig, ()), dyn, device, True)
-    for t, value in zip(_written(tensors, len(groups), grad_scale is not None), out):
-        values.set_array(t.tpu_storage, value)
+    values.set_arrays([t.tpu_storage for t in _written(tensors, per_param, scaled)], list(out))
 
 
 def _written(tensors: list, per_param: int, unscaled: bool) -> list:

@@ -106,6 +106,7 @@ def configure(core, set_array) -> None:
     lesson_pending = core.lesson_pending
     graph_key.untrack = core.untrack
     fused.SNAPSHOT[0] = core.sync_targets
+    graph_key.NATIVE_ADD[0] = core.segment_add
     caches.on_clear(core.clear_recorded)
     config.data_checks.before_change(lambda old, new: core.clear_recorded())  # entries are with/without checks
 

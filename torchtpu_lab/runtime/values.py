@@ -16,7 +16,7 @@ import torch
 from .. import caches, dtypes
 from ..telemetry import SyncReason
 from ..device import tensor, views
-from ..device.storage import Storage
+from ..device.storage import Storage, store_all
 from . import fused, pending_errors
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, launch, run_now
@@ -91,6 +91,30 @@ def set_array(storage: Storage, array) -> None:
     if isinstance(array, fused.LazyValue):
         fused.track(storage)  # tracked first: an interrupt between the two lines leaves nothing untracked
     storage.array = array
+
+
+def set_arrays(storages: list, arrays: list) -> None:
+    """:func:`set_array` for each pair — one op's outputs replacing many tensors' arrays (an optimizer step) — in
+    one native call when the core has it: placeholders as the recording kernel writes an in-place result,
+    concrete arrays as a sync commits its results."""
+    lazy = [type(a) is fused.LazyValue for a in arrays]
+    native = _WRITE_PLACEHOLDERS[0]
+    if native is not None and all(lazy):
+        native(storages, arrays)
+    elif not any(lazy):
+        store_all(storages, arrays)
+    else:
+        for s, a in zip(storages, arrays, strict=True):
+            set_array(s, a)
+
+
+#: the native core's ``write_placeholders`` (``None``: pure-Python mode)
+_WRITE_PLACEHOLDERS: list = [None]
+
+
+def use_native_writes(write_placeholders) -> None:
+    """Write placeholders into storages with the native core's ``write_placeholders`` (registration, once)."""
+    _WRITE_PLACEHOLDERS[0] = write_placeholders
 
 
 @fused.entry_point
