@@ -10,7 +10,8 @@
   native core's recording kernel off (``config.native_recording``: every op through its Python kernel);
 * a tiny transformer's training step (2 layers, d 64, batch 2, 16 tokens; forward, backward, AdamW) in fused
   mode — recording, the sync (graph key, lookup, execution on XLA:CPU) and the whole step — vs the same step in
-  PyTorch CPU eager with one intra-op thread (target: host time no more than CPU eager's whole step);
+  PyTorch CPU eager with one intra-op thread (target: host time no more than CPU eager's whole step); and the
+  same step's recording with ``AdamW(fused=True)`` (``transformers``' ``Trainer`` default), against its CPU step;
 * tensors made from the host: ``torch.tensor``, ``.to("tpu")`` and factories (``full``, ``arange``, ``zeros``)
   in fused mode with nothing pending (a cell's set-up, a batch, a step's first mask), vs the same call on the CPU;
 * the floor: PyTorch's own dispatch into an empty Python PrivateUse1 kernel (no Python backend could be cheaper);
@@ -157,8 +158,10 @@ def creation_rows(iters: int, reps: int) -> list[tuple]:
     return rows
 
 
-def _transformer_steps():
-    """``(step, tpu args, cpu args)``: a tiny transformer's AdamW step and the same model and data on tpu and CPU."""
+def _transformer_steps(fused_optimizer: bool = False):
+    """``(step, tpu args, cpu args)``: a tiny transformer's AdamW step and the same model and data on tpu and CPU
+    (``fused_optimizer``: ``AdamW(fused=True)``, ``transformers``' ``Trainer`` default; else PyTorch's default,
+    the foreach path)."""
     import torch.nn.functional as F
     from train_step import Transformer
 
@@ -169,8 +172,9 @@ def _transformer_steps():
     tpu_model.to("tpu")
     idx = torch.randint(0, 128, (2, 16))
     target = torch.roll(idx, -1, 1)
-    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-3)
-    tpu_opt = torch.optim.AdamW(tpu_model.parameters(), lr=1e-3)
+    options = {"fused": True} if fused_optimizer else {}
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-3, **options)
+    tpu_opt = torch.optim.AdamW(tpu_model.parameters(), lr=1e-3, **options)
 
     def step(model, opt, x, y):
         opt.zero_grad(set_to_none=True)
@@ -189,7 +193,8 @@ def step_rows(steps: int) -> list[tuple]:
 
     now = clock()
     step, (tpu_model, tpu_opt, idx_t, target_t), (cpu_model, cpu_opt, idx, target) = _transformer_steps()
-    record, sync, whole, cpu, python = [], [], [], [], []
+    _, fused_tpu, fused_cpu = _transformer_steps(fused_optimizer=True)
+    record, sync, whole, cpu, python, fused_record, fused_cpu_step = [], [], [], [], [], [], []
     threads = torch.get_num_threads()
     # one intra-op thread for the CPU step: on a small shared machine OpenMP's workers spin while they wait, which
     # --clock cpu would count as the step's time (and the tiny model gains nothing from a second thread)
@@ -207,20 +212,34 @@ def step_rows(steps: int) -> list[tuple]:
                 step(tpu_model, tpu_opt, idx_t, target_t)
                 t4 = now()
                 torchtpu_lab.sync()
+            t5 = now()
+            step(*fused_tpu)
+            t6 = now()
+            torchtpu_lab.sync()
+            t7 = now()
+            step(*fused_cpu)
+            t8 = now()
             if i >= 3:
                 record.append(t1 - t0)
                 sync.append(t2 - t1)
                 whole.append(t2 - t0)
                 cpu.append(t3 - t2)
                 python.append(t4 - t3)
+                fused_record.append(t6 - t5)
+                fused_cpu_step.append(t8 - t7)
     torch.set_num_threads(threads)
     ms = {k: statistics.median(v) * 1e3 for k, v in
-          {"record": record, "sync": sync, "whole": whole, "cpu": cpu, "python": python}.items()}
+          {"record": record, "sync": sync, "whole": whole, "cpu": cpu, "python": python, "fused_record": fused_record,
+           "fused_cpu": fused_cpu_step}.items()}
     return [("fused: recording (host)", f"{ms['record']:.2f}", f"{ms['record'] / ms['cpu']:.2f}x"),
             ("fused: recording, Python path only", f"{ms['python']:.2f}", f"{ms['python'] / ms['cpu']:.2f}x"),
             ("fused: sync (key, lookup, XLA:CPU run)", f"{ms['sync']:.2f}", f"{ms['sync'] / ms['cpu']:.2f}x"),
             ("fused: whole step", f"{ms['whole']:.2f}", f"{ms['whole'] / ms['cpu']:.2f}x"),
-            ("PyTorch CPU eager: whole step", f"{ms['cpu']:.2f}", "1.00x")]
+            ("PyTorch CPU eager: whole step", f"{ms['cpu']:.2f}", "1.00x"),
+            ("AdamW(fused=True): fused recording", f"{ms['fused_record']:.2f}",
+             f"{ms['fused_record'] / ms['fused_cpu']:.2f}x (of its CPU step)"),
+            ("AdamW(fused=True): PyTorch CPU eager whole step", f"{ms['fused_cpu']:.2f}",
+             f"{ms['fused_cpu'] / ms['cpu']:.2f}x")]
 
 
 def gc_rows(steps: int) -> list[tuple]:
