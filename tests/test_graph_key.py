@@ -116,3 +116,26 @@ def test_a_repeated_step_finds_its_structure_while_recording(monkeypatch):
             torch.testing.assert_close(got, step(op, on_tpu=False)[0])
             assert len(calls) == structures, (op, calls)
             assert matching == (structures == 0)  # every node agreed, up to the sync
+
+
+def test_a_loop_that_alternates_graphs_finds_each_structure_while_recording(monkeypatch):
+    """A loop that syncs two graphs per iteration (a training step and an evaluation; a read of the loss between
+    the backward and the optimizer) expects, after each sync, the graph that came after it last time: once both
+    were seen, every segment matches as it is recorded and no structure is built again. Values are CPU's."""
+    calls = []
+    original = graph_key.canonical
+    monkeypatch.setattr(graph_key, "canonical", lambda s: calls.append(len(s)) or original(s))
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    tx, tw = x.to("tpu"), w.to("tpu")
+    graphs = {"train": lambda a, b: torch.tanh(a @ b) * 0.5 + a.sum(),
+              "eval": lambda a, b: (a @ b).relu().sum(dim=0)}
+    with torchtpu_lab.eager_mode("fused"):
+        torchtpu_lab.sync()
+        for i in range(6):
+            for name, fn in graphs.items():
+                calls.clear()
+                out = fn(tx, tw)
+                matching = fused.PENDING.segment.matching
+                torch.testing.assert_close(out.cpu(), fn(x, w))
+                if i >= 2:
+                    assert matching and not calls, (i, name, calls)

@@ -195,7 +195,7 @@ struct Runtime {
   Slot state_value;
   Slot pw_storages, pw_prior, pw_recorded, pw_seq, pw_segment, pw_device, pw_extra;
   Slot seg_token, seg_refs, seg_node_keys, seg_leaves, seg_leaf_sigs, seg_leaf_pos, seg_regular, seg_expect,
-      seg_matching;
+      seg_matching, seg_plans, seg_fallback;
   Slot cut_tail, cut_last_ids;
   Slot n_key, n_uid, n_fn, n_inputs, n_treedef, n_avals, n_name, n_source, n_seq, n_segment, n_position;
   Slot lv_node, lv_index, lv_shape, lv_dtype, lv_value;
@@ -695,6 +695,26 @@ bool same_key(PyObject* expected, PyObject* uid, const std::vector<std::pair<PyO
   return true;
 }
 
+// Segment.add's second guess when the node at `position` differs from `expect`'s: the last sync's own structure
+// (the segment's `fallback`, tried once) becomes what the segment matches when it agrees up to and with this node.
+bool switch_to_fallback(PyObject* segment, PyObject* expect, Py_ssize_t position, PyObject* uid,
+                        const std::vector<std::pair<PyObject*, PyObject*>>& wiring) {
+  PyObject* fallback = rt.seg_fallback.get(segment);
+  if (fallback == nullptr || fallback == Py_None) return false;
+  OwnedRef held(Py_NewRef(fallback));
+  rt.seg_fallback.set(segment, Py_None);
+  PyObject* alt = PyTuple_GET_ITEM(held.p, 0);
+  if (position >= PyTuple_GET_SIZE(alt) || !same_key(PyTuple_GET_ITEM(alt, position), uid, wiring)) return false;
+  for (Py_ssize_t i = 0; i < position; ++i) {
+    const int rc = PyObject_RichCompareBool(PyTuple_GET_ITEM(alt, i), PyTuple_GET_ITEM(expect, i), Py_EQ);
+    if (rc < 0) throw python_error();
+    if (rc == 0) return false;
+  }
+  rt.seg_expect.set(segment, alt);
+  rt.seg_plans.set(segment, PyTuple_GET_ITEM(held.p, 1));
+  return true;
+}
+
 // graph_key.Segment.add(node, LazyValue), the same steps in the same order. While the segment matches the
 // structure its last sync found, a key equal to that structure's at the node's position is not made at all.
 void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* uid) {
@@ -757,6 +777,7 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
   if (rt.seg_matching.get(segment) == Py_True) {
     PyObject* expect = rt.seg_expect.get(segment);
     if (position < PyTuple_GET_SIZE(expect) && same_key(PyTuple_GET_ITEM(expect, position), uid, wiring)) return;
+    if (switch_to_fallback(segment, expect, position, uid, wiring)) return;
     rt.seg_matching.set(segment, Py_False);  // the agreeing prefix becomes the keys so far
     OwnedRef prefix(PyTuple_GetSlice(expect, 0, position));
     PyObject* keys = prefix.p == nullptr ? nullptr : PySequence_List(prefix.p);
@@ -1448,6 +1469,8 @@ void configure_recorder(PyObject* config) {
   rt.seg_regular = slot_of(seg, "regular");
   rt.seg_expect = slot_of(seg, "expect");
   rt.seg_matching = slot_of(seg, "matching");
+  rt.seg_plans = slot_of(seg, "plans");
+  rt.seg_fallback = slot_of(seg, "fallback");
   PyObject* cut = reinterpret_cast<PyObject*>(Py_TYPE(rt.cuts));
   rt.cut_tail = slot_of(cut, "tail");
   rt.cut_last_ids = slot_of(cut, "last_ids");
@@ -1837,7 +1860,7 @@ PyObject* raised(const std::exception& e) {
 }  // namespace
 
 PyObject* segment_add_py(PyObject* segment, PyObject* node) {
-  if (!rt.ready) Py_RETURN_FALSE;
+  if (!rt.ready || Py_TYPE(node) != rt.node_type) Py_RETURN_FALSE;
   PyObject* inputs = rt.n_inputs.get(node);
   if (inputs == nullptr || !PyList_CheckExact(inputs)) Py_RETURN_FALSE;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(inputs); ++i) {  // what segment_add keys; anything else: Python's
@@ -1861,8 +1884,9 @@ PyObject* write_placeholders(PyObject* storages, PyObject* values) {
     return nullptr;
   }
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
-    if (Py_TYPE(PyList_GET_ITEM(values, i)) != rt.lazy_type) {
-      PyErr_SetString(PyExc_TypeError, "torchtpu_lab: write_placeholders writes placeholders only");
+    if (Py_TYPE(PyList_GET_ITEM(values, i)) != rt.lazy_type ||
+        Py_TYPE(PyList_GET_ITEM(storages, i)) != rt.storage_type) {
+      PyErr_SetString(PyExc_TypeError, "torchtpu_lab: write_placeholders writes placeholders into Storages only");
       return nullptr;
     }
   }

@@ -50,17 +50,31 @@ class Segment:
     stored (``matching``: ``node_keys`` stays empty; the native core makes no key tuples either), and a sync whose
     every node agreed takes ``expect`` and its plans as they are: no structure to build, hash or compare with the
     stored one, which a step's other work has pushed out of the CPU caches. The first node that differs copies the
-    agreeing prefix (``expect``'s own tuples) into ``node_keys`` and recording goes on as without ``expect``."""
+    agreeing prefix (``expect``'s own tuples) into ``node_keys`` and recording goes on as without ``expect``.
+
+    A loop may sync more than one graph per iteration (a step and an evaluation, a read of the loss between the
+    backward and the optimizer, a decode step and its stop check), so ``expect`` is the structure that came after
+    the last sync's the last time it ran (``after``), or the last sync's own when none has yet: the same graph
+    again, for a loop of one. Where that guess is wrong from the first node on that differs, the last sync's own
+    structure (``fallback``) takes over when it agrees up to there (a loop that went back to its old graph)."""
 
     __slots__ = ("token", "refs", "node_keys", "leaves", "leaf_sigs", "leaf_pos", "regular", "expect", "plans",
-                 "matching")
+                 "matching", "last", "after", "fallback")
 
     def __init__(self) -> None:
-        self.expect: Structure | None = None  # the canonical structure of the last sync built from a segment
+        self.expect: Structure | None = None  # the canonical structure this segment is expected to repeat
         self.plans: dict | None = None  # its plans (canonical's)
+        self.last: tuple | None = None  # (structure, plans) of the last sync built from a segment
+        self.after: dict = {}  # structure -> (structure, plans) of the sync that came after it last time
         self.reset()
 
     def reset(self) -> None:
+        last = self.last
+        self.fallback = None
+        if last is not None:
+            self.expect, self.plans = self.after.get(last[0], last)
+            if self.expect is not last[0]:
+                self.fallback = last
         self.token = object()  # nodes of this segment carry it: an input from another segment is seen at once
         self.refs: list = []  # weak references to the nodes, in recording order
         self.node_keys: list = []  # (op uid, wiring) per node, as fused._build_key lays them out (not matching)
@@ -110,6 +124,13 @@ class Segment:
             expect = self.expect
             if position < len(expect) and expect[position] == key:
                 return
+            fallback = self.fallback
+            if fallback is not None:
+                self.fallback = None
+                alt = fallback[0]
+                if position < len(alt) and alt[position] == key and alt[:position] == expect[:position]:
+                    self.expect, self.plans = fallback
+                    return
             self.matching = False
             self.node_keys = list(expect[:position])
         self.node_keys.append(key)
@@ -134,7 +155,11 @@ class Segment:
             structure, plans = self.expect, self.plans
         else:
             structure, plans = canonical(Structure(self.expect[:n] if self.matching else self.node_keys))
-            self.expect, self.plans = structure, plans
+        if self.last is not None:
+            if len(self.after) >= MAX_SUCCESSORS and self.last[0] not in self.after:
+                self.after.clear()
+            self.after[self.last[0]] = (structure, plans)
+        self.last = (structure, plans)
         wanted = tuple(sorted(set(positions)))
         plan = plans.get(wanted)
         if plan is None:
@@ -178,6 +203,8 @@ class Structure(Hashed):
 _STRUCTURES = caches.cache("graph_structures", 256)
 #: plans kept per structure (one per set of values its syncs want: usually one)
 MAX_PLANS = 16
+#: structures whose successor a segment remembers (the graphs a loop alternates between: a handful)
+MAX_SUCCESSORS = 64
 
 
 def canonical(structure: Structure) -> tuple:
