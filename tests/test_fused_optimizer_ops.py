@@ -166,3 +166,31 @@ def test_adamw_fused_training_matches_cpu_and_a_learning_rate_schedule_compiles_
     torch.testing.assert_close(tpu_losses, cpu_losses, rtol=1e-5, atol=1e-6)
     assert compiles[-1] == compiles[2], compiles  # steps 4-6: new learning rates, the same programs
     assert caches.stats()["fused_adam_programs"]["entries"] >= 1  # the one-op step ran
+
+
+@pytest.mark.parametrize("options", SGD_OPTIONS + [{"momentum": 0.9, "lr": torch.tensor(0.05)},
+                                                   {"momentum": 0.9, "grad_scale": torch.tensor(2.0),
+                                                    "found_inf": torch.tensor(0.0)}],
+                         ids=lambda o: ",".join(o))
+def test_a_fused_sgd_step_is_one_recorded_op_with_the_per_op_kernels_values(options):
+    import torchtpu_lab
+    from torchtpu_lab.ops import optimizer_kernels
+    from torchtpu_lab.runtime import fused
+
+    kwargs = {"weight_decay": 0.0, "lr": 0.05, "dampening": 0.0, "nesterov": False, "maximize": False,
+              "is_first_step": False, **options}
+    lists = _tensors(3 if options["momentum"] else 2, seed=2)
+    if not options["momentum"]:
+        lists.append([])
+    with torchtpu_lab.eager_mode("fused"):
+        one = [[t.to("tpu") for t in lst] for lst in lists]
+        per_op = [[t.to("tpu") for t in lst] for lst in lists]
+        tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        torchtpu_lab.sync()
+        for _ in range(2):
+            before = fused.pending_ops()
+            torch._fused_sgd_(*one, **tpu_kwargs)
+            assert fused.pending_ops() == before + 1
+            optimizer_kernels.fused_sgd_(*per_op, **tpu_kwargs)
+        for a, b in zip(sum(one, []), sum(per_op, [])):
+            assert torch.equal(a.cpu(), b.cpu())

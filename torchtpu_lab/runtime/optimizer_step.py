@@ -1,4 +1,5 @@
-"""``Adam(fused=True)`` and ``AdamW(fused=True)``'s step (``aten::_fused_adam_``, ``_fused_adamw_``) as one op.
+"""``Adam``, ``AdamW`` and ``SGD``'s ``fused=True`` step (``aten::_fused_adam_``, ``_fused_adamw_``,
+``_fused_sgd_``) as one op.
 
 Why. ``transformers``' ``Trainer`` defaults to ``adamw_torch_fused`` (torch >= 2.8), which hands the whole step —
 every parameter, gradient and state tensor — to ``_fused_adamw_``. :mod:`torchtpu_lab.ops.optimizer_kernels`
@@ -56,27 +57,36 @@ def _arrays(lists, device: int | None, adopted: list | None = None) -> list | No
     return arrays
 
 
-@fused.entry_point  # under the runtime's lock from the first array read to the last write
-def _step(decoupled: bool, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
-          beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None) -> bool:
-    """Run (or record) the step as one op when it is covered: lists of equal, non-zero length of float32 base tpu
-    tensors on one device (a parameter's gradient and states of its shape; a tensor learning rate, ``grad_scale``
-    and ``found_inf`` too); ``False`` (nothing done) otherwise."""
-    groups = (params, grads, exp_avgs, exp_avg_sqs) + ((max_exp_avg_sqs,) if amsgrad else ())
+def _covered(groups: tuple, steps, extras: tuple) -> tuple | None:
+    """``(tensors, arrays, step and extra arrays, device)`` of a step one op covers, else ``None``: lists of equal,
+    non-zero length of float32 base tpu tensors on one device (a parameter's gradient and states of its shape;
+    ``steps`` and the tensors among ``extras`` — a tensor learning rate, ``grad_scale``, ``found_inf`` — too).
+    ``tensors`` and ``arrays`` go per parameter, its entries of ``groups`` in order."""
+    params = groups[0]
     n = len(params)
-    if n == 0 or any(len(g) != n for g in groups) or len(state_steps) != n or (not amsgrad and max_exp_avg_sqs):
-        return False
+    if n == 0 or any(len(g) != n for g in groups) or len(steps) not in (0, n):
+        return None
     if any(g[i].shape != p.shape for i, p in enumerate(params) for g in groups[1:]):
-        return False
+        return None
     tensors: list = []
     arrays = _arrays(zip(*groups), None, tensors)
     if arrays is None:
-        return False
+        return None
     device = tensors[0].tpu_storage.device_index
-    extras = [x for x in (lr, grad_scale, found_inf) if isinstance(x, torch.Tensor)]
-    steps = _arrays((state_steps, extras), device)
-    if steps is None:
+    more = _arrays((steps, [x for x in extras if isinstance(x, torch.Tensor)]), device)
+    return None if more is None else (tensors, arrays, more, device)
+
+
+@fused.entry_point  # under the runtime's lock from the first array read to the last write
+def _step(decoupled: bool, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
+          beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None) -> bool:
+    """Run (or record) Adam's step as one op when :func:`_covered` covers it; ``False`` (nothing done) otherwise."""
+    groups = (params, grads, exp_avgs, exp_avg_sqs) + ((max_exp_avg_sqs,) if amsgrad else ())
+    covered = None if (not amsgrad and max_exp_avg_sqs) or not state_steps else _covered(
+        groups, state_steps, (lr, grad_scale, found_inf))
+    if covered is None:
         return False
+    tensors, arrays, steps, device = covered
     _run(decoupled, tensors, arrays, steps, device, lr, beta1, beta2, weight_decay, eps, len(groups),
          grad_scale is not None, found_inf is not None, maximize)
     return True
@@ -168,6 +178,76 @@ def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, deca
     return OpExecutable(run, True, meta, "aten::_fused_adam_")
 
 
+@fused.entry_point
+def _sgd_step(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
+              is_first_step, grad_scale=None, found_inf=None) -> bool:
+    """Run (or record) SGD's step as one op when :func:`_covered` covers it; ``False`` (nothing done) otherwise."""
+    moves = momentum != 0
+    groups = (params, grads) + ((momentum_buffer_list,) if moves else ())
+    covered = _covered(groups, [], (lr, grad_scale, found_inf))
+    if covered is None:
+        return False
+    tensors, arrays, extras, device = covered
+    lr_tensor, per_param, scaled = isinstance(lr, torch.Tensor), len(groups), grad_scale is not None
+    dyn = arrays + [extras[0] if lr_tensor else lr, weight_decay, momentum, 1 - dampening] + extras[lr_tensor:]
+    shapes = tuple(tuple(t.shape) for t in tensors[::per_param])
+    sig = (shapes, moves, bool(is_first_step), bool(nesterov), bool(maximize), weight_decay != 0, lr_tensor, scaled,
+           found_inf is not None)
+    out = launch(_sgd_program(*sig), OpSignature("fused_sgd", sig, ()), dyn, device, True)
+    written = []
+    for i in range(0, len(tensors), per_param):  # per parameter: its new value[, momentum buffer][, gradient]
+        written += [tensors[i]] + tensors[i + 2:i + per_param] + ([tensors[i + 1]] if scaled else [])
+    values.set_arrays([t.tpu_storage for t in written], list(out))
+    return True
+
+
+@caches.memoize("fused_sgd_programs", 64)
+def _sgd_program(shapes: tuple, moves: bool, first: bool, nesterov: bool, maximize: bool, decays: bool,
+                 lr_tensor: bool, scaled: bool, checks_inf: bool) -> OpExecutable:
+    """SGD's step as ops/optimizer_kernels.py's ``fused_sgd_`` runs it: inputs per parameter ``p, g[, buf]``, then
+    ``lr, weight_decay, momentum, 1 - dampening[, grad_scale][, found_inf]``."""
+    n = len(shapes)
+    per_param = 3 if moves else 2
+
+    def run(*inputs):
+        states, rest = inputs[:n * per_param], inputs[n * per_param:]
+        lr, weight_decay, momentum, one_minus_dampening = rest[:4]
+        scale = rest[4] if scaled else None
+        found_inf = rest[-1] if checks_inf else None
+
+        def unless_inf(new, old):
+            return new if found_inf is None else jnp.where(found_inf == 1, old, new)
+
+        outs = []
+        for i in range(n):
+            p, g = states[i * per_param:i * per_param + 2]
+            if scaled:
+                g = unless_inf(g / scale, g)
+            unscaled = g
+            if maximize:
+                g = -g
+            if decays:
+                g = g + p * weight_decay
+            written = []
+            if moves:
+                buf = states[i * per_param + 2]
+                new_buf = g if first else buf * momentum + g * one_minus_dampening
+                written.append(unless_inf(new_buf, buf))
+                g = g + new_buf * momentum if nesterov else new_buf
+            outs += [unless_inf(p - (lr * g if lr_tensor else g * lr), p)] + written + ([unscaled] if scaled else [])
+        return outs
+
+    meta = []
+    for shape in shapes:
+        meta += [torch.empty(shape, dtype=torch.float32, device="meta")] * (1 + moves + scaled)
+    return OpExecutable(run, True, meta, "aten::_fused_sgd_")
+
+
+def _sgd_kernel(params, grads, momentum_buffer_list, **hyper) -> None:
+    if not _sgd_step(params, grads, momentum_buffer_list, **hyper):
+        optimizer_kernels.fused_sgd_(params, grads, momentum_buffer_list, **hyper)
+
+
 def _kernel(decoupled: bool):
     per_op = functools.partial(optimizer_kernels._adam, decoupled=decoupled)
 
@@ -182,3 +262,4 @@ def _kernel(decoupled: bool):
 OPTIMIZER_KERNELS = {op: _kernel(decoupled)
                      for decoupled, packet in ((False, aten._fused_adam_), (True, aten._fused_adamw_))
                      for op in (packet.default, packet.tensor_lr)}
+OPTIMIZER_KERNELS.update({aten._fused_sgd_.default: _sgd_kernel, aten._fused_sgd_.tensor_lr: _sgd_kernel})
