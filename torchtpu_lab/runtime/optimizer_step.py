@@ -121,6 +121,18 @@ def _written(tensors: list, per_param: int, unscaled: bool) -> list:
     return out
 
 
+def _scaling(rest: tuple, scaled: bool, checks_inf: bool) -> tuple:
+    """``(grad_scale, unless_inf)`` from a step program's last inputs (``[grad_scale][, found_inf]``): the scale
+    (``None`` without one), and ``unless_inf(new, old)``, the per-op kernels' ``_skip_if_inf``: ``old`` where the
+    grad scaler found an inf."""
+    found_inf = rest[-1] if checks_inf else None
+
+    def unless_inf(new, old):
+        return new if found_inf is None else jnp.where(found_inf == 1, old, new)
+
+    return (rest[0] if scaled else None), unless_inf
+
+
 @caches.memoize("fused_adam_programs", 64)
 def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, decays: bool, lr_tensor: bool,
              scaled: bool, checks_inf: bool) -> OpExecutable:
@@ -134,12 +146,7 @@ def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, deca
         states, steps = inputs[:n * per_param], inputs[n * per_param:n * (per_param + 1)]
         rest = inputs[n * (per_param + 1):]
         lr, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps = rest[:7]
-        scale = rest[7] if scaled else None
-        found_inf = rest[-1] if checks_inf else None
-
-        def unless_inf(new, old):
-            return new if found_inf is None else jnp.where(found_inf == 1, old, new)
-
+        scale, unless_inf = _scaling(rest[7:], scaled, checks_inf)
         outs = []
         for i in range(n):
             p, g, m, v = states[i * per_param:i * per_param + 4]
@@ -175,7 +182,7 @@ def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, deca
     meta = []
     for shape in shapes:
         meta += [torch.empty(shape, dtype=torch.float32, device="meta")] * (3 + amsgrad + scaled)
-    return OpExecutable(run, True, meta, "aten::_fused_adam_")
+    return OpExecutable(run, True, meta, "aten::_fused_adamw_" if decoupled else "aten::_fused_adam_")
 
 
 @fused.entry_point
@@ -212,12 +219,7 @@ def _sgd_program(shapes: tuple, moves: bool, first: bool, nesterov: bool, maximi
     def run(*inputs):
         states, rest = inputs[:n * per_param], inputs[n * per_param:]
         lr, weight_decay, momentum, one_minus_dampening = rest[:4]
-        scale = rest[4] if scaled else None
-        found_inf = rest[-1] if checks_inf else None
-
-        def unless_inf(new, old):
-            return new if found_inf is None else jnp.where(found_inf == 1, old, new)
-
+        scale, unless_inf = _scaling(rest[4:], scaled, checks_inf)
         outs = []
         for i in range(n):
             p, g = states[i * per_param:i * per_param + 2]
