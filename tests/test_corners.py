@@ -720,8 +720,8 @@ def test_the_runtimes_broadcast_agrees_with_pytorchs_for_every_small_pair_of_sha
         assert sizes.broadcast(a, b) == want, (a, b)
 
 
-@pytest.mark.parametrize("dst, src", [((2, 3), (3,)), ((3,), (2, 3)), ((3,), (4,)), ((2, 3), (2, 1)), ((2, 3), (4, 1, 3)),
-                                      ((4, 2, 3), (5, 3))])
+@pytest.mark.parametrize("dst, src", [((2, 3), (3,)), ((3,), (2, 3)), ((3,), (4,)), ((2, 3), (2, 1)),
+                                      ((2, 3), (4, 1, 3)), ((4, 2, 3), (5, 3))])
 def test_copy_into_a_tpu_tensor_broadcasts_or_raises_as_cpu_does(dst, src):
     values = torch.randn(src)
     cpu, tpu = torch.zeros(dst), torch.zeros(dst).to("tpu")
