@@ -1,7 +1,7 @@
 """Strict mode's repeated op run from the native core (issue 26, part 2; csrc/recorder.cpp ``try_run``,
 runtime/recording.py ``learn_strict``): the cached executable called from C++ without entering Python. What
 the user sees must be what the Python path gives — values, devices, the cache-hit counter, memory accounting,
-errors — and everything the C++ path does not cover (a profile, debug mode, pending fused work, a ``TypeError``
+errors — and everything the C++ path does not cover (debug mode, pending fused work, a ``TypeError``
 from the executable, another thread in the runtime, the switch off) must reach the Python path."""
 
 import os
@@ -72,7 +72,9 @@ def test_the_cache_hit_counter_and_memory_accounting_are_kept():
 
 
 @needs_core
-def test_a_profile_debug_mode_and_the_switch_take_the_python_path():
+def test_under_a_profile_a_strict_call_runs_in_cpp_with_its_op_record_and_debug_mode_takes_the_python_path():
+    """Under a profile the C++ path still runs the call, and notes what the Python path notes: an op record (a
+    cache hit, with the user's line) and the entry's span. Debug mode and the switch take the Python path."""
     a = torch.randn(8, 8).to("tpu")
     with torchtpu_lab.eager_mode("strict"):
         for _ in range(2):
@@ -80,17 +82,19 @@ def test_a_profile_debug_mode_and_the_switch_take_the_python_path():
         ran = _ran()
         with torchtpu_lab.profile() as prof:
             y = torch.exp(a); line = sys._getframe().f_lineno
-        assert _ran() == ran
+        assert _ran() == ran + 1
         [event] = [e for e in prof.events if e.kind == "op" and "exp" in e.name]
         assert event.source.lineno == line and event.source.filename == __file__
+        assert event.detail["cache_hit"] is True and event.dur > 0
+        assert any(t0 <= event.t <= t1 for t0, t1 in zip(prof.entry_spans[::2], prof.entry_spans[1::2]))  # its span
         with config.native_recording(False):
             torch.exp(a)
-        assert _ran() == ran
-        torch.exp(a)
         assert _ran() == ran + 1
+        torch.exp(a)
+        assert _ran() == ran + 2
     with torchtpu_lab.eager_mode("debug"):
         torch.exp(a)
-        assert _ran() == ran + 1
+        assert _ran() == ran + 2
     torch.testing.assert_close(y.cpu(), torch.exp(a.cpu()))
 
 

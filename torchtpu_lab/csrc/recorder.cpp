@@ -17,8 +17,9 @@
 // JAX's C++ call of the compiled executable, on the arguments' arrays — and its output array becomes a
 // Storage (memory.acquire, as Storage.output) and a tensor, with op_cache_hits counted, as
 // executor._run_repeated does; an in-place update of a base tensor (an optimizer's) writes it into self's
-// storage (values.set_array). The Python path teaches it (`learn_strict`). A profile, pending fused work,
-// another device, a TypeError from the executable (a weak type: jit decides) take the Python path.
+// storage (values.set_array). The Python path teaches it (`learn_strict`). Pending fused work, another device,
+// a TypeError from the executable (a weak type: jit decides) take the Python path; under a profile the call's
+// op record and entry span are noted here.
 //
 // The kernel never runs Python that can raise on the recorded path (no bytecode runs there at all); the
 // Python kernel it falls back to, the graph-size flush, and strict mode's executable and memory accounting
@@ -1233,14 +1234,23 @@ class RecordingKernel final : public c10::OperatorKernel {
   }
 
   // Strict mode: a call seen before runs its executable here (run_strict); leaves the key in key_scratch when
-  // the Python path may teach it one. A profile (op events with user lines, entry spans), pending fused work
-  // (which the Python path syncs first), a pending interrupt, another device or thread: the Python path.
+  // the Python path may teach it one. Pending fused work (which the Python path syncs first), a pending interrupt,
+  // another device or thread: the Python path. While a profile records, the call's op record (a cache hit, with
+  // its line and stack) and its entry span are noted as executor._run_repeated's path notes them.
   bool try_run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;
-    if (PyList_GET_SIZE(rt.recorders) != 0 || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None) return false;
     if (has_pending()) return false;
+    const bool profiling = PyList_GET_SIZE(rt.recorders) != 0;
+    const double t0 = profiling || PyList_GET_ITEM(rt.entry_spans, 0) != Py_None ? monotonic() : 0.0;
+    OwnedRef sources;  // (source, stack) while profiling: read before the key, which must meet no bytecode
+    if (profiling) {
+      sources.p = op_sources();
+      if (sources.p == nullptr) sources.p = PyObject_CallOneArg(rt.op_sources, rt.zero);
+      if (sources.p == nullptr) throw python_error();
+    }
     const long device = call_device(op, *stack);
     if (!adopt_plain(op, *stack)) throw python_error();
+    PyObject* spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read after the bytecode above
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
       key_scratch.clear();
       return false;
@@ -1273,6 +1283,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       alloc_source = user_source();
       if (alloc_source == nullptr) return false;  // a line Python has not seen yet
     }
+    const bool outermost = spans != Py_None && !lock_owned();
     if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: the Python kernel waits
     OwnedRef out;
     {
@@ -1285,6 +1296,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
     return_result(stack, base, n, out.p);
     ++stats.ran;
+    if (profiling || outermost) note_profiled(e, t0, sources.release(), outermost ? spans : nullptr, Py_True);
     return true;
   }
 
@@ -1337,9 +1349,11 @@ class RecordingKernel final : public c10::OperatorKernel {
   static bool lock_owned() { return torchtpu::lock_owned(rt.lock); }
 
   // The op record a profile reads (none when `sources` is null): telemetry.record_op's steps, OP_MARK and the
-  // fields (name, t, dur, cache_hit None, source, stack) appended flat to every open recorder; and the entry
-  // span (t0, now, flat; none when `spans` is null). Steals `sources`.
-  static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans) {
+  // fields (name, t, dur, cache_hit — None for a recorded op, True for a strict call's executable — source,
+  // stack) appended flat to every open recorder; and the entry span (t0, now, flat; none when `spans` is null).
+  // Steals `sources`.
+  static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans,
+                            PyObject* hit = Py_None) {
     const double t1 = monotonic();
     OwnedRef start(PyFloat_FromDouble(t0));
     OwnedRef end(PyFloat_FromDouble(t1));
@@ -1347,7 +1361,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     bool failed = start.p == nullptr || end.p == nullptr;
     if (!failed && sources != nullptr) {
       OwnedRef dur(PyFloat_FromDouble(t1 - t0));
-      PyObject* fields[] = {rt.op_mark, e.name, start.p, dur.p, Py_None, PyTuple_GET_ITEM(sources, 0),
+      PyObject* fields[] = {rt.op_mark, e.name, start.p, dur.p, hit, PyTuple_GET_ITEM(sources, 0),
                             PyTuple_GET_ITEM(sources, 1)};
       failed = dur.p == nullptr;
       for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(rt.recorders); ++i) {

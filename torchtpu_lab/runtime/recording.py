@@ -22,7 +22,8 @@ tracked, since a bad index's error names it.
 In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
 (:func:`learn_strict`, taught from :func:`.executor._run_repeated`'s branch): JAX's C++ call of the compiled
 executable on the arguments' arrays, the output array in a ``Storage`` (``memory.acquire``, as
-``Storage.output``) and a tensor, ``op_cache_hits`` counted. A recording profile, pending fused work, another
+``Storage.output``) and a tensor, ``op_cache_hits`` counted; under a recording profile, its op record (a cache
+hit, with the user's line and stack) and entry span, as the Python path notes them. Pending fused work, another
 device than the executable's, a ``TypeError`` from the executable (a weak type: ``jax.jit`` decides), a pending
 interrupt or another thread in the runtime take the Python path, which is unchanged.
 
