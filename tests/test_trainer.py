@@ -38,9 +38,12 @@ args = TrainingArguments(output_dir=sys.argv[2], per_device_train_batch_size=4, 
 trainer = Trainer(model=model, args=args, train_dataset=Tokens())
 trainer.train()
 from accelerate import PartialState
+from torchtpu_lab import caches
 print(json.dumps({"losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
                   "model": str(next(model.parameters()).device), "accelerate": str(PartialState().device),
-                  "pin_memory": args.dataloader_pin_memory}))
+                  "pin_memory": args.dataloader_pin_memory, "optim": str(args.optim),
+                  "one_op_steps": caches.stats()["fused_adam_programs"]["hits"]
+                                  + caches.stats()["fused_adam_programs"]["misses"]}))
 """
 
 
@@ -61,3 +64,5 @@ def test_trainer_with_default_arguments_trains_gpt2_on_tpu_like_on_cpu(tmp_path)
     assert cpu["model"] == "cpu" and cpu["accelerate"] == "cpu"
     assert len(tpu["losses"]) == len(cpu["losses"]) == 4
     assert tpu["losses"] == pytest.approx(cpu["losses"], rel=1e-4, abs=1e-4)
+    # the default optimizer (adamw_torch_fused) ran each step as one op (runtime/optimizer_step.py)
+    assert "FUSED" in tpu["optim"] and tpu["one_op_steps"] == 4
