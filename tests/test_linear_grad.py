@@ -121,6 +121,56 @@ def test_a_repeated_no_grad_linear_is_recorded_by_the_native_kernel(seeded):
         torch.testing.assert_close(y.cpu(), cpu(x).detach(), atol=ATOL, rtol=1e-5)
 
 
+@pytest.mark.parametrize("bias_shape", [(3,), (1, 3), None], ids=["bias", "broadcast_bias", "nobias"])
+def test_a_training_linear_runs_its_autograd_in_the_native_core(seeded, monkeypatch, bias_shape):
+    """With the native core a linear that needs a gradient is a C++ autograd Function (csrc/linear_autograd.cpp):
+    neither its forward nor its backward runs linear_grad.py's Python Function (~50 us each way, a dozen times in
+    a small transformer's step). Its gradients keep that Function's orientation and equal CPU's; a frozen weight
+    gets none; activation checkpointing (saved-tensor hooks) recomputes through it; an input changed in place
+    before the backward raises autograd's error and leaves the session usable."""
+    from torchtpu_lab import native
+    from torchtpu_lab.backend import linear_grad
+    from torchtpu_lab.runtime import recording
+
+    if not recording.available(native.module()):
+        pytest.skip(f"no native core: {native.status().describe()}")
+    python_calls = []
+    for name in ("forward", "backward"):
+        original = getattr(linear_grad._Linear, name)
+        monkeypatch.setattr(linear_grad._Linear, name, staticmethod(
+            lambda *a, _f=original, _n=name: python_calls.append(_n) or _f(*a)))
+    x, w = torch.randn(2, 5, 6), torch.randn(3, 6)
+    b = None if bias_shape is None else torch.randn(*bias_shape)
+
+    def grads(device, frozen=False, checkpoint=False):
+        xs, ws = x.to(device, copy=True).requires_grad_(), w.to(device, copy=True).requires_grad_(not frozen)
+        bs = None if b is None else b.to(device, copy=True).requires_grad_()
+        fn = lambda t: F.linear(t, ws, bs).tanh()  # noqa: E731
+        y = torch.utils.checkpoint.checkpoint(fn, xs, use_reentrant=False) if checkpoint else fn(xs)
+        y.sum().backward()
+        return y, [t.grad for t in (xs, ws, bs) if t is not None]
+
+    for frozen, checkpoint in ((False, False), (True, False), (False, True)):
+        y, got = grads("tpu", frozen, checkpoint)
+        _, want = grads("cpu", frozen, checkpoint)
+        if not checkpoint:
+            assert type(y.grad_fn.next_functions[0][0]).__name__ == "_LinearBackward"
+            assert y.grad_fn.next_functions[0][0].name() == "torch::autograd::CppNode<torchtpu::Linear>"
+        if not frozen:
+            assert got[1].tpu_view is None  # the weight's gradient: a base tensor in the weight's orientation
+        for g, c in zip(got, want):
+            assert (g is None) == (c is None)
+            if g is not None:
+                torch.testing.assert_close(g.cpu(), c, atol=ATOL, rtol=1e-5)
+    assert python_calls == []
+    a = x.to("tpu").requires_grad_() * 1
+    y = F.linear(a, w.to("tpu").requires_grad_())
+    a.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    torch.testing.assert_close(F.linear(a, w.to("tpu")).cpu(), F.linear(x + 1, w), atol=ATOL, rtol=1e-5)
+
+
 def test_double_backward_equals_cpu(seeded):
     x, w, b = torch.randn(3, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True), torch.randn(4)
     xt, wt = (t.detach().to("tpu").requires_grad_() for t in (x, w))

@@ -92,8 +92,8 @@ class _Linear(torch.autograd.Function):
         grad_b = None
         if need_b:
             grad_b = g2.sum(0)
-            if grad_b.shape != ctx.bias_shape:  # a bias that broadcast (e.g. [1, out])
-                grad_b = grad_b.sum_to_size(ctx.bias_shape)
+            if grad_b.shape != ctx.bias_shape:  # a bias that broadcast (e.g. [1, out]): g summed to its shape
+                grad_b = g.sum_to_size(ctx.bias_shape)
         return grad_x, grad_w, grad_b
 
     @staticmethod
@@ -146,9 +146,12 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
 def install(core=None) -> None:
     """Register :func:`linear` for ``aten::linear`` at ``AutogradPrivateUse1`` (idempotent). With the native
-    core (``core``) the kernel is its C++ one: a call that needs no gradient goes below autograd there, as
-    :func:`linear` would send it, without a Python frame (~15 calls per decode token of a small Llama); every
-    other call reaches :func:`linear`."""
+    core (``core``) the kernel is its C++ one (csrc/linear_autograd.cpp), which serves the calls :func:`linear`
+    serves without a Python frame: one that needs no gradient goes below autograd (~15 calls per decode token of
+    a small Llama), one that needs a gradient through a C++ autograd Function with :class:`_Linear`'s forward and
+    backward (its grad_fn's type is named ``_LinearBackward`` too). A Python Function costs ~50 us a call each
+    way, a dozen times per step of a small transformer. Every other call (a functorch transform, a fake,
+    functional or dual tensor, a complex or 1-D weight) reaches :func:`linear`."""
     if _libs:
         return
     if core is not None and hasattr(core, "install_linear_autograd"):

@@ -11,6 +11,7 @@
 #include "geometry.h"
 #include "ledger.h"
 #include "lock.h"
+#include "linear_autograd.h"
 #include "recorder.h"
 
 namespace torchtpu {

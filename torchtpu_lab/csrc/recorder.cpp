@@ -99,6 +99,8 @@ bool is_default(const c10::Argument& arg, const c10::IValue& v) {
 }
 
 
+}  // namespace
+
 // Pops the op's arguments off `stack`, calls `fn(*args, **kwargs)` and pushes its results; the GIL is held.
 void call_python_kernel(PyObject* fn, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -150,6 +152,7 @@ void call_python_kernel(PyObject* fn, const c10::OperatorHandle& op, torch::jit:
   Py_DECREF(out);
 }
 
+namespace {
 
 // ---- Python objects the recorded path reads (set once by configure) ----
 
@@ -1571,69 +1574,6 @@ void install_recording_kernels(PyObject* ops) {
     lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
   }
   Py_DECREF(seq);
-}
-
-namespace {
-
-// A tensor linear_grad.py's `_is_real` accepts (absent: an undefined bias): on the tpu device with its own data,
-// not a fake, functional or functorch wrapper (those carry the Python, Functionalize or FuncTorch keys).
-bool plain_tpu(const at::Tensor& t) {
-  if (!t.defined()) return true;
-  static const c10::DispatchKeySet wrappers({c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
-                                             c10::DispatchKey::FuncTorchGradWrapper,
-                                             c10::DispatchKey::FuncTorchBatched,
-                                             c10::DispatchKey::FuncTorchBatchedDecomposition,
-                                             c10::DispatchKey::FuncTorchDynamicLayerBackMode,
-                                             c10::DispatchKey::FuncTorchDynamicLayerFrontMode});
-  return t.device().type() == c10::DeviceType::PrivateUse1 && !t.key_set().has_any(wrappers) &&
-         !t._fw_grad(/*level=*/0).defined();  // a dual tensor: forward AD needs the decomposition's formula
-}
-
-bool needs_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
-
-// aten::linear's AutogradPrivateUse1 kernel (backend/linear_grad.py's `linear`): a call that needs no gradient,
-// on plain tpu tensors (a floating input, a real 2-D weight), goes below autograd to aten::linear's tpu kernel
-// — one recorded op — as `linear` sends it, without entering Python (a decode token of a small model is ~15
-// such calls); everything else (a gradient, a functorch transform, complex or 1-D weights) to `linear` itself.
-class LinearAutograd final : public c10::OperatorKernel {
- public:
-  explicit LinearAutograd(PyObject* python) : python_(python) {}
-
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-    if (below_autograd(*stack)) {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
-      return;
-    }
-    pybind11::gil_scoped_acquire gil;
-    call_python_kernel(python_, op, stack);
-  }
-
- private:
-  static bool below_autograd(const torch::jit::Stack& stack) {
-    const size_t n = stack.size();
-    if (n < 3 || !stack[n - 3].isTensor() || !stack[n - 2].isTensor()) return false;
-    const at::Tensor& x = stack[n - 3].toTensor();
-    const at::Tensor& w = stack[n - 2].toTensor();
-    const c10::IValue& bias = stack[n - 1];
-    const at::Tensor b = bias.isTensor() ? bias.toTensor() : at::Tensor();
-    if (!bias.isNone() && !bias.isTensor()) return false;
-    if (c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode)) return false;
-    if (!plain_tpu(x) || !plain_tpu(w) || !plain_tpu(b)) return false;
-    if (w.dim() != 2 || w.is_complex() || x.dim() < 1 || !x.is_floating_point()) return false;
-    return !(c10::GradMode::is_enabled() && (needs_grad(x) || needs_grad(w) || needs_grad(b)));
-  }
-
-  PyObject* python_;  // linear_grad.linear (a reference held for the process's life)
-};
-
-}  // namespace
-
-void install_linear_autograd(PyObject* python) {
-  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradPrivateUse1,
-                                        __FILE__, __LINE__);
-  Py_INCREF(python);
-  lib->impl("linear", torch::CppFunction::makeFromBoxedFunctor(std::make_unique<LinearAutograd>(python)));
 }
 
 bool lesson_pending() { return !misses.empty() && !misses.back().key.empty(); }

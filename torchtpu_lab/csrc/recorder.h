@@ -4,6 +4,9 @@
 
 #include <Python.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
 namespace torchtpu {
 
 // Hands the recorder the Python objects it reads and writes (fused.PENDING, the config states, the classes of
@@ -16,9 +19,9 @@ void configure_recorder(PyObject* config);
 // teaches it) and writes the result into self's storage.
 void install_recording_kernels(PyObject* ops);
 
-// Registers aten::linear's AutogradPrivateUse1 kernel: a call that needs no gradient goes below autograd to the
-// tpu kernel in C++; every other call to `python` (backend/linear_grad.py's linear). Once per process.
-void install_linear_autograd(PyObject* python);
+// A boxed kernel's fallback to one of our Python kernels: pops the op's arguments off `stack`, calls `fn` with them
+// as PyTorch's Python kernels (torch.library) receive them, and pushes its results. The GIL is held.
+void call_python_kernel(PyObject* fn, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Whether the innermost kernel call that fell back to Python has a key to learn under.
 bool lesson_pending();
