@@ -119,6 +119,49 @@ def test_a_fused_adam_step_is_one_recorded_op_with_the_per_op_kernels_values(dec
             assert torch.equal(a.cpu(), b.cpu())
 
 
+@pytest.mark.parametrize("decoupled", [False, True], ids=["adam", "adamw"])
+def test_views_of_a_whole_storage_are_inputs_and_outputs_of_the_one_op(decoupled):
+    """A bias's gradient is ``sum_to_size``'s view of the summed ``[1, n]`` as ``[n]`` (every ``Conv1D`` bias of
+    GPT-2; a ``Trainer`` gives the biases a parameter group of their own, which took the per-op kernel). Views that
+    read a whole storage in order — here every parameter, gradient and state, the gradients written back too
+    (``grad_scale``) — are the one op's inputs and outputs in their storages' shapes: one recorded node, the per-op
+    kernel's values, written through to the storages."""
+    import torchtpu_lab
+    from torchtpu_lab.ops import optimizer_kernels
+    from torchtpu_lab.runtime import fused
+
+    op = torch._fused_adamw_ if decoupled else torch._fused_adam_
+    kwargs = {"lr": 0.01, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.1, "eps": 1e-8, "amsgrad": False,
+              "maximize": False, "grad_scale": torch.tensor(4.0), "found_inf": torch.tensor(0.0)}
+    lists, steps = _adam_lists(False)
+    with torchtpu_lab.eager_mode("fused"):
+        bases = [[t.unsqueeze(0).to("tpu") for t in lst] for lst in lists]
+        viewed = [[b.view(t.shape) for b, t in zip(lst, orig)] for lst, orig in zip(bases, lists)]
+        assert all(v.tpu_view is not None for v in sum(viewed, []))
+        per_op = [[t.to("tpu") for t in lst] for lst in lists]
+        tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        tpu_steps = [s.to("tpu") for s in steps]
+        torchtpu_lab.sync()
+        for _ in range(2):
+            before = fused.pending_ops()
+            op(*viewed, tpu_steps, **tpu_kwargs)
+            assert fused.pending_ops() == before + 1
+            optimizer_kernels._adam(*per_op, tpu_steps, decoupled=decoupled, **tpu_kwargs)
+        for v, b, want in zip(sum(viewed, []), sum(bases, []), sum(per_op, [])):
+            assert torch.equal(v.cpu(), want.cpu()) and torch.equal(b.cpu()[0], want.cpu())
+        sgd_bases = [[t.unsqueeze(0).to("tpu") for t in lst] for lst in lists[:3]]
+        sgd_viewed = [[b.view(t.shape) for b, t in zip(lst, orig)] for lst, orig in zip(sgd_bases, lists)]
+        sgd_per_op = [[t.to("tpu") for t in lst] for lst in lists[:3]]
+        sgd = {"weight_decay": 0.1, "momentum": 0.9, "lr": 0.05, "dampening": 0.0, "nesterov": False,
+               "maximize": False, "is_first_step": False}
+        before = fused.pending_ops()
+        torch._fused_sgd_(*sgd_viewed, **sgd)
+        assert fused.pending_ops() == before + 1
+        optimizer_kernels.fused_sgd_(*sgd_per_op, **sgd)
+        for b, want in zip(sum(sgd_bases, []), sum(sgd_per_op, [])):
+            assert torch.equal(b.cpu()[0], want.cpu())
+
+
 def test_a_fused_adam_step_it_does_not_cover_takes_the_per_op_kernel():
     """A view among the parameters (or a non-float32 tensor) is not one program's input: the per-op kernel runs
     the step, with the values CPU's kernel gives."""

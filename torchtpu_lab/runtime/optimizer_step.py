@@ -12,20 +12,24 @@ records one node, strict mode runs one executable.
 The function applies the per-op kernel's sequence element for element — the same torch-level operations in the
 same order (``lr / t`` is PyTorch's ``t.reciprocal() * lr``), so the same values. The hyperparameters are graph
 inputs (numbers, or the tensor learning rate), so a learning-rate schedule compiles nothing new; the program is
-keyed by the parameters' shapes and the step's options. A step this does not cover — a view or a non-float32
-tensor among the lists, tensors on several devices, lists of unequal length (the per-op kernel raises PyTorch's
-error) — takes the per-op kernel.
+keyed by the parameters' shapes and the step's options. A tensor may be a view that reads its whole storage in
+order (a reshape of it): a bias's gradient is one, since PyTorch's ``sum_to_size`` views the summed ``[1, n]``
+as ``[n]`` (every ``Conv1D`` bias of GPT-2), and a ``Trainer`` puts the biases in a parameter group of their own;
+the program reads and writes such a tensor's storage in the storage's shape. A step this does not cover — another
+view or a non-float32 tensor among the lists, tensors on several devices, lists of unequal length (the per-op
+kernel raises PyTorch's error) — takes the per-op kernel.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax.numpy as jnp
 import torch
 
 from .. import caches
-from ..device import tensor
+from ..device import tensor, views
 from ..ops import optimizer_kernels
 from . import fused, values
 from .executor import OpExecutable, launch
@@ -34,10 +38,11 @@ from .signatures import OpSignature
 aten = torch.ops.aten
 
 
-def _arrays(lists, device: int | None, adopted: list | None = None) -> list | None:
-    """The arrays of ``lists``' tensors, in order, when every one is a float32 base tpu tensor with device data
-    (not a fake tensor Dynamo traces with) on one device (``device``, when given); else ``None``. The tensors,
-    adopted, are appended to ``adopted``."""
+def _arrays(lists, device: int | None, adopted: list | None = None, bases: list | None = None) -> list | None:
+    """The arrays of ``lists``' tensors, in order, when every one is a float32 tpu tensor with device data (not a
+    fake tensor Dynamo traces with) on one device (``device``, when given), a base tensor or, with ``bases``, a
+    view of its whole storage in order (:func:`_whole`); else ``None``. The tensors, adopted, are appended to
+    ``adopted``, and to ``bases`` the shape of each one's storage where it is such a view (else ``None``)."""
     arrays = []
     for lst in lists:
         for t in lst:
@@ -45,7 +50,7 @@ def _arrays(lists, device: int | None, adopted: list | None = None) -> list | No
                 return None
             t = tensor.adopt(t)
             storage = t.tpu_storage
-            if t.tpu_view is not None or storage.dtype != torch.float32:
+            if storage.dtype != torch.float32 or (t.tpu_view is not None and (bases is None or not _whole(t))):
                 return None
             if device is None:
                 device = storage.device_index
@@ -54,14 +59,42 @@ def _arrays(lists, device: int | None, adopted: list | None = None) -> list | No
             arrays.append(storage.array)
             if adopted is not None:
                 adopted.append(t)
+            if bases is not None:
+                bases.append(None if t.tpu_view is None else tuple(storage.shape))
     return arrays
 
 
+def _whole(t: tensor.TpuTensor) -> bool:
+    """Whether a view reads its storage's every element in the storage's order: a reshape of the storage."""
+    view = t.tpu_view
+    return (view.offset == 0 and math.prod(view.size) == math.prod(t.tpu_storage.shape)
+            and all(s == c for n, s, c in zip(view.size, view.stride, views.contiguous_strides(view.size)) if n != 1))
+
+
+def _as_tensors(states, bases, shape: tuple) -> list:
+    """A parameter's program inputs in its shape (a whole-storage view's array comes in its storage's shape)."""
+    return [x if b is None else x.reshape(shape) for x, b in zip(states, bases)]
+
+
+def _as_stored(outs: list, bases) -> list:
+    """Program outputs in their storages' shapes (``bases``: the storage shape of each written tensor, or None)."""
+    return [x if b is None else x.reshape(b) for x, b in zip(outs, bases)]
+
+
+def _output_meta(shapes: tuple, bases: tuple, written) -> list:
+    """The meta tensors of a step program's outputs: per parameter, :func:`_written`'s tensors in their storages'
+    shapes (``written(bases of one parameter)``: those tensors' bases, in output order)."""
+    per_param = len(bases) // len(shapes)
+    return [torch.empty(shape if b is None else b, dtype=torch.float32, device="meta")
+            for i, shape in enumerate(shapes) for b in written(bases[i * per_param:(i + 1) * per_param])]
+
+
 def _covered(groups: tuple, steps, extras: tuple) -> tuple | None:
-    """``(tensors, arrays, step and extra arrays, device)`` of a step one op covers, else ``None``: lists of equal,
-    non-zero length of float32 base tpu tensors on one device (a parameter's gradient and states of its shape;
-    ``steps`` and the tensors among ``extras`` — a tensor learning rate, ``grad_scale``, ``found_inf`` — too).
-    ``tensors`` and ``arrays`` go per parameter, its entries of ``groups`` in order."""
+    """``(tensors, arrays, step and extra arrays, device, bases)`` of a step one op covers, else ``None``: lists of
+    equal, non-zero length of float32 tpu tensors on one device (a parameter's gradient and states of its shape),
+    each a base tensor or a view of its whole storage (``bases``: its storage's shape then, else ``None``);
+    ``steps`` and the tensors among ``extras`` — a tensor learning rate, ``grad_scale``, ``found_inf`` — base
+    tensors. ``tensors``, ``arrays`` and ``bases`` go per parameter, its entries of ``groups`` in order."""
     params = groups[0]
     n = len(params)
     if n == 0 or any(len(g) != n for g in groups) or len(steps) not in (0, n):
@@ -69,12 +102,13 @@ def _covered(groups: tuple, steps, extras: tuple) -> tuple | None:
     if any(g[i].shape != p.shape for i, p in enumerate(params) for g in groups[1:]):
         return None
     tensors: list = []
-    arrays = _arrays(zip(*groups), None, tensors)
+    bases: list = []
+    arrays = _arrays(zip(*groups), None, tensors, bases)
     if arrays is None:
         return None
     device = tensors[0].tpu_storage.device_index
     more = _arrays((steps, [x for x in extras if isinstance(x, torch.Tensor)]), device)
-    return None if more is None else (tensors, arrays, more, device)
+    return None if more is None else (tensors, arrays, more, device, tuple(bases))
 
 
 @fused.entry_point  # under the runtime's lock from the first array read to the last write
@@ -86,14 +120,14 @@ def _step(decoupled: bool, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs
         groups, state_steps, (lr, grad_scale, found_inf))
     if covered is None:
         return False
-    tensors, arrays, steps, device = covered
-    _run(decoupled, tensors, arrays, steps, device, lr, beta1, beta2, weight_decay, eps, len(groups),
+    tensors, arrays, steps, device, bases = covered
+    _run(decoupled, tensors, arrays, steps, device, bases, lr, beta1, beta2, weight_decay, eps, len(groups),
          grad_scale is not None, found_inf is not None, maximize)
     return True
 
 
-def _run(decoupled: bool, tensors: list, arrays: list, steps: list, device: int, lr, beta1, beta2, weight_decay, eps,
-         per_param: int, scaled: bool, checks_inf: bool, maximize: bool) -> None:
+def _run(decoupled: bool, tensors: list, arrays: list, steps: list, device: int, bases: tuple, lr, beta1, beta2,
+         weight_decay, eps, per_param: int, scaled: bool, checks_inf: bool, maximize: bool) -> None:
     """Record (fused) or run (strict) the step's program on ``arrays`` (``tensors``' own, per parameter ``p, g, m,
     v[, max_v]``) and ``steps`` (the steps' arrays, then a tensor learning rate's, ``grad_scale``'s,
     ``found_inf``'s), and give its outputs to the tensors they replace."""
@@ -105,19 +139,20 @@ def _run(decoupled: bool, tensors: list, arrays: list, steps: list, device: int,
     dyn = arrays + steps[:n] + [steps[n] if lr_tensor else lr, decay, beta1, 1 - beta1, beta2, 1 - beta2, eps]
     dyn += steps[n + lr_tensor:]
     shapes = tuple(tuple(t.shape) for t in tensors[::per_param])
-    sig = (shapes, decoupled, per_param == 5, maximize, weight_decay != 0, lr_tensor, scaled, checks_inf)
+    sig = (shapes, decoupled, per_param == 5, maximize, weight_decay != 0, lr_tensor, scaled, checks_inf, bases)
     program = _program(*sig)
     out = launch(program, OpSignature("fused_adam", sig, ()), dyn, device, True)
     values.set_arrays([t.tpu_storage for t in _written(tensors, per_param, scaled)], list(out))
 
 
-def _written(tensors: list, per_param: int, unscaled: bool) -> list:
+def _written(tensors, per_param: int, unscaled: bool) -> list:
     """The tensors the program's outputs replace, in its output order: per parameter its new value, first and
-    second moments, running max (amsgrad), and its gradient once unscaled (with ``grad_scale``)."""
+    second moments, running max (amsgrad), and its gradient once unscaled (with ``grad_scale``). (Of any sequence
+    laid out per parameter as ``p, g, m, v[, max_v]``: the tensors' bases too.)"""
     out = []
     for i in range(0, len(tensors), per_param):
         p, g, m, v = tensors[i:i + 4]
-        out += [p, m, v] + tensors[i + 4:i + per_param] + ([g] if unscaled else [])
+        out += [p, m, v] + list(tensors[i + 4:i + per_param]) + ([g] if unscaled else [])
     return out
 
 
@@ -135,10 +170,10 @@ def _scaling(rest: tuple, scaled: bool, checks_inf: bool) -> tuple:
 
 @caches.memoize("fused_adam_programs", 64)
 def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, decays: bool, lr_tensor: bool,
-             scaled: bool, checks_inf: bool) -> OpExecutable:
+             scaled: bool, checks_inf: bool, bases: tuple) -> OpExecutable:
     """The step's traced function: inputs per parameter ``p, g, m, v[, max_v]``, then the steps, then ``lr,
     decay, beta1, 1 - beta1, beta2, 1 - beta2, eps[, grad_scale][, found_inf]``; outputs as :func:`_written`
-    lists them."""
+    lists them (a whole-storage view's, ``bases``, in its storage's shape, as its input comes)."""
     n = len(shapes)
     per_param = 5 if amsgrad else 4
 
@@ -149,7 +184,9 @@ def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, deca
         scale, unless_inf = _scaling(rest[7:], scaled, checks_inf)
         outs = []
         for i in range(n):
-            p, g, m, v = states[i * per_param:i * per_param + 4]
+            own = bases[i * per_param:(i + 1) * per_param]
+            mine = _as_tensors(states[i * per_param:(i + 1) * per_param], own, shapes[i])
+            p, g, m, v = mine[:4]
             if scaled:
                 g = unless_inf(g / scale, g)
             unscaled = g
@@ -169,19 +206,16 @@ def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, deca
             second = new_v
             written = []
             if amsgrad:
-                old_max = states[i * per_param + 4]
+                old_max = mine[4]
                 second = jnp.maximum(old_max, new_v)
                 written.append(unless_inf(second, old_max))
             denom = jnp.sqrt(second) / bias_correction2_sqrt + eps
             new_p = new_p - step_size * new_m / denom
-            outs += [unless_inf(new_p, p), unless_inf(new_m, m), unless_inf(new_v, v)] + written
-            if scaled:
-                outs.append(unscaled)
+            mine = [unless_inf(new_p, p), unless_inf(new_m, m), unless_inf(new_v, v)] + written
+            outs += _as_stored(mine + ([unscaled] if scaled else []), _written(own, per_param, scaled))
         return outs
 
-    meta = []
-    for shape in shapes:
-        meta += [torch.empty(shape, dtype=torch.float32, device="meta")] * (3 + amsgrad + scaled)
+    meta = _output_meta(shapes, bases, lambda own: _written(own, per_param, scaled))
     return OpExecutable(run, True, meta, "aten::_fused_adamw_" if decoupled else "aten::_fused_adam_")
 
 
@@ -194,23 +228,29 @@ def _sgd_step(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
     covered = _covered(groups, [], (lr, grad_scale, found_inf))
     if covered is None:
         return False
-    tensors, arrays, extras, device = covered
+    tensors, arrays, extras, device, bases = covered
     lr_tensor, per_param, scaled = isinstance(lr, torch.Tensor), len(groups), grad_scale is not None
     dyn = arrays + [extras[0] if lr_tensor else lr, weight_decay, momentum, 1 - dampening] + extras[lr_tensor:]
     shapes = tuple(tuple(t.shape) for t in tensors[::per_param])
     sig = (shapes, moves, bool(is_first_step), bool(nesterov), bool(maximize), weight_decay != 0, lr_tensor, scaled,
-           found_inf is not None)
+           found_inf is not None, bases)
     out = launch(_sgd_program(*sig), OpSignature("fused_sgd", sig, ()), dyn, device, True)
-    written = []
-    for i in range(0, len(tensors), per_param):  # per parameter: its new value[, momentum buffer][, gradient]
-        written += [tensors[i]] + tensors[i + 2:i + per_param] + ([tensors[i + 1]] if scaled else [])
-    values.set_arrays([t.tpu_storage for t in written], list(out))
+    values.set_arrays([t.tpu_storage for t in _sgd_written(tensors, per_param, scaled)], list(out))
     return True
+
+
+def _sgd_written(tensors, per_param: int, unscaled: bool) -> list:
+    """:func:`_written` for SGD: per parameter (laid out ``p, g[, buf]``) its new value[, momentum buffer][, its
+    gradient once unscaled]."""
+    out = []
+    for i in range(0, len(tensors), per_param):
+        out += [tensors[i]] + list(tensors[i + 2:i + per_param]) + ([tensors[i + 1]] if unscaled else [])
+    return out
 
 
 @caches.memoize("fused_sgd_programs", 64)
 def _sgd_program(shapes: tuple, moves: bool, first: bool, nesterov: bool, maximize: bool, decays: bool,
-                 lr_tensor: bool, scaled: bool, checks_inf: bool) -> OpExecutable:
+                 lr_tensor: bool, scaled: bool, checks_inf: bool, bases: tuple) -> OpExecutable:
     """SGD's step as ops/optimizer_kernels.py's ``fused_sgd_`` runs it: inputs per parameter ``p, g[, buf]``, then
     ``lr, weight_decay, momentum, 1 - dampening[, grad_scale][, found_inf]``."""
     n = len(shapes)
@@ -222,7 +262,9 @@ def _sgd_program(shapes: tuple, moves: bool, first: bool, nesterov: bool, maximi
         scale, unless_inf = _scaling(rest[4:], scaled, checks_inf)
         outs = []
         for i in range(n):
-            p, g = states[i * per_param:i * per_param + 2]
+            own = bases[i * per_param:(i + 1) * per_param]
+            mine = _as_tensors(states[i * per_param:(i + 1) * per_param], own, shapes[i])
+            p, g = mine[:2]
             if scaled:
                 g = unless_inf(g / scale, g)
             unscaled = g
@@ -232,16 +274,15 @@ def _sgd_program(shapes: tuple, moves: bool, first: bool, nesterov: bool, maximi
                 g = g + p * weight_decay
             written = []
             if moves:
-                buf = states[i * per_param + 2]
+                buf = mine[2]
                 new_buf = g if first else buf * momentum + g * one_minus_dampening
                 written.append(unless_inf(new_buf, buf))
                 g = g + new_buf * momentum if nesterov else new_buf
-            outs += [unless_inf(p - (lr * g if lr_tensor else g * lr), p)] + written + ([unscaled] if scaled else [])
+            mine = [unless_inf(p - (lr * g if lr_tensor else g * lr), p)] + written + ([unscaled] if scaled else [])
+            outs += _as_stored(mine, _sgd_written(own, per_param, scaled))
         return outs
 
-    meta = []
-    for shape in shapes:
-        meta += [torch.empty(shape, dtype=torch.float32, device="meta")] * (1 + moves + scaled)
+    meta = _output_meta(shapes, bases, lambda own: _sgd_written(own, per_param, scaled))
     return OpExecutable(run, True, meta, "aten::_fused_sgd_")
 
 
