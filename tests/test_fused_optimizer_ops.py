@@ -93,9 +93,13 @@ def _adam_lists(amsgrad: bool):
 @pytest.mark.parametrize("options", ADAM_OPTIONS + [{"lr": torch.tensor(0.02), "weight_decay": 0.1},
                                                     {"grad_scale": torch.tensor(4.0), "found_inf": torch.tensor(0.0)}],
                          ids=lambda o: ",".join(o) or "plain")
-def test_a_fused_adam_step_is_one_recorded_op_with_the_per_op_kernels_values(decoupled, options):
+@pytest.mark.parametrize("viewed", [False, True], ids=["bases", "whole_views"])
+def test_a_fused_adam_step_is_one_recorded_op_with_the_per_op_kernels_values(decoupled, options, viewed):
     """In fused mode the whole step is one node of the pending graph (runtime/optimizer_step.py), and its values
-    are bit for bit those of the per-op kernel (ops/optimizer_kernels.py) it replaces."""
+    are bit for bit those of the per-op kernel (ops/optimizer_kernels.py) it replaces. ``whole_views``: every
+    tensor is a view reading its whole storage in order, as a bias's gradient is (``sum_to_size`` views the summed
+    ``[1, n]`` as ``[n]``: every ``Conv1D`` bias of GPT-2, a parameter group of their own in a ``Trainer``); it is
+    still one op, written through to the storages."""
     import torchtpu_lab
     from torchtpu_lab.ops import optimizer_kernels
     from torchtpu_lab.runtime import fused
@@ -105,7 +109,7 @@ def test_a_fused_adam_step_is_one_recorded_op_with_the_per_op_kernels_values(dec
               "maximize": False, **options}
     lists, steps = _adam_lists(kwargs["amsgrad"])
     with torchtpu_lab.eager_mode("fused"):
-        one = [[t.to("tpu") for t in lst] for lst in lists]
+        bases, one = _on_tpu(lists, viewed)
         per_op = [[t.to("tpu") for t in lst] for lst in lists]
         tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         tpu_steps = [s.to("tpu") for s in steps]
@@ -115,51 +119,25 @@ def test_a_fused_adam_step_is_one_recorded_op_with_the_per_op_kernels_values(dec
             op(*one, tpu_steps, **tpu_kwargs)
             assert fused.pending_ops() == before + 1
             optimizer_kernels._adam(*per_op, tpu_steps, decoupled=decoupled, **tpu_kwargs)
-        for a, b in zip(sum(one, []), sum(per_op, [])):
-            assert torch.equal(a.cpu(), b.cpu())
+        _check_written(bases, one, per_op)
 
 
-@pytest.mark.parametrize("decoupled", [False, True], ids=["adam", "adamw"])
-def test_views_of_a_whole_storage_are_inputs_and_outputs_of_the_one_op(decoupled):
-    """A bias's gradient is ``sum_to_size``'s view of the summed ``[1, n]`` as ``[n]`` (every ``Conv1D`` bias of
-    GPT-2; a ``Trainer`` gives the biases a parameter group of their own, which took the per-op kernel). Views that
-    read a whole storage in order — here every parameter, gradient and state, the gradients written back too
-    (``grad_scale``) — are the one op's inputs and outputs in their storages' shapes: one recorded node, the per-op
-    kernel's values, written through to the storages."""
-    import torchtpu_lab
-    from torchtpu_lab.ops import optimizer_kernels
-    from torchtpu_lab.runtime import fused
+def _on_tpu(lists, viewed: bool) -> tuple[list, list]:
+    """``(bases, tensors)``: each list's tensors on tpu, as base tensors (``bases`` is ``tensors`` then) or, when
+    ``viewed``, as views of ``[1, *shape]`` bases that read the whole storage in order."""
+    if not viewed:
+        tensors = [[t.to("tpu") for t in lst] for lst in lists]
+        return tensors, tensors
+    bases = [[t.unsqueeze(0).to("tpu") for t in lst] for lst in lists]
+    tensors = [[b.view(t.shape) for b, t in zip(lb, lst)] for lb, lst in zip(bases, lists)]
+    assert all(t.tpu_view is not None for t in sum(tensors, []))
+    return bases, tensors
 
-    op = torch._fused_adamw_ if decoupled else torch._fused_adam_
-    kwargs = {"lr": 0.01, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.1, "eps": 1e-8, "amsgrad": False,
-              "maximize": False, "grad_scale": torch.tensor(4.0), "found_inf": torch.tensor(0.0)}
-    lists, steps = _adam_lists(False)
-    with torchtpu_lab.eager_mode("fused"):
-        bases = [[t.unsqueeze(0).to("tpu") for t in lst] for lst in lists]
-        viewed = [[b.view(t.shape) for b, t in zip(lst, orig)] for lst, orig in zip(bases, lists)]
-        assert all(v.tpu_view is not None for v in sum(viewed, []))
-        per_op = [[t.to("tpu") for t in lst] for lst in lists]
-        tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        tpu_steps = [s.to("tpu") for s in steps]
-        torchtpu_lab.sync()
-        for _ in range(2):
-            before = fused.pending_ops()
-            op(*viewed, tpu_steps, **tpu_kwargs)
-            assert fused.pending_ops() == before + 1
-            optimizer_kernels._adam(*per_op, tpu_steps, decoupled=decoupled, **tpu_kwargs)
-        for v, b, want in zip(sum(viewed, []), sum(bases, []), sum(per_op, [])):
-            assert torch.equal(v.cpu(), want.cpu()) and torch.equal(b.cpu()[0], want.cpu())
-        sgd_bases = [[t.unsqueeze(0).to("tpu") for t in lst] for lst in lists[:3]]
-        sgd_viewed = [[b.view(t.shape) for b, t in zip(lst, orig)] for lst, orig in zip(sgd_bases, lists)]
-        sgd_per_op = [[t.to("tpu") for t in lst] for lst in lists[:3]]
-        sgd = {"weight_decay": 0.1, "momentum": 0.9, "lr": 0.05, "dampening": 0.0, "nesterov": False,
-               "maximize": False, "is_first_step": False}
-        before = fused.pending_ops()
-        torch._fused_sgd_(*sgd_viewed, **sgd)
-        assert fused.pending_ops() == before + 1
-        optimizer_kernels.fused_sgd_(*sgd_per_op, **sgd)
-        for b, want in zip(sum(sgd_bases, []), sum(sgd_per_op, [])):
-            assert torch.equal(b.cpu()[0], want.cpu())
+
+def _check_written(bases, tensors, want) -> None:
+    """Each tensor, and its base, holds exactly the per-op kernel's value."""
+    for b, t, w in zip(sum(bases, []), sum(tensors, []), sum(want, [])):
+        assert torch.equal(t.cpu(), w.cpu()) and torch.equal(b.cpu().reshape(w.shape), w.cpu())
 
 
 def test_a_fused_adam_step_it_does_not_cover_takes_the_per_op_kernel():
@@ -215,7 +193,8 @@ def test_adamw_fused_training_matches_cpu_and_a_learning_rate_schedule_compiles_
                                                    {"momentum": 0.9, "grad_scale": torch.tensor(2.0),
                                                     "found_inf": torch.tensor(0.0)}],
                          ids=lambda o: ",".join(o))
-def test_a_fused_sgd_step_is_one_recorded_op_with_the_per_op_kernels_values(options):
+@pytest.mark.parametrize("viewed", [False, True], ids=["bases", "whole_views"])
+def test_a_fused_sgd_step_is_one_recorded_op_with_the_per_op_kernels_values(options, viewed):
     import torchtpu_lab
     from torchtpu_lab.ops import optimizer_kernels
     from torchtpu_lab.runtime import fused
@@ -226,7 +205,7 @@ def test_a_fused_sgd_step_is_one_recorded_op_with_the_per_op_kernels_values(opti
     if not options["momentum"]:
         lists.append([])
     with torchtpu_lab.eager_mode("fused"):
-        one = [[t.to("tpu") for t in lst] for lst in lists]
+        bases, one = _on_tpu(lists, viewed)
         per_op = [[t.to("tpu") for t in lst] for lst in lists]
         tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         torchtpu_lab.sync()
@@ -235,5 +214,4 @@ def test_a_fused_sgd_step_is_one_recorded_op_with_the_per_op_kernels_values(opti
             torch._fused_sgd_(*one, **tpu_kwargs)
             assert fused.pending_ops() == before + 1
             optimizer_kernels.fused_sgd_(*per_op, **tpu_kwargs)
-        for a, b in zip(sum(one, []), sum(per_op, [])):
-            assert torch.equal(a.cpu(), b.cpu())
+        _check_written(bases, one, per_op)
