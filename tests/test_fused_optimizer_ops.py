@@ -155,6 +155,24 @@ def test_a_fused_adam_step_it_does_not_cover_takes_the_per_op_kernel():
     _check(cpu, tpu)
 
 
+def test_tensors_over_one_storage_take_the_per_op_kernel():
+    """Two tensors of the lists over one storage (whole-storage views of it): one program would read both before
+    writing either, where the per-op kernel writes one after the other; so the per-op kernel runs the step."""
+    import torchtpu_lab
+    from torchtpu_lab.runtime import fused
+
+    with torchtpu_lab.eager_mode("fused"):
+        shared = torch.randn(12).to("tpu")
+        params = [shared.view(3, 4), shared.view(3, 4)]  # one storage, twice
+        grads, exp_avgs, exp_avg_sqs = ([torch.rand(3, 4).to("tpu") for _ in range(2)] for _ in range(3))
+        steps = [torch.tensor(3.0).to("tpu") for _ in range(2)]
+        torchtpu_lab.sync()
+        before = fused.pending_ops()
+        torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=0.01, beta1=0.9, beta2=0.99,
+                            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+        assert fused.pending_ops() > before + 1
+
+
 def test_adamw_fused_training_matches_cpu_and_a_learning_rate_schedule_compiles_nothing_new():
     """``AdamW(fused=True)`` (``transformers``' default optimizer) on a small model: losses equal CPU's step by
     step, and once warm, steps whose learning rate a scheduler changes build no new program."""

@@ -92,8 +92,8 @@ def _output_meta(shapes: tuple, bases: tuple, written) -> list:
 def _covered(groups: tuple, steps, extras: tuple) -> tuple | None:
     """``(tensors, arrays, step and extra arrays, device, bases)`` of a step one op covers, else ``None``: lists of
     equal, non-zero length of float32 tpu tensors on one device (a parameter's gradient and states of its shape),
-    each a base tensor or a view of its whole storage (``bases``: its storage's shape then, else ``None``);
-    ``steps`` and the tensors among ``extras`` — a tensor learning rate, ``grad_scale``, ``found_inf`` — base
+    each a base tensor or a view of its whole storage (``bases``: its storage's shape then, else ``None``), no
+    two over one storage; ``steps`` and the tensors among ``extras`` — a tensor learning rate, ``grad_scale``, ``found_inf`` — base
     tensors. ``tensors``, ``arrays`` and ``bases`` go per parameter, its entries of ``groups`` in order."""
     params = groups[0]
     n = len(params)
@@ -104,8 +104,8 @@ def _covered(groups: tuple, steps, extras: tuple) -> tuple | None:
     tensors: list = []
     bases: list = []
     arrays = _arrays(zip(*groups), None, tensors, bases)
-    if arrays is None:
-        return None
+    if arrays is None or len({id(t.tpu_storage) for t in tensors}) != len(tensors):
+        return None  # (two tensors over one storage: the per-op kernel's order of writes decides what it holds)
     device = tensors[0].tpu_storage.device_index
     more = _arrays((steps, [x for x in extras if isinstance(x, torch.Tensor)]), device)
     return None if more is None else (tensors, arrays, more, device, tuple(bases))
