@@ -94,7 +94,8 @@ class LinearAutograd final : public c10::OperatorKernel {
       const at::Tensor x = (*stack)[n - 3].toTensor();
       const at::Tensor w = (*stack)[n - 2].toTensor();
       const c10::IValue& bias = (*stack)[n - 1];
-      const std::optional<at::Tensor> b = bias.isTensor() ? std::optional<at::Tensor>(bias.toTensor()) : std::nullopt;
+      const bool has_bias = bias.isTensor() && bias.toTensor().defined();  // (an undefined tensor: no bias)
+      const std::optional<at::Tensor> b = has_bias ? std::optional<at::Tensor>(bias.toTensor()) : std::nullopt;
       if (!(c10::GradMode::is_enabled() && (needs_grad(x) || needs_grad(w) || (b.has_value() && needs_grad(*b))))) {
         at::AutoDispatchBelowADInplaceOrView guard;  // no gradient: one recorded op, as linear_grad.linear sends it
         op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
