@@ -93,8 +93,9 @@ def _covered(groups: tuple, steps, extras: tuple) -> tuple | None:
     """``(tensors, arrays, step and extra arrays, device, bases)`` of a step one op covers, else ``None``: lists of
     equal, non-zero length of float32 tpu tensors on one device (a parameter's gradient and states of its shape),
     each a base tensor or a view of its whole storage (``bases``: its storage's shape then, else ``None``), no
-    two over one storage; ``steps`` and the tensors among ``extras`` — a tensor learning rate, ``grad_scale``, ``found_inf`` — base
-    tensors. ``tensors``, ``arrays`` and ``bases`` go per parameter, its entries of ``groups`` in order."""
+    two over one storage; ``steps`` and the tensors among ``extras`` — a tensor learning rate, ``grad_scale``,
+    ``found_inf`` — base tensors. ``tensors``, ``arrays`` and ``bases`` go per parameter, its entries of
+    ``groups`` in order."""
     params = groups[0]
     n = len(params)
     if n == 0 or any(len(g) != n for g in groups) or len(steps) not in (0, n):
