@@ -219,7 +219,7 @@ def install(core=None) -> None:
         kernel = tpu_kernel(fn)
         if core is not None and _records(op, kernel):
             native[op] = (kernel, recording.RECORD, op, not kernel.lowering.static_scalars)
-        elif core is not None and view_kernels.single_output_view(op, fn):
+        elif core is not None and view_kernels.recordable_view(op, fn):
             native[op] = (kernel, recording.VIEW, op, False)
         elif (core is not None and op in INPLACE_OF and len(INPLACE_OF[op]._schema.returns) == 1
               and _records(INPLACE_OF[op], teacher := tpu_kernel(KERNELS[INPLACE_OF[op]]))):

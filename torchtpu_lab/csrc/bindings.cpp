@@ -151,6 +151,9 @@ PYBIND11_MODULE(_C, m) {
                          long offset, bool reported) {
     return torchtpu::learn_view(name.ptr(), overload.ptr(), view.ptr(), size.ptr(), stride.ptr(), offset, reported);
   }, "File a view op's output geometry under the key of the innermost recording-kernel call that fell back.");
+  m.def("learn_views", [](py::handle name, py::handle overload, py::list outputs) {
+    return torchtpu::learn_views(name.ptr(), overload.ptr(), outputs.ptr());
+  }, "The same for a view op with a list of outputs: one (view, size, stride, offset, reported) per output.");
   m.def("install_linear_autograd", [](py::handle fn) { torchtpu::install_linear_autograd(fn.ptr()); },
         "aten::linear's AutogradPrivateUse1 kernel: no-gradient calls below autograd in C++, others to fn.");
   m.def("clear_recorded", &torchtpu::clear_recorded, "Forget every learned entry.");

@@ -280,6 +280,9 @@ struct Entry : Output {
   bool reported = false;
   std::vector<int64_t> view_stride;
   int64_t view_offset = 0;
+  // a view op with a list of outputs (split, split_with_sizes, unbind): one view entry per output, in order
+  std::vector<std::unique_ptr<Entry>> parts;
+  bool several_views = false;
 };
 
 using Table = std::unordered_map<std::string, std::unique_ptr<Entry>>;
@@ -1303,13 +1306,30 @@ class RecordingKernel final : public c10::OperatorKernel {
     return true;
   }
 
-  // A view op's output: a tensor over its input's storage with the learned geometry (view_kernels.py's
-  // make_view_kernel for one output). No pending work changes, so no lock.
+  // A view op's output: a tensor over its input's storage with the learned geometry, or a list of them for an op
+  // with several (view_kernels.py's make_view_kernel). No pending work changes, so no lock.
   void make_view(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
     const at::Tensor& self = (*stack)[base].toTensor();
     PyObject* storage = storages_scratch[0];
+    if (e.several_views) {
+      c10::List<at::Tensor> outs;
+      outs.reserve(e.parts.size());
+      for (const auto& part : e.parts) outs.push_back(view_tensor(*part, self, storage));
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(outs));
+    } else {
+      at::Tensor result = view_tensor(e, self, storage);
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(result));
+    }
+    ++stats.recorded;
+  }
+
+  // One view output: a tensor over `storage` with `e`'s geometry (set on its TensorImpl where it is not the
+  // contiguous one).
+  static at::Tensor view_tensor(const Entry& e, const at::Tensor& self, PyObject* storage) {
     PyObject* out = make_tensor(rt.tensor_type, e.sizes, e.strides, self.scalar_type(), self.device().index(),
                                 storage, e.view);
     if (out == nullptr) throw python_error();
@@ -1319,9 +1339,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       const long nbytes = as_long(rt.st_nbytes.get(storage));
       set_geometry(result.unsafeGetTensorImpl(), e.sizes, e.view_stride, e.view_offset, static_cast<size_t>(nbytes));
     }
-    torch::jit::drop(*stack, n);
-    torch::jit::push(stack, std::move(result));
-    ++stats.recorded;
+    return result;
   }
 
   // The call's arguments replaced by its result: `self` for an in-place op (its storage took the result),
@@ -1424,6 +1442,7 @@ void clear_entry(Entry& e) {
     }
   }
   for (auto& s : e.dyn) Py_XDECREF(s.constant);
+  for (auto& part : e.parts) clear_entry(*part);
 }
 
 }  // namespace
@@ -1629,10 +1648,10 @@ std::vector<int64_t> ints_of(PyObject* seq) {
 
 }  // namespace
 
-bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride,
-                long offset, bool reported) {
-  Miss* miss = lesson_for(name, overload, true);
-  if (miss == nullptr) return false;
+namespace {
+
+// A view entry of the output geometry (view, size, stride, offset, reported) learn_view's arguments describe.
+std::unique_ptr<Entry> view_entry(PyObject* view, PyObject* size, PyObject* stride, long offset, bool reported) {
   auto e = std::make_unique<Entry>();
   e->view = Py_NewRef(view);
   e->sizes = ints_of(size);
@@ -1641,6 +1660,32 @@ bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* si
   e->view_offset = offset;
   e->reported = reported;
   TORCH_CHECK(e->view_stride.size() == e->sizes.size(), "learn_view: one stride per size");
+  return e;
+}
+
+}  // namespace
+
+bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride,
+                long offset, bool reported) {
+  Miss* miss = lesson_for(name, overload, true);
+  if (miss == nullptr) return false;
+  file(miss->kernel->table(), miss->key, view_entry(view, size, stride, offset, reported));
+  return true;
+}
+
+bool learn_views(PyObject* name, PyObject* overload, PyObject* outputs) {
+  Miss* miss = lesson_for(name, overload, true);
+  if (miss == nullptr) return false;
+  TORCH_CHECK(PyList_Check(outputs), "learn_views: a list of (view, size, stride, offset, reported)");
+  auto e = std::make_unique<Entry>();
+  e->several_views = true;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outputs); ++i) {
+    PyObject* o = PyList_GET_ITEM(outputs, i);
+    TORCH_CHECK(PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 5, "learn_views: (view, size, stride, offset, reported)");
+    const long offset = as_long(PyTuple_GET_ITEM(o, 3));
+    e->parts.push_back(view_entry(PyTuple_GET_ITEM(o, 0), PyTuple_GET_ITEM(o, 1), PyTuple_GET_ITEM(o, 2), offset,
+                                  PyObject_IsTrue(PyTuple_GET_ITEM(o, 4)) == 1));
+  }
   file(miss->kernel->table(), miss->key, std::move(e));
   return true;
 }

@@ -39,6 +39,10 @@ bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObje
 bool learn_view(PyObject* name, PyObject* overload, PyObject* view, PyObject* size, PyObject* stride, long offset,
                 bool reported);
 
+// The same for a view op with a list of outputs (split, unbind): `outputs`, a list of (view, size, stride, offset,
+// reported), one per output in order.
+bool learn_views(PyObject* name, PyObject* overload, PyObject* outputs);
+
 // graph_key.Segment.add(node) for a node the Python path recorded: True when done here, False (nothing done) for
 // inputs only Python's add keys (a FailedValue, another array type). nullptr with a Python error set.
 PyObject* segment_add_py(PyObject* segment, PyObject* node);

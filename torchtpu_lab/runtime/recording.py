@@ -194,13 +194,22 @@ def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:
     """A view op's Python kernel made its output (over ``storage``, of ``geometry``: a
     :class:`~torchtpu_lab.device.views.View`, or ``None`` for the whole base) for a call the recording kernel
     keyed: teach it the output's geometry, which its key (the input's geometry and the arguments) determines."""
+    _core[0].learn_view(op._schema.name, op._schema.overload_name, *_answer(storage, geometry))
+
+
+def learn_views(op: torch._ops.OpOverload, storage, geometries) -> None:
+    """:func:`learn_view` for a view op with a list of outputs (``split``, ``unbind``): each one's geometry."""
+    _core[0].learn_views(op._schema.name, op._schema.overload_name, [_answer(storage, g) for g in geometries])
+
+
+def _answer(storage, geometry) -> tuple:
+    """``(geometry, size, stride, offset, reported)`` of a view output over ``storage``: ``reported`` where its
+    TensorImpl must report a stride or offset other than the contiguous ones."""
     if geometry is None:
         size = tuple(storage.shape)
-        stride, offset, reported = views.contiguous_strides(size), 0, False
-    else:
-        size, stride, offset = geometry
-        reported = bool(offset) or tuple(stride) != views.contiguous_strides(size)
-    _core[0].learn_view(op._schema.name, op._schema.overload_name, geometry, size, stride, offset, reported)
+        return geometry, size, views.contiguous_strides(size), 0, False
+    size, stride, offset = geometry
+    return geometry, size, stride, offset, bool(offset) or tuple(stride) != views.contiguous_strides(size)
 
 
 _NUMBERS = (bool, int, float)

@@ -122,23 +122,24 @@ def make_view_kernel(op):
                 outs = [tensor.make(storage, g) for g in geoms]
         else:
             outs = [tensor.make(storage, g) for g in geoms]
-        if multi:
-            return outs
         lesson = recording.lesson_pending
         if not moved and lesson is not None and lesson():  # the recording kernel keyed this call: teach it
             # the geometry (not after a move: the key has the padded geometry, the answer the compact one)
-            recording.learn_view(op, storage, geoms[0])
-        return outs[0]
+            if multi:
+                recording.learn_views(op, storage, geoms)
+            else:
+                recording.learn_view(op, storage, geoms[0])
+        return outs if multi else outs[0]
 
     kernel.__name__ = f"view_kernel_{op}"
-    kernel.single_output_view = not multi
+    kernel.recordable_view = True
     return kernel
 
 
-def single_output_view(op, kernel) -> bool:
-    """Whether ``kernel`` is this module's view kernel of ``op`` with one output (the recording kernel can serve
-    it from a learned geometry: :func:`..runtime.recording.learn_view`)."""
-    return op in VIEW_OPS and getattr(kernel, "single_output_view", False)
+def recordable_view(op, kernel) -> bool:
+    """Whether ``kernel`` is this module's view kernel of ``op`` (the recording kernel can serve it from the
+    learned geometry of its output, or of each output of ``split``/``unbind``: :mod:`..runtime.recording`)."""
+    return op in VIEW_OPS and getattr(kernel, "recordable_view", False)
 
 
 def make_inplace_view_kernel(op):
