@@ -171,6 +171,24 @@ def test_a_training_linear_runs_its_autograd_in_the_native_core(seeded, monkeypa
     torch.testing.assert_close(F.linear(a, w.to("tpu")).cpu(), F.linear(x + 1, w), atol=ATOL, rtol=1e-5)
 
 
+def test_compiled_autograd_traces_the_native_linear_backward(seeded):
+    """An eager forward's backward run by compiled autograd (``torch._dynamo.compiled_autograd``) traces the C++
+    linear node's backward (it is marked traceable: plain aten ops, no state): the same gradients as CPU's,
+    with a broadcast bias and without one."""
+    from torch._dynamo import compiled_autograd
+
+    x, w, b = torch.randn(4, 6), torch.randn(3, 6), torch.randn(1, 3)
+    grads = []
+    for device in ("cpu", "tpu"):
+        xs, ws, bs = (t.to(device, copy=True).requires_grad_() for t in (x, w, b))
+        loss = F.linear(xs, ws, bs).tanh().sum() + F.linear(xs, ws).sum()
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            loss.backward()
+        grads.append([t.grad.cpu() for t in (xs, ws, bs)])
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-5)
+
+
 def test_double_backward_equals_cpu(seeded):
     x, w, b = torch.randn(3, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True), torch.randn(4)
     xt, wt = (t.detach().to("tpu").requires_grad_() for t in (x, w))
