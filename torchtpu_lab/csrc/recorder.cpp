@@ -1678,13 +1678,18 @@ bool learn_views(PyObject* name, PyObject* overload, PyObject* outputs) {
   if (miss == nullptr) return false;
   TORCH_CHECK(PyList_Check(outputs), "learn_views: a list of (view, size, stride, offset, reported)");
   auto e = std::make_unique<Entry>();
-  e->several_views = true;
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outputs); ++i) {
-    PyObject* o = PyList_GET_ITEM(outputs, i);
-    TORCH_CHECK(PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 5, "learn_views: (view, size, stride, offset, reported)");
-    const long offset = as_long(PyTuple_GET_ITEM(o, 3));
-    e->parts.push_back(view_entry(PyTuple_GET_ITEM(o, 0), PyTuple_GET_ITEM(o, 1), PyTuple_GET_ITEM(o, 2), offset,
-                                  PyObject_IsTrue(PyTuple_GET_ITEM(o, 4)) == 1));
+  e->several_views = true;  // (an unbind of a zero-size dim has no parts)
+  try {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outputs); ++i) {
+      PyObject* o = PyList_GET_ITEM(outputs, i);
+      TORCH_CHECK(PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 5, "learn_views: (view, size, stride, offset, reported)");
+      const long offset = as_long(PyTuple_GET_ITEM(o, 3));
+      e->parts.push_back(view_entry(PyTuple_GET_ITEM(o, 0), PyTuple_GET_ITEM(o, 1), PyTuple_GET_ITEM(o, 2), offset,
+                                    PyObject_IsTrue(PyTuple_GET_ITEM(o, 4)) == 1));
+    }
+  } catch (...) {
+    clear_entry(*e);  // the parts made so far hold references
+    throw;
   }
   file(miss->kernel->table(), miss->key, std::move(e));
   return true;

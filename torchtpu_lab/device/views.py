@@ -57,6 +57,12 @@ def canonical(base_shape: tuple, size: tuple, stride: tuple, offset: int) -> Vie
     return View(size, stride, int(offset))
 
 
+def reshapes_base(base_shape: tuple, view: View) -> bool:
+    """Whether ``view`` reads every element of its base in the base's order: the base in another shape (how
+    PyTorch's ``sum_to_size`` hands a bias its gradient, ``[1, n]`` viewed as ``[n]``)."""
+    return view.offset == 0 and math.prod(view.size) == math.prod(base_shape) and is_contiguous(view.size, view.stride)
+
+
 def is_contiguous(size: tuple, stride: tuple) -> bool:
     """Whether ``stride`` is the row-major layout of ``size`` (dims of size 1 may have any stride)."""
     expected = 1

@@ -23,7 +23,6 @@ kernel raises PyTorch's error) — takes the per-op kernel.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax.numpy as jnp
 import torch
@@ -41,7 +40,7 @@ aten = torch.ops.aten
 def _arrays(lists, device: int | None, adopted: list | None = None, bases: list | None = None) -> list | None:
     """The arrays of ``lists``' tensors, in order, when every one is a float32 tpu tensor with device data (not a
     fake tensor Dynamo traces with) on one device (``device``, when given), a base tensor or, with ``bases``, a
-    view of its whole storage in order (:func:`_whole`); else ``None``. The tensors, adopted, are appended to
+    view of its whole storage in order (``views.reshapes_base``); else ``None``. The tensors, adopted, are appended to
     ``adopted``, and to ``bases`` the shape of each one's storage where it is such a view (else ``None``)."""
     arrays = []
     for lst in lists:
@@ -50,7 +49,9 @@ def _arrays(lists, device: int | None, adopted: list | None = None, bases: list 
                 return None
             t = tensor.adopt(t)
             storage = t.tpu_storage
-            if storage.dtype != torch.float32 or (t.tpu_view is not None and (bases is None or not _whole(t))):
+            view = t.tpu_view
+            if storage.dtype != torch.float32 or (view is not None and (bases is None
+                                                             or not views.reshapes_base(storage.shape, view))):
                 return None
             if device is None:
                 device = storage.device_index
@@ -62,13 +63,6 @@ def _arrays(lists, device: int | None, adopted: list | None = None, bases: list 
             if bases is not None:
                 bases.append(None if t.tpu_view is None else tuple(storage.shape))
     return arrays
-
-
-def _whole(t: tensor.TpuTensor) -> bool:
-    """Whether a view reads its storage's every element in the storage's order: a reshape of the storage."""
-    view = t.tpu_view
-    return (view.offset == 0 and math.prod(view.size) == math.prod(t.tpu_storage.shape)
-            and all(s == c for n, s, c in zip(view.size, view.stride, views.contiguous_strides(view.size)) if n != 1))
 
 
 def _as_tensors(states, bases, shape: tuple) -> list:
