@@ -135,21 +135,3 @@ def test_a_cone_read_of_a_view_gathers_from_the_cone_value():
         assert ids[1, 2:].tolist() == [5 + 6 + 7, 5 + 6 + 7 + 8, 5 + 6 + 7 + 8 + 9]
         assert "left_pending" in telemetry.sync_log[-1].detail
         assert fused.pending_ops() > 0
-
-
-def test_transformers_packed_sequence_check_leaves_the_optimizer_pending():
-    """The check ``transformers`` runs at the start of every forward (masking_utils) reads position ids made by
-    ``arange``: the previous step's updates stay pending and run with the forward that follows."""
-    masking_utils = pytest.importorskip("transformers.masking_utils")
-    with torchtpu_lab.eager_mode("fused"):
-        params = _params("tpu")
-        torchtpu_lab.sync()
-        _optimizer_tail(params)
-        position_ids = torch.arange(12, device="tpu").unsqueeze(0).expand(2, -1)
-        assert masking_utils.find_packed_sequence_indices(position_ids) is None
-        assert "left_pending" in telemetry.sync_log[-1].detail
-        assert fused.pending_ops() > 0
-        packed = torch.cat([torch.arange(5), torch.arange(7)]).unsqueeze(0).to("tpu")
-        indices = masking_utils.find_packed_sequence_indices(packed)  # an array input: a whole sync
-        assert fused.pending_ops() == 0
-        assert indices.cpu().tolist() == [[0] * 5 + [1] * 7]
