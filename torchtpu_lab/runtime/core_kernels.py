@@ -33,8 +33,8 @@ def _tpu_index(device) -> int:
 def to_host(t: tensor.TpuTensor, reason: SyncReason = SyncReason.TO_HOST) -> torch.Tensor:
     """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
     reason = telemetry.sync_reason.get() or reason
-    with telemetry.sync_event(reason, fused.pending_ops()) as event:
-        host = dtypes.host_tensor(program_cost.host_values(values.value(t, reason, False, event)), t.dtype)
+    with telemetry.sync_event(reason, fused.pending_ops()):
+        host = dtypes.host_tensor(program_cost.host_values(values.value(t, reason, record=False)), t.dtype)
     telemetry.count("transfer_to_host_bytes", host.numel() * host.element_size())
     return host
 
@@ -118,8 +118,8 @@ def copy_(self, src, non_blocking=False):
 
 def local_scalar_dense(self):
     reason = telemetry.sync_reason.get() or SyncReason.ITEM
-    with telemetry.sync_event(reason, fused.pending_ops()) as event:
-        return program_cost.host_values(values.value(self, reason, False, event)).item()
+    with telemetry.sync_event(reason, fused.pending_ops()):
+        return program_cost.host_values(values.value(self, reason, record=False)).item()
 
 
 

@@ -489,13 +489,27 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     hit = compiled is not None
     t0 = time.perf_counter()
     if compiled is None:
+        from . import compile_cache, compile_events
+
         nodes = live_nodes()
+        fast, key = key, _signature(nodes, key, leaves)
+        cause, site = compile_events.graph_cause(key, nodes)
+        packing = packed_numbers.plan(leaves)
         try:
-            compiled = _compile(key, device, nodes, leaves, reason)
+            fn, args = _graph_fn(nodes, key), leaves
+            if packing is not None:
+                fn, args = packed_numbers.traced(fn, packing), packed_numbers.arguments(packing, leaves)
+            executable, from_disk = compile_cache.executable(fn, args, "graph", key, device,
+                                                             packed_numbers.donated(packing, key.donate),
+                                                             convention=packed_numbers.convention(packing))
         except Exception as e:  # noqa: BLE001 — replayed below to name the op
             with interrupts.deferred():
                 _clear(pending)
                 _fail(nodes, storages, e, extra)
+        compiled = GraphExecutable(executable, n_nodes, memory.analysis(executable), packing)
+        GRAPHS.put((fast, device), compiled)
+        compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk,
+                                    site=site)
         t0 = time.perf_counter()
     else:
         telemetry.count("graph_cache_hits")
@@ -505,7 +519,10 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     with interrupts.deferred():
         _clear(pending)
         try:
-            results, launch_look = _launch(compiled, leaves)
+            program_cost.before_launch()
+            packing = compiled.packing
+            results = compiled.fn(*(leaves if packing is None else packed_numbers.arguments(packing, leaves)))
+            launch_look = program_cost.look_at_launch(results)
         except Exception as e:  # noqa: BLE001
             _fail(live_nodes(), storages, e, extra)
         for v, r in zip(targets, results):
@@ -513,106 +530,12 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
         store_all(storages, [v.value for v in held])
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
-    _ran(compiled, n_nodes, t0, hit, results, device_index, launch_look)
-    if sync_event is not None:
-        sync_event.dur = time.perf_counter() - sync_event.t
-
-
-def _compile(fast: GraphSignature, device, nodes: list, leaves: list, reason: SyncReason) -> GraphExecutable:
-    """Trace and compile (or load from disk) the graph of ``nodes`` whose in-memory key is ``fast``, cache it, and
-    note the compile with its cause. Raises what tracing or compiling raised."""
-    from . import compile_cache, compile_events
-
-    t0 = time.perf_counter()
-    key = _signature(nodes, fast, leaves)
-    cause, site = compile_events.graph_cause(key, nodes)
-    packing = packed_numbers.plan(leaves)
-    fn, args = _graph_fn(nodes, key), leaves
-    if packing is not None:
-        fn, args = packed_numbers.traced(fn, packing), packed_numbers.arguments(packing, leaves)
-    executable, from_disk = compile_cache.executable(fn, args, "graph", key, device,
-                                                     packed_numbers.donated(packing, key.donate),
-                                                     convention=packed_numbers.convention(packing))
-    compiled = GraphExecutable(executable, len(nodes), memory.analysis(executable), packing)
-    GRAPHS.put((fast, device), compiled)
-    compile_events.note_compile("graph", key, nodes, cause, time.perf_counter() - t0, reason, disk=from_disk,
-                                site=site)
-    return compiled
-
-
-def _launch(compiled: GraphExecutable, leaves: list) -> tuple:
-    """``(results, launch look)``: run a compiled graph on its leaves (packed as it was compiled)."""
-    program_cost.before_launch()
-    packing = compiled.packing
-    results = compiled.fn(*(leaves if packing is None else packed_numbers.arguments(packing, leaves)))
-    return results, program_cost.look_at_launch(results)
-
-
-def _ran(compiled: GraphExecutable, n_nodes: int, t0: float, hit: bool, results, device_index: int,
-         launch_look) -> None:
-    """Count and record a graph's run (its device time too, without waiting, when a profile records)."""
     telemetry.count("graph_ops_executed", n_nodes)
     run = telemetry.record_execute(f"graph[{n_nodes} ops]", t0, n_nodes, hit,
                                    **program_cost.run_detail(compiled.fn, not hit))
-    program_cost.time_run(run, results, device_index, launch_look)
-
-
-#: a read runs only the ops its value depends on (:func:`read_cone`) when they are at most this many ...
-CONE_MAX_OPS = 32
-#: ... and at most this share of the ops pending
-CONE_SHARE = 1 / 8
-
-
-def read_cone(v: LazyValue, reason: SyncReason) -> tuple | None:
-    """``(array, ops run, ops left pending)``: the value of ``v`` computed by the ops it depends on alone (its
-    cone), everything else left pending, when that value depends on no tensor's data; ``None`` otherwise (the
-    caller syncs everything, as at any read).
-
-    A value built from factory ops and numbers only (position ids from ``arange``, a mask from a length) is the
-    same whatever the user's tensors hold, so reading it need not run their pending work. ``transformers`` reads
-    one at the start of every forward (its packed-sequence check: a ``cumsum`` of position ids, read by
-    ``bool()``); syncing everything there ran the previous step's clipping and optimizer as a program of their
-    own, a second large sync per step, where they now run with the forward and backward that follow. A read of
-    anything that depends on a tensor's values stays a whole sync, whatever its size: that is where a loop
-    expects its step to end (a decode step's stop check, a loss read), and leaving the rest pending there would
-    chain steps into one growing graph. Only a small cone is taken (its ops stay recorded and run again where
-    the rest needs them); one whose ops the rest mostly needs, or that holds an op's pending check, syncs
-    everything; so does one that fails to compile or run, which names the op."""
-    pending = PENDING
-    recorded = pending.recorded
-    if recorded * CONE_SHARE < 2:
-        return None
-    built = pending.segment.cone([v])
-    if built is None:
-        return None
-    live_nodes, node_keys, leaves, leaf_sigs, target_refs, memo = built
-    n_nodes = len(node_keys)
-    if n_nodes > CONE_MAX_OPS or n_nodes > recorded * CONE_SHARE or pending.device:
-        return None
-    if any(type(sig) is tuple for sig in leaf_sigs):  # an array's signature (see _reusable)
-        return None
-    if pending.extra:
-        cone = set(map(id, live_nodes()))
-        if any(id(u.node) in cone for values, _ in pending.extra for u in values):
-            return None
-    leaf_sigs, target_refs = _same(memo, "leaves", leaf_sigs), _same(memo, "targets", target_refs)
-    key = GraphSignature(node_keys, leaf_sigs, target_refs, ())
-    device = None  # no array input: the default device (tpu:0)
-    t0 = time.perf_counter()
-    compiled = GRAPHS.get((key, device))
-    hit = compiled is not None
-    try:
-        if compiled is None:
-            compiled = _compile(key, device, live_nodes(), leaves, reason)
-            t0 = time.perf_counter()
-        else:
-            telemetry.count("graph_cache_hits")
-        memory.executing(compiled.memory, 0, f"graph[{n_nodes} ops]")
-        results, launch_look = _launch(compiled, leaves)
-    except Exception:  # noqa: BLE001 — the whole sync replays the graph and names the op that failed
-        return None
-    _ran(compiled, n_nodes, t0, hit, results, 0, launch_look)
-    return results[0], n_nodes, recorded - n_nodes
+    program_cost.time_run(run, results, device_index, launch_look)  # its device time, without waiting (profiled)
+    if sync_event is not None:
+        sync_event.dur = time.perf_counter() - sync_event.t
 
 
 def _targets(held: list, extra: list) -> list[LazyValue]:

@@ -59,14 +59,13 @@ class Segment:
     structure (``fallback``) takes over when it agrees up to there (a loop that went back to its old graph)."""
 
     __slots__ = ("token", "refs", "node_keys", "leaves", "leaf_sigs", "leaf_pos", "regular", "expect", "plans",
-                 "matching", "last", "after", "fallback", "prefixes")
+                 "matching", "last", "after", "fallback")
 
     def __init__(self) -> None:
         self.expect: Structure | None = None  # the canonical structure this segment is expected to repeat
         self.plans: dict | None = None  # its plans (canonical's)
         self.last: tuple | None = None  # (structure, plans) of the last sync built from a segment
         self.after: dict = {}  # structure -> (structure, plans) of the sync that came after it last time
-        self.prefixes: dict = {}  # n -> (expect, structure of its first n nodes, plans): see cone()
         self.reset()
 
     def reset(self) -> None:
@@ -143,9 +142,14 @@ class Segment:
         ``live nodes`` is a function giving the graph's nodes, called only when a sync needs them (a compile or a
         failure: a hit needs none). ``memo``: a dict kept with this graph's plan for what a sync derives from it
         (see ``fused._same``)."""
-        positions = self._positions(targets)
-        if positions is None:
+        if not self.regular:
             return None
+        token = self.token
+        nodes_of = list(map(_NODE, targets))
+        for n in nodes_of:
+            if n.segment is not token:
+                return None
+        positions = list(map(_POSITION, nodes_of))
         n = len(self.refs)
         if self.matching and n == len(self.expect):
             structure, plans = self.expect, self.plans
@@ -156,57 +160,12 @@ class Segment:
                 self.after.clear()
             self.after[self.last[0]] = (structure, plans)
         self.last = (structure, plans)
-        return self._graph(structure, plans, positions, targets)
-
-    def cone(self, targets: list):
-        """:meth:`key` of the graph that computes ``targets`` alone (the nodes they depend on, a read that leaves
-        the rest pending), without changing what later syncs expect: the graph a sync takes next is still the
-        whole segment's. A loop that reads at the same point every step finds the same prefix again, so its
-        structure is kept per length for as long as the segment matches the same expected graph. ``None`` too
-        when the rest of the graph needs more than half of the cone (other recorded nodes read it): that part
-        would run twice (a loss read after the backward and the optimizer step needs the whole forward)."""
-        positions = self._positions(targets)
-        if positions is None:
-            return None
-        n = len(self.refs)
-        if not self.matching:
-            structure, plans = canonical(Structure(self.node_keys))
-        elif n == len(self.expect):
-            structure, plans = self.expect, self.plans
-        else:
-            known = self.prefixes.get(n)
-            if known is not None and known[0] is self.expect:
-                structure, plans = known[1], known[2]
-            else:
-                structure, plans = canonical(Structure(self.expect[:n]))
-                if len(self.prefixes) >= MAX_PLANS:
-                    self.prefixes.clear()
-                self.prefixes[n] = (self.expect, structure, plans)
-        return self._graph(structure, plans, positions, targets, apart=True)
-
-    def _positions(self, targets: list) -> list | None:
-        """The recording positions of ``targets``' nodes, or ``None`` when one was not recorded in this
-        segment (or the segment is not regular)."""
-        if not self.regular:
-            return None
-        token = self.token
-        nodes_of = list(map(_NODE, targets))
-        for n in nodes_of:
-            if n.segment is not token:
-                return None
-        return list(map(_POSITION, nodes_of))
-
-    def _graph(self, structure: Structure, plans: dict, positions: list, targets: list, apart: bool = False):
-        """:meth:`key`'s answer for ``targets`` (``apart``: ``None`` when the rest of the graph needs more than
-        half of theirs, see :meth:`cone`)."""
         wanted = tuple(sorted(set(positions)))
         plan = plans.get(wanted)
         if plan is None:
             if len(plans) >= MAX_PLANS:  # a graph whose values are read in ever new subsets: bounded
                 plans.clear()
             plan = plans[wanted] = _Plan(structure, wanted)
-        if apart and plan.shared * 2 > len(plan.structure):
-            return None
         refs, kept = self.refs, plan.kept  # this segment's (a reset makes new ones)
         target_refs = tuple(zip(map(plan.position.__getitem__, positions), map(_INDEX, targets)))
         if kept is None:  # every node is live
@@ -260,22 +219,6 @@ def canonical(structure: Structure) -> tuple:
     return _STRUCTURES.get(entry[0])  # the stored key itself: found by identity, counted, kept recent
 
 
-def _shared(structure: Structure, live: list) -> int:
-    """How many live nodes the dead ones need too: those a dead node reads, and what they read in turn."""
-    needed = [False] * len(structure)
-    for i, (_, refs) in enumerate(structure):
-        if not live[i]:
-            for p, _ in refs:
-                if p >= 0 and live[p]:
-                    needed[p] = True
-    for i in range(len(structure) - 1, -1, -1):
-        if needed[i]:
-            for p, _ in structure[i][1]:
-                if p >= 0:
-                    needed[p] = True
-    return sum(needed)
-
-
 class _Plan:
     """Which nodes of a segment's structure the values at ``wanted`` depend on, and the key of those alone —
     a function of the structure and ``wanted`` only, so it is worked out once per graph, not at every sync.
@@ -285,7 +228,7 @@ class _Plan:
     nodes and leaves are renumbered in the same order, so both ways give the same key. ``kept`` is ``None``
     when every node is live."""
 
-    __slots__ = ("kept", "structure", "leaf_order", "position", "memo", "shared")
+    __slots__ = ("kept", "structure", "leaf_order", "position", "memo")
 
     def __init__(self, structure: Structure, wanted: tuple):
         self.memo: dict = {}
@@ -297,7 +240,6 @@ class _Plan:
                 for p, _ in structure[i][1]:
                     if p >= 0:
                         live[p] = True
-        self.shared = _shared(structure, live)
         if all(live):
             self.kept, self.structure, self.leaf_order = None, structure, ()
             self.position = range(len(structure))

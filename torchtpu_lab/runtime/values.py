@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
-from .. import caches, dtypes, telemetry
+from .. import caches, dtypes
 from ..telemetry import SyncReason
 from ..device import tensor, views
 from ..device.storage import Storage, store_all
@@ -118,37 +118,21 @@ def use_native_writes(write_placeholders) -> None:
 
 
 @fused.entry_point
-def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True,
-          event: telemetry.Event | None = None):
-    """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered).
-
-    A pending value whose cone is small is computed alone and the rest stays pending (:func:`.fused.read_cone`);
-    otherwise everything pending runs. ``record=False``: the caller records the sync event (``event``, which
-    then says how many ops the read ran and left pending)."""
+def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
+    """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
     storage = t.tpu_storage
-    base = None
     if isinstance(storage.held, fused.LazyValue):
-        cone = fused.read_cone(storage.held, reason)
-        if cone is not None:
-            base, ran, left = cone
-            if record:
-                event = telemetry.record_sync(reason, ran)
-            if event is not None:
-                event.detail.update(pending_ops=ran, left_pending=left)
-        else:
-            fused.track(storage)  # normally tracked already; a no-op then
-            fused.sync(reason, record=record)
+        fused.track(storage)  # normally tracked already; a no-op then
+        fused.sync(reason, record=record)
     pending_errors.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
-    if base is None:
-        base = storage.array
     if t.tpu_view is None:
-        return base
-    dyn = [base]
+        return storage.array
+    dyn = [storage.array]
     key = dynamic_input(storage.shape, t.tpu_view, dyn)
     program = _read_program(storage.shape, key, storage.dtype)
     return run_now(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn, storage.device_index,
-                   True)
+                True)
 
 
 @caches.memoize("view_reads", 2048)
