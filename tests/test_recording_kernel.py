@@ -339,6 +339,53 @@ def test_in_place_through_a_view_and_bad_dtypes_keep_pytorchs_semantics():
     torch.testing.assert_close(i.cpu(), torch.ones(3, dtype=torch.int64))
 
 
+def _whole_view_updates(device: str):
+    """A bias gradient as ``sum_to_size`` hands it (``[1, n]`` seen as ``[n]``) updated in place by pointwise ops,
+    as gradient clipping's ``_foreach_mul_`` does."""
+    base = torch.arange(12.0).reshape(1, 1, 12).to(device)
+    grad = base.view(12)
+    coef, shift = torch.tensor(0.75).to(device), torch.linspace(0, 1, 12).to(device)
+    versions = []
+    for _ in range(4):
+        torch._foreach_mul_([grad], coef)
+        grad.add_(shift, alpha=2.0)
+        grad.clamp_(max=20.0)
+        grad.mul_(torch.ones(1, 12).to(device)[0])  # an operand that is itself a view
+        versions.append(base._version)
+    return base, grad, versions
+
+
+def test_pointwise_updates_of_a_whole_view_are_recorded_on_its_storage_in_cpp():
+    with torchtpu_lab.eager_mode("fused"):
+        _whole_view_updates("tpu")  # the lessons
+        before = recording.stats()["python_ops"]
+        base, grad, versions = _whole_view_updates("tpu")
+        after = recording.stats()["python_ops"]
+        handed = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
+        assert not any(op.startswith(("aten::mul_", "aten::add_", "aten::clamp_")) for op in handed), handed
+        assert grad.shape == (12,) and base.shape == (1, 1, 12) and grad.data_ptr() == base.data_ptr()
+        got = base.cpu()
+    want, _, cpu_versions = _whole_view_updates("cpu")
+    torch.testing.assert_close(got, want)
+    assert versions == cpu_versions  # autograd's version counter moves as on the CPU
+
+
+def test_other_updates_of_a_whole_view_keep_their_own_path_and_pytorchs_semantics():
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            base = torch.arange(8.0).reshape(1, 8).to("tpu")
+            base.view(8).cumsum_(0)  # not pointwise: dim 0 of the view is dim 1 of the storage
+            column = torch.arange(4.0).reshape(4, 1).to("tpu")
+            column.view(4).mul_(torch.arange(4.0).to("tpu"))  # trailing ones: [4] * [4, 1] would broadcast
+            with pytest.raises(RuntimeError, match=r"output with shape \[8\] doesn't match the broadcast shape"):
+                base.view(8).mul_(torch.ones(2, 8).to("tpu"))
+            torch.testing.assert_close(base.cpu(), torch.arange(8.0).cumsum(0).reshape(1, 8))
+            torch.testing.assert_close(column.cpu(), (torch.arange(4.0) ** 2).reshape(4, 1))
+            noise = torch.zeros(1, 6).to("tpu")
+            noise.view(6).uniform_()  # random: drawn for the view's shape, on the Python path
+            assert noise.shape == (1, 6) and bool((noise.cpu() > 0).all())
+
+
 def test_a_new_value_of_a_dynamic_number_finds_the_same_entry():
     """Numbers the executable takes as graph inputs (a wrapped scalar divisor, ``addcdiv``'s ``value``: an
     optimizer's step size changes every step) are keyed by type, as the Python path's fast key does: a new

@@ -189,7 +189,7 @@ def _collect() -> dict:
             if names:
                 kernels[op] = mutation.make_out_kernel(functional, names, op._schema)
             elif mutation.is_inplace(op._schema):
-                kernels[op] = mutation.make_inplace_kernel(functional, op._schema)
+                kernels[op] = mutation.make_inplace_kernel(functional, op._schema, _pointwise(op))
                 INPLACE_OF[op] = functional_ops[mutation.signature(op._schema)]
     return kernels
 
@@ -203,6 +203,12 @@ def _records(op, kernel) -> bool:
 
 def _fallback(keyset, op, *args, **kwargs):
     return cpu_fallback.run(op, args, kwargs)
+
+
+def _pointwise(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` works element by element, the same on any shape of the same elements (not a random op:
+    its draws follow the shape)."""
+    return torch.Tag.pointwise in op.tags and torch.Tag.nondeterministic_seeded not in op.tags
 
 
 def install(core=None) -> None:
@@ -223,7 +229,8 @@ def install(core=None) -> None:
             native[op] = (kernel, recording.VIEW, op, False)
         elif (core is not None and op in INPLACE_OF and len(INPLACE_OF[op]._schema.returns) == 1
               and _records(INPLACE_OF[op], teacher := tpu_kernel(KERNELS[INPLACE_OF[op]]))):
-            native[op] = (kernel, recording.INPLACE, INPLACE_OF[op], not teacher.lowering.static_scalars)
+            kind = recording.INPLACE_POINTWISE if _pointwise(op) else recording.INPLACE
+            native[op] = (kernel, kind, INPLACE_OF[op], not teacher.lowering.static_scalars)
         else:
             lib.impl(op, kernel, _KEY)
     if native:

@@ -304,6 +304,8 @@ thread_local std::vector<char> views_scratch;          // whether each tensor ar
 thread_local std::vector<PyObject*> elements_scratch;  // the arrays of tensor list elements, every list in turn
 thread_local std::vector<int> element_start;           // per argument: where its list's arrays start there
 thread_local bool factory_scratch = false;             // the call build_key keyed has no tensor argument
+thread_local bool self_base_scratch = false;           // `self` keyed as its storage (a whole view, see below)
+thread_local std::vector<int64_t> self_base_sizes;     // that storage's shape
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
@@ -338,8 +340,28 @@ bool adopt_plain(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
 // Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
 // returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
 // TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
+// Whether `t` (a view) is all of a storage of shape `base`, with leading size-1 dims left out: `[1, n]` seen as
+// `[n]`, how PyTorch's `sum_to_size` hands a bias its gradient. A pointwise op on it is the same op on the storage.
+bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(base);
+  const int64_t lead = static_cast<int64_t>(n) - t.dim();
+  if (lead < 0 || t.storage_offset() != 0) return false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const long long b = PyLong_AsLongLong(PyTuple_GET_ITEM(base, i));
+    if (b != (i < lead ? 1 : t.size(i - lead))) return false;
+  }
+  int64_t expected = 1;  // row-major strides (a size-1 dim's stride addresses nothing)
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    if (t.size(d) != 1 && t.stride(d) != expected) return false;
+    expected *= t.size(d);
+  }
+  return true;
+}
+
+// `as_base`: key a view that whole_but_leading_ones as its storage (a base tensor of the storage's shape), and
+// note that shape in self_base_sizes (an in-place pointwise op's `self`, recorded on its storage).
 PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
-                       char* view_out) {
+                       char* view_out, bool as_base = false) {
   if (t.device().index() != pending_device) return nullptr;
   PyObject* obj = THPVariable_Wrap(t);
   if (obj == nullptr) throw python_error();
@@ -361,6 +383,22 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
     if (held != nullptr && (Py_TYPE(held) == rt.lazy_type || Py_TYPE(held) == rt.array_type)) {
       array = held;  // the storage (owned by the tensor) keeps it alive for this call
       *storage_out = storage;
+      PyObject* base = rt.st_shape.get(storage);
+      if (as_base && view != Py_None && whole_but_leading_ones(t, base)) {
+        self_base_scratch = true;
+        self_base_sizes.clear();
+        key.push_back(kTensor);
+        put(key, static_cast<int8_t>(t.scalar_type()));
+        put(key, static_cast<int8_t>(PyTuple_GET_SIZE(base)));
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(base); ++i) {
+          self_base_sizes.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(base, i)));
+          put(key, self_base_sizes.back());
+        }
+        Py_XDECREF(view);
+        Py_XDECREF(storage);
+        Py_DECREF(obj);
+        return array;
+      }
       key.push_back(kTensor);
       put(key, static_cast<int8_t>(t.scalar_type()));
       put(key, static_cast<int8_t>(t.dim()));
@@ -401,13 +439,32 @@ long named_device(const c10::IValue& v) {
   return index < 0 ? current_device() : index;
 }
 
+// Whether every other tensor argument broadcasts to `self`'s shape (the first argument's): what an in-place op
+// asks of its operands, so a whole view's `self` may be keyed as its storage (the same op on leading size-1 dims
+// broadcasts alike). Otherwise the call is keyed as it is and its Python path raises PyTorch's error.
+bool others_broadcast_to_self(const torch::jit::Stack& stack, size_t base, size_t n) {
+  if (n == 0 || !stack[base].isTensor()) return false;
+  const auto self = stack[base].toTensor().sizes();
+  for (size_t i = 1; i < n; ++i) {
+    const c10::IValue& v = stack[base + i];
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const auto other = v.toTensor().sizes();
+    if (other.size() > self.size()) return false;
+    for (size_t d = 1; d <= other.size(); ++d) {
+      const int64_t o = other[other.size() - d];
+      if (o != 1 && o != self[self.size() - d]) return false;
+    }
+  }
+  return true;
+}
+
 // The key of a call, and the arrays of its tensor arguments by position; false where the recorded path does
 // not apply to these arguments. `dynamic`: per argument, whether a number there is a graph input (the executor's
 // `dynamic_scalars` and `encode.op_plan` positions): keyed by its type only, as runtime/fast_keys.py keys it, so
 // a new value (an optimizer's step size, `x / scale`) finds the same entry.
 bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, std::string& key,
                std::vector<PyObject*>& arrays, std::vector<PyObject*>& storages, long pending_device,
-               const std::vector<char>& dynamic) {
+               const std::vector<char>& dynamic, bool self_as_base = false) {
   const auto& formals = op.schema().arguments();
   const size_t n = formals.size();
   const size_t base = stack.size() - n;
@@ -420,6 +477,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   views_scratch.assign(n, 0);
   elements_scratch.clear();
   element_start.assign(n, -1);
+  self_base_scratch = false;
+  if (self_as_base) self_as_base = others_broadcast_to_self(stack, base, n);
   bool any_tensor = false;
   bool names_device = false;  // a Device argument (a factory's; _to_copy's or new_zeros's target)
   long named = -1;            // the first one's tpu device, -1 for another kind
@@ -432,7 +491,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         continue;
       }
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
-        PyObject* array = tensor_input(t, pending_device, key, &storages[i], &views_scratch[i]);
+        PyObject* array = tensor_input(t, pending_device, key, &storages[i], &views_scratch[i], self_as_base && i == 0);
         if (array == nullptr) return false;
         arrays[i] = array;
         any_tensor = true;
@@ -1119,15 +1178,18 @@ long as_long(PyObject* v) {
 }
 
 // What a kernel serves: a lowered op it records, a view op, or an in-place op whose functional op it records
-// and writes into `self` (entries are learned from that functional op's Python path).
-enum class Kind { kRecord = 0, kView = 1, kInplace = 2 };
+// and writes into `self` (entries are learned from that functional op's Python path); a pointwise in-place op
+// also on a `self` that is a whole storage seen without its leading size-1 dims, recorded on the storage.
+enum class Kind { kRecord = 0, kView = 1, kInplace = 2, kInplacePointwise = 3 };
 
 class RecordingKernel final : public c10::OperatorKernel {
  public:
   RecordingKernel(std::string name, std::string overload, PyObject* python, Kind kind, std::string learns,
                   std::string learns_overload, std::vector<char> dynamic)
       : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(kind == Kind::kView),
-        inplace_(kind == Kind::kInplace), learns_(std::move(learns)), learns_overload_(std::move(learns_overload)),
+        inplace_(kind == Kind::kInplace || kind == Kind::kInplacePointwise),
+        pointwise_(kind == Kind::kInplacePointwise), learns_(std::move(learns)),
+        learns_overload_(std::move(learns_overload)),
         dynamic_(std::move(dynamic)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -1187,7 +1249,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     const long device = as_long(rt.pw_device.get(rt.pending));
     if (!adopt_plain(op, *stack)) throw python_error();
     spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
-    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_)) {
+    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_, pointwise_)) {
       key_scratch.clear();
       return false;
     }
@@ -1223,11 +1285,11 @@ class RecordingKernel final : public c10::OperatorKernel {
     OwnedRef out;
     {
       const LockHeld held;
-      if (inplace_) {  // the usual update: a base `self` whose storage the result replaces whole
+      if (inplace_) {  // the usual update: a base `self` (or a whole view's storage) the result replaces whole
         const at::Tensor& self = (*stack)[base].toTensor();
-        if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes)) {
-          return false;
-        }
+        const bool fits = self_base_scratch ? c10::IntArrayRef(self_base_sizes) == c10::IntArrayRef(e.sizes)
+                                            : !views_scratch[0] && self.sizes() == c10::IntArrayRef(e.sizes);
+        if (!fits || self.scalar_type() != e.scalar_type) return false;
         write_to.p = Py_NewRef(storages_scratch[0]);
       }
       out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p);
@@ -1425,6 +1487,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   PyObject* python_;  // the op's Python kernel (owned, never freed)
   bool view_;         // a view op: outputs share the input's storage, nothing is recorded
   bool inplace_;      // an in-place op: the functional op's node, written into self's storage
+  bool pointwise_;    // ... a pointwise one: a whole view's self is keyed and recorded as its storage
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
   Table table_;
@@ -1584,7 +1647,7 @@ void install_recording_kernels(PyObject* ops) {
       throw;
     }
     Py_INCREF(fn);
-    TORCH_CHECK(kind >= 0 && kind <= 2, "install_recording_kernels: kind ", kind);
+    TORCH_CHECK(kind >= 0 && kind <= 3, "install_recording_kernels: kind ", kind);
     auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, static_cast<Kind>(kind), learns,
                                                     learns_overload, std::move(dynamic));
     kernels.push_back(kernel.get());

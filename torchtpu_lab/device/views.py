@@ -63,6 +63,15 @@ def reshapes_base(base_shape: tuple, view: View) -> bool:
     return view.offset == 0 and math.prod(view.size) == math.prod(base_shape) and is_contiguous(view.size, view.stride)
 
 
+def drops_leading_ones(base_shape: tuple, view: View) -> bool:
+    """Whether ``view`` is all of its base with leading size-1 dims left out (``[1, n]`` seen as ``[n]``, how
+    ``sum_to_size`` hands a bias its gradient): a pointwise op on it is the same op on the base, whose operands
+    broadcast alike (the recording kernel's ``whole_but_leading_ones`` is the same test)."""
+    lead = len(base_shape) - len(view.size)
+    return (lead >= 0 and view.offset == 0 and all(n == 1 for n in base_shape[:lead])
+            and tuple(base_shape[lead:]) == tuple(view.size) and is_contiguous(view.size, view.stride))
+
+
 def is_contiguous(size: tuple, stride: tuple) -> bool:
     """Whether ``stride`` is the row-major layout of ``size`` (dims of size 1 may have any stride)."""
     expected = 1

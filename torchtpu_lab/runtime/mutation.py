@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import tensor
+from ..device import tensor, views
 from . import values
 
 _SCALAR_NAMES = {
@@ -97,17 +97,42 @@ def _with_defaults(defaults: tuple, args: tuple, kwargs: dict) -> tuple[list, di
     return args, kwargs
 
 
-def make_inplace_kernel(functional, schema=None):
+def make_inplace_kernel(functional, schema=None, pointwise: bool = False):
+    """The in-place variant of ``functional``. ``pointwise`` (an elementwise op): a ``self`` that is a whole
+    storage without its leading size-1 dims (a bias gradient ``sum_to_size`` made, which gradient clipping
+    scales in place) runs the op on the storage itself, as the recording kernel records it (csrc/recorder.cpp
+    keys such a call as its storage's), so this path teaches that kernel the entry it looks up."""
     defaults = None if schema is None else _defaults(schema)
 
     def kernel(self, *args, **kwargs):
         if defaults is not None:
             args, kwargs = _with_defaults(defaults, (self, *args), kwargs)
             args = args[1:]
+        if pointwise:
+            whole = _whole_storage(self, args, kwargs)
+            if whole is not None:
+                write_result(whole, functional(whole, *args, **kwargs), inplace=True)
+                return self
         write_result(self, functional(self, *args, **kwargs), inplace=True)
         return self
 
     return kernel
+
+
+def _whole_storage(self, args: tuple, kwargs: dict):
+    """``self``'s storage as a base tensor when ``self`` is all of it without leading size-1 dims and every other
+    tensor operand broadcasts to ``self``'s shape (else ``None``: the op runs on ``self`` as it is)."""
+    if type(self) is not tensor.TpuTensor or self.tpu_view is None:
+        return None
+    storage = self.tpu_storage
+    if not views.drops_leading_ones(storage.shape, self.tpu_view):
+        return None
+    shape = tuple(self.shape)
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor) and (a.ndim > len(shape) or any(
+                o != 1 and o != s for o, s in zip(reversed(a.shape), reversed(shape)))):
+            return None
+    return tensor.make(storage, None)
 
 
 def make_out_kernel(functional, names: list[str], schema=None):

@@ -122,8 +122,9 @@ def recordable(op: torch._ops.OpOverload) -> bool:
 
 
 #: What a recording kernel serves (csrc/recorder.cpp ``Kind``): a lowered op it records, a view op, an in-place
-#: op whose functional op it records and writes into ``self``.
-RECORD, VIEW, INPLACE = 0, 1, 2
+#: op whose functional op it records and writes into ``self``, and a pointwise one, which also takes a ``self``
+#: that is a whole storage without its leading size-1 dims (recorded on that storage).
+RECORD, VIEW, INPLACE, INPLACE_POINTWISE = 0, 1, 2, 3
 
 
 def install(core, kernels: dict) -> None:
