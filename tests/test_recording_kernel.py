@@ -370,22 +370,6 @@ def test_pointwise_updates_of_a_whole_view_are_recorded_on_its_storage_in_cpp():
     assert versions == cpu_versions  # autograd's version counter moves as on the CPU
 
 
-def test_other_updates_of_a_whole_view_keep_their_own_path_and_pytorchs_semantics():
-    with torchtpu_lab.eager_mode("fused"):
-        for _ in range(3):
-            base = torch.arange(8.0).reshape(1, 8).to("tpu")
-            base.view(8).cumsum_(0)  # not pointwise: dim 0 of the view is dim 1 of the storage
-            column = torch.arange(4.0).reshape(4, 1).to("tpu")
-            column.view(4).mul_(torch.arange(4.0).to("tpu"))  # trailing ones: [4] * [4, 1] would broadcast
-            with pytest.raises(RuntimeError, match=r"output with shape \[8\] doesn't match the broadcast shape"):
-                base.view(8).mul_(torch.ones(2, 8).to("tpu"))
-            torch.testing.assert_close(base.cpu(), torch.arange(8.0).cumsum(0).reshape(1, 8))
-            torch.testing.assert_close(column.cpu(), (torch.arange(4.0) ** 2).reshape(4, 1))
-            noise = torch.zeros(1, 6).to("tpu")
-            noise.view(6).uniform_()  # random: drawn for the view's shape, on the Python path
-            assert noise.shape == (1, 6) and bool((noise.cpu() > 0).all())
-
-
 def test_a_new_value_of_a_dynamic_number_finds_the_same_entry():
     """Numbers the executable takes as graph inputs (a wrapped scalar divisor, ``addcdiv``'s ``value``: an
     optimizer's step size changes every step) are keyed by type, as the Python path's fast key does: a new

@@ -4,6 +4,8 @@ import pytest
 import torch
 from compare import same_on_both_devices
 
+import torchtpu_lab
+
 
 def test_mutating_a_row_view_mutates_the_base():
     def f(d):
@@ -143,3 +145,21 @@ def test_backward_of_ops_that_save_their_output():
         return x.grad
 
     same_on_both_devices(f)
+
+
+def test_updates_of_a_whole_view_without_its_leading_ones_keep_pytorchs_semantics():
+    """A pointwise op on ``[1, n]`` seen as ``[n]`` runs on the storage (runtime/mutation.py); anything else on
+    such a view, or on ``[n, 1]`` seen as ``[n]``, keeps the view's own path, and PyTorch's errors."""
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            base = torch.arange(8.0).reshape(1, 8).to("tpu")
+            base.view(8).cumsum_(0)  # not pointwise: dim 0 of the view is dim 1 of the storage
+            column = torch.arange(4.0).reshape(4, 1).to("tpu")
+            column.view(4).mul_(torch.arange(4.0).to("tpu"))  # trailing ones: [4] * [4, 1] would broadcast
+            with pytest.raises(RuntimeError, match=r"output with shape \[8\] doesn't match the broadcast shape"):
+                base.view(8).mul_(torch.ones(2, 8).to("tpu"))
+            torch.testing.assert_close(base.cpu(), torch.arange(8.0).cumsum(0).reshape(1, 8))
+            torch.testing.assert_close(column.cpu(), (torch.arange(4.0) ** 2).reshape(4, 1))
+            noise = torch.zeros(1, 6).to("tpu")
+            noise.view(6).uniform_()  # random: drawn for the view's shape, on the Python path
+            assert noise.shape == (1, 6) and bool((noise.cpu() > 0).all())
