@@ -337,9 +337,6 @@ bool adopt_plain(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   return true;
 }
 
-// Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
-// returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
-// TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
 // Whether `t` (a view) is all of a storage of shape `base`, with leading size-1 dims left out: `[1, n]` seen as
 // `[n]`, how PyTorch's `sum_to_size` hands a bias its gradient. A pointwise op on it is the same op on the storage.
 bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
@@ -358,6 +355,9 @@ bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
   return true;
 }
 
+// Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
+// returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
+// TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
 // `as_base`: key a view that whole_but_leading_ones as its storage (a base tensor of the storage's shape), and
 // note that shape in self_base_sizes (an in-place pointwise op's `self`, recorded on its storage).
 PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
@@ -491,7 +491,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         continue;
       }
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
-        PyObject* array = tensor_input(t, pending_device, key, &storages[i], &views_scratch[i], self_as_base && i == 0);
+        PyObject* array =
+            tensor_input(t, pending_device, key, &storages[i], &views_scratch[i], self_as_base && i == 0);
         if (array == nullptr) return false;
         arrays[i] = array;
         any_tensor = true;
