@@ -733,3 +733,17 @@ def test_copy_into_a_tpu_tensor_broadcasts_or_raises_as_cpu_does(dst, src):
         return
     tpu.copy_(values.to("tpu"))
     torch.testing.assert_close(tpu.cpu(), cpu)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_copy_variants_of_views_take_minus_one_in_their_size(mode):
+    """``view_copy`` infers a ``-1`` and ``expand_copy`` keeps that dim, as their views do; a factory's ``-1``
+    (``new_zeros``) still raises PyTorch's error."""
+    x = torch.randn(5, 2, 5)
+    with torchtpu_lab.eager_mode(mode):
+        xt = x.to("tpu")
+        assert torch.equal(torch.view_copy(xt, [5, -1, 5]).cpu(), torch.view_copy(x, [5, -1, 5]))
+        col = torch.randn(1, 5, 1)
+        assert torch.equal(torch.expand_copy(col.to("tpu"), [3, -1, 4]).cpu(), torch.expand_copy(col, [3, -1, 4]))
+        with pytest.raises(RuntimeError, match="negative dimension -1"):
+            xt.new_zeros([-1, 2])
