@@ -123,13 +123,11 @@ def _decomposition_kernel(op, fn):
     return kernel
 
 
-#: ops whose ``size`` is not a new tensor's: a ``-1`` there is inferred (a view) or kept (an expand)
-_SIZES_WITH_MINUS_ONE = frozenset({aten.view_copy.default, aten.expand_copy.default})
-
-
 def _size_argument(op) -> int | None:
-    """Position of ``op``'s ``SymInt[] size`` argument (factories such as ``ones``/``full``), if any."""
-    if op in _SIZES_WITH_MINUS_ONE:
+    """Position of ``op``'s ``SymInt[] size`` argument (factories such as ``ones``/``full``), if any. A copy of a
+    view (PyTorch's ``view_copy`` tag: ``view_copy``, ``expand_copy``) has none: its size is the view's, where a
+    ``-1`` is inferred or kept."""
+    if torch.Tag.view_copy in op.tags:
         return None
     for i, arg in enumerate(op._schema.arguments):
         if arg.name == "size" and isinstance(arg.type, torch.ListType):

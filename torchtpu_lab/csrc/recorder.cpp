@@ -440,8 +440,9 @@ long named_device(const c10::IValue& v) {
 }
 
 // Whether every other tensor argument broadcasts to `self`'s shape (the first argument's): what an in-place op
-// asks of its operands, so a whole view's `self` may be keyed as its storage (the same op on leading size-1 dims
-// broadcasts alike). Otherwise the call is keyed as it is and its Python path raises PyTorch's error.
+// asks of its operands, so a whole view's `self` keyed as its storage records the same op (leading size-1 dims
+// broadcast alike). Asked only when `self` was keyed so; otherwise the call is PyTorch's error, which its Python
+// path raises without a lesson.
 bool others_broadcast_to_self(const torch::jit::Stack& stack, size_t base, size_t n) {
   if (n == 0 || !stack[base].isTensor()) return false;
   const auto self = stack[base].toTensor().sizes();
@@ -478,7 +479,6 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   elements_scratch.clear();
   element_start.assign(n, -1);
   self_base_scratch = false;
-  if (self_as_base) self_as_base = others_broadcast_to_self(stack, base, n);
   bool any_tensor = false;
   bool names_device = false;  // a Device argument (a factory's; _to_copy's or new_zeros's target)
   long named = -1;            // the first one's tpu device, -1 for another kind
@@ -571,6 +571,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
     }
   }
   factory_scratch = !any_tensor;
+  if (self_base_scratch && !others_broadcast_to_self(stack, base, n)) return false;
   // a call naming a device is this path's when it makes its tensor where the call's other work is: the pending
   // graph's device (fused mode), the device strict mode runs it on. Naming another (`x.to("cpu")`, `x.to("tpu:1")`
   // from tpu:0) is a transfer: the Python kernel's, and never keyed, so its Python path teaches nothing.

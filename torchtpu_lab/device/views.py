@@ -68,8 +68,8 @@ def drops_leading_ones(base_shape: tuple, view: View) -> bool:
     ``sum_to_size`` hands a bias its gradient): a pointwise op on it is the same op on the base, whose operands
     broadcast alike (the recording kernel's ``whole_but_leading_ones`` is the same test)."""
     lead = len(base_shape) - len(view.size)
-    return (lead >= 0 and view.offset == 0 and all(n == 1 for n in base_shape[:lead])
-            and tuple(base_shape[lead:]) == tuple(view.size) and is_contiguous(view.size, view.stride))
+    return (lead >= 0 and all(n == 1 for n in base_shape[:lead]) and tuple(base_shape[lead:]) == tuple(view.size)
+            and reshapes_base(base_shape, view))
 
 
 def is_contiguous(size: tuple, stride: tuple) -> bool:
