@@ -533,10 +533,11 @@ def test_a_recorded_graph_is_kept_off_the_garbage_collectors_lists_and_freed_at_
         assert all(r() is None for r in alive)
 
 
-def test_a_concatenation_is_recorded_in_cpp_and_an_append_still_grows_in_python():
+def test_a_concatenation_is_recorded_in_cpp_and_an_append_grows_in_cpp_once_taught():
     """``torch.cat`` of a tensor list (``rotate_half``'s halves, one of them a view) is keyed element by element
-    and recorded by the kernel once taught; an append to a growing tensor (runtime/growth.py) never teaches it,
-    so each one still writes into the padded storage; values are CPU's."""
+    and recorded by the kernel once taught; an append to a growing tensor (runtime/growth.py) makes its padded
+    storage in Python, and its first append into spare capacity teaches the kernel, which records the next ones
+    at every new length (the length a graph input), each result the front of a padded storage; values are CPU's."""
     from torchtpu_lab.runtime import growth
 
     x = torch.randn(2, 4, 8)
@@ -557,13 +558,45 @@ def test_a_concatenation_is_recorded_in_cpp_and_an_append_still_grows_in_python(
             torch.testing.assert_close(out.cpu(), rotate(x))
 
         seq, cpu_seq = tx[:, :3], x[:, :3]
+        handed = []
         for step in range(6):
             piece = torch.full((2, 1, 8), float(step))
             before = recording.stats()["python_ops"].get("aten::cat", 0)
             seq, cpu_seq = torch.cat([seq, piece.to("tpu")], 1), torch.cat([cpu_seq, piece], 1)
-            assert recording.stats()["python_ops"]["aten::cat"] == before + 1  # the append: growth's kernel
+            handed.append(recording.stats()["python_ops"].get("aten::cat", 0) - before)
             assert growth.padded_length(seq, 1) == 4 + step
+            assert growth.grown_dim(seq.tpu_storage) == 1 and seq.stride() == (seq.tpu_storage.shape[1] * 8, 8, 1)
+        assert handed == [1, 1, 0, 0, 0, 0], handed  # the padded storage made, the kernel taught, then C++
         torch.testing.assert_close(seq.cpu(), cpu_seq)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_appends_recorded_in_cpp_outgrow_their_capacity_and_keep_one_lineage(rows):
+    """Appends the kernel records run into the end of their padded storage: the one that does not fit takes
+    growth.py's path (a new buffer of twice the capacity), the kernel then records into that one; values, the
+    lineage a profile counts tokens by and the length factories read equal the Python path's all along."""
+    from torchtpu_lab.runtime import growth
+
+    width = 512  # 2 KiB a position: capacity 64, doubling
+    handed = recording.stats()["python_ops"].get("aten::cat", 0)
+    with torchtpu_lab.eager_mode("fused"):
+        cpu_seq = torch.randn(1, 5, width)
+        seq = cpu_seq.to("tpu")
+        lineages, capacities = set(), []
+        for step in range(70):
+            piece = torch.full((1, rows, width), float(step))
+            seq, cpu_seq = torch.cat([seq, piece.to("tpu")], 1), torch.cat([cpu_seq, piece], 1)
+            lineages.add(growth._GROWN_IDS[id(seq.tpu_storage)][2])
+            capacities.append(seq.tpu_storage.shape[1])
+            assert growth.padded_length(seq, 1) == cpu_seq.shape[1]
+            assert growth.recent_capacity(cpu_seq.shape[1]) == capacities[-1]
+            if step % 16 == 0:
+                torchtpu_lab.sync()
+        assert len(lineages) == 1, lineages
+        assert capacities[0] == 64 and len(set(capacities)) == 2 and capacities == sorted(capacities), capacities
+        torch.testing.assert_close(seq.cpu(), cpu_seq)
+    # Python: the first append (the padded storage), each regrowth, and the append after each, which teaches
+    assert 0 < recording.stats()["python_ops"].get("aten::cat", 0) - handed <= 4 + 2 * (rows == 3)
 
 
 @pytest.mark.parametrize("mode", ["fused", "strict"])

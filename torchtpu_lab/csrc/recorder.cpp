@@ -185,6 +185,9 @@ struct Runtime {
   PyObject* internal_files = nullptr;  // telemetry._internal_files: co_filename -> bool (skip)
   PyObject* sources = nullptr;         // telemetry._sources: (filename, line, function) -> Source
   PyObject* backward = nullptr;        // telemetry.BACKWARD
+  PyObject* grown_ids = nullptr;       // growth._GROWN_IDS: id(storage) -> (dim, weak ref, lineage)
+  PyObject* appended = nullptr;        // growth.appended(result, old storage, dim, length): an append's marks
+  PyTypeObject* view_type = nullptr;   // views.View (a NamedTuple: size, stride, offset)
   unsigned long main_thread = 0;
   PyTypeObject* node_type = nullptr;
   PyTypeObject* lazy_type = nullptr;
@@ -239,10 +242,12 @@ PyObject* item(PyObject* dict, const char* name) {
 // the tensor list there: torch.cat's), the Python number at one, or a constant the Python path made, fixed by
 // the key (a host scalar's device array, a view's offset).
 struct Source {
-  int position;        // argument index, or -1 for `constant`
+  int position;        // argument index, -1 for `constant`, kLength for an append's length n
   PyObject* constant;  // owned
   int element = -1;    // for a tensor list argument: the element's index
 };
+
+constexpr int kLength = -2;
 
 // One output of a recorded op: its shape tuple and JAX dtype (the placeholder's), torch dtype, bytes, and the
 // sizes and strides its tensor reports.
@@ -294,6 +299,7 @@ class RecordingKernel;
 struct Miss {
   RecordingKernel* kernel;
   std::string key;
+  bool append = false;  // the key is an append's (see Append below): only growth.py's lesson files under it
 };
 thread_local std::vector<Miss> misses;
 // The key of the call being looked at and its tensors' arrays: per thread (a kernel object serves every thread).
@@ -306,6 +312,15 @@ thread_local std::vector<int> element_start;           // per argument: where it
 thread_local bool factory_scratch = false;             // the call build_key keyed has no tensor argument
 thread_local bool self_base_scratch = false;           // `self` keyed as its storage (a whole view, see below)
 thread_local std::vector<int64_t> self_base_sizes;     // that storage's shape
+// `torch.cat([x, piece], d)` as runtime/growth.py's append into spare capacity: x the first n positions along d
+// of a storage grown along d, piece k more positions that still fit. Its key (as_append) leaves n out: one entry
+// serves every length, n being an input of the append's program (Source kLength).
+struct Append {
+  bool active = false;
+  PyObject* storage = nullptr;  // x's Storage (borrowed: x, on the stack, holds it)
+  int64_t d = 0, n = 0, k = 0;
+};
+thread_local Append append_scratch;
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
@@ -315,6 +330,12 @@ enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDoubl
 template <typename T>
 void put(std::string& key, T v) {
   key.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+long as_long(PyObject* v) {
+  long x = PyLong_AsLong(v);
+  if (x == -1 && PyErr_Occurred()) throw python_error();
+  return x;
 }
 
 // What the Python path's tensor.adopt does to a call's plain tpu tensors (a tensor autograd saved as an op's
@@ -577,6 +598,67 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   // from tpu:0) is a transfer: the Python kernel's, and never keyed, so its Python path teaches nothing.
   if (names_device && named != pending_device) return false;
   return any_tensor || names_device;
+}
+
+// Whether a `cat` call (already keyed by build_key) is an append into spare capacity, as growth._appendable and
+// _append's no-new-buffer branch decide it: two tensors of one dtype and rank; x the front of a storage
+// growth.py marked as grown along d (its first n >= 1 positions there, the whole storage elsewhere, the storage's
+// contiguous strides, offset 0); the piece equal to x off d, with k >= 1 positions that fit (n + k <= capacity).
+// If so, `key` becomes the append's key — dtype, d, the storage's shape and the piece's own key, without n — and
+// append_scratch describes the call.
+bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::string& key) {
+  append_scratch.active = false;
+  if (!stack[base].isTensorList() || !stack[base + 1].isInt()) return false;
+  const auto list = stack[base].toTensorList();
+  if (list.size() != 2) return false;
+  const at::Tensor x = list.get(0);
+  const at::Tensor piece = list.get(1);
+  const int64_t rank = x.dim();
+  if (rank == 0 || piece.dim() != rank || x.scalar_type() != piece.scalar_type() || x.numel() == 0 ||
+      x.storage_offset() != 0 || !data_in_storage(rt.tensor_type)) {
+    return false;
+  }
+  int64_t d = stack[base + 1].toInt();
+  if (d < -rank || d >= rank) return false;
+  if (d < 0) d += rank;
+  PyObject* storage = nullptr;
+  PyObject* view = nullptr;
+  if (!data_ref(x, &storage, &view) || view == Py_None || Py_TYPE(storage) != rt.storage_type) return false;
+  OwnedRef id(PyLong_FromVoidPtr(storage));
+  if (id.p == nullptr) throw python_error();
+  PyObject* known = PyDict_GetItemWithError(rt.grown_ids, id.p);  // borrowed
+  if (known == nullptr) {
+    if (PyErr_Occurred()) throw python_error();
+    return false;
+  }
+  if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) < 1 || PyLong_AsLong(PyTuple_GET_ITEM(known, 0)) != d) {
+    return false;
+  }
+  PyObject* shape = rt.st_shape.get(storage);
+  if (PyTuple_GET_SIZE(shape) != rank) return false;
+  int64_t stride = 1;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    const int64_t b = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    if (x.stride(i) != stride || (i != d && (x.size(i) != b || piece.size(i) != b))) return false;
+    stride *= std::max<int64_t>(b, 1);
+  }
+  const int64_t n = x.size(d);
+  const int64_t k = piece.size(d);
+  if (k < 1 || n + k > PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d))) return false;
+  std::string piece_key;
+  PyObject* piece_storage = nullptr;
+  char piece_view = 0;
+  if (tensor_input(piece, device, piece_key, &piece_storage, &piece_view) == nullptr) return false;
+  key.clear();
+  key.push_back('A');
+  put(key, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));
+  put(key, static_cast<int8_t>(x.scalar_type()));
+  put(key, static_cast<int8_t>(d));
+  put(key, static_cast<int8_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) put(key, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))));
+  key.append(piece_key);
+  append_scratch = {true, storage, d, n, k};
+  return true;
 }
 
 // ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----
@@ -867,6 +949,7 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
 // One dynamic input of a learned call, as the Python path passes it: the entry's constant, an argument's array,
 // or the Python number an argument stands for. A new reference, or nullptr with a Python error set.
 PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays) {
+  if (s.position == kLength) return PyLong_FromLongLong(append_scratch.n);
   if (s.position < 0) return Py_NewRef(s.constant);
   if (s.element >= 0) return Py_NewRef(elements_scratch[element_start[s.position] + s.element]);
   if (arrays[s.position] != nullptr) return Py_NewRef(arrays[s.position]);
@@ -949,9 +1032,46 @@ PyObject* new_lazy(PyObject* node, PyObject* index, const Output& o) {
   return lazy;
 }
 
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+// An append's result over its new padded storage (shape o.sizes): the first n + k positions along d, in the
+// storage's strides (growth._append's View). A new reference to the tensor.
+PyObject* front_tensor(const Output& o, const Append& a, PyObject* storage, long device) {
+  std::vector<int64_t> sizes = o.sizes;
+  sizes[a.d] = a.n + a.k;
+  OwnedRef size(PyTuple_New(static_cast<Py_ssize_t>(sizes.size())));
+  OwnedRef stride(PyTuple_New(static_cast<Py_ssize_t>(sizes.size())));
+  if (size.p == nullptr || stride.p == nullptr) throw python_error();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    PyObject* a_size = PyLong_FromLongLong(sizes[i]);
+    PyObject* a_stride = a_size == nullptr ? nullptr : PyLong_FromLongLong(o.strides[i]);
+    if (a_stride == nullptr) {
+      Py_XDECREF(a_size);
+      throw python_error();
+    }
+    PyTuple_SET_ITEM(size.p, static_cast<Py_ssize_t>(i), a_size);
+    PyTuple_SET_ITEM(stride.p, static_cast<Py_ssize_t>(i), a_stride);
+  }
+  OwnedRef fields(PyTuple_Pack(3, size.p, stride.p, rt.zero));
+  OwnedRef args(fields.p == nullptr ? nullptr : PyTuple_Pack(1, fields.p));
+  // View(size, stride, 0) as tuple.__new__(View, fields) makes it: a NamedTuple's own __new__ is bytecode
+  OwnedRef view(args.p == nullptr ? nullptr : PyTuple_Type.tp_new(rt.view_type, args.p, nullptr));
+  if (view.p == nullptr) throw python_error();
+  const std::vector<int64_t> contiguous = contiguous_strides(sizes);
+  PyObject* out = make_tensor(rt.tensor_type, sizes, contiguous, o.scalar_type, static_cast<c10::DeviceIndex>(device),
+                              storage, view.p);
+  if (out == nullptr) throw python_error();
+  if (contiguous != o.strides) {
+    set_geometry(THPVariable_Unpack(out).unsafeGetTensorImpl(), sizes, o.strides, 0,
+                 static_cast<size_t>(as_long(o.nbytes)));
+  }
+  return out;
+}
+
 // Output o's tensor over a new Storage holding the placeholder `lazy`, tracked by the pending work as
-// fused.track_new does (a new reference).
-PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* alloc_source) {
+// fused.track_new does (a new reference); `front`: an append's, whose tensor is the front of that storage.
+PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* alloc_source,
+                        const Append* front = nullptr) {
   OwnedRef storage(new_storage(o, device, alloc_source));  // Storage.output(shape, dtype, device, placeholder)
   rt.st_array.set(storage.p, lazy);
   PyObject* pending = rt.pending;
@@ -965,6 +1085,7 @@ PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* 
   }
   Py_XDECREF(id);
   check(rc);
+  if (front != nullptr) return front_tensor(o, *front, storage.p, device);
   PyObject* out = make_tensor(rt.tensor_type, o.sizes, o.strides, o.scalar_type,
                               static_cast<c10::DeviceIndex>(device), storage.p, Py_None);
   if (out == nullptr) throw python_error();
@@ -993,9 +1114,10 @@ void also_compute_flags(const Entry& e, PyObject* node, size_t first, PyObject* 
 // The recorded path proper, under fused.LOCK. Returns the output tensor, or a tuple of them for an op with several
 // outputs (a new reference).
 // `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
-// result is None then. Otherwise the result is a new output tensor.
+// result is None then. Otherwise the result is a new output tensor (`front`: an append's, see front_tensor).
 PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays,
-                 long device, PyObject* source, PyObject* alloc_source, PyObject* write_to) {
+                 long device, PyObject* source, PyObject* alloc_source, PyObject* write_to,
+                 const Append* front = nullptr) {
   PyObject* pending = rt.pending;
   const Py_ssize_t n = static_cast<Py_ssize_t>(e.dyn.size());
   PyObject* inputs = untracked(PyList_New(n));  // arrays, numbers, earlier placeholders
@@ -1042,7 +1164,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     }
     if (e.more.empty()) {
       lazy = new_lazy(node, rt.zero, e);
-      OwnedRef out(output_tensor(e, lazy, device, alloc_source));
+      OwnedRef out(output_tensor(e, lazy, device, alloc_source, front));
       Py_CLEAR(lazy);
       also_compute_flags(e, node, 1, source);
       Py_DECREF(node);
@@ -1173,12 +1295,6 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   return t;
 }
 
-long as_long(PyObject* v) {
-  long x = PyLong_AsLong(v);
-  if (x == -1 && PyErr_Occurred()) throw python_error();
-  return x;
-}
-
 // What a kernel serves: a lowered op it records, a view op, or an in-place op whose functional op it records
 // and writes into `self` (entries are learned from that functional op's Python path); a pointwise in-place op
 // also on a `self` that is a whole storage seen without its leading size-1 dims, recorded on the storage.
@@ -1190,14 +1306,15 @@ class RecordingKernel final : public c10::OperatorKernel {
                   std::string learns_overload, std::vector<char> dynamic)
       : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(kind == Kind::kView),
         inplace_(kind == Kind::kInplace || kind == Kind::kInplacePointwise),
-        pointwise_(kind == Kind::kInplacePointwise), learns_(std::move(learns)),
+        pointwise_(kind == Kind::kInplacePointwise), appends_(name_ == "aten::cat" && overload_.empty()),
+        learns_(std::move(learns)),
         learns_overload_(std::move(learns_overload)),
         dynamic_(std::move(dynamic)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     pybind11::gil_scoped_acquire gil;
     if (try_record(op, stack)) return;
-    misses.push_back({this, std::move(key_scratch)});
+    misses.push_back({this, std::move(key_scratch), append_scratch.active});
     key_scratch = std::string();
     ++stats.python;
     ++handed_;
@@ -1219,6 +1336,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   std::string qualified_name() const { return overload_.empty() ? name_ : name_ + "." + overload_; }
   Table& table() { return table_; }
   Table& strict_table() { return strict_; }
+  Table& append_table() { return appends_table_; }
 
  private:
   // Whether this call was recorded here; leaves the call's key in key_scratch (empty when it has none).
@@ -1251,6 +1369,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     const long device = as_long(rt.pw_device.get(rt.pending));
     if (!adopt_plain(op, *stack)) throw python_error();
     spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
+    append_scratch.active = false;
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_, pointwise_)) {
       key_scratch.clear();
       return false;
@@ -1259,8 +1378,17 @@ class RecordingKernel final : public c10::OperatorKernel {
       key_scratch.clear();
       return try_run(op, stack);
     }
-    auto found = table_.find(key_scratch);
-    if (found == table_.end()) return false;
+    const size_t n_args = op.schema().arguments().size();
+    if (appends_ && as_append(*stack, stack->size() - n_args, device, key_scratch)) {
+      if (profiling || spans != Py_None) {  // growth._append emits the append's op event: Python's
+        key_scratch.clear();
+        append_scratch.active = false;
+        return false;
+      }
+    }
+    Table& table = append_scratch.active ? appends_table_ : table_;
+    auto found = table.find(key_scratch);
+    if (found == table.end()) return false;
     const Entry& e = *found->second;
     const bool outermost = spans != Py_None && !lock_owned();
     if (view_) {
@@ -1287,14 +1415,21 @@ class RecordingKernel final : public c10::OperatorKernel {
     OwnedRef out;
     {
       const LockHeld held;
-      if (inplace_) {  // the usual update: a base `self` (or a whole view's storage) the result replaces whole
-        const at::Tensor& self = (*stack)[base].toTensor();
-        const bool fits = self_base_scratch ? c10::IntArrayRef(self_base_sizes) == c10::IntArrayRef(e.sizes)
-                                            : !views_scratch[0] && self.sizes() == c10::IntArrayRef(e.sizes);
-        if (!fits || self.scalar_type() != e.scalar_type) return false;
-        write_to.p = Py_NewRef(storages_scratch[0]);
+      if (append_scratch.active) {
+        const Append a = append_scratch;  // recording may run bytecode, which may append on this thread
+        OwnedRef old(Py_NewRef(a.storage));
+        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &a);
+        mark_appended(out.p, old.p, a);
+      } else {
+        if (inplace_) {  // the usual update: a base `self` (or a whole view's storage) the result replaces whole
+          const at::Tensor& self = (*stack)[base].toTensor();
+          const bool fits = self_base_scratch ? c10::IntArrayRef(self_base_sizes) == c10::IntArrayRef(e.sizes)
+                                              : !views_scratch[0] && self.sizes() == c10::IntArrayRef(e.sizes);
+          if (!fits || self.scalar_type() != e.scalar_type) return false;
+          write_to.p = Py_NewRef(storages_scratch[0]);
+        }
+        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p);
       }
-      out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p);
     }
     return_result(stack, base, n, out.p);
     ++stats.recorded;
@@ -1425,6 +1560,18 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
   }
 
+  // growth.appended(result, old storage, d, n + k): the append's result marked as grown in its lineage. Run with
+  // the runtime's lock held, so an interrupt waits; a failure there is a Python error like any other.
+  static void mark_appended(PyObject* result, PyObject* old, const Append& a) {
+    OwnedRef d(PyLong_FromLongLong(a.d));
+    OwnedRef length(PyLong_FromLongLong(a.n + a.k));
+    if (d.p == nullptr || length.p == nullptr) throw python_error();
+    PyObject* args[] = {result, old, d.p, length.p};
+    PyObject* r = PyObject_Vectorcall(rt.appended, args, 4, nullptr);
+    if (r == nullptr) throw python_error();
+    Py_DECREF(r);
+  }
+
   // fused.has_pending(): work recorded since the last sync
   static bool has_pending() {
     return PyDict_GET_SIZE(rt.pw_storages.get(rt.pending)) != 0 || PyList_GET_SIZE(rt.pw_extra.get(rt.pending)) != 0;
@@ -1490,10 +1637,12 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool view_;         // a view op: outputs share the input's storage, nothing is recorded
   bool inplace_;      // an in-place op: the functional op's node, written into self's storage
   bool pointwise_;    // ... a pointwise one: a whole view's self is keyed and recorded as its storage
+  bool appends_;      // aten::cat: also records growth.py's appends into spare capacity (as_append)
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
   Table table_;
   Table strict_;  // strict mode's entries, under the same keys
+  Table appends_table_;  // appends (fused mode), under as_append's keys
 };
 
 void clear_entry(Entry& e) {
@@ -1542,6 +1691,8 @@ void configure_recorder(PyObject* config) {
   rt.internal_files = item(config, "internal_files");
   rt.sources = item(config, "sources");
   rt.backward = item(config, "backward");
+  rt.grown_ids = item(config, "grown_ids");
+  rt.appended = item(config, "appended");
   rt.main_thread = PyLong_AsUnsignedLong(PyDict_GetItemString(config, "main_thread"));
   if (PyErr_Occurred()) throw python_error();
   auto type = [&](const char* name) { return reinterpret_cast<PyTypeObject*>(item(config, name)); };
@@ -1550,6 +1701,7 @@ void configure_recorder(PyObject* config) {
   rt.storage_type = type("Storage");
   rt.tensor_type = type("TpuTensor");
   rt.array_type = type("ArrayImpl");
+  rt.view_type = type("View");
   PyObject* state_type = reinterpret_cast<PyObject*>(Py_TYPE(rt.mode));
   rt.state_value = slot_of(state_type, "value");
   PyObject* pw = reinterpret_cast<PyObject*>(Py_TYPE(rt.pending));
@@ -1672,6 +1824,7 @@ Miss* lesson_for(PyObject* name, PyObject* overload, bool view) {
   const char* o = PyUnicode_AsUTF8(overload);
   if (n == nullptr || o == nullptr) throw python_error();
   if (!miss.kernel->learns(n, o) || miss.kernel->is_view() != view) return nullptr;  // another op's kernel
+  if (miss.append) return nullptr;  // an append's key: growth.py teaches it (learn_append)
   return &miss;
 }
 
@@ -1835,57 +1988,82 @@ bool file_new(Miss* miss, Table& table, PyObject* dyn, PyObject* sources, Fill f
 
 }  // namespace
 
+namespace {
+
+// An entry for the executor's OpExecutable `compiled`: its node's parts and its outputs (and error flags).
+void fill_entry(Entry& e, PyObject* compiled) {
+  e.compiled = Py_NewRef(compiled);
+  e.signature = attr(compiled, "signature");
+  e.run = attr(compiled, "run");
+  e.avals = attr(compiled, "avals");
+  e.treedef = attr(compiled, "treedef");
+  e.name = attr(compiled, "name");
+  e.uid = attr(compiled, "uid");
+  e.fn_id = PyLong_FromVoidPtr(e.run);
+  if (e.fn_id == nullptr) throw python_error();
+  // the meta: a tensor, or one per output, None where the call's mask leaves one out (the executor checked:
+  // the present ones are the avals, in order)
+  OwnedRef meta(attr(compiled, "meta"));
+  const bool several = PyTuple_Check(meta.p) || PyList_Check(meta.p);
+  const Py_ssize_t k = several ? PySequence_Size(meta.p) : 1;
+  Py_ssize_t leaf = 0;
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    OwnedRef m(several ? PySequence_GetItem(meta.p, i) : Py_NewRef(meta.p));
+    if (m.p == nullptr) throw python_error();
+    Output& o = i == 0 ? e : e.more.emplace_back();
+    if (m.p == Py_None) {
+      o.absent = true;
+      continue;
+    }
+    PyObject* aval = PyList_GetItem(e.avals, leaf++);  // borrowed
+    if (aval == nullptr) throw python_error();
+    PyObject* shape = attr(aval, "shape");
+    PyObject* tuple = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
+    Py_DECREF(shape);
+    o.aval_dtype = PyObject_GetAttrString(aval, "dtype");
+    set_output(o, tuple, o.aval_dtype == nullptr ? nullptr : PyObject_GetAttrString(m.p, "dtype"));
+  }
+  OwnedRef checks(attr(compiled, "checks"));
+  const Py_ssize_t leaves = PyList_Size(e.avals);
+  TORCH_CHECK(leaf == leaves || (checks.p != Py_None && leaf < leaves), "learn: ", PyUnicode_AsUTF8(e.name),
+              " has ", leaves, " output leaves for ", leaf, " present outputs");
+  if (checks.p != Py_None) {  // its error flags: the leaves after the outputs
+    e.checks = checks.release();
+    for (; leaf < leaves; ++leaf) {
+      Output& f = e.flags.emplace_back();
+      PyObject* aval = PyList_GET_ITEM(e.avals, leaf);  // borrowed
+      OwnedRef shape(attr(aval, "shape"));
+      f.shape = PySequence_Tuple(shape.p);
+      if (f.shape == nullptr) throw python_error();
+      f.aval_dtype = attr(aval, "dtype");
+    }
+  }
+}
+
+}  // namespace
+
 bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
   Miss* miss = lesson_for(name, overload, false);
   if (miss == nullptr) return false;
-  return file_new(miss, miss->kernel->table(), dyn, sources, [&](Entry& e) {
-    e.compiled = Py_NewRef(compiled);
-    e.signature = attr(compiled, "signature");
-    e.run = attr(compiled, "run");
-    e.avals = attr(compiled, "avals");
-    e.treedef = attr(compiled, "treedef");
-    e.name = attr(compiled, "name");
-    e.uid = attr(compiled, "uid");
-    e.fn_id = PyLong_FromVoidPtr(e.run);
-    if (e.fn_id == nullptr) throw python_error();
-    // the meta: a tensor, or one per output, None where the call's mask leaves one out (the executor checked:
-    // the present ones are the avals, in order)
-    OwnedRef meta(attr(compiled, "meta"));
-    const bool several = PyTuple_Check(meta.p) || PyList_Check(meta.p);
-    const Py_ssize_t k = several ? PySequence_Size(meta.p) : 1;
-    Py_ssize_t leaf = 0;
-    for (Py_ssize_t i = 0; i < k; ++i) {
-      OwnedRef m(several ? PySequence_GetItem(meta.p, i) : Py_NewRef(meta.p));
-      if (m.p == nullptr) throw python_error();
-      Output& o = i == 0 ? e : e.more.emplace_back();
-      if (m.p == Py_None) {
-        o.absent = true;
-        continue;
-      }
-      PyObject* aval = PyList_GetItem(e.avals, leaf++);  // borrowed
-      if (aval == nullptr) throw python_error();
-      PyObject* shape = attr(aval, "shape");
-      PyObject* tuple = PySequence_Tuple(shape);  // LazyValue keeps tuple(shape)
-      Py_DECREF(shape);
-      o.aval_dtype = PyObject_GetAttrString(aval, "dtype");
-      set_output(o, tuple, o.aval_dtype == nullptr ? nullptr : PyObject_GetAttrString(m.p, "dtype"));
-    }
-    OwnedRef checks(attr(compiled, "checks"));
-    const Py_ssize_t leaves = PyList_Size(e.avals);
-    TORCH_CHECK(leaf == leaves || (checks.p != Py_None && leaf < leaves), "learn: ", PyUnicode_AsUTF8(e.name),
-                " has ", leaves, " output leaves for ", leaf, " present outputs");
-    if (checks.p != Py_None) {  // its error flags: the leaves after the outputs
-      e.checks = checks.release();
-      for (; leaf < leaves; ++leaf) {
-        Output& f = e.flags.emplace_back();
-        PyObject* aval = PyList_GET_ITEM(e.avals, leaf);  // borrowed
-        OwnedRef shape(attr(aval, "shape"));
-        f.shape = PySequence_Tuple(shape.p);
-        if (f.shape == nullptr) throw python_error();
-        f.aval_dtype = attr(aval, "dtype");
-      }
-    }
-  });
+  return file_new(miss, miss->kernel->table(), dyn, sources, [&](Entry& e) { fill_entry(e, compiled); });
+}
+
+bool learn_append(PyObject* compiled, PyObject* signature) {
+  if (misses.empty() || !misses.back().append || misses.back().key.empty()) return false;
+  Miss& miss = misses.back();
+  auto e = std::make_unique<Entry>();
+  try {
+    fill_entry(*e, compiled);
+    TORCH_CHECK(e->more.empty() && e->flags.empty(), "learn_append: an append has one output");
+    Py_XDECREF(e->signature);  // the node's key: the append's OpSignature (its program is shared by lengths)
+    e->signature = Py_NewRef(signature);
+    e->dyn = {{0, nullptr, 0}, {0, nullptr, 1}, {kLength, nullptr, -1}};  // x's storage, the piece's, n
+  } catch (...) {
+    clear_entry(*e);
+    throw;
+  }
+  file(miss.kernel->append_table(), miss.key, std::move(e));
+  return true;
 }
 
 bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,
@@ -1913,7 +2091,7 @@ bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObje
 
 void clear_recorded() {
   for (RecordingKernel* k : kernels) {
-    for (Table* t : {&k->table(), &k->strict_table()}) {
+    for (Table* t : {&k->table(), &k->strict_table(), &k->append_table()}) {
       for (auto& kv : *t) clear_entry(*kv.second);
       t->clear();
     }

@@ -44,7 +44,7 @@ from .. import caches, dtypes, telemetry
 from ..device import tensor, views
 from ..device.storage import Storage
 from ..ops import LOWERINGS
-from . import fused
+from . import fused, recording
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, execute, launch
 from .signatures import OpSignature
@@ -272,29 +272,47 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     dyn.append(n)
     sig = (x_base, x_key, grow, shape, piece.dtype, d, tuple(p_storage.shape), p_key)
     program = _program(*sig)
-    out = launch(program, OpSignature("append", sig + (leaf_dtype(p_storage.array),), ()), dyn,
-                 p_storage.device_index, True)
+    key = OpSignature("append", sig + (leaf_dtype(p_storage.array),), ())
+    out = launch(program, key, dyn, p_storage.device_index, True)
     # the storage holds the new array (or placeholder) from its first line, like any op's output (executor._wrap)
     new = Storage.output(shape, piece.dtype, p_storage.device_index, out)
     if type(out) is fused.LazyValue:
         fused.track_new(new)
+        if not grow and len(dyn) == 3:  # x's storage, the piece's, n: the recording kernel records the next ones
+            recording.learn_append(program, key)
     size = list(shape)
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
-    known = None if storage is None else _GROWN_IDS.get(id(storage))
-    lineage = known[2] if known is not None and known[2] is not None else next(_LINEAGES)
-    ref = _mark(new, d, lineage)
-    if len(_LENGTHS) > 64:
-        for length in [length for length, (_, r, _) in _LENGTHS.items() if r() is None]:
-            del _LENGTHS[length]
-    known, syncs = _LENGTHS.get(n + k), telemetry.counters["syncs"]
-    # the largest capacity among this length's recent appends; one from an earlier loop (a previous generate's
-    # output, kept alive) gives way, or the next loop's factories of that length would stay ordinary
-    if known is None or known[0] <= shape[d] or known[1]() is None or syncs - known[2] > RECENT_SYNCS:
-        _LENGTHS[n + k] = (shape[d], ref, syncs)
+    lineage = _grew(new, storage, d, n + k)
     if telemetry.recording():
         telemetry.emit("op", APPEND, dim=d, length=n + k, appended=k, lineage=lineage)
     return result
+
+
+def appended(result, old: Storage, d: int, length: int) -> None:
+    """What an append the recording kernel recorded (csrc/recorder.cpp: an append into spare capacity seen
+    before, whose lesson :func:`_append` gave it) leaves to Python: ``result``'s storage marked as grown, in
+    ``old``'s lineage. Called with the runtime's lock held (an interrupt waits), while no profile records (a
+    profiled append takes :func:`_append`, which also emits its op event)."""
+    _grew(result.tpu_storage, old, d, length)
+
+
+def _grew(new: Storage, old: Storage | None, d: int, length: int) -> int:
+    """Mark ``new``, an append's result of ``length`` positions along ``d``, as grown (in ``old``'s lineage, or
+    a new one) and note the length for factories (:func:`recent_capacity`); returns the lineage."""
+    known = None if old is None else _GROWN_IDS.get(id(old))
+    lineage = known[2] if known is not None and known[2] is not None else next(_LINEAGES)
+    ref = _mark(new, d, lineage)
+    if len(_LENGTHS) > 64:
+        for n in [n for n, (_, r, _) in _LENGTHS.items() if r() is None]:
+            del _LENGTHS[n]
+    capacity = new.shape[d]
+    known, syncs = _LENGTHS.get(length), telemetry.counters["syncs"]
+    # the largest capacity among this length's recent appends; one from an earlier loop (a previous generate's
+    # output, kept alive) gives way, or the next loop's factories of that length would stay ordinary
+    if known is None or known[0] <= capacity or known[1]() is None or syncs - known[2] > RECENT_SYNCS:
+        _LENGTHS[length] = (capacity, ref, syncs)
+    return lineage
 
 
 @caches.memoize("append_programs", 1024)

@@ -69,6 +69,8 @@ def configure(core, set_array) -> None:
     global lesson_pending
     from jax._src.array import ArrayImpl
 
+    from . import growth  # imports this module
+
     core.configure_recorder({
         "enabled": config.native_recording,
         "eager_mode": config.eager_mode,
@@ -102,6 +104,9 @@ def configure(core, set_array) -> None:
         "Storage": Storage,
         "TpuTensor": TpuTensor,
         "ArrayImpl": ArrayImpl,
+        "View": views.View,
+        "grown_ids": growth._GROWN_IDS,
+        "appended": growth.appended,
     })
     _core[0] = core
     lesson_pending = core.lesson_pending
@@ -189,6 +194,16 @@ def _sources(op, dyn: list, args: tuple, kwargs: dict, positions: frozenset, nam
         if not _source(a, index[name], dynamic_scalars and name in names, sources):
             return None
     return sources if len(sources) == len(dyn) else None
+
+
+def learn_append(compiled, key) -> None:
+    """:mod:`.growth` recorded an append into spare capacity (``compiled``, the append's program, recorded under
+    ``key``; its inputs the grown tensor's storage, the piece's, the length ``n``) for a ``cat`` the recording
+    kernel took for such an append and did not know: teach it, so that the next appends of this geometry at any
+    length are recorded in C++ (each new length is a new ``n``, not a new key)."""
+    core = _core[0]
+    if core is not None:
+        core.learn_append(compiled, key)
 
 
 def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:
