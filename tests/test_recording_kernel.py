@@ -592,6 +592,12 @@ def test_appends_recorded_in_cpp_outgrow_their_capacity_and_keep_one_lineage(row
             assert growth.recent_capacity(cpu_seq.shape[1]) == capacities[-1]
             if step % 16 == 0:
                 torchtpu_lab.sync()
+        with torchtpu_lab.eager_mode("strict"):  # right after an append in C++: other ops still teach the kernel
+            ran = recording.stats()["ran"]
+            for _ in range(3):
+                y = seq * 3.0 + rows
+            assert recording.stats()["ran"] > ran
+            torch.testing.assert_close(y.cpu(), cpu_seq * 3.0 + rows)
         assert len(lineages) == 1, lineages
         assert capacities[0] == 64 and len(set(capacities)) == 2 and capacities == sorted(capacities), capacities
         torch.testing.assert_close(seq.cpu(), cpu_seq)

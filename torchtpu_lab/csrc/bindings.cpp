@@ -142,8 +142,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("learn", [](py::handle name, py::handle overload, py::handle compiled, py::list dyn, py::sequence sources) {
     return torchtpu::learn(name.ptr(), overload.ptr(), compiled.ptr(), dyn.ptr(), sources.ptr());
   }, "File an executable under the key of the innermost recording-kernel call that fell back to Python.");
-  m.def("learn_append", [](py::handle compiled, py::handle signature) {
-    return torchtpu::learn_append(compiled.ptr(), signature.ptr());
+  m.def("learn_append", [](py::handle compiled, py::handle signature, py::list dyn, py::sequence sources) {
+    return torchtpu::learn_append(compiled.ptr(), signature.ptr(), dyn.ptr(), sources.ptr());
   }, "Teach the recording kernel the append into spare capacity growth.py is recording (recorder.h).");
   m.def("learn_strict", [](py::handle name, py::handle overload, py::handle compiled, py::handle call, long device,
                            py::list dyn, py::sequence sources) {

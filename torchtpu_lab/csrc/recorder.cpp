@@ -948,8 +948,13 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
 
 // One dynamic input of a learned call, as the Python path passes it: the entry's constant, an argument's array,
 // or the Python number an argument stands for. A new reference, or nullptr with a Python error set.
-PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays) {
-  if (s.position == kLength) return PyLong_FromLongLong(append_scratch.n);
+// `append`: the call's, for an append's length.
+PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base,
+                    const std::vector<PyObject*>& arrays, const Append* append) {
+  if (s.position == kLength) {
+    TORCH_CHECK(append != nullptr, "torchtpu_lab recorder: an append's length outside an append");
+    return PyLong_FromLongLong(append->n);
+  }
   if (s.position < 0) return Py_NewRef(s.constant);
   if (s.element >= 0) return Py_NewRef(elements_scratch[element_start[s.position] + s.element]);
   if (arrays[s.position] != nullptr) return Py_NewRef(arrays[s.position]);
@@ -1123,7 +1128,7 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
   PyObject* inputs = untracked(PyList_New(n));  // arrays, numbers, earlier placeholders
   if (inputs == nullptr) throw python_error();
   for (Py_ssize_t j = 0; j < n; ++j) {
-    PyObject* v = dyn_input(e.dyn[j], stack, base, arrays);
+    PyObject* v = dyn_input(e.dyn[j], stack, base, arrays, front);
     if (v == nullptr) {
       Py_DECREF(inputs);
       throw python_error();
@@ -1250,7 +1255,7 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   }
   size_t made = 0;  // new references taken before any bytecode can run: the borrowed arrays are safe
   for (; made < n; ++made) {
-    args[made] = dyn_input(e.dyn[made], stack, base, arrays);
+    args[made] = dyn_input(e.dyn[made], stack, base, arrays, nullptr);
     if (args[made] == nullptr) break;
   }
   PyObject* out = made == n ? PyObject_Vectorcall(e.call, args, n, nullptr) : nullptr;
@@ -1342,6 +1347,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   // Whether this call was recorded here; leaves the call's key in key_scratch (empty when it has none).
   bool try_record(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     key_scratch.clear();
+    append_scratch.active = false;  // set by as_append below, for this call only
     if (!rt.ready || !flag(rt.enabled)) return false;
     PyObject* mode = rt.state_value.get(rt.mode);
     const bool strict = !same_str(mode, rt.fused_str);
@@ -1369,7 +1375,6 @@ class RecordingKernel final : public c10::OperatorKernel {
     const long device = as_long(rt.pw_device.get(rt.pending));
     if (!adopt_plain(op, *stack)) throw python_error();
     spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
-    append_scratch.active = false;
     if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_, pointwise_)) {
       key_scratch.clear();
       return false;
@@ -1417,6 +1422,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       const LockHeld held;
       if (append_scratch.active) {
         const Append a = append_scratch;  // recording may run bytecode, which may append on this thread
+        append_scratch.active = false;
         OwnedRef old(Py_NewRef(a.storage));
         out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &a);
         mark_appended(out.p, old.p, a);
@@ -1938,8 +1944,9 @@ void set_output(Output& e, PyObject* shape, PyObject* dtype) {
   if (e.nbytes == nullptr) throw python_error();
 }
 
-// Where each of the executable's dynamic inputs `dyn` comes from (`sources`: an argument position, or -1 for the
-// constant in dyn); false where a constant is not one the key fixes (an array, a view's offset).
+// Where each of the executable's dynamic inputs `dyn` comes from (`sources`: an argument position, -1 for the
+// constant in dyn, kLength for an append's length); false where a constant is not one the key fixes (an array, a
+// view's offset).
 bool set_sources(Entry& e, PyObject* dyn, PyObject* sources) {
   const Py_ssize_t k = PyList_Size(dyn);
   TORCH_CHECK(k >= 0 && PySequence_Size(sources) == k, "learn: one source per dynamic input");
@@ -1953,7 +1960,7 @@ bool set_sources(Entry& e, PyObject* dyn, PyObject* sources) {
     Py_DECREF(s);
     if (!ok) throw python_error();
     PyObject* constant = nullptr;
-    if (position < 0) {
+    if (position < 0 && position != kLength) {
       constant = PyList_GET_ITEM(dyn, j);
       if (Py_TYPE(constant) != rt.array_type && !PyLong_CheckExact(constant)) return false;
       Py_INCREF(constant);
@@ -2048,22 +2055,15 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
   return file_new(miss, miss->kernel->table(), dyn, sources, [&](Entry& e) { fill_entry(e, compiled); });
 }
 
-bool learn_append(PyObject* compiled, PyObject* signature) {
+bool learn_append(PyObject* compiled, PyObject* signature, PyObject* dyn, PyObject* sources) {
   if (misses.empty() || !misses.back().append || misses.back().key.empty()) return false;
-  Miss& miss = misses.back();
-  auto e = std::make_unique<Entry>();
-  try {
-    fill_entry(*e, compiled);
-    TORCH_CHECK(e->more.empty() && e->flags.empty(), "learn_append: an append has one output");
-    Py_XDECREF(e->signature);  // the node's key: the append's OpSignature (its program is shared by lengths)
-    e->signature = Py_NewRef(signature);
-    e->dyn = {{0, nullptr, 0}, {0, nullptr, 1}, {kLength, nullptr, -1}};  // x's storage, the piece's, n
-  } catch (...) {
-    clear_entry(*e);
-    throw;
-  }
-  file(miss.kernel->append_table(), miss.key, std::move(e));
-  return true;
+  Miss* miss = &misses.back();
+  return file_new(miss, miss->kernel->append_table(), dyn, sources, [&](Entry& e) {
+    fill_entry(e, compiled);
+    TORCH_CHECK(e.more.empty() && e.flags.empty(), "learn_append: an append has one output");
+    Py_XDECREF(e.signature);  // the node's key: the append's OpSignature (its program is shared by lengths)
+    e.signature = Py_NewRef(signature);
+  });
 }
 
 bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,

@@ -31,9 +31,9 @@ bool lesson_pending();
 bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
 
 // The same for an append into spare capacity (runtime/growth.py), whose key the innermost fallback call of aten::cat
-// made as such (n left out): `compiled`, the append's program, recorded as a node keyed `signature`; its inputs
-// are the grown tensor's storage array, the piece's and the length n.
-bool learn_append(PyObject* compiled, PyObject* signature);
+// made as such (n left out): `compiled`, the append's program, recorded as a node keyed `signature`; `sources`
+// as for learn, with -2 for the append's length n.
+bool learn_append(PyObject* compiled, PyObject* signature, PyObject* dyn, PyObject* sources);
 
 // The same for strict mode: `call` runs `compiled`'s executable (compiled for tpu:`device`) on the dynamic inputs.
 bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,

@@ -278,8 +278,8 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     new = Storage.output(shape, piece.dtype, p_storage.device_index, out)
     if type(out) is fused.LazyValue:
         fused.track_new(new)
-        if not grow and len(dyn) == 3:  # x's storage, the piece's, n: the recording kernel records the next ones
-            recording.learn_append(program, key)
+        if not grow:  # the recording kernel records the next ones (in a storage of this capacity)
+            recording.learn_append(program, key, dyn)
     size = list(shape)
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))

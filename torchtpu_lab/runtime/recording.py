@@ -196,14 +196,19 @@ def _sources(op, dyn: list, args: tuple, kwargs: dict, positions: frozenset, nam
     return sources if len(sources) == len(dyn) else None
 
 
-def learn_append(compiled, key) -> None:
+#: an append's length ``n``, an input the recording kernel takes from the call itself (csrc/recorder.cpp kLength)
+APPEND_LENGTH = -2
+
+
+def learn_append(compiled, key, dyn: list) -> None:
     """:mod:`.growth` recorded an append into spare capacity (``compiled``, the append's program, recorded under
-    ``key``; its inputs the grown tensor's storage, the piece's, the length ``n``) for a ``cat`` the recording
-    kernel took for such an append and did not know: teach it, so that the next appends of this geometry at any
-    length are recorded in C++ (each new length is a new ``n``, not a new key)."""
+    ``key``; ``dyn``: the grown tensor's storage, the piece's, the piece's offset where it is a view at one (which
+    the kernel's key fixes), the length ``n``) for a ``cat`` the recording kernel took for such an append and did
+    not know: teach it, so that the next appends of this geometry at any length are recorded in C++ (each new
+    length is a new ``n``, not a new key)."""
     core = _core[0]
     if core is not None:
-        core.learn_append(compiled, key)
+        core.learn_append(compiled, key, dyn, [(0, 0), (0, 1)] + [-1] * (len(dyn) - 3) + [APPEND_LENGTH])
 
 
 def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:
