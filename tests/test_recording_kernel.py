@@ -789,3 +789,31 @@ def test_the_native_sync_snapshot_is_the_python_one():
         assert len(targets) > len(set(map(id, held))) > 0  # flags beyond the storages' placeholders
         torchtpu_lab.sync()
         assert all(type(s.array) is not fused.LazyValue for s in storages)
+
+
+def test_a_profiled_append_recorded_in_cpp_has_the_python_paths_op_event():
+    """Under a profile an append the kernel records emits the op event growth._append emits (what the generation
+    line counts tokens by): the same name, dim, length, piece and lineage, the user's line and stack."""
+
+    def grow(seq, native: bool):
+        with torchtpu_lab.config.native_recording(native), torchtpu_lab.profile() as prof:
+            handed = recording.stats()["python_ops"].get("aten::cat", 0)
+            for _ in range(3):
+                seq = torch.cat([seq, torch.ones(1, 1, 8, device="tpu")], 1)  # the append's line
+            handed = recording.stats()["python_ops"].get("aten::cat", 0) - handed
+            torchtpu_lab.sync()
+        events = [e for e in prof.events if e.kind == "op" and e.name == "aten::cat (append)"]
+        return seq, events, handed
+
+    with torchtpu_lab.eager_mode("fused"):
+        seq = torch.zeros(1, 4, 8, device="tpu")
+        for _ in range(3):  # the padded storage, then the lesson
+            seq = torch.cat([seq, torch.ones(1, 1, 8, device="tpu")], 1)
+        seq, python_events, _ = grow(seq, False)
+        seq, native_events, handed = grow(seq, True)
+    assert handed == 0 and len(native_events) == len(python_events) == 3
+    for p, n in zip(python_events, native_events):
+        assert n.detail == {**p.detail, "length": p.detail["length"] + 3}, (p.detail, n.detail)
+        assert n.source == p.source and "the append's line" in telemetry.code_text(n.source, 200)
+        assert len(n.stack) == len(p.stack) and n.stack[-1] == p.stack[-1] == n.source  # (grow's callers differ)
+    torch.testing.assert_close(seq.cpu(), torch.cat([torch.zeros(1, 4, 8), torch.ones(1, 9, 8)], 1))

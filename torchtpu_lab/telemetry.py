@@ -363,17 +363,21 @@ def count(key: str, amount: float = 1) -> None:
 
 
 def emit(kind: str, name: str, t: float | None = None, dur: float = 0.0, nbytes: int = 0,
-         source: Source | None = None, with_source: bool = True, **detail) -> Event | None:
+         source: Source | None = None, with_source: bool = True, stack: tuple | None = None,
+         **detail) -> Event | None:
     """Record an event for every open recorder (and nothing else); returns it, or ``None`` if nobody records.
-    ``kind`` must be an :class:`EventKind` (a ``ValueError`` otherwise: readers find events by kind)."""
+    ``kind`` must be an :class:`EventKind` (a ``ValueError`` otherwise: readers find events by kind).
+    ``source`` and ``stack``: the user's line and stack when the caller has them (C++ read them: the frames
+    above this call are not the op's caller's), else looked up here."""
     if not recorders:
         return None
     if source is None and with_source:
         source = user_source(3)
     if kind not in _EVENT_KINDS:
         raise ValueError(f"{kind!r} is not an EventKind")
-    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail,
-                  user_stack(3) if with_source else None)
+    if stack is None and with_source:
+        stack = user_stack(3)
+    event = Event(kind, name, time.perf_counter() if t is None else t, dur, nbytes, source, detail, stack)
     for sink in recorders:
         sink.append(event)
     return event

@@ -186,7 +186,7 @@ struct Runtime {
   PyObject* sources = nullptr;         // telemetry._sources: (filename, line, function) -> Source
   PyObject* backward = nullptr;        // telemetry.BACKWARD
   PyObject* grown_ids = nullptr;       // growth._GROWN_IDS: id(storage) -> (dim, weak ref, lineage)
-  PyObject* appended = nullptr;        // growth.appended(result, old storage, dim, length): an append's marks
+  PyObject* appended = nullptr;        // growth.appended(result, old, dim, length, k, sources): its marks
   PyTypeObject* view_type = nullptr;   // views.View (a NamedTuple: size, stride, offset)
   unsigned long main_thread = 0;
   PyTypeObject* node_type = nullptr;
@@ -1384,13 +1384,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       return try_run(op, stack);
     }
     const size_t n_args = op.schema().arguments().size();
-    if (appends_ && as_append(*stack, stack->size() - n_args, device, key_scratch)) {
-      if (profiling || spans != Py_None) {  // growth._append emits the append's op event: Python's
-        key_scratch.clear();
-        append_scratch.active = false;
-        return false;
-      }
-    }
+    if (appends_) as_append(*stack, stack->size() - n_args, device, key_scratch);
     Table& table = append_scratch.active ? appends_table_ : table_;
     auto found = table.find(key_scratch);
     if (found == table.end()) return false;
@@ -1418,14 +1412,15 @@ class RecordingKernel final : public c10::OperatorKernel {
     const size_t base = stack->size() - n;
     OwnedRef write_to;  // held: recording may run bytecode (a new leaf's shape) before the write
     OwnedRef out;
+    const bool appending = append_scratch.active;
     {
       const LockHeld held;
-      if (append_scratch.active) {
+      if (appending) {
         const Append a = append_scratch;  // recording may run bytecode, which may append on this thread
         append_scratch.active = false;
         OwnedRef old(Py_NewRef(a.storage));
         out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &a);
-        mark_appended(out.p, old.p, a);
+        mark_appended(out.p, old.p, a, profiling ? sources.p : nullptr);
       } else {
         if (inplace_) {  // the usual update: a base `self` (or a whole view's storage) the result replaces whole
           const at::Tensor& self = (*stack)[base].toTensor();
@@ -1439,7 +1434,11 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
     return_result(stack, base, n, out.p);
     ++stats.recorded;
-    if (profiling || outermost) note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
+    if (appending) {  // its op event is growth.appended's (above)
+      if (outermost) note_profiled(e, t0, nullptr, spans);
+    } else if (profiling || outermost) {
+      note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
+    }
     flush_if_needed(e);
     return true;
   }
@@ -1566,14 +1565,16 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
   }
 
-  // growth.appended(result, old storage, d, n + k): the append's result marked as grown in its lineage. Run with
+  // growth.appended(result, old storage, d, n + k, k, sources): the append's result marked as grown in its
+  // lineage, and its op event while a profile records (`sources`: the op's (source, stack), else null). Run with
   // the runtime's lock held, so an interrupt waits; a failure there is a Python error like any other.
-  static void mark_appended(PyObject* result, PyObject* old, const Append& a) {
+  static void mark_appended(PyObject* result, PyObject* old, const Append& a, PyObject* sources) {
     OwnedRef d(PyLong_FromLongLong(a.d));
     OwnedRef length(PyLong_FromLongLong(a.n + a.k));
-    if (d.p == nullptr || length.p == nullptr) throw python_error();
-    PyObject* args[] = {result, old, d.p, length.p};
-    PyObject* r = PyObject_Vectorcall(rt.appended, args, 4, nullptr);
+    OwnedRef k(PyLong_FromLongLong(a.k));
+    if (d.p == nullptr || length.p == nullptr || k.p == nullptr) throw python_error();
+    PyObject* args[] = {result, old, d.p, length.p, k.p, sources != nullptr ? sources : Py_None};
+    PyObject* r = PyObject_Vectorcall(rt.appended, args, 6, nullptr);
     if (r == nullptr) throw python_error();
     Py_DECREF(r);
   }

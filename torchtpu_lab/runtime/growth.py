@@ -10,6 +10,10 @@ the result views the first ``n + k`` positions. Reads of the last token (``input
 moving offset, also graph inputs (:func:`~torchtpu_lab.device.views.dynamic`), so a decode step compiles once
 for any number of tokens; only outgrowing the buffer (capacity doubles) compiles again.
 
+With the native core, an append into spare capacity seen before — the same grown storage shape, dim and piece
+geometry, at any length — is recorded by the recording kernel in C++ (runtime/recording.py; this module's
+:func:`_append` teaches it and :func:`appended` keeps the marks below), so a decode token's appends run no Python.
+
 Semantics are PyTorch's: the result is a new tensor with its own storage (arrays are immutable; the input's
 storage is only read), equal to the concatenation. Padding starts at the first append — a smaller piece after a
 whole tensor, or any piece after an empty accumulator (``torch.cat([torch.tensor([]), piece])``, how a
@@ -289,12 +293,15 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     return result
 
 
-def appended(result, old: Storage, d: int, length: int) -> None:
+def appended(result, old: Storage, d: int, length: int, k: int, sources: tuple | None) -> None:
     """What an append the recording kernel recorded (csrc/recorder.cpp: an append into spare capacity seen
     before, whose lesson :func:`_append` gave it) leaves to Python: ``result``'s storage marked as grown, in
-    ``old``'s lineage. Called with the runtime's lock held (an interrupt waits), while no profile records (a
-    profiled append takes :func:`_append`, which also emits its op event)."""
-    _grew(result.tpu_storage, old, d, length)
+    ``old``'s lineage, and while a profile records (``sources``: the op's line and stack, which C++ read) the op
+    event :func:`_append` emits. Called with the runtime's lock held, so an interrupt waits."""
+    lineage = _grew(result.tpu_storage, old, d, length)
+    if sources is not None:
+        telemetry.emit("op", APPEND, source=sources[0], stack=sources[1], dim=d, length=length, appended=k,
+                       lineage=lineage)
 
 
 def _grew(new: Storage, old: Storage | None, d: int, length: int) -> int:

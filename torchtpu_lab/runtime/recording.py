@@ -19,6 +19,14 @@ error flags as further outputs of its node and a :func:`.pending_errors.callback
 values, as :func:`.executor._launch` records it; its node carries the user's line whether or not sources are
 tracked, since a bad index's error names it.
 
+An append into spare capacity (:mod:`.growth`: ``torch.cat([x, piece], d)`` where ``x`` is the front of a padded
+storage and the piece fits) is keyed without its length ``n``: the grown storage's shape, ``d`` and the piece's
+own key. :func:`.growth._append`'s first such append teaches it (:func:`learn_append`) and the kernel records the
+next ones, at every length, as the same append node with ``n`` an input taken from the call; the result is the
+front of a new padded storage, which :func:`.growth.appended` marks as grown in ``x``'s lineage (and, while a
+profile records, gives the op event the Python path emits). An append that does not fit and a first append take
+the Python path.
+
 In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
 (:func:`learn_strict`, taught from :func:`.executor._run_repeated`'s branch): JAX's C++ call of the compiled
 executable on the arguments' arrays, the output array in a ``Storage`` (``memory.acquire``, as
