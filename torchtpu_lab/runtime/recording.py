@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from types import ModuleType
 
 import torch
 
@@ -70,14 +71,13 @@ def available(core) -> bool:
     return core is not None and hasattr(core, "install_recording_kernels")
 
 
-def configure(core, set_array) -> None:
+def configure(core, set_array, growth: ModuleType) -> None:
     """Give the core the objects its recorded path reads and writes (once, before :func:`install`);
-    ``set_array``: :func:`.values.set_array`, an in-place op's write (passed in: ``values`` imports the executor,
-    which imports this module)."""
+    ``set_array``: :func:`.values.set_array`, an in-place op's write; ``growth``: the :mod:`.growth` module, whose
+    table of grown storages and ``appended`` an append recorded in C++ uses (both passed in: ``values`` imports
+    the executor and ``growth`` imports this module)."""
     global lesson_pending
     from jax._src.array import ArrayImpl
-
-    from . import growth  # imports this module
 
     core.configure_recorder({
         "enabled": config.native_recording,
