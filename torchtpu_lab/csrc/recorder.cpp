@@ -570,9 +570,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       if (!names_device) named = named_device(v);
       names_device = true;
     } else if (v.isTensorList()) {  // torch.cat's tensors, each keyed as a tensor argument is
-      // (growth.py's appends never teach an entry, and which calls are appends follows from these keys: whether
-      // an input already grows is the one thing they leave out, and an append taken for a plain cat here would
-      // still compute the concatenation, only in a storage of its own)
+      // (an append into spare capacity is keyed apart, by as_append below; one that does not fit, taken for a
+      // plain cat here, would still compute the concatenation, only in a storage of its own)
       const auto list = v.toTensorList();
       key.push_back(kTensors);
       put(key, static_cast<int64_t>(list.size()));
@@ -651,7 +650,6 @@ bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::st
   if (tensor_input(piece, device, piece_key, &piece_storage, &piece_view) == nullptr) return false;
   key.clear();
   key.push_back('A');
-  put(key, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));
   put(key, static_cast<int8_t>(x.scalar_type()));
   put(key, static_cast<int8_t>(d));
   put(key, static_cast<int8_t>(rank));
@@ -1383,8 +1381,9 @@ class RecordingKernel final : public c10::OperatorKernel {
       key_scratch.clear();
       return try_run(op, stack);
     }
-    const size_t n_args = op.schema().arguments().size();
-    if (appends_) as_append(*stack, stack->size() - n_args, device, key_scratch);
+    const size_t n = op.schema().arguments().size();
+    const size_t base = stack->size() - n;
+    if (appends_) as_append(*stack, base, device, key_scratch);
     Table& table = append_scratch.active ? appends_table_ : table_;
     auto found = table.find(key_scratch);
     if (found == table.end()) return false;
@@ -1408,8 +1407,6 @@ class RecordingKernel final : public c10::OperatorKernel {
       if (alloc_source == nullptr) return false;
     }
     if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: the Python kernel waits
-    const size_t n = op.schema().arguments().size();
-    const size_t base = stack->size() - n;
     OwnedRef write_to;  // held: recording may run bytecode (a new leaf's shape) before the write
     OwnedRef out;
     const bool appending = append_scratch.active;

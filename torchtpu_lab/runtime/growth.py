@@ -287,9 +287,7 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     size = list(shape)
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
-    lineage = _grew(new, storage, d, n + k)
-    if telemetry.recording():
-        telemetry.emit("op", APPEND, dim=d, length=n + k, appended=k, lineage=lineage)
+    _grew(new, storage, d, n + k, k)
     return result
 
 
@@ -298,15 +296,13 @@ def appended(result, old: Storage, d: int, length: int, k: int, sources: tuple |
     before, whose lesson :func:`_append` gave it) leaves to Python: ``result``'s storage marked as grown, in
     ``old``'s lineage, and while a profile records (``sources``: the op's line and stack, which C++ read) the op
     event :func:`_append` emits. Called with the runtime's lock held, so an interrupt waits."""
-    lineage = _grew(result.tpu_storage, old, d, length)
-    if sources is not None:
-        telemetry.emit("op", APPEND, source=sources[0], stack=sources[1], dim=d, length=length, appended=k,
-                       lineage=lineage)
+    _grew(result.tpu_storage, old, d, length, k, sources)
 
 
-def _grew(new: Storage, old: Storage | None, d: int, length: int) -> int:
-    """Mark ``new``, an append's result of ``length`` positions along ``d``, as grown (in ``old``'s lineage, or
-    a new one) and note the length for factories (:func:`recent_capacity`); returns the lineage."""
+def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, sources: tuple | None = None) -> None:
+    """Mark ``new``, an append of ``k`` positions with ``length`` in all along ``d``, as grown (in ``old``'s
+    lineage, or a new one), note the length for factories (:func:`recent_capacity`) and, while a profile records,
+    emit the append's op event (at ``sources``, the op's line and stack, when the caller has them)."""
     known = None if old is None else _GROWN_IDS.get(id(old))
     lineage = known[2] if known is not None and known[2] is not None else next(_LINEAGES)
     ref = _mark(new, d, lineage)
@@ -319,7 +315,9 @@ def _grew(new: Storage, old: Storage | None, d: int, length: int) -> int:
     # output, kept alive) gives way, or the next loop's factories of that length would stay ordinary
     if known is None or known[0] <= capacity or known[1]() is None or syncs - known[2] > RECENT_SYNCS:
         _LENGTHS[length] = (capacity, ref, syncs)
-    return lineage
+    if telemetry.recording():
+        source, stack = sources if sources is not None else (None, None)
+        telemetry.emit("op", APPEND, source=source, stack=stack, dim=d, length=length, appended=k, lineage=lineage)
 
 
 @caches.memoize("append_programs", 1024)
