@@ -75,10 +75,20 @@ def storm() -> None:
             sent[0] += 1
 
 
-def check_close(name: str, got: list, want: list) -> None:
+def check_close(name: str, got: list, want: list, before: list | None = None, history: str = "") -> None:
+    """Every parameter equals CPU's; a failure says by how much, and (given the values ``before`` the step)
+    how that compares with the step itself — none taken, taken twice, something else — and what came before."""
     for i, (g, w) in enumerate(zip(got, want)):
         if not torch.allclose(g, w, rtol=1e-4, atol=1e-5):
-            print(f"STORM FAIL {name}: parameter {i} differs by {(g - w).abs().max().item()}", flush=True)
+            where = ""
+            if before is not None:
+                delta = w - before[i]
+                at = int((g - w).abs().argmax())
+                where = (f"; at element {at}: got {g.flatten()[at].item():.9g}, CPU step {w.flatten()[at].item():.9g},"
+                         f" before {before[i].flatten()[at].item():.9g} (the step's own size there "
+                         f"{delta.flatten()[at].item():.3g}; max |got - before - 2 step| "
+                         f"{(g - before[i] - 2 * delta).abs().max().item():.3g}); {history}")
+            print(f"STORM FAIL {name}: parameter {i} differs by {(g - w).abs().max().item()}{where}", flush=True)
             sys.exit(3)
 
 
@@ -111,6 +121,7 @@ def after_interrupt(before: list, after: list) -> None:
 
 threading.Thread(target=storm, daemon=True).start()
 caught = steps = 0
+last = -1  # completed steps since the last interrupted one (-1: none interrupted yet)
 deadline = time.monotonic() + 240
 while sent[0] < N and time.monotonic() < deadline:
     before = read_params()
@@ -125,10 +136,13 @@ while sent[0] < N and time.monotonic() < deadline:
     except KeyboardInterrupt:
         done = False
     if done:
-        retrying(lambda: check_close("completed step", read_params(), after))
+        retrying(lambda: check_close("completed step", read_params(), after, before,
+                                     f"step {steps}, {caught} interrupted so far, the last {last} steps before"))
+        last = last + 1 if last >= 0 else last
     else:
         retrying(armed.clear)
         caught += 1
+        last = 0
         retrying(lambda: after_interrupt(before, after))
 retrying(armed.clear)
 retrying(lambda: time.sleep(0.2))
