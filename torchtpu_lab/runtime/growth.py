@@ -99,7 +99,8 @@ def _appendable(tensors, dim: int):
     """``(x, piece, d, padded)`` when ``cat`` is an append along ``d``: of a piece to a tensor already grown
     along ``d`` (``padded``: ``x`` is the front of its padded storage, :func:`padded_length`), of a smaller piece
     to a whole tensor (a first append), or of a piece to an empty accumulator (``x`` is ``None`` then:
-    ``torch.cat([torch.tensor([]), piece])``, as a ``DynamicCache`` starts); else ``None``."""
+    ``torch.cat([torch.tensor([]), piece])``, as a ``DynamicCache`` starts); else ``None``. The recording kernel's
+    ``as_append`` (csrc/recorder.cpp) asks the same of a call, for the appends into spare capacity it records."""
     if not isinstance(tensors, (list, tuple)) or len(tensors) != 2:
         return None
     x, piece = tensors
