@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import tensor, views
+from ..device import sizes, tensor, views
 from . import values
 
 _SCALAR_NAMES = {
@@ -129,8 +129,7 @@ def _whole_storage(self, args: tuple, kwargs: dict):
         return None
     shape = tuple(self.shape)
     for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor) and (a.ndim > len(shape) or any(
-                o != 1 and o != s for o, s in zip(reversed(a.shape), reversed(shape)))):
+        if isinstance(a, torch.Tensor) and sizes.broadcast(tuple(a.shape), shape) != shape:
             return None
     return tensor.make(storage, None)
 
