@@ -11,13 +11,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
 #: ``wall`` (default) times with ``time.perf_counter``; ``cpu`` with ``time.process_time`` (CPU seconds of every
-#: thread of this process: robust on a machine shared with other jobs, where wall time measures the neighbours).
+#: thread of this process: robust on a machine shared with other jobs, where wall time measures the neighbours);
+#: ``thread`` with ``time.thread_time``, the CPU seconds of the calling thread alone: the *host* cost of a step.
+#: On XLA:CPU the device is this machine's CPU: a program runs on XLA's own worker threads, which also spin
+#: after each task (on a 2-core machine they measured as much CPU as the Python thread in a loop of strict
+#: ``add``s), so ``cpu`` counts the device's work and its idling as host time, where on a TPU neither is. The
+#: CPU eager rows run with one intra-op thread, so ``thread`` is their whole cost, compute included.
 #: Set with ``$BENCH_CLOCK`` or each script's ``--clock``.
 CLOCK = os.environ.get("BENCH_CLOCK", "wall")
 
+_CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time, "thread": time.thread_time}
+
 
 def clock():
-    return time.process_time if CLOCK == "cpu" else time.perf_counter
+    return _CLOCKS[CLOCK]
 
 
 def _per_call(fn, finish, iters: int) -> float:
@@ -54,8 +61,10 @@ def median_pair(a, finish_a, b, finish_b, iters: int, reps: int, warmup: int = 3
 
 def add_clock_option(parser) -> None:
     """``--clock wall|cpu`` (see :data:`CLOCK`)."""
-    parser.add_argument("--clock", choices=("wall", "cpu"), default=CLOCK,
-                        help="wall: elapsed time; cpu: this process's CPU time (for a busy, shared machine)")
+    parser.add_argument("--clock", choices=tuple(_CLOCKS), default=CLOCK,
+                        help="wall: elapsed time; cpu: this process's CPU time (for a busy, shared machine); "
+                             "thread: the calling thread's CPU time (host work only: XLA:CPU's threads run the "
+                             "device's)")
 
 
 def set_clock(name: str) -> None:
