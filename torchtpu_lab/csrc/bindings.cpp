@@ -13,6 +13,7 @@
 #include "lock.h"
 #include "linear_autograd.h"
 #include "recorder.h"
+#include "sync_plan.h"
 
 namespace torchtpu {
 void register_guard();
@@ -88,6 +89,14 @@ PyMethodDef fast_methods[] = {
     {"ledger_settle", &torchtpu::ledger_settle_py, METH_NOARGS, "device/memory.py's settle (ledger.h)."},
     {"store_all", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::store_all_py)),
      METH_FASTCALL, "store_all(storages, values): storage.array = value for each pair (ledger.h)."},
+    {"donate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::donate_py)), METH_FASTCALL,
+     "donate(leaves, candidates, reusable, live) -> tuple: runtime/fused.py's _donate (sync_plan.h)."},
+    {"alias_order", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::alias_order_py)),
+     METH_FASTCALL,
+     "alias_order(targets, leaves, leaf_sigs, donate, storages, held, prior) -> list | None: runtime/fused.py's "
+     "_alias_order (sync_plan.h)."},
+    {"commit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::commit_py)), METH_FASTCALL,
+     "commit(targets, results): target.value = result for each pair (sync_plan.h)."},
     {nullptr, nullptr, 0, nullptr}};
 
 // The Python callable the guard's synchronize calls run; leaked on purpose (it must outlive interpreter

@@ -292,6 +292,9 @@ def _donate(leaves: list, candidates: tuple, reusable: tuple) -> tuple:
     temporary) is donated, so a training step does not keep two copies of the model. Only buffers an output can
     reuse (same shape and dtype) are worth donating (XLA warns about the rest): ``candidates`` and
     ``reusable`` (:func:`_reusable`) say which leaves could be, and how many of each signature."""
+    native = _NATIVE_PLAN[0]
+    if native is not None:
+        return native.donate(leaves, candidates, reusable, memory.LIVE)
     left = list(reusable)
     donate = []
     is_held = memory.is_held
@@ -339,6 +342,9 @@ def _alias_order(targets: list[LazyValue], leaves: list, leaf_sigs: tuple, donat
     ``held[i]``: the placeholder ``storages[i]`` holds."""
     if not donate or not prior:
         return None
+    native = _NATIVE_PLAN[0]
+    if native is not None:
+        return native.alias_order(targets, leaves, leaf_sigs, donate, storages, held, prior)
     donated = {id(leaves[i]): i for i in donate}
     position = {id(v): j for j, v in enumerate(targets)}
     update: dict[int, int] = {}  # donated leaf position -> position of the target that replaces it
@@ -525,8 +531,7 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
             launch_look = program_cost.look_at_launch(results)
         except Exception as e:  # noqa: BLE001
             _fail(live_nodes(), storages, e, extra)
-        for v, r in zip(targets, results):
-            v.value = r
+        _commit(targets, results)
         store_all(storages, [v.value for v in held])
         _finish(extra)
     memory.settle()  # buffers only the graph still read are gone now (donated or dropped with the nodes)
@@ -548,6 +553,20 @@ def _targets(held: list, extra: list) -> list[LazyValue]:
     return sorted(wanted.values(), key=_RECORDING_ORDER)
 
 
+def _commit(targets: list, results) -> None:
+    """Each target placeholder gets its computed array."""
+    native = _NATIVE_PLAN[0]
+    if native is not None:
+        native.commit(targets, results)
+        return
+    for v, r in zip(targets, results):
+        v.value = r
+
+
+#: the native core (``None``: pure-Python mode), whose ``donate``, ``alias_order`` and ``commit`` are
+#: :func:`_donate`, :func:`_alias_order` and :func:`_commit` in C (csrc/sync_plan.cpp): a training step's sync
+#: walks each of its leaves, outputs and storages in them
+_NATIVE_PLAN: list = [None]
 #: a sync lays its targets out in recording order
 _RECORDING_ORDER = operator.attrgetter("node.seq", "index")
 #: the native core's ``sync_targets`` (``None``: pure-Python mode): ``(storages, held, targets)`` in one C pass,
