@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -12,19 +14,57 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 #: ``wall`` (default) times with ``time.perf_counter``; ``cpu`` with ``time.process_time`` (CPU seconds of every
 #: thread of this process: robust on a machine shared with other jobs, where wall time measures the neighbours);
-#: ``thread`` with ``time.thread_time``, the CPU seconds of the calling thread alone: the *host* cost of a step.
-#: On XLA:CPU the device is this machine's CPU: a program runs on XLA's own worker threads, which also spin
-#: after each task (on a 2-core machine they measured as much CPU as the Python thread in a loop of strict
-#: ``add``s), so ``cpu`` counts the device's work and its idling as host time, where on a TPU neither is. The
-#: CPU eager rows run with one intra-op thread, so ``thread`` is their whole cost, compute included.
-#: Set with ``$BENCH_CLOCK`` or each script's ``--clock``.
+#: ``host`` with the CPU seconds of the threads that do host work: the calling thread and PyTorch's autograd
+#: device threads (``pt_autograd_*``: a tpu tensor's backward runs there, not in the thread that called
+#: ``backward``). On XLA:CPU the device is this machine's CPU: a program runs on XLA's own worker threads, which
+#: also spin after each task (on a 2-core machine they measured as much CPU as the Python thread in a loop of
+#: strict ``add``s), so ``cpu`` counts the device's work and its idling as host time, where on a TPU neither is.
+#: The CPU eager rows run with one intra-op thread and their backward in the calling thread, so ``host`` is their
+#: whole cost, compute included. Linux only (per-thread CPU clocks of other threads). Set with ``$BENCH_CLOCK`` or
+#: each script's ``--clock``.
 CLOCK = os.environ.get("BENCH_CLOCK", "wall")
 
-_CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time, "thread": time.thread_time}
+
+def _thread_cpu_clock(tid: int) -> int:
+    """Linux's CPU-time clock id of thread ``tid`` (``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``, what glibc's
+    ``pthread_getcpuclockid`` returns), readable from any thread of the process."""
+    return ((~tid) << 3) | 6
+
+
+def _autograd_threads() -> list[int]:
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as f:
+            if f.read().startswith("pt_autograd"):
+                found.append(int(tid))
+    return found
+
+
+def _host_clock():
+    """The summed CPU time of this thread and PyTorch's autograd device threads, as a clock function. The
+    engine starts its device threads at the first backward through a device's tensors: a one-element one here
+    when none has run yet."""
+    autograd = _autograd_threads()
+    if not autograd:
+        import torch
+
+        torch.ones(1, device="tpu", requires_grad=True).sum().backward()
+        autograd = _autograd_threads()
+    clocks = [_thread_cpu_clock(t) for t in [threading.get_native_id(), *autograd]]
+    read = time.clock_gettime
+
+    def now() -> float:
+        return sum(read(c) for c in clocks)
+
+    return now
+
+
+_CLOCKS = {"wall": lambda: time.perf_counter, "cpu": lambda: time.process_time, "host": _host_clock}
 
 
 def clock():
-    return _CLOCKS[CLOCK]
+    """The clock :data:`CLOCK` names, as a function returning seconds."""
+    return _CLOCKS[CLOCK]()
 
 
 def _per_call(fn, finish, iters: int) -> float:
@@ -63,8 +103,8 @@ def add_clock_option(parser) -> None:
     """``--clock wall|cpu`` (see :data:`CLOCK`)."""
     parser.add_argument("--clock", choices=tuple(_CLOCKS), default=CLOCK,
                         help="wall: elapsed time; cpu: this process's CPU time (for a busy, shared machine); "
-                             "thread: the calling thread's CPU time (host work only: XLA:CPU's threads run the "
-                             "device's)")
+                             "host: the CPU time of the threads doing host work (this one, PyTorch's autograd "
+                             "threads), not XLA:CPU's, which run the device's work")
 
 
 def set_clock(name: str) -> None:

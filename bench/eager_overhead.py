@@ -1,6 +1,6 @@
 """Per-op and per-step host cost of eager execution on the tpu device, against PyTorch's own CPU eager.
 
-    python bench/eager_overhead.py [--iters 2000] [--reps 7] [--steps 10] [--gc-steps 0] [--clock thread]
+    python bench/eager_overhead.py [--iters 2000] [--reps 7] [--steps 10] [--gc-steps 0] [--clock host]
 
 * strict mode, cache hit: one small op (64x64 float32) as a tpu tensor op vs one call of the same jitted JAX
   function (target: at most 1.5x), and the same op with the native core's kernel off (``config.native_recording``:
@@ -11,9 +11,9 @@
 * a tiny transformer's training step (2 layers, d 64, batch 2, 16 tokens; forward, backward, AdamW) in fused
   mode — recording, the sync (graph key, lookup, launch, commit; and the program's run on XLA:CPU's threads
   with ``--clock cpu`` or ``wall``) and the whole step — vs the same step in PyTorch CPU eager with one intra-op
-  thread (target: host time no more than CPU eager's whole step: ``--clock thread`` measures host time, the
-  Python thread's CPU, where CPU eager's one thread does all its work); and the
-  same step's recording with ``AdamW(fused=True)`` (``transformers``' ``Trainer`` default), against its CPU step;
+  thread (target: host time no more than CPU eager's whole step: ``--clock host`` measures host time, the CPU
+  of the calling thread and of PyTorch's autograd thread, where a tpu backward runs, not XLA:CPU's threads;
+  CPU eager's one thread does all its work, backward and compute included); and the same step's recording with ``AdamW(fused=True)`` (``transformers``' ``Trainer`` default), against its CPU step;
 * tensors made from the host: ``torch.tensor``, ``.to("tpu")`` and factories (``full``, ``arange``, ``zeros``)
   in fused mode with nothing pending (a cell's set-up, a batch, a step's first mask), vs the same call on the CPU;
 * the floor: PyTorch's own dispatch into an empty Python PrivateUse1 kernel (no Python backend could be cheaper);
@@ -234,7 +234,7 @@ def step_rows(steps: int) -> list[tuple]:
            "fused_cpu": fused_cpu_step}.items()}
     return [("fused: recording (host)", f"{ms['record']:.2f}", f"{ms['record'] / ms['cpu']:.2f}x"),
             ("fused: recording, Python path only", f"{ms['python']:.2f}", f"{ms['python'] / ms['cpu']:.2f}x"),
-            ("fused: sync (key, lookup, launch; XLA:CPU run but with --clock thread)", f"{ms['sync']:.2f}", f"{ms['sync'] / ms['cpu']:.2f}x"),
+            ("fused: sync (key, lookup, launch; XLA:CPU run but with --clock host)", f"{ms['sync']:.2f}", f"{ms['sync'] / ms['cpu']:.2f}x"),
             ("fused: whole step", f"{ms['whole']:.2f}", f"{ms['whole'] / ms['cpu']:.2f}x"),
             ("PyTorch CPU eager: whole step", f"{ms['cpu']:.2f}", "1.00x"),
             ("AdamW(fused=True): fused recording", f"{ms['fused_record']:.2f}",
