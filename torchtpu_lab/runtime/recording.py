@@ -120,8 +120,7 @@ def configure(core, set_array, growth: ModuleType) -> None:
     lesson_pending = core.lesson_pending
     graph_key.untrack = core.untrack
     fused.SNAPSHOT[0] = core.sync_targets
-    if hasattr(core, "alias_order"):
-        fused._NATIVE_PLAN[0] = core
+    fused._NATIVE_PLAN[0] = core
     graph_key.NATIVE_ADD[0] = core.segment_add
     caches.on_clear(core.clear_recorded)
     config.data_checks.before_change(lambda old, new: core.clear_recorded())  # entries are with/without checks
