@@ -99,12 +99,15 @@ def median_pair(a, finish_a, b, finish_b, iters: int, reps: int, warmup: int = 3
             statistics.median(p[0] / p[1] for p in pairs))
 
 
-def add_clock_option(parser) -> None:
-    """``--clock wall|cpu`` (see :data:`CLOCK`)."""
-    parser.add_argument("--clock", choices=tuple(_CLOCKS), default=CLOCK,
-                        help="wall: elapsed time; cpu: this process's CPU time (for a busy, shared machine); "
-                             "host: the CPU time of the threads doing host work (this one, PyTorch's autograd "
-                             "threads), not XLA:CPU's, which run the device's work")
+def add_clock_option(parser, host: bool = False) -> None:
+    """``--clock wall|cpu``, and ``host`` for a script whose rows are all host costs (see :data:`CLOCK`): one
+    whose rows include the device's work (a step against ``jax.jit``'s) must not leave XLA:CPU's threads out,
+    nor one whose subject runs threads of its own (a profile's samplers)."""
+    choices = ("wall", "cpu", "host") if host else ("wall", "cpu")
+    parser.add_argument("--clock", choices=choices, default=CLOCK if CLOCK in choices else "wall",
+                        help="wall: elapsed time; cpu: this process's CPU time (for a busy, shared machine)"
+                             + ("; host: the CPU time of the threads doing host work (this one, PyTorch's "
+                                "autograd threads), not XLA:CPU's, which run the device's work" if host else ""))
 
 
 def set_clock(name: str) -> None:

@@ -297,7 +297,7 @@ def main(argv=None) -> None:
     p.add_argument("--gc-steps", type=int, default=0,
                    help="also measure the garbage collector over this many steps of each (full collections are "
                         "rare: use 2000 or more)")
-    add_clock_option(p)
+    add_clock_option(p, host=True)
     args = p.parse_args(argv)
     set_clock(args.clock)
     print(f"platform: {torch.tpu.platform_name()}")
