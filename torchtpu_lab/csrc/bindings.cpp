@@ -90,7 +90,7 @@ PyMethodDef fast_methods[] = {
     {"store_all", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::store_all_py)),
      METH_FASTCALL, "store_all(storages, values): storage.array = value for each pair (ledger.h)."},
     {"donate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::donate_py)), METH_FASTCALL,
-     "donate(leaves, candidates, reusable, live) -> tuple: runtime/fused.py's _donate (sync_plan.h)."},
+     "donate(leaves, candidates, reusable) -> tuple: runtime/fused.py's _donate (sync_plan.h)."},
     {"alias_order", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::alias_order_py)),
      METH_FASTCALL,
      "alias_order(targets, leaves, leaf_sigs, donate, storages, held, prior) -> list | None: runtime/fused.py's "

@@ -210,6 +210,18 @@ PyObject* item(PyObject* config, const char* name) {
 
 bool ledger_ready() { return L.ready; }
 
+int ledger_holds(PyObject* array) {
+  if (!L.ready) {
+    PyErr_SetString(PyExc_RuntimeError, "torchtpu_lab: the native ledger is not configured");
+    return -1;
+  }
+  PyObject* id = PyLong_FromVoidPtr(array);  // the key memory.py uses: id(array)
+  if (id == nullptr) return -1;
+  const int held = PyDict_Contains(L.live, id);
+  Py_DECREF(id);
+  return held;
+}
+
 int configure_ledger(PyObject* config) {
   if (L.ready) return 0;
   PyObject* lock = item(config, "lock");

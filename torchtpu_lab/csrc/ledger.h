@@ -17,6 +17,9 @@ int ledger_acquire(PyObject* array, PyObject* device_index, PyObject* nbytes, Py
 int ledger_release(PyObject* array);
 // memory.settle(): released buffers whose arrays are gone or deleted (donated to a program that ran) are free.
 int ledger_settle();
+// memory.is_held(array): whether some live storage holds it. 1, 0, or -1 with a Python error set (also before
+// configure_ledger).
+int ledger_holds(PyObject* array);
 
 // The Python faces: acquire/release as METH_FASTCALL functions, and the finalizer method descriptor for
 // `storage_type` (Storage.__del__: releases the array its `_array` slot holds).

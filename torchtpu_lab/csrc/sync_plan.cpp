@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ledger.h"
 #include "pyobjects.h"
 
 namespace torchtpu {
@@ -94,14 +95,12 @@ struct Spare {
 }  // namespace
 
 PyObject* donate_py(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 || !PyList_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2]) ||
-      !PyDict_Check(args[3])) {
-    PyErr_SetString(PyExc_TypeError, "donate(leaves: list, candidates: tuple, reusable: tuple, live: dict)");
+  if (nargs != 3 || !PyList_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "donate(leaves: list, candidates: tuple, reusable: tuple)");
     return nullptr;
   }
   PyObject* leaves = args[0];
   PyObject* candidates = args[1];
-  PyObject* live = args[3];
   std::vector<long> left;
   left.reserve(PyTuple_GET_SIZE(args[2]));
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args[2]); ++k) {
@@ -124,9 +123,7 @@ PyObject* donate_py(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
       return nullptr;
     }
     if (left[k] == 0) continue;
-    OwnedRef id(PyLong_FromVoidPtr(id_of(PyList_GET_ITEM(leaves, i))));  // memory.is_held: id(array) in live
-    if (id.p == nullptr) return nullptr;
-    const int held = PyDict_Contains(live, id.p);
+    const int held = ledger_holds(PyList_GET_ITEM(leaves, i));  // memory.is_held
     if (held < 0) return nullptr;
     if (held) continue;
     --left[k];

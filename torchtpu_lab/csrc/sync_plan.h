@@ -8,7 +8,7 @@
 
 namespace torchtpu {
 
-// donate(leaves, candidates, reusable, live) -> tuple: fused._donate, with memory.is_held(a) = id(a) in live.
+// donate(leaves, candidates, reusable) -> tuple: fused._donate, memory.is_held asked of the native ledger.
 PyObject* donate_py(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 // alias_order(targets, leaves, leaf_sigs, donate, storages, held, prior) -> list | None: fused._alias_order.
 PyObject* alias_order_py(PyObject* module, PyObject* const* args, Py_ssize_t nargs);

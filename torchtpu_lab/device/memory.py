@@ -30,9 +30,6 @@ from .. import config, interrupts, platform, telemetry
 
 # id(array) -> [array, references from storages, device index, bytes, (shape, dtype, source) of its storage]
 _live: dict[int, list] = {}
-#: the same dict, for readers outside this module that ask :func:`is_held` of many arrays at once (a sync's
-#: donation plan, in C: ``id(array) in LIVE``)
-LIVE = _live
 _allocated: dict[int, int] = {}
 _peak: dict[int, int] = {}
 _since_sample: dict[int, int] = {}  # the most allocated since the sampler's last look (see take_sample_peak)

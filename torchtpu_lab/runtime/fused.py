@@ -294,7 +294,7 @@ def _donate(leaves: list, candidates: tuple, reusable: tuple) -> tuple:
     ``reusable`` (:func:`_reusable`) say which leaves could be, and how many of each signature."""
     native = _NATIVE_PLAN[0]
     if native is not None:
-        return native.donate(leaves, candidates, reusable, memory.LIVE)
+        return native.donate(leaves, candidates, reusable)
     left = list(reusable)
     donate = []
     is_held = memory.is_held
