@@ -123,7 +123,7 @@ def test_a_repeated_no_grad_linear_is_recorded_by_the_native_kernel(seeded):
 
 @pytest.mark.parametrize("bias_shape", [(3,), (1, 3), None], ids=["bias", "broadcast_bias", "nobias"])
 def test_a_training_linear_runs_its_autograd_in_the_native_core(seeded, monkeypatch, bias_shape):
-    """With the native core a linear that needs a gradient is a C++ autograd Function (csrc/linear_autograd.cpp):
+    """With the native core a linear that needs a gradient is a C++ autograd Function (csrc/autograd_kernels.cpp):
     neither its forward nor its backward runs linear_grad.py's Python Function (~50 us each way, a dozen times in
     a small transformer's step). Its gradients keep that Function's orientation and equal CPU's; a frozen weight
     gets none; activation checkpointing (saved-tensor hooks) recomputes through it; an input changed in place

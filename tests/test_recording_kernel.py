@@ -570,6 +570,68 @@ def test_a_concatenation_is_recorded_in_cpp_and_an_append_grows_in_cpp_once_taug
         torch.testing.assert_close(seq.cpu(), cpu_seq)
 
 
+def test_attention_over_padded_keys_is_recorded_in_cpp_once_taught():
+    """A decode loop's attention (runtime/padded_attention.py: keys and values grown by appends, no mask, no
+    gradient) goes from the C++ autograd kernel to the recording kernel; the Python path teaches its first call
+    on a padded storage, and the next ones, at every new length, are recorded in C++ as the same node (the length
+    a graph input), until the storage regrows. Values are CPU's. Calls it does not cover — a mask, one that needs
+    a gradient, one under a dispatch mode — reach Python as before and compute what CPU does."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torchtpu_lab.runtime import growth
+
+    name = "aten::scaled_dot_product_attention"
+    torch.manual_seed(0)
+    width = 256  # 2 KiB a position: capacity 64, doubling
+    k_cpu, v_cpu = torch.randn(1, 2, 3, width), torch.randn(1, 2, 3, width)
+    with torchtpu_lab.eager_mode("fused"), torch.no_grad():
+        k, v = k_cpu.to("tpu"), v_cpu.to("tpu")
+        handed, capacities, node_keys = [], [], {}
+        for _ in range(64):
+            k_new, v_new = torch.randn(1, 2, 1, width), torch.randn(1, 2, 1, width)
+            k, k_cpu = torch.cat([k, k_new.to("tpu")], 2), torch.cat([k_cpu, k_new], 2)
+            v, v_cpu = torch.cat([v, v_new.to("tpu")], 2), torch.cat([v_cpu, v_new], 2)
+            q_cpu = torch.randn(1, 2, 1, width)
+            q = q_cpu.to("tpu")
+            before = recording.stats()["python_ops"].get(name, 0)
+            out = F.scaled_dot_product_attention(q, k, v)
+            handed.append(recording.stats()["python_ops"].get(name, 0) - before)
+            assert growth.padded_length(k, 2) == k_cpu.shape[2]
+            capacities.append(k.tpu_storage.shape[2])
+            node_keys.setdefault(capacities[-1], set()).add(out.tpu_storage.array.node.key)
+            torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q_cpu, k_cpu, v_cpu))
+        regrown = [i for i in range(len(capacities)) if i == 0 or capacities[i] != capacities[i - 1]]
+        assert len(regrown) >= 2, capacities  # the test reaches a regrowth
+        # Python: the first call on each padded storage (which teaches); C++ at every other length
+        assert handed == [int(i in regrown) for i in range(len(handed))], (handed, capacities)
+        assert all(len(keys) == 1 for keys in node_keys.values()), node_keys
+
+        mask_cpu = torch.rand(1, 1, 1, k_cpu.shape[2]) > 0.3
+        before = recording.stats()["python_ops"].get(name, 0)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_cpu.to("tpu"))
+        assert recording.stats()["python_ops"].get(name, 0) == before + 1
+        torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q_cpu, k_cpu, v_cpu, attn_mask=mask_cpu))
+
+        seen = []
+
+        class Names(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                seen.append(func)
+                return func(*args, **(kwargs or {}))
+
+        with Names():
+            out = F.scaled_dot_product_attention(q, k, v)
+        assert torch.ops.aten.scaled_dot_product_attention.default in seen, seen
+        torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q_cpu, k_cpu, v_cpu))
+
+    with torchtpu_lab.eager_mode("fused"):
+        q_grad, q_cpu_grad = q.clone().requires_grad_(), q_cpu.clone().requires_grad_()
+        F.scaled_dot_product_attention(q_grad, k, v).sum().backward()
+        F.scaled_dot_product_attention(q_cpu_grad, k_cpu, v_cpu).sum().backward()
+        torch.testing.assert_close(q_grad.grad.cpu(), q_cpu_grad.grad)
+
+
 @pytest.mark.parametrize("rows", [1, 3])
 def test_appends_recorded_in_cpp_outgrow_their_capacity_and_keep_one_lineage(rows):
     """Appends the kernel records run into the end of their padded storage: the one that does not fit takes

@@ -229,6 +229,8 @@ def install(core=None) -> None:
         kernel = tpu_kernel(fn)
         if core is not None and _records(op, kernel):
             native[op] = (kernel, recording.RECORD, op, not kernel.lowering.static_scalars)
+        elif core is not None and op in padded_attention.ATTENTION_KERNELS:  # on padded keys (recording.py)
+            native[op] = (kernel, recording.RECORD, op, False)
         elif core is not None and view_kernels.recordable_view(op, fn):
             native[op] = (kernel, recording.VIEW, op, False)
         elif (core is not None and op in INPLACE_OF and len(INPLACE_OF[op]._schema.returns) == 1
@@ -239,8 +241,7 @@ def install(core=None) -> None:
             lib.impl(op, kernel, _KEY)
     if native:
         recording.install(core, native)
-    for op, fn in padded_attention.AUTOGRAD_KERNELS.items():
-        lib.impl(op, fn, "Autograd" + _KEY)
+    padded_attention.install_autograd(lib, core)
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(tpu_kernel(_fallback), dispatch_key=_KEY, with_keyset=True)
     _libs.extend([lib, fallback])

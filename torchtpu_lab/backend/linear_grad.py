@@ -146,7 +146,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
 def install(core=None) -> None:
     """Register :func:`linear` for ``aten::linear`` at ``AutogradPrivateUse1`` (idempotent). With the native
-    core (``core``) the kernel is its C++ one (csrc/linear_autograd.cpp), which serves the calls :func:`linear`
+    core (``core``) the kernel is its C++ one (csrc/autograd_kernels.cpp), which serves the calls :func:`linear`
     serves without a Python frame: one that needs no gradient goes below autograd (~15 calls per decode token of
     a small Llama), one that needs a gradient through a C++ autograd Function with :class:`_Linear`'s forward and
     backward (its grad_fn's type is named ``_LinearBackward`` too). A Python Function costs ~50 us a call each

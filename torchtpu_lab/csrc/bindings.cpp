@@ -11,7 +11,7 @@
 #include "geometry.h"
 #include "ledger.h"
 #include "lock.h"
-#include "linear_autograd.h"
+#include "autograd_kernels.h"
 #include "recorder.h"
 #include "sync_plan.h"
 
@@ -151,9 +151,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("learn", [](py::handle name, py::handle overload, py::handle compiled, py::list dyn, py::sequence sources) {
     return torchtpu::learn(name.ptr(), overload.ptr(), compiled.ptr(), dyn.ptr(), sources.ptr());
   }, "File an executable under the key of the innermost recording-kernel call that fell back to Python.");
-  m.def("learn_append", [](py::handle compiled, py::handle signature, py::list dyn, py::sequence sources) {
-    return torchtpu::learn_append(compiled.ptr(), signature.ptr(), dyn.ptr(), sources.ptr());
-  }, "Teach the recording kernel the append into spare capacity growth.py is recording (recorder.h).");
+  m.def("learn_unsized", [](int kind, py::handle compiled, py::handle signature, py::list dyn,
+                            py::sequence sources) {
+    return torchtpu::learn_unsized(static_cast<char>(kind), compiled.ptr(), signature.ptr(), dyn.ptr(),
+                                   sources.ptr());
+  }, "Teach the recording kernel a call it keyed without its length: an append into spare capacity (kind 1), "
+     "attention over padded keys (kind 2) (recorder.h).");
   m.def("learn_strict", [](py::handle name, py::handle overload, py::handle compiled, py::handle call, long device,
                            py::list dyn, py::sequence sources) {
     return torchtpu::learn_strict(name.ptr(), overload.ptr(), compiled.ptr(), call.ptr(), device, dyn.ptr(),
@@ -168,6 +171,9 @@ PYBIND11_MODULE(_C, m) {
   }, "The same for a view op with a list of outputs: one (view, size, stride, offset, reported) per output.");
   m.def("install_linear_autograd", [](py::handle fn) { torchtpu::install_linear_autograd(fn.ptr()); },
         "aten::linear's AutogradPrivateUse1 kernel: no-gradient calls below autograd in C++, others to fn.");
+  m.def("install_attention_autograd", [](py::handle fn) { torchtpu::install_attention_autograd(fn.ptr()); },
+        "aten::scaled_dot_product_attention's AutogradPrivateUse1 kernel: no-gradient calls on plain tpu tensors "
+        "below autograd in C++, others to fn.");
   m.def("clear_recorded", &torchtpu::clear_recorded, "Forget every learned entry.");
   m.def("recorder_stats", [] { return py::reinterpret_steal<py::object>(torchtpu::recorder_stats()); },
         "Calls recorded in C++, handed to Python, entries learned.");

@@ -242,12 +242,16 @@ PyObject* item(PyObject* dict, const char* name) {
 // the tensor list there: torch.cat's), the Python number at one, or a constant the Python path made, fixed by
 // the key (a host scalar's device array, a view's offset).
 struct Source {
-  int position;        // argument index, -1 for `constant`, kLength for an append's length n
+  int position;        // argument index, -1 for `constant`, kLength for a length-free call's length n
   PyObject* constant;  // owned
   int element = -1;    // for a tensor list argument: the element's index
 };
 
 constexpr int kLength = -2;
+
+// A call keyed without a length (the kernel's `unsized` table): an append into spare capacity (its x's n), or
+// attention over keys and values padded to a capacity (their n). Either way n is an input of the call's node.
+enum class Unsized : char { kNo = 0, kAppend = 1, kAttention = 2 };
 
 // One output of a recorded op: its shape tuple and JAX dtype (the placeholder's), torch dtype, bytes, and the
 // sizes and strides its tensor reports.
@@ -299,7 +303,7 @@ class RecordingKernel;
 struct Miss {
   RecordingKernel* kernel;
   std::string key;
-  bool append = false;  // the key is an append's (see Append below): only growth.py's lesson files under it
+  Unsized unsized = Unsized::kNo;  // a length-free key (as_append, as_padded_attention): only its lesson files it
 };
 thread_local std::vector<Miss> misses;
 // The key of the call being looked at and its tensors' arrays: per thread (a kernel object serves every thread).
@@ -321,6 +325,14 @@ struct Append {
   int64_t d = 0, n = 0, k = 0;
 };
 thread_local Append append_scratch;
+// `scaled_dot_product_attention(q, k, v)` as runtime/padded_attention.py runs it on padded keys: k and v the first
+// n positions along dim 2 of storages grown by appends. Its key (as_padded_attention) leaves n out, an input of the
+// attention's program (Source kLength).
+struct PaddedAttention {
+  bool active = false;
+  int64_t n = 0;
+};
+thread_local PaddedAttention padded_scratch;
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
@@ -599,12 +611,46 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   return any_tensor || names_device;
 }
 
+// x's Storage (borrowed: x holds it) when x is the first n >= 1 positions along d of a storage growth.py marked as
+// grown along d — the whole storage elsewhere, in its contiguous strides, at offset 0 — as growth._padded_length
+// decides it; else nullptr. `front_only`: x must be a view of that storage (an append's x), not its base tensor.
+PyObject* grown_front(const at::Tensor& x, int64_t d, bool front_only) {
+  const int64_t rank = x.dim();
+  if (rank == 0 || d < 0 || d >= rank || x.numel() == 0 || x.storage_offset() != 0 ||
+      !data_in_storage(rt.tensor_type)) {
+    return nullptr;
+  }
+  PyObject* storage = nullptr;
+  PyObject* view = nullptr;
+  if (!data_ref(x, &storage, &view) || (front_only && view == Py_None) || Py_TYPE(storage) != rt.storage_type) {
+    return nullptr;
+  }
+  OwnedRef id(PyLong_FromVoidPtr(storage));
+  if (id.p == nullptr) throw python_error();
+  PyObject* known = PyDict_GetItemWithError(rt.grown_ids, id.p);  // borrowed
+  if (known == nullptr) {
+    if (PyErr_Occurred()) throw python_error();
+    return nullptr;
+  }
+  if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) < 1 || PyLong_AsLong(PyTuple_GET_ITEM(known, 0)) != d) {
+    return nullptr;
+  }
+  PyObject* shape = rt.st_shape.get(storage);
+  if (PyTuple_GET_SIZE(shape) != rank) return nullptr;
+  int64_t stride = 1;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    const int64_t b = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    if (x.stride(i) != stride || (i != d && x.size(i) != b)) return nullptr;
+    stride *= std::max<int64_t>(b, 1);
+  }
+  return storage;
+}
+
 // Whether a `cat` call (already keyed by build_key) is an append into spare capacity, as growth._appendable and
 // _append's no-new-buffer branch decide it: two tensors of one dtype and rank; x the front of a storage
-// growth.py marked as grown along d (its first n >= 1 positions there, the whole storage elsewhere, the storage's
-// contiguous strides, offset 0); the piece equal to x off d, with k >= 1 positions that fit (n + k <= capacity).
-// If so, `key` becomes the append's key — dtype, d, the storage's shape and the piece's own key, without n — and
-// append_scratch describes the call.
+// growth.py marked as grown along d (grown_front); the piece equal to x off d, with k >= 1 positions that fit
+// (n + k <= capacity). If so, `key` becomes the append's key — dtype, d, the storage's shape and the piece's own
+// key, without n — and append_scratch describes the call.
 bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::string& key) {
   append_scratch.active = false;
   if (!stack[base].isTensorList() || !stack[base + 1].isInt()) return false;
@@ -613,33 +659,15 @@ bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::st
   const at::Tensor x = list.get(0);
   const at::Tensor piece = list.get(1);
   const int64_t rank = x.dim();
-  if (rank == 0 || piece.dim() != rank || x.scalar_type() != piece.scalar_type() || x.numel() == 0 ||
-      x.storage_offset() != 0 || !data_in_storage(rt.tensor_type)) {
-    return false;
-  }
+  if (rank == 0 || piece.dim() != rank || x.scalar_type() != piece.scalar_type()) return false;
   int64_t d = stack[base + 1].toInt();
   if (d < -rank || d >= rank) return false;
   if (d < 0) d += rank;
-  PyObject* storage = nullptr;
-  PyObject* view = nullptr;
-  if (!data_ref(x, &storage, &view) || view == Py_None || Py_TYPE(storage) != rt.storage_type) return false;
-  OwnedRef id(PyLong_FromVoidPtr(storage));
-  if (id.p == nullptr) throw python_error();
-  PyObject* known = PyDict_GetItemWithError(rt.grown_ids, id.p);  // borrowed
-  if (known == nullptr) {
-    if (PyErr_Occurred()) throw python_error();
-    return false;
-  }
-  if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) < 1 || PyLong_AsLong(PyTuple_GET_ITEM(known, 0)) != d) {
-    return false;
-  }
+  PyObject* storage = grown_front(x, d, /*front_only=*/true);
+  if (storage == nullptr) return false;
   PyObject* shape = rt.st_shape.get(storage);
-  if (PyTuple_GET_SIZE(shape) != rank) return false;
-  int64_t stride = 1;
-  for (int64_t i = rank - 1; i >= 0; --i) {
-    const int64_t b = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-    if (x.stride(i) != stride || (i != d && (x.size(i) != b || piece.size(i) != b))) return false;
-    stride *= std::max<int64_t>(b, 1);
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != d && piece.size(i) != x.size(i)) return false;
   }
   const int64_t n = x.size(d);
   const int64_t k = piece.size(d);
@@ -656,6 +684,52 @@ bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::st
   for (int64_t i = 0; i < rank; ++i) put(key, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))));
   key.append(piece_key);
   append_scratch = {true, storage, d, n, k};
+  return true;
+}
+
+// Whether a `scaled_dot_product_attention` call (already keyed by build_key) is one padded_attention._fused runs
+// on padded keys: no mask, no dropout, key and value of rank 4 the fronts of storages grown along dim 2 (the
+// sequence: grown_front) with one length n. Its Python path keyed everything else it decides by (the query's
+// geometry, the dtypes and shapes, is_causal, scale, enable_gqa, the matmul precision), so those make the key,
+// without n: `key` becomes that and padded_scratch holds n.
+bool as_padded_attention(const torch::jit::Stack& stack, size_t base, long device, std::string& key) {
+  padded_scratch.active = false;
+  // (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+  if (!stack[base].isTensor() || !stack[base + 1].isTensor() || !stack[base + 2].isTensor() ||
+      !stack[base + 3].isNone() || !stack[base + 4].isDouble() || stack[base + 4].toDouble() != 0.0 ||
+      !stack[base + 5].isBool() || !stack[base + 7].isBool()) {
+    return false;
+  }
+  const at::Tensor& k = stack[base + 1].toTensor();
+  const at::Tensor& v = stack[base + 2].toTensor();
+  if (k.dim() != 4 || v.dim() != 4 || k.size(2) != v.size(2)) return false;
+  PyObject* storages[] = {grown_front(k, 2, false), grown_front(v, 2, false)};
+  if (storages[0] == nullptr || storages[1] == nullptr) return false;
+  std::string padded(1, 'P');
+  put(padded, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));  // the program's matmuls
+  PyObject* q_storage = nullptr;
+  char q_view = 0;
+  if (tensor_input(stack[base].toTensor(), device, padded, &q_storage, &q_view) == nullptr) return false;
+  for (int i = 0; i < 2; ++i) {
+    put(padded, static_cast<int8_t>((i == 0 ? k : v).scalar_type()));
+    PyObject* shape = rt.st_shape.get(storages[i]);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(shape); ++j) {
+      put(padded, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, j))));
+    }
+  }
+  put(padded, stack[base + 5].toBool());
+  const c10::IValue& scale = stack[base + 6];
+  if (scale.isNone()) {
+    padded.push_back(kNone);
+  } else if (scale.isDouble()) {
+    padded.push_back(kDouble);
+    put(padded, scale.toDouble());
+  } else {
+    return false;
+  }
+  put(padded, stack[base + 7].toBool());
+  key = std::move(padded);
+  padded_scratch = {true, k.size(2)};
   return true;
 }
 
@@ -946,12 +1020,12 @@ void segment_add(PyObject* segment, PyObject* node, PyObject* inputs, PyObject* 
 
 // One dynamic input of a learned call, as the Python path passes it: the entry's constant, an argument's array,
 // or the Python number an argument stands for. A new reference, or nullptr with a Python error set.
-// `append`: the call's, for an append's length.
+// `length`: a length-free call's n (an append's, a padded attention's), else -1.
 PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base,
-                    const std::vector<PyObject*>& arrays, const Append* append) {
+                    const std::vector<PyObject*>& arrays, int64_t length) {
   if (s.position == kLength) {
-    TORCH_CHECK(append != nullptr, "torchtpu_lab recorder: an append's length outside an append");
-    return PyLong_FromLongLong(append->n);
+    TORCH_CHECK(length >= 0, "torchtpu_lab recorder: a length input outside a length-free call");
+    return PyLong_FromLongLong(length);
   }
   if (s.position < 0) return Py_NewRef(s.constant);
   if (s.element >= 0) return Py_NewRef(elements_scratch[element_start[s.position] + s.element]);
@@ -1118,15 +1192,16 @@ void also_compute_flags(const Entry& e, PyObject* node, size_t first, PyObject* 
 // outputs (a new reference).
 // `write_to`: an in-place op's `self` storage, which takes the result as its array (values.set_array); the
 // result is None then. Otherwise the result is a new output tensor (`front`: an append's, see front_tensor).
+// `length`: a padded attention's n (an append's is front's).
 PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays,
                  long device, PyObject* source, PyObject* alloc_source, PyObject* write_to,
-                 const Append* front = nullptr) {
+                 const Append* front = nullptr, int64_t length = -1) {
   PyObject* pending = rt.pending;
   const Py_ssize_t n = static_cast<Py_ssize_t>(e.dyn.size());
   PyObject* inputs = untracked(PyList_New(n));  // arrays, numbers, earlier placeholders
   if (inputs == nullptr) throw python_error();
   for (Py_ssize_t j = 0; j < n; ++j) {
-    PyObject* v = dyn_input(e.dyn[j], stack, base, arrays, front);
+    PyObject* v = dyn_input(e.dyn[j], stack, base, arrays, front != nullptr ? front->n : length);
     if (v == nullptr) {
       Py_DECREF(inputs);
       throw python_error();
@@ -1253,7 +1328,7 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   }
   size_t made = 0;  // new references taken before any bytecode can run: the borrowed arrays are safe
   for (; made < n; ++made) {
-    args[made] = dyn_input(e.dyn[made], stack, base, arrays, nullptr);
+    args[made] = dyn_input(e.dyn[made], stack, base, arrays, -1);
     if (args[made] == nullptr) break;
   }
   PyObject* out = made == n ? PyObject_Vectorcall(e.call, args, n, nullptr) : nullptr;
@@ -1310,6 +1385,7 @@ class RecordingKernel final : public c10::OperatorKernel {
       : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(kind == Kind::kView),
         inplace_(kind == Kind::kInplace || kind == Kind::kInplacePointwise),
         pointwise_(kind == Kind::kInplacePointwise), appends_(name_ == "aten::cat" && overload_.empty()),
+        attends_(name_ == "aten::scaled_dot_product_attention" && overload_.empty()),
         learns_(std::move(learns)),
         learns_overload_(std::move(learns_overload)),
         dynamic_(std::move(dynamic)) {}
@@ -1317,7 +1393,9 @@ class RecordingKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     pybind11::gil_scoped_acquire gil;
     if (try_record(op, stack)) return;
-    misses.push_back({this, std::move(key_scratch), append_scratch.active});
+    misses.push_back({this, std::move(key_scratch), append_scratch.active    ? Unsized::kAppend
+                                                    : padded_scratch.active ? Unsized::kAttention
+                                                                            : Unsized::kNo});
     key_scratch = std::string();
     ++stats.python;
     ++handed_;
@@ -1339,13 +1417,14 @@ class RecordingKernel final : public c10::OperatorKernel {
   std::string qualified_name() const { return overload_.empty() ? name_ : name_ + "." + overload_; }
   Table& table() { return table_; }
   Table& strict_table() { return strict_; }
-  Table& append_table() { return appends_table_; }
+  Table& unsized_table() { return unsized_; }
 
  private:
   // Whether this call was recorded here; leaves the call's key in key_scratch (empty when it has none).
   bool try_record(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     key_scratch.clear();
-    append_scratch.active = false;  // set by as_append below, for this call only
+    append_scratch.active = false;  // set by as_append or as_padded_attention below, for this call only
+    padded_scratch.active = false;
     if (!rt.ready || !flag(rt.enabled)) return false;
     PyObject* mode = rt.state_value.get(rt.mode);
     const bool strict = !same_str(mode, rt.fused_str);
@@ -1384,7 +1463,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     const size_t n = op.schema().arguments().size();
     const size_t base = stack->size() - n;
     if (appends_) as_append(*stack, base, device, key_scratch);
-    Table& table = append_scratch.active ? appends_table_ : table_;
+    if (attends_) as_padded_attention(*stack, base, device, key_scratch);
+    Table& table = append_scratch.active || padded_scratch.active ? unsized_ : table_;
     auto found = table.find(key_scratch);
     if (found == table.end()) return false;
     const Entry& e = *found->second;
@@ -1410,6 +1490,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     OwnedRef write_to;  // held: recording may run bytecode (a new leaf's shape) before the write
     OwnedRef out;
     const bool appending = append_scratch.active;
+    const int64_t length = padded_scratch.active ? padded_scratch.n : -1;  // (recording may run bytecode)
+    padded_scratch.active = false;
     {
       const LockHeld held;
       if (appending) {
@@ -1426,7 +1508,7 @@ class RecordingKernel final : public c10::OperatorKernel {
           if (!fits || self.scalar_type() != e.scalar_type) return false;
           write_to.p = Py_NewRef(storages_scratch[0]);
         }
-        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p);
+        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p, nullptr, length);
       }
     }
     return_result(stack, base, n, out.p);
@@ -1642,11 +1724,12 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool inplace_;      // an in-place op: the functional op's node, written into self's storage
   bool pointwise_;    // ... a pointwise one: a whole view's self is keyed and recorded as its storage
   bool appends_;      // aten::cat: also records growth.py's appends into spare capacity (as_append)
+  bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
   Table table_;
   Table strict_;  // strict mode's entries, under the same keys
-  Table appends_table_;  // appends (fused mode), under as_append's keys
+  Table unsized_;  // length-free calls (fused mode), under as_append's or as_padded_attention's keys
 };
 
 void clear_entry(Entry& e) {
@@ -1828,7 +1911,7 @@ Miss* lesson_for(PyObject* name, PyObject* overload, bool view) {
   const char* o = PyUnicode_AsUTF8(overload);
   if (n == nullptr || o == nullptr) throw python_error();
   if (!miss.kernel->learns(n, o) || miss.kernel->is_view() != view) return nullptr;  // another op's kernel
-  if (miss.append) return nullptr;  // an append's key: growth.py teaches it (learn_append)
+  if (miss.unsized != Unsized::kNo) return nullptr;  // a length-free key: learn_unsized teaches it
   return &miss;
 }
 
@@ -2053,13 +2136,15 @@ bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn
   return file_new(miss, miss->kernel->table(), dyn, sources, [&](Entry& e) { fill_entry(e, compiled); });
 }
 
-bool learn_append(PyObject* compiled, PyObject* signature, PyObject* dyn, PyObject* sources) {
-  if (misses.empty() || !misses.back().append || misses.back().key.empty()) return false;
+bool learn_unsized(char kind, PyObject* compiled, PyObject* signature, PyObject* dyn, PyObject* sources) {
+  if (misses.empty() || static_cast<char>(misses.back().unsized) != kind || kind == 0 || misses.back().key.empty()) {
+    return false;
+  }
   Miss* miss = &misses.back();
-  return file_new(miss, miss->kernel->append_table(), dyn, sources, [&](Entry& e) {
+  return file_new(miss, miss->kernel->unsized_table(), dyn, sources, [&](Entry& e) {
     fill_entry(e, compiled);
-    TORCH_CHECK(e.more.empty() && e.flags.empty(), "learn_append: an append has one output");
-    Py_XDECREF(e.signature);  // the node's key: the append's OpSignature (its program is shared by lengths)
+    TORCH_CHECK(e.more.empty() && e.flags.empty(), "learn_unsized: a length-free call has one output");
+    Py_XDECREF(e.signature);  // the node's key: the call's OpSignature (its program is shared by lengths)
     e.signature = Py_NewRef(signature);
   });
 }
@@ -2089,7 +2174,7 @@ bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObje
 
 void clear_recorded() {
   for (RecordingKernel* k : kernels) {
-    for (Table* t : {&k->table(), &k->strict_table(), &k->append_table()}) {
+    for (Table* t : {&k->table(), &k->strict_table(), &k->unsized_table()}) {
       for (auto& kv : *t) clear_entry(*kv.second);
       t->clear();
     }

@@ -30,10 +30,11 @@ bool lesson_pending();
 // name.overload; `sources`: per dynamic input, the argument position it comes from (-1: the constant in dyn).
 bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
 
-// The same for an append into spare capacity (runtime/growth.py), whose key the innermost fallback call of aten::cat
-// made as such (n left out): `compiled`, the append's program, recorded as a node keyed `signature`; `sources`
-// as for learn, with -2 for the append's length n.
-bool learn_append(PyObject* compiled, PyObject* signature, PyObject* dyn, PyObject* sources);
+// The same for a call keyed without its length n by the innermost fallback call, of `kind` 1 (an append into spare
+// capacity, runtime/growth.py: aten::cat's key) or 2 (attention over padded keys, runtime/padded_attention.py:
+// aten::scaled_dot_product_attention's): `compiled`, its program, recorded as a node keyed `signature`;
+// `sources` as for learn, with -2 for n. False (nothing filed) when that call's key is not of `kind`.
+bool learn_unsized(char kind, PyObject* compiled, PyObject* signature, PyObject* dyn, PyObject* sources);
 
 // The same for strict mode: `call` runs `compiled`'s executable (compiled for tpu:`device`) on the dynamic inputs.
 bool learn_strict(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* call, long device,

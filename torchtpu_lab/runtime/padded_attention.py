@@ -42,7 +42,7 @@ import torch
 from .. import caches, dtypes
 from ..device import sizes, tensor, views
 from ..ops.nn.attention import attend
-from . import bounded, fused
+from . import bounded, fused, recording
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, _wrap, launch
 from .growth import padded_length
@@ -87,8 +87,10 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
     sig = (q_in, k_in, v_in, mask_in, n is not None, bool(is_causal), scale, query.dtype, out_shape)
     program = _program(*sig)
     device = query.tpu_storage.device_index
-    out = launch(program, OpSignature("scaled_dot_product_attention", sig, (),
-                                      torch.get_float32_matmul_precision()), dyn, device, True)
+    key = OpSignature("scaled_dot_product_attention", sig, (), torch.get_float32_matmul_precision())
+    out = launch(program, key, dyn, device, True)
+    if n is not None and attn_mask is None and type(out) is fused.LazyValue:
+        recording.learn_padded_attention(program, key, dyn, query)  # the next ones, at any n: recorded in C++
     return _wrap(out, program.meta, device)
 
 
@@ -220,8 +222,18 @@ def _program(q_in, k_in, v_in, bias_in, padded: bool, is_causal: bool, scale, dt
     return OpExecutable(run, True, torch.empty(out_shape, dtype=dtype, device="meta"), _NAME)
 
 
-#: collected into ``backend.dispatch.KERNELS`` (the tpu kernels)
+#: collected into ``backend.dispatch.KERNELS`` (the tpu kernels); with the native core, behind the recording
+#: kernel, which records a call on padded keys it has seen (runtime/recording.py)
 ATTENTION_KERNELS = {aten.scaled_dot_product_attention.default: scaled_dot_product_attention}
-#: registered at ``AutogradPrivateUse1`` by ``backend.dispatch.install``: with a tpu kernel of its own,
-#: ``scaled_dot_product_attention`` (CompositeImplicitAutograd) would lose its gradients without this one
-AUTOGRAD_KERNELS = {aten.scaled_dot_product_attention.default: autograd_attention}
+
+
+def install_autograd(lib: torch.library.Library, core=None) -> None:
+    """Register :func:`autograd_attention` at ``AutogradPrivateUse1`` (with a tpu kernel of its own,
+    ``scaled_dot_product_attention``, CompositeImplicitAutograd, would lose its gradients without it). With the
+    native core (``core``) the kernel there is its C++ one (csrc/autograd_kernels.cpp), which sends a call on plain
+    tpu tensors that needs no gradient below autograd without a Python frame — to the recording kernel, so a decode
+    step's attention runs no Python — and every other call to :func:`autograd_attention`."""
+    if core is not None:
+        core.install_attention_autograd(autograd_attention)
+    else:
+        lib.impl(_SDPA, autograd_attention, "AutogradPrivateUse1")

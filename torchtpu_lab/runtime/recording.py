@@ -25,7 +25,9 @@ own key. :func:`.growth._append`'s first such append teaches it (:func:`learn_ap
 next ones, at every length, as the same append node with ``n`` an input taken from the call; the result is the
 front of a new padded storage, which :func:`.growth.appended` marks as grown in ``x``'s lineage (and, while a
 profile records, gives the op event the Python path emits). An append that does not fit and a first append take
-the Python path.
+the Python path. Attention over padded keys (:mod:`.padded_attention`: no mask, keys and values the fronts of
+storages grown along the sequence) is keyed the same way, without the keys' length, and taught by its first such
+call (:func:`learn_padded_attention`): a decode step's attention is recorded in C++ at every length.
 
 In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
 (:func:`learn_strict`, taught from :func:`.executor._run_repeated`'s branch): JAX's C++ call of the compiled
@@ -205,8 +207,11 @@ def _sources(op, dyn: list, args: tuple, kwargs: dict, positions: frozenset, nam
     return sources if len(sources) == len(dyn) else None
 
 
-#: an append's length ``n``, an input the recording kernel takes from the call itself (csrc/recorder.cpp kLength)
-APPEND_LENGTH = -2
+#: a length-free call's length ``n``, an input the recording kernel takes from the call itself (csrc/recorder.cpp
+#: kLength)
+LENGTH = -2
+#: the calls the recording kernel keys without their length (csrc/recorder.cpp ``Unsized``)
+_APPEND, _PADDED_ATTENTION = 1, 2
 
 
 def learn_append(compiled, key, dyn: list) -> None:
@@ -217,7 +222,20 @@ def learn_append(compiled, key, dyn: list) -> None:
     length is a new ``n``, not a new key)."""
     core = _core[0]
     if core is not None:
-        core.learn_append(compiled, key, dyn, [(0, 0), (0, 1)] + [-1] * (len(dyn) - 3) + [APPEND_LENGTH])
+        core.learn_unsized(_APPEND, compiled, key, dyn, [(0, 0), (0, 1)] + [-1] * (len(dyn) - 3) + [LENGTH])
+
+
+def learn_padded_attention(compiled, key, dyn: list, query: TpuTensor) -> None:
+    """:mod:`.padded_attention` recorded attention over padded keys and values (``compiled``, its program,
+    recorded under ``key``; ``dyn``: the query's storage (and its offset where it is a view at one, which the
+    kernel's key fixes), the keys' and the values' padded storages, their length ``n``) for a call the recording
+    kernel took for one and did not know: teach it, so that the next such calls at any length are recorded in C++
+    (a decode step's attention, once per layer and token)."""
+    core = _core[0]
+    if core is not None:
+        sources: list = []
+        _tensor_source(query, 0, sources)
+        core.learn_unsized(_PADDED_ATTENTION, compiled, key, dyn, sources + [1, 2, LENGTH])
 
 
 def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:

@@ -1,10 +1,18 @@
-// aten::linear's AutogradPrivateUse1 kernel. backend/linear_grad.py says why the tpu device has its own: a weight's
-// gradient must come out in the weight's [out, in] orientation, as a base tensor, or the fused step's program
-// transposes every weight gradient. Its Python `_Linear` (an autograd.Function) costs ~50 us a call in the forward
-// and as much again in the backward; a transformer's training step has a dozen linears, so here the same Function
-// is a C++ one (torch::autograd::Function) and neither pass enters Python. What C++ does not serve — a functorch
-// transform, a fake, functional or dual tensor, a complex or 1-D weight, an integer input — goes to linear_grad.py.
-#include "linear_autograd.h"
+// The tpu device's AutogradPrivateUse1 kernels in C++.
+//
+// aten::linear's. backend/linear_grad.py says why the tpu device has its own: a weight's gradient must come out in
+// the weight's [out, in] orientation, as a base tensor, or the fused step's program transposes every weight
+// gradient. Its Python `_Linear` (an autograd.Function) costs ~50 us a call in the forward and as much again in the
+// backward; a transformer's training step has a dozen linears, so here the same Function is a C++ one
+// (torch::autograd::Function) and neither pass enters Python. What C++ does not serve — a functorch transform, a
+// fake, functional or dual tensor, a complex or 1-D weight, an integer input — goes to linear_grad.py.
+//
+// aten::scaled_dot_product_attention's. runtime/padded_attention.py says why the device has its own (PyTorch would
+// decompose the op before our kernel sees it). Here only its no-gradient call, a decode step's attention, once per
+// layer and token: below autograd to the recording kernel, which records attention over padded keys without
+// Python. Calls that need a gradient, and tensors that are not plain tpu ones, go to padded_attention.py's
+// autograd_attention, which decides as before.
+#include "autograd_kernels.h"
 
 #include <memory>
 #include <optional>
@@ -130,6 +138,46 @@ class LinearAutograd final : public c10::OperatorKernel {
 
 }  // namespace
 
+namespace {
+
+// aten::scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) at
+// AutogradPrivateUse1: a call on plain tpu tensors (and no functorch transform) that needs no gradient goes below
+// autograd, as padded_attention.autograd_attention sends it; everything else to that function.
+class AttentionAutograd final : public c10::OperatorKernel {
+ public:
+  explicit AttentionAutograd(PyObject* python) : python_(python) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    if (below_autograd(*stack)) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+      return;
+    }
+    pybind11::gil_scoped_acquire gil;
+    call_python_kernel(python_, op, stack);
+  }
+
+ private:
+  static bool below_autograd(const torch::jit::Stack& stack) {
+    constexpr size_t kArguments = 8;
+    if (stack.size() < kArguments) return false;
+    const size_t base = stack.size() - kArguments;
+    if (c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode)) return false;
+    const bool grad = c10::GradMode::is_enabled();
+    for (size_t i = 0; i < 4; ++i) {  // query, key, value, attn_mask (None or a tensor)
+      const c10::IValue& v = stack[base + i];
+      if (i == 3 && v.isNone()) continue;
+      if (!v.isTensor() || !plain_tpu(v.toTensor()) || !v.toTensor().defined()) return false;
+      if (grad && needs_grad(v.toTensor())) return false;
+    }
+    return true;
+  }
+
+  PyObject* python_;  // padded_attention.autograd_attention (a reference held for the process's life)
+};
+
+}  // namespace
+
 void install_linear_autograd(PyObject* python) {
   static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradPrivateUse1,
                                         __FILE__, __LINE__);
@@ -139,6 +187,14 @@ void install_linear_autograd(PyObject* python) {
   torch::autograd::_initFunctionPyTypeObject(node_type, "_LinearBackward", nullptr, nullptr);
   torch::autograd::registerCppFunction(typeid(torch::autograd::CppNode<Linear>), &node_type);
   lib->impl("linear", torch::CppFunction::makeFromBoxedFunctor(std::make_unique<LinearAutograd>(python)));
+}
+
+void install_attention_autograd(PyObject* python) {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradPrivateUse1,
+                                        __FILE__, __LINE__);
+  Py_INCREF(python);
+  lib->impl("scaled_dot_product_attention",
+            torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AttentionAutograd>(python)));
 }
 
 }  // namespace torchtpu
