@@ -23,6 +23,8 @@ shared machine's changing load falls on all rows alike. Usage::
     python bench/generate.py --kernels   # host microseconds per call of a decode step's generation kernels
     python bench/generate.py --split     # where a warm decode token goes: ops recorded, handed to Python, syncs,
                                          # the decode program's device time
+    python bench/generate.py --attention-ab  # decode attention through the native core vs the Python kernel,
+                                             # alternate rounds of one process
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # an empty persistent cache, set before torchtpu_lab is imported: "cold" means what a new session pays
@@ -203,6 +206,48 @@ def split(models: list, width: int, reps: int) -> None:
                  "calls handed to Python, per token", "syncs/token", "step program device ms/run")))
 
 
+def attention_ab(models: list, width: int, rounds: int) -> None:
+    """A warm decode step's attention through the native core (its C++ autograd kernel sends the call below
+    autograd to the recording kernel, which records attention over padded keys) against the Python autograd kernel
+    (``padded_attention.autograd_attention``, registered over the C++ one for a round and removed again), in
+    alternate rounds of one process: ms per token, medians of the rounds, and the median of the rounds' paired
+    ratios (a noisy machine's drift falls on both alike)."""
+    from torchtpu_lab import native
+    from torchtpu_lab.runtime import padded_attention
+
+    if native.module() is None:
+        print("no native core: nothing to compare")
+        return
+    tokens, per_round, rows = 32, 12, []
+    for kind in models:
+        model = build(kind, width).to("tpu")
+        prompt = torch.randint(1, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+        for _ in range(3):
+            call(model, prompt, tokens, {})
+        times: dict = {"C++": [], "Python": []}
+        for r in range(rounds):
+            for path in ("C++", "Python") if r % 2 == 0 else ("Python", "C++"):
+                lib = None
+                if path == "Python":
+                    lib = torch.library.Library("aten", "IMPL")
+                    with warnings.catch_warnings():  # "overriding a previously registered kernel": the point
+                        warnings.simplefilter("ignore")
+                        lib.impl(torch.ops.aten.scaled_dot_product_attention.default,
+                                 padded_attention.autograd_attention, "AutogradPrivateUse1")
+                call(model, prompt, tokens, {})
+                samples = [call(model, prompt, tokens, {})[1] / tokens * 1e3 for _ in range(per_round)]
+                times[path].append(statistics.median(samples))
+                if lib is not None:
+                    lib._destroy()
+        paired = statistics.median(a / b for a, b in zip(times["C++"], times["Python"]))
+        rows.append((kind, f"{statistics.median(times['C++']):.3f}", f"{statistics.median(times['Python']):.3f}",
+                     f"{paired:.3f}"))
+    print(table(f"warm generate, decode attention in C++ vs Python ({tokens} tokens, width {width}, {rounds} "
+                f"alternate rounds of {per_round} calls; load average "
+                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows,
+                ("model", "C++ ms/token", "Python ms/token", "paired ratio C++/Python")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=32)
@@ -214,7 +259,12 @@ def main() -> None:
                              "attention_mask (transformers then rebuilds a 4-d mask from the length every token)")
     parser.add_argument("--kernels", action="store_true", help="time the generation kernels per call instead")
     parser.add_argument("--split", action="store_true", help="where a warm decode token goes, per model and cache")
+    parser.add_argument("--attention-ab", action="store_true",
+                        help="a decode step's attention in C++ vs through the Python autograd kernel, in one process")
     args = parser.parse_args()
+    if args.attention_ab:
+        attention_ab(args.models.split(","), args.width, max(args.reps, 8))
+        return
     if args.kernels:
         kernels(max(args.reps, 5))
         return
