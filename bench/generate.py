@@ -65,6 +65,17 @@ def build(kind: str, width: int):
                                       **none)).eval()
 
 
+def prompts(batch: int) -> tuple:
+    """``batch`` prompts of ``PROMPT`` tokens and the ``generate`` arguments they need: above one, the first is
+    left-padded by 3 positions, with an attention mask."""
+    prompt = torch.randint(1, VOCAB, (batch, PROMPT), generator=torch.Generator().manual_seed(1))
+    if batch == 1:
+        return prompt, {}
+    mask = torch.ones(batch, PROMPT, dtype=torch.long)
+    prompt[0, :3], mask[0, :3] = 0, 0
+    return prompt, {"attention_mask": mask, "pad_token_id": 0}
+
+
 def programs() -> int:
     return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
 
@@ -206,12 +217,13 @@ def split(models: list, width: int, reps: int) -> None:
                  "calls handed to Python, per token", "syncs/token", "step program device ms/run")))
 
 
-def attention_ab(models: list, width: int, rounds: int) -> None:
+def attention_ab(models: list, width: int, rounds: int, batch: int = 1) -> None:
     """A warm decode step's attention through the native core (its C++ autograd kernel sends the call below
     autograd to the recording kernel, which records attention over padded keys) against the Python autograd kernel
     (``padded_attention.autograd_attention``, registered over the C++ one for a round and removed again), in
     alternate rounds of one process: ms per token, medians of the rounds, and the median of the rounds' paired
-    ratios (a noisy machine's drift falls on both alike)."""
+    ratios (a noisy machine's drift falls on both alike). ``batch`` above 1: left-padded prompts with a mask, as
+    the main table's ``--batch``."""
     from torchtpu_lab import native
     from torchtpu_lab.runtime import padded_attention
 
@@ -221,9 +233,9 @@ def attention_ab(models: list, width: int, rounds: int) -> None:
     tokens, per_round, rows = 32, 12, []
     for kind in models:
         model = build(kind, width).to("tpu")
-        prompt = torch.randint(1, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+        prompt, kwargs = prompts(batch)
         for _ in range(3):
-            call(model, prompt, tokens, {})
+            call(model, prompt, tokens, kwargs)
         times: dict = {"C++": [], "Python": []}
         for r in range(rounds):
             for path in ("C++", "Python") if r % 2 == 0 else ("Python", "C++"):
@@ -234,16 +246,16 @@ def attention_ab(models: list, width: int, rounds: int) -> None:
                         warnings.simplefilter("ignore")
                         lib.impl(torch.ops.aten.scaled_dot_product_attention.default,
                                  padded_attention.autograd_attention, "AutogradPrivateUse1")
-                call(model, prompt, tokens, {})
-                samples = [call(model, prompt, tokens, {})[1] / tokens * 1e3 for _ in range(per_round)]
+                call(model, prompt, tokens, kwargs)
+                samples = [call(model, prompt, tokens, kwargs)[1] / tokens * 1e3 for _ in range(per_round)]
                 times[path].append(statistics.median(samples))
                 if lib is not None:
                     lib._destroy()
         paired = statistics.median(a / b for a, b in zip(times["C++"], times["Python"]))
         rows.append((kind, f"{statistics.median(times['C++']):.3f}", f"{statistics.median(times['Python']):.3f}",
                      f"{paired:.3f}"))
-    print(table(f"warm generate, decode attention in C++ vs Python ({tokens} tokens, width {width}, {rounds} "
-                f"alternate rounds of {per_round} calls; load average "
+    print(table(f"warm generate, decode attention in C++ vs Python ({tokens} tokens, width {width}, batch {batch}, "
+                f"{rounds} alternate rounds of {per_round} calls; load average "
                 f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows,
                 ("model", "C++ ms/token", "Python ms/token", "paired ratio C++/Python")))
 
@@ -263,7 +275,7 @@ def main() -> None:
                         help="a decode step's attention in C++ vs through the Python autograd kernel, in one process")
     args = parser.parse_args()
     if args.attention_ab:
-        attention_ab(args.models.split(","), args.width, max(args.reps, 8))
+        attention_ab(args.models.split(","), args.width, max(args.reps, 8), args.batch)
         return
     if args.kernels:
         kernels(max(args.reps, 5))
@@ -275,12 +287,7 @@ def main() -> None:
     load0 = " ".join(f"{x:.1f}" for x in os.getloadavg())
     rows = []
     for kind in args.models.split(","):
-        prompt = torch.randint(1, VOCAB, (args.batch, PROMPT), generator=torch.Generator().manual_seed(1))
-        masked = {}
-        if args.batch > 1:
-            mask = torch.ones(args.batch, PROMPT, dtype=torch.long)
-            prompt[0, :3], mask[0, :3] = 0, 0
-            masked = {"attention_mask": mask, "pad_token_id": 0}
+        prompt, masked = prompts(args.batch)
         inductor = build(kind, args.width)
         inductor.forward = torch.compile(inductor.forward, backend="inductor")
         tpu = build(kind, args.width).to("tpu")

@@ -571,11 +571,12 @@ def test_a_concatenation_is_recorded_in_cpp_and_an_append_grows_in_cpp_once_taug
 
 
 def test_attention_over_padded_keys_is_recorded_in_cpp_once_taught():
-    """A decode loop's attention (runtime/padded_attention.py: keys and values grown by appends, no mask, no
-    gradient) goes from the C++ autograd kernel to the recording kernel; the Python path teaches its first call
-    on a padded storage, and the next ones, at every new length, are recorded in C++ as the same node (the length
-    a graph input), until the storage regrows. Values are CPU's. Calls it does not cover — a mask, one that needs
-    a gradient, one under a dispatch mode — reach Python as before and compute what CPU does."""
+    """A decode loop's attention (runtime/padded_attention.py: keys and values grown by appends, no gradient;
+    no mask, or one grown with them as a left-padded batch's) goes from the C++ autograd kernel to the recording
+    kernel; the Python path teaches its first call on a padded storage, and the next ones, at every new length,
+    are recorded in C++ as the same node (the length a graph input), until the storage regrows. Values are CPU's.
+    Calls it does not cover — a mask that did not grow with the keys, one that needs a gradient, one under a
+    dispatch mode — reach Python as before and compute what CPU does."""
     import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -585,29 +586,35 @@ def test_attention_over_padded_keys_is_recorded_in_cpp_once_taught():
     torch.manual_seed(0)
     width = 256  # 2 KiB a position: capacity 64, doubling
     k_cpu, v_cpu = torch.randn(1, 2, 3, width), torch.randn(1, 2, 3, width)
+    keep_cpu = torch.ones(1, 1, 1, 3, dtype=torch.bool)  # a left-padded batch's mask grows with its keys
     with torchtpu_lab.eager_mode("fused"), torch.no_grad():
-        k, v = k_cpu.to("tpu"), v_cpu.to("tpu")
-        handed, capacities, node_keys = [], [], {}
+        k, v, keep = k_cpu.to("tpu"), v_cpu.to("tpu"), keep_cpu.to("tpu")
+        handed, capacities, node_keys = {"no mask": [], "mask": []}, [], {}
         for _ in range(64):
             k_new, v_new = torch.randn(1, 2, 1, width), torch.randn(1, 2, 1, width)
+            keep_new = torch.rand(1, 1, 1, 1) > 0.3
             k, k_cpu = torch.cat([k, k_new.to("tpu")], 2), torch.cat([k_cpu, k_new], 2)
             v, v_cpu = torch.cat([v, v_new.to("tpu")], 2), torch.cat([v_cpu, v_new], 2)
+            keep, keep_cpu = torch.cat([keep, keep_new.to("tpu")], 3), torch.cat([keep_cpu, keep_new], 3)
             q_cpu = torch.randn(1, 2, 1, width)
             q = q_cpu.to("tpu")
-            before = recording.stats()["python_ops"].get(name, 0)
-            out = F.scaled_dot_product_attention(q, k, v)
-            handed.append(recording.stats()["python_ops"].get(name, 0) - before)
-            assert growth.padded_length(k, 2) == k_cpu.shape[2]
+            for case, mask, mask_cpu in (("no mask", None, None), ("mask", keep, keep_cpu)):
+                before = recording.stats()["python_ops"].get(name, 0)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                handed[case].append(recording.stats()["python_ops"].get(name, 0) - before)
+                node_keys.setdefault((case, k.tpu_storage.shape[2]), set()).add(out.tpu_storage.array.node.key)
+                torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q_cpu, k_cpu, v_cpu,
+                                                                                     attn_mask=mask_cpu))
+            assert growth.padded_length(k, 2) == k_cpu.shape[2] == growth.padded_length(keep, 3)
             capacities.append(k.tpu_storage.shape[2])
-            node_keys.setdefault(capacities[-1], set()).add(out.tpu_storage.array.node.key)
-            torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q_cpu, k_cpu, v_cpu))
         regrown = [i for i in range(len(capacities)) if i == 0 or capacities[i] != capacities[i - 1]]
-        assert len(regrown) >= 2, capacities  # the test reaches a regrowth
+        assert len(regrown) >= 2 and keep.tpu_storage.shape[3] >= capacities[-1], capacities  # a regrowth
         # Python: the first call on each padded storage (which teaches); C++ at every other length
-        assert handed == [int(i in regrown) for i in range(len(handed))], (handed, capacities)
+        for case, calls in handed.items():
+            assert calls == [int(i in regrown) for i in range(len(calls))], (case, calls, capacities)
         assert all(len(keys) == 1 for keys in node_keys.values()), node_keys
 
-        mask_cpu = torch.rand(1, 1, 1, k_cpu.shape[2]) > 0.3
+        mask_cpu = torch.rand(1, 1, 1, k_cpu.shape[2]) > 0.3  # not grown with the keys: Python, every call
         before = recording.stats()["python_ops"].get(name, 0)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_cpu.to("tpu"))
         assert recording.stats()["python_ops"].get(name, 0) == before + 1

@@ -688,31 +688,49 @@ bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::st
 }
 
 // Whether a `scaled_dot_product_attention` call (already keyed by build_key) is one padded_attention._fused runs
-// on padded keys: no mask, no dropout, key and value of rank 4 the fronts of storages grown along dim 2 (the
-// sequence: grown_front) with one length n. Its Python path keyed everything else it decides by (the query's
-// geometry, the dtypes and shapes, is_causal, scale, enable_gqa, the matmul precision), so those make the key,
-// without n: `key` becomes that and padded_scratch holds n.
+// on padded keys: no dropout, key and value of rank 4 the fronts of storages grown along dim 2 (the sequence:
+// grown_front) with one length n, and no mask or one that is itself the front of a storage grown along its last
+// dim to the same n, 1 < n < its capacity, which is at least the keys' (bounded.attention_mask then reads it
+// over the keys' capacity: a view of that storage its key fixes). Its Python path keyed everything else it
+// decides by (the query's geometry, the dtypes and shapes, the mask's storage, is_causal, scale, enable_gqa, the
+// matmul precision), so those make the key, without n: `key` becomes that and padded_scratch holds n.
 bool as_padded_attention(const torch::jit::Stack& stack, size_t base, long device, std::string& key) {
   padded_scratch.active = false;
   // (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+  const c10::IValue& mask = stack[base + 3];
   if (!stack[base].isTensor() || !stack[base + 1].isTensor() || !stack[base + 2].isTensor() ||
-      !stack[base + 3].isNone() || !stack[base + 4].isDouble() || stack[base + 4].toDouble() != 0.0 ||
+      !(mask.isNone() || mask.isTensor()) || !stack[base + 4].isDouble() || stack[base + 4].toDouble() != 0.0 ||
       !stack[base + 5].isBool() || !stack[base + 7].isBool()) {
     return false;
   }
   const at::Tensor& k = stack[base + 1].toTensor();
   const at::Tensor& v = stack[base + 2].toTensor();
   if (k.dim() != 4 || v.dim() != 4 || k.size(2) != v.size(2)) return false;
-  PyObject* storages[] = {grown_front(k, 2, false), grown_front(v, 2, false)};
+  PyObject* storages[] = {grown_front(k, 2, false), grown_front(v, 2, false), nullptr};
   if (storages[0] == nullptr || storages[1] == nullptr) return false;
+  if (mask.isTensor()) {
+    const at::Tensor& m = mask.toTensor();
+    if (!m.defined() || m.dim() == 0 || m.size(-1) != k.size(2) || k.size(2) < 2) return false;
+    storages[2] = grown_front(m, m.dim() - 1, /*front_only=*/true);
+    if (storages[2] == nullptr) return false;
+    PyObject* shape = rt.st_shape.get(storages[2]);
+    const int64_t capacity = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, PyTuple_GET_SIZE(shape) - 1));
+    const int64_t key_capacity = PyLong_AsLongLong(PyTuple_GET_ITEM(rt.st_shape.get(storages[0]), 2));
+    if (k.size(2) >= capacity || capacity < key_capacity) return false;
+  }
   std::string padded(1, 'P');
   put(padded, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));  // the program's matmuls
   PyObject* q_storage = nullptr;
   char q_view = 0;
   if (tensor_input(stack[base].toTensor(), device, padded, &q_storage, &q_view) == nullptr) return false;
-  for (int i = 0; i < 2; ++i) {
-    put(padded, static_cast<int8_t>((i == 0 ? k : v).scalar_type()));
+  for (int i = 0; i < 3; ++i) {
+    if (storages[i] == nullptr) {  // no mask
+      padded.push_back(kNone);
+      continue;
+    }
+    put(padded, static_cast<int8_t>((i == 0 ? k : i == 1 ? v : mask.toTensor()).scalar_type()));
     PyObject* shape = rt.st_shape.get(storages[i]);
+    put(padded, static_cast<int8_t>(PyTuple_GET_SIZE(shape)));
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(shape); ++j) {
       put(padded, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, j))));
     }

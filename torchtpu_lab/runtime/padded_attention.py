@@ -82,15 +82,16 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
         dyn.append(n)
     else:
         k_in, v_in = _operand(key, dyn), _operand(value, dyn)
-    mask_in = None if attn_mask is None else _operand(tensor.adopt(attn_mask), dyn)
+    mask_read = None if attn_mask is None else tensor.adopt(attn_mask)
+    mask_in = None if mask_read is None else _operand(mask_read, dyn)
     out_shape = tuple(query.shape[:3]) + (value.shape[-1],)
     sig = (q_in, k_in, v_in, mask_in, n is not None, bool(is_causal), scale, query.dtype, out_shape)
     program = _program(*sig)
     device = query.tpu_storage.device_index
     key = OpSignature("scaled_dot_product_attention", sig, (), torch.get_float32_matmul_precision())
     out = launch(program, key, dyn, device, True)
-    if n is not None and attn_mask is None and type(out) is fused.LazyValue:
-        recording.learn_padded_attention(program, key, dyn, query)  # the next ones, at any n: recorded in C++
+    if n is not None and type(out) is fused.LazyValue:  # the next ones, at any n: recorded in C++
+        recording.learn_padded_attention(program, key, dyn, query, None if attn_mask is None else mask_read)
     return _wrap(out, program.meta, device)
 
 

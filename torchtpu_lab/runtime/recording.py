@@ -25,8 +25,8 @@ own key. :func:`.growth._append`'s first such append teaches it (:func:`learn_ap
 next ones, at every length, as the same append node with ``n`` an input taken from the call; the result is the
 front of a new padded storage, which :func:`.growth.appended` marks as grown in ``x``'s lineage (and, while a
 profile records, gives the op event the Python path emits). An append that does not fit and a first append take
-the Python path. Attention over padded keys (:mod:`.padded_attention`: no mask, keys and values the fronts of
-storages grown along the sequence) is keyed the same way, without the keys' length, and taught by its first such
+the Python path. Attention over padded keys (:mod:`.padded_attention`: keys and values the fronts of storages
+grown along the sequence, and no mask or one grown with them, as a left-padded batch's) is keyed the same way, without the keys' length, and taught by its first such
 call (:func:`learn_padded_attention`): a decode step's attention is recorded in C++ at every length.
 
 In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
@@ -225,17 +225,21 @@ def learn_append(compiled, key, dyn: list) -> None:
         core.learn_unsized(_APPEND, compiled, key, dyn, [(0, 0), (0, 1)] + [-1] * (len(dyn) - 3) + [LENGTH])
 
 
-def learn_padded_attention(compiled, key, dyn: list, query: TpuTensor) -> None:
+def learn_padded_attention(compiled, key, dyn: list, query: TpuTensor, mask: TpuTensor | None) -> None:
     """:mod:`.padded_attention` recorded attention over padded keys and values (``compiled``, its program,
     recorded under ``key``; ``dyn``: the query's storage (and its offset where it is a view at one, which the
-    kernel's key fixes), the keys' and the values' padded storages, their length ``n``) for a call the recording
-    kernel took for one and did not know: teach it, so that the next such calls at any length are recorded in C++
-    (a decode step's attention, once per layer and token)."""
+    kernel's key fixes), the keys' and the values' padded storages, their length ``n``, and the storage of the
+    ``mask`` it read over the keys' capacity, if any) for a call the recording kernel took for one and did not
+    know: teach it, so that the next such calls at any length are recorded in C++ (a decode step's attention,
+    once per layer and token)."""
     core = _core[0]
     if core is not None:
         sources: list = []
         _tensor_source(query, 0, sources)
-        core.learn_unsized(_PADDED_ATTENTION, compiled, key, dyn, sources + [1, 2, LENGTH])
+        sources += [1, 2, LENGTH]
+        if mask is not None:
+            _tensor_source(mask, 3, sources)
+        core.learn_unsized(_PADDED_ATTENTION, compiled, key, dyn, sources)
 
 
 def learn_view(op: torch._ops.OpOverload, storage, geometry) -> None:
