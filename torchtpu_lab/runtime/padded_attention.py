@@ -91,7 +91,7 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
     key = OpSignature("scaled_dot_product_attention", sig, (), torch.get_float32_matmul_precision())
     out = launch(program, key, dyn, device, True)
     if n is not None and type(out) is fused.LazyValue:  # the next ones, at any n: recorded in C++
-        recording.learn_padded_attention(program, key, dyn, query, None if attn_mask is None else mask_read)
+        recording.learn_padded_attention(program, key, dyn, query, mask_read)
     return _wrap(out, program.meta, device)
 
 

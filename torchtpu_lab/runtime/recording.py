@@ -26,8 +26,9 @@ next ones, at every length, as the same append node with ``n`` an input taken fr
 front of a new padded storage, which :func:`.growth.appended` marks as grown in ``x``'s lineage (and, while a
 profile records, gives the op event the Python path emits). An append that does not fit and a first append take
 the Python path. Attention over padded keys (:mod:`.padded_attention`: keys and values the fronts of storages
-grown along the sequence, and no mask or one grown with them, as a left-padded batch's) is keyed the same way, without the keys' length, and taught by its first such
-call (:func:`learn_padded_attention`): a decode step's attention is recorded in C++ at every length.
+grown along the sequence, and no mask or one grown with them, as a left-padded batch's) is keyed the same way,
+without the keys' length, and taught by its first such call (:func:`learn_padded_attention`): a decode step's
+attention is recorded in C++ at every length.
 
 In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
 (:func:`learn_strict`, taught from :func:`.executor._run_repeated`'s branch): JAX's C++ call of the compiled
