@@ -344,6 +344,13 @@ void put(std::string& key, T v) {
   key.append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
+// A storage's shape (a tuple of ints) into a key: its rank, then each size.
+void put_shape(std::string& key, PyObject* shape) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(shape);
+  put(key, static_cast<int8_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) put(key, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))));
+}
+
 long as_long(PyObject* v) {
   long x = PyLong_AsLong(v);
   if (x == -1 && PyErr_Occurred()) throw python_error();
@@ -441,10 +448,7 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
         key.push_back(kView);
         for (int64_t s : t.strides()) put(key, s);
         put(key, t.storage_offset());
-        PyObject* base = rt.st_shape.get(storage);
-        const Py_ssize_t n = PyTuple_GET_SIZE(base);
-        put(key, static_cast<int8_t>(n));
-        for (Py_ssize_t i = 0; i < n; ++i) put(key, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(base, i))));
+        put_shape(key, rt.st_shape.get(storage));
       }
     }
     Py_XDECREF(view);
@@ -680,8 +684,7 @@ bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::st
   key.push_back('A');
   put(key, static_cast<int8_t>(x.scalar_type()));
   put(key, static_cast<int8_t>(d));
-  put(key, static_cast<int8_t>(rank));
-  for (int64_t i = 0; i < rank; ++i) put(key, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))));
+  put_shape(key, shape);
   key.append(piece_key);
   append_scratch = {true, storage, d, n, k};
   return true;
@@ -729,11 +732,7 @@ bool as_padded_attention(const torch::jit::Stack& stack, size_t base, long devic
       continue;
     }
     put(padded, static_cast<int8_t>((i == 0 ? k : i == 1 ? v : mask.toTensor()).scalar_type()));
-    PyObject* shape = rt.st_shape.get(storages[i]);
-    put(padded, static_cast<int8_t>(PyTuple_GET_SIZE(shape)));
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(shape); ++j) {
-      put(padded, static_cast<int64_t>(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, j))));
-    }
+    put_shape(padded, rt.st_shape.get(storages[i]));
   }
   put(padded, stack[base + 5].toBool());
   const c10::IValue& scale = stack[base + 6];
