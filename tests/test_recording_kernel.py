@@ -886,3 +886,70 @@ def test_a_profiled_append_recorded_in_cpp_has_the_python_paths_op_event():
         assert n.source == p.source and "the append's line" in telemetry.code_text(n.source, 200)
         assert len(n.stack) == len(p.stack) and n.stack[-1] == p.stack[-1] == n.source  # (grow's callers differ)
     torch.testing.assert_close(seq.cpu(), torch.cat([torch.zeros(1, 4, 8), torch.ones(1, 9, 8)], 1))
+
+
+def test_pointwise_ops_on_fronts_are_recorded_in_cpp_once_taught():
+    """A left-padded batch's decode step rebuilds its mask from the grown ``[batch, n]`` attention mask with
+    pointwise ops — a cast naming the device, compares, ``&`` — which runtime/bounded.py runs on the padded
+    extents (its result the front of the padded output, so the next op is rewritten too). The recording kernel
+    records them as that rewrite does, once the rewrite's inner call on the whole extents taught it: at every
+    length, the same node, until a storage regrows. Values are CPU's, the results are fronts, a profile sees the
+    op; a call whose operands are not aligned along the grown dim takes the Python path, as before."""
+    from torchtpu_lab.runtime import growth
+
+    names = ["aten::mul.Tensor", "aten::add.Tensor", "aten::gt.Scalar", "aten::bitwise_and.Tensor",
+             "aten::_to_copy"]
+
+    def handed():
+        ops = recording.stats()["python_ops"]
+        return {name: ops.get(name, 0) for name in names}
+
+    def ops(x, m):
+        y = x * 2.0 + 1.0
+        z = m[:, :, None] & (y > 0)
+        w = m.to(device=x.device, dtype=torch.float32)
+        return y, z, w
+
+    torch.manual_seed(0)
+    x_cpu, m_cpu = torch.randn(2, 3, 32), torch.ones(2, 3, dtype=torch.bool)  # 256 bytes a position: capacity 64
+    with torchtpu_lab.eager_mode("fused"), torch.no_grad():
+        x, m = x_cpu.to("tpu"), m_cpu.to("tpu")
+        calls, capacities, node_keys = [], [], {}
+        for _ in range(70):
+            x_new, m_new = torch.randn(2, 1, 32), torch.rand(2, 1) > 0.3
+            x, x_cpu = torch.cat([x, x_new.to("tpu")], 1), torch.cat([x_cpu, x_new], 1)
+            m, m_cpu = torch.cat([m, m_new.to("tpu")], 1), torch.cat([m_cpu, m_new], 1)
+            before = handed()
+            outs = ops(x, m)
+            after = handed()
+            calls.append(sum(after[k] - before[k] for k in names))
+            capacities.append(x.tpu_storage.shape[1])
+            full = x_cpu.shape[1] == capacities[-1]  # x is its whole storage, not a front: ordinary ops
+            for j, (out, fronts) in enumerate(zip(outs, (not full, not full, True))):  # (a read would sync)
+                assert (growth.front(out) is not None) == fronts
+                if fronts:
+                    assert growth.front(out).length == x_cpu.shape[1]
+                    node_keys.setdefault((j, out.tpu_storage.shape), set()).add(out.tpu_storage.array.node.key)
+            for out, expected in zip(outs, ops(x_cpu, m_cpu)):
+                assert torch.equal(out.cpu(), expected)
+        regrown = [i for i in range(len(capacities)) if i == 0 or capacities[i] != capacities[i - 1]]
+        assert len(regrown) >= 2, capacities
+        # Python: the first two steps on each padded storage (the inner calls compile, then teach), and the step
+        # where x fills its storage; none other
+        python = {i + k for i in regrown for k in (0, 1)} | {i for i, c in enumerate(capacities) if i + 4 == c}
+        assert all(calls[i] > 0 for i in regrown), (calls, capacities)
+        assert all(calls[i] == 0 for i in range(len(calls)) if i not in python), (calls, capacities)
+        assert all(len(keys) == 1 for keys in node_keys.values()), node_keys
+
+        before = handed()
+        with telemetry.Recorder() as events:
+            y = x * 2.0
+        assert [e.name for e in events if e.kind == telemetry.EventKind.OP] == ["aten::mul.Tensor"]
+        assert growth.front(y) is not None and handed() == before
+
+        other_cpu = torch.randn(2, x_cpu.shape[1], 32)  # not grown, not broadcast along the grown dim
+        other = other_cpu.to("tpu")
+        out = x + other
+        assert recording.stats()["python_ops"]["aten::add.Tensor"] == before["aten::add.Tensor"] + 1
+        assert growth.front(out) is None
+        torch.testing.assert_close(out.cpu(), x_cpu + other_cpu)

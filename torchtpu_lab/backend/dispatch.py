@@ -23,6 +23,7 @@ from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
 from ..ops.registry import Lowering, op_name
 from ..runtime import (
+    bounded,
     core_kernels,
     cpu_fallback,
     executor,
@@ -228,7 +229,8 @@ def install(core=None) -> None:
     for op, fn in KERNELS.items():
         kernel = tpu_kernel(fn)
         if core is not None and _records(op, kernel):
-            native[op] = (kernel, recording.RECORD, op, not kernel.lowering.static_scalars)
+            kind = recording.RECORD_ON_FRONTS if bounded.pointwise(op) else recording.RECORD
+            native[op] = (kernel, kind, op, not kernel.lowering.static_scalars)
         elif core is not None and op in padded_attention.ATTENTION_KERNELS:  # on padded keys (recording.py)
             native[op] = (kernel, recording.RECORD, op, False)
         elif core is not None and view_kernels.recordable_view(op, fn):

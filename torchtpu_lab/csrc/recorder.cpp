@@ -187,6 +187,8 @@ struct Runtime {
   PyObject* backward = nullptr;        // telemetry.BACKWARD
   PyObject* grown_ids = nullptr;       // growth._GROWN_IDS: id(storage) -> (dim, weak ref, lineage)
   PyObject* appended = nullptr;        // growth.appended(result, old, dim, length, k, sources): its marks
+  PyObject* mark_grown = nullptr;      // growth.mark_grown(result, dim): a pointwise result on fronts marked
+  PyObject* bounded_active = nullptr;  // bounded._ACTIVE: [True while a rewrite runs its inner ops]
   PyTypeObject* view_type = nullptr;   // views.View (a NamedTuple: size, stride, offset)
   unsigned long main_thread = 0;
   PyTypeObject* node_type = nullptr;
@@ -333,6 +335,22 @@ struct PaddedAttention {
   int64_t n = 0;
 };
 thread_local PaddedAttention padded_scratch;
+// A tensor argument read whole where it is the front of a padded storage (growth.front): its geometry with
+// `capacity` positions along its dim `dim`, which holds `length` (bounded.whole's view); inactive for the others.
+struct Whole {
+  bool active = false;
+  int64_t dim = 0, length = 0, capacity = 0, offset = 0;
+  std::vector<int64_t> sizes, strides;
+};
+thread_local std::vector<Whole> wholes_scratch;  // per argument of the call as_pointwise_fronts looks at
+// A pointwise op on fronts as runtime/bounded.py's _pointwise runs it: on the whole extents, its result the front
+// of length n along dim d of the padded output.
+struct OnFronts {
+  bool active = false;
+  int64_t d = 0, n = 0;
+};
+thread_local OnFronts fronts_scratch;
+thread_local std::string fronts_key_scratch;
 std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stats); they live forever
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
@@ -401,7 +419,7 @@ bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
 // `as_base`: key a view that whole_but_leading_ones as its storage (a base tensor of the storage's shape), and
 // note that shape in self_base_sizes (an in-place pointwise op's `self`, recorded on its storage).
 PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
-                       char* view_out, bool as_base = false) {
+                       char* view_out, bool as_base = false, const Whole* whole = nullptr) {
   if (t.device().index() != pending_device) return nullptr;
   PyObject* obj = THPVariable_Wrap(t);
   if (obj == nullptr) throw python_error();
@@ -442,6 +460,18 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       key.push_back(kTensor);
       put(key, static_cast<int8_t>(t.scalar_type()));
       put(key, static_cast<int8_t>(t.dim()));
+      if (whole != nullptr) {  // keyed as the view of its whole padded extent (as_pointwise_fronts)
+        for (int64_t s : whole->sizes) put(key, s);
+        *view_out = 1;
+        key.push_back(kView);
+        for (int64_t s : whole->strides) put(key, s);
+        put(key, whole->offset);
+        put_shape(key, rt.st_shape.get(storage));
+        Py_XDECREF(view);
+        Py_XDECREF(storage);
+        Py_DECREF(obj);
+        return array;
+      }
       for (int64_t s : t.sizes()) put(key, s);
       *view_out = view != Py_None;
       if (view != Py_None) {  // the geometry the executable was built for: strides, offset, base shape
@@ -502,7 +532,8 @@ bool others_broadcast_to_self(const torch::jit::Stack& stack, size_t base, size_
 // a new value (an optimizer's step size, `x / scale`) finds the same entry.
 bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, std::string& key,
                std::vector<PyObject*>& arrays, std::vector<PyObject*>& storages, long pending_device,
-               const std::vector<char>& dynamic, bool self_as_base = false) {
+               const std::vector<char>& dynamic, bool self_as_base = false,
+               const std::vector<Whole>* wholes = nullptr) {
   const auto& formals = op.schema().arguments();
   const size_t n = formals.size();
   const size_t base = stack.size() - n;
@@ -528,8 +559,9 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         continue;
       }
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
+        const Whole* whole = wholes != nullptr && (*wholes)[i].active ? &(*wholes)[i] : nullptr;
         PyObject* array =
-            tensor_input(t, pending_device, key, &storages[i], &views_scratch[i], self_as_base && i == 0);
+            tensor_input(t, pending_device, key, &storages[i], &views_scratch[i], self_as_base && i == 0, whole);
         if (array == nullptr) return false;
         arrays[i] = array;
         any_tensor = true;
@@ -580,9 +612,13 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       put(key, static_cast<int64_t>(s.size()));
       key.append(s);
     } else if (v.isDevice()) {
-      key.push_back(kDevice);
-      put(key, static_cast<int8_t>(v.toDevice().type()));
-      put(key, static_cast<int8_t>(v.toDevice().index()));
+      if (wholes != nullptr) {  // (it must name the call's device, below): as bounded.py's inner call, which names none
+        key.push_back(kNone);
+      } else {
+        key.push_back(kDevice);
+        put(key, static_cast<int8_t>(v.toDevice().type()));
+        put(key, static_cast<int8_t>(v.toDevice().index()));
+      }
       if (!names_device) named = named_device(v);
       names_device = true;
     } else if (v.isTensorList()) {  // torch.cat's tensors, each keyed as a tensor argument is
@@ -747,6 +783,131 @@ bool as_padded_attention(const torch::jit::Stack& stack, size_t base, long devic
   put(padded, stack[base + 7].toBool());
   key = std::move(padded);
   padded_scratch = {true, k.size(2)};
+  return true;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+// Whether t is a front as growth.front decides it: a view of a storage growth.py marked as grown along g, whose
+// one dim with the storage's stride at g holds 1 < n < capacity positions, no dim empty, and whose geometry with
+// the whole capacity there stays inside the storage. `w` gets that whole geometry, size-1 dims with their
+// contiguous stride (a view op derives theirs from the length: the whole extent's key must not).
+bool front_of(const at::Tensor& t, Whole& w) {
+  PyObject* storage = nullptr;
+  PyObject* view = nullptr;
+  if (t.dim() == 0 || !data_ref(t, &storage, &view) || view == Py_None || Py_TYPE(storage) != rt.storage_type) {
+    return false;
+  }
+  OwnedRef id(PyLong_FromVoidPtr(storage));
+  if (id.p == nullptr) throw python_error();
+  PyObject* known = PyDict_GetItemWithError(rt.grown_ids, id.p);  // borrowed
+  if (known == nullptr) {
+    if (PyErr_Occurred()) throw python_error();
+    return false;
+  }
+  PyObject* shape = rt.st_shape.get(storage);
+  const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
+  const long g = PyTuple_Check(known) && PyTuple_GET_SIZE(known) >= 1 ? PyLong_AsLong(PyTuple_GET_ITEM(known, 0)) : -1;
+  if (g < 0 || g >= rank) {
+    PyErr_Clear();
+    return false;
+  }
+  std::vector<int64_t> base(static_cast<size_t>(rank));
+  int64_t total = 1;
+  for (Py_ssize_t i = 0; i < rank; ++i) {
+    base[static_cast<size_t>(i)] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    total *= base[static_cast<size_t>(i)];
+  }
+  const int64_t capacity = base[static_cast<size_t>(g)];
+  const int64_t step = contiguous_strides(base)[static_cast<size_t>(g)];
+  int64_t found = -1;
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (t.size(i) == 0) return false;
+    if (t.stride(i) == step && 1 < t.size(i) && t.size(i) < capacity) {
+      if (found >= 0) return false;
+      found = i;
+    }
+  }
+  if (found < 0) return false;
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  sizes[static_cast<size_t>(found)] = capacity;
+  int64_t last = t.storage_offset();
+  for (int64_t i = 0; i < t.dim(); ++i) last += (sizes[static_cast<size_t>(i)] - 1) * t.stride(i);
+  if (last >= total) return false;
+  const std::vector<int64_t> canonical = contiguous_strides(sizes);
+  w.strides.resize(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    w.strides[i] = sizes[i] == 1 ? canonical[i] : t.stride(static_cast<int64_t>(i));
+  }
+  w.active = true;
+  w.dim = found;
+  w.length = t.size(found);
+  w.capacity = capacity;
+  w.offset = t.storage_offset();
+  w.sizes = std::move(sizes);
+  return true;
+}
+
+// Whether a call of a pointwise op (already keyed by build_key) is one bounded._pointwise runs on padded extents:
+// no rewrite running its inner ops, no tensor list, some tpu tensor argument a front (front_of), every front along
+// one dim of the broadcast output with one length, every other tensor of size 1 there (bounded._aligned). If so,
+// `key` is the key of the same call on the fronts' whole extents cut to the smallest capacity among them — the
+// inner call bounded.py makes, whose Python path teaches that key; a Device argument, which names the call's own
+// device, is keyed as absent there, as that call passes none (a cast's `.to(device, dtype)`) — and fronts_scratch
+// holds the output's grown dim and length.
+bool as_pointwise_fronts(const c10::OperatorHandle& op, const torch::jit::Stack& stack, long device,
+                         const std::vector<char>& dynamic, std::string& key) {
+  fronts_scratch.active = false;
+  if (PyDict_GET_SIZE(rt.grown_ids) == 0 || PyList_GET_ITEM(rt.bounded_active, 0) != Py_False ||
+      !data_in_storage(rt.tensor_type)) {
+    return false;
+  }
+  const size_t n = op.schema().arguments().size();
+  const size_t base = stack.size() - n;
+  wholes_scratch.resize(n);
+  int64_t rank = 0;
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = stack[base + i];
+    wholes_scratch[i].active = false;
+    if (v.isTensorList()) return false;
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& t = v.toTensor();
+    rank = std::max<int64_t>(rank, t.dim());
+    if (t.device().type() == c10::DeviceType::PrivateUse1) any = front_of(t, wholes_scratch[i]) || any;
+  }
+  if (!any) return false;
+  int64_t d = -1, length = 0, capacity = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Whole& w = wholes_scratch[i];
+    if (!w.active) continue;
+    const int64_t out = rank - stack[base + i].toTensor().dim() + w.dim;
+    if (d < 0) {
+      d = out;
+      length = w.length;
+      capacity = w.capacity;
+    } else if (out != d || w.length != length) {
+      return false;
+    } else {
+      capacity = std::min(capacity, w.capacity);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = stack[base + i];
+    if (wholes_scratch[i].active || !v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& t = v.toTensor();
+    const int64_t at = d - (rank - t.dim());
+    if (at >= 0 && t.size(at) != 1) return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Whole& w = wholes_scratch[i];
+    if (w.active) w.sizes[static_cast<size_t>(w.dim)] = capacity;
+  }
+  // the same arrays and storages again: a front is keyed otherwise, not read otherwise
+  if (!build_key(op, stack, key, arrays_scratch, storages_scratch, device, dynamic, false, &wholes_scratch)) {
+    return false;
+  }
+  fronts_scratch = {true, d, length};
   return true;
 }
 
@@ -1392,8 +1553,9 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
 
 // What a kernel serves: a lowered op it records, a view op, or an in-place op whose functional op it records
 // and writes into `self` (entries are learned from that functional op's Python path); a pointwise in-place op
-// also on a `self` that is a whole storage seen without its leading size-1 dims, recorded on the storage.
-enum class Kind { kRecord = 0, kView = 1, kInplace = 2, kInplacePointwise = 3 };
+// also on a `self` that is a whole storage seen without its leading size-1 dims, recorded on the storage; a
+// lowered pointwise op runtime/bounded.py runs on padded extents, also recorded on fronts (as_pointwise_fronts).
+enum class Kind { kRecord = 0, kView = 1, kInplace = 2, kInplacePointwise = 3, kRecordOnFronts = 4 };
 
 class RecordingKernel final : public c10::OperatorKernel {
  public:
@@ -1403,6 +1565,7 @@ class RecordingKernel final : public c10::OperatorKernel {
         inplace_(kind == Kind::kInplace || kind == Kind::kInplacePointwise),
         pointwise_(kind == Kind::kInplacePointwise), appends_(name_ == "aten::cat" && overload_.empty()),
         attends_(name_ == "aten::scaled_dot_product_attention" && overload_.empty()),
+        on_fronts_(kind == Kind::kRecordOnFronts),
         learns_(std::move(learns)),
         learns_overload_(std::move(learns_overload)),
         dynamic_(std::move(dynamic)) {}
@@ -1482,9 +1645,18 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (appends_) as_append(*stack, base, device, key_scratch);
     if (attends_) as_padded_attention(*stack, base, device, key_scratch);
     Table& table = append_scratch.active || padded_scratch.active ? unsized_ : table_;
-    auto found = table.find(key_scratch);
+    // a pointwise op on fronts: its call on their whole extents, which bounded.py's rewrite makes (and teaches);
+    // on a miss, the call's own key stays, for the Python path
+    const bool on_fronts = on_fronts_ && as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch);
+    auto found = table.find(on_fronts ? fronts_key_scratch : key_scratch);
     if (found == table.end()) return false;
     const Entry& e = *found->second;
+    const OnFronts fronts = fronts_scratch;  // (recording may run bytecode, which may record on this thread)
+    fronts_scratch.active = false;
+    if (on_fronts && !(e.more.empty() && static_cast<int64_t>(e.sizes.size()) > fronts.d &&
+                       fronts.n < e.sizes[static_cast<size_t>(fronts.d)])) {
+      return false;  // not a padded result (bounded.grown's check): the Python path
+    }
     const bool outermost = spans != Py_None && !lock_owned();
     if (view_) {
       make_view(e, op, stack);
@@ -1517,6 +1689,10 @@ class RecordingKernel final : public c10::OperatorKernel {
         OwnedRef old(Py_NewRef(a.storage));
         out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &a);
         mark_appended(out.p, old.p, a, profiling ? sources.p : nullptr);
+      } else if (on_fronts) {  // the front of the padded result (bounded.grown)
+        const Append front{true, nullptr, fronts.d, fronts.n, 0};
+        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &front);
+        mark_grown(out.p, fronts.d);
       } else {
         if (inplace_) {  // the usual update: a base `self` (or a whole view's storage) the result replaces whole
           const at::Tensor& self = (*stack)[base].toTensor();
@@ -1675,6 +1851,17 @@ class RecordingKernel final : public c10::OperatorKernel {
     Py_DECREF(r);
   }
 
+  // growth.mark_grown(result, d): a pointwise result on fronts marked as grown along d, as bounded.grown marks it.
+  // Run with the runtime's lock held, like mark_appended.
+  static void mark_grown(PyObject* result, int64_t d) {
+    OwnedRef dim(PyLong_FromLongLong(d));
+    if (dim.p == nullptr) throw python_error();
+    PyObject* args[] = {result, dim.p};
+    PyObject* r = PyObject_Vectorcall(rt.mark_grown, args, 2, nullptr);
+    if (r == nullptr) throw python_error();
+    Py_DECREF(r);
+  }
+
   // fused.has_pending(): work recorded since the last sync
   static bool has_pending() {
     return PyDict_GET_SIZE(rt.pw_storages.get(rt.pending)) != 0 || PyList_GET_SIZE(rt.pw_extra.get(rt.pending)) != 0;
@@ -1742,6 +1929,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool pointwise_;    // ... a pointwise one: a whole view's self is keyed and recorded as its storage
   bool appends_;      // aten::cat: also records growth.py's appends into spare capacity (as_append)
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
+  bool on_fronts_;    // a pointwise op bounded.py rewrites: also records it on fronts (as_pointwise_fronts)
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
   Table table_;
@@ -1797,6 +1985,8 @@ void configure_recorder(PyObject* config) {
   rt.backward = item(config, "backward");
   rt.grown_ids = item(config, "grown_ids");
   rt.appended = item(config, "appended");
+  rt.mark_grown = item(config, "mark_grown");
+  rt.bounded_active = item(config, "bounded_active");
   rt.main_thread = PyLong_AsUnsignedLong(PyDict_GetItemString(config, "main_thread"));
   if (PyErr_Occurred()) throw python_error();
   auto type = [&](const char* name) { return reinterpret_cast<PyTypeObject*>(item(config, name)); };
@@ -1905,7 +2095,7 @@ void install_recording_kernels(PyObject* ops) {
       throw;
     }
     Py_INCREF(fn);
-    TORCH_CHECK(kind >= 0 && kind <= 3, "install_recording_kernels: kind ", kind);
+    TORCH_CHECK(kind >= 0 && kind <= 4, "install_recording_kernels: kind ", kind);
     auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, static_cast<Kind>(kind), learns,
                                                     learns_overload, std::move(dynamic));
     kernels.push_back(kernel.get());

@@ -300,6 +300,14 @@ def appended(result, old: Storage, d: int, length: int, k: int, sources: tuple |
     _grew(result.tpu_storage, old, d, length, k, sources)
 
 
+def mark_grown(result, dim: int) -> None:
+    """What a pointwise op on fronts the recording kernel recorded (csrc/recorder.cpp ``as_pointwise_fronts``: the
+    op on the padded extents, its result the front of the padded output, as runtime/bounded.py's rewrite gives it)
+    leaves to Python: ``result``'s storage marked as grown along ``dim``, as :func:`grown` marks it. Called with the
+    runtime's lock held, so an interrupt waits."""
+    _mark(result.tpu_storage, dim)
+
+
 def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, sources: tuple | None = None) -> None:
     """Mark ``new``, an append of ``k`` positions with ``length`` in all along ``d``, as grown (in ``old``'s
     lineage, or a new one), note the length for factories (:func:`recent_capacity`) and, while a profile records,

@@ -82,6 +82,8 @@ def configure(core, set_array, growth: ModuleType) -> None:
     global lesson_pending
     from jax._src.array import ArrayImpl
 
+    from . import bounded  # (it imports the executor, which imports this module)
+
     core.configure_recorder({
         "enabled": config.native_recording,
         "eager_mode": config.eager_mode,
@@ -118,6 +120,8 @@ def configure(core, set_array, growth: ModuleType) -> None:
         "View": views.View,
         "grown_ids": growth._GROWN_IDS,
         "appended": growth.appended,
+        "mark_grown": growth.mark_grown,
+        "bounded_active": bounded._ACTIVE,
     })
     _core[0] = core
     lesson_pending = core.lesson_pending
@@ -140,8 +144,9 @@ def recordable(op: torch._ops.OpOverload) -> bool:
 
 #: What a recording kernel serves (csrc/recorder.cpp ``Kind``): a lowered op it records, a view op, an in-place
 #: op whose functional op it records and writes into ``self``, and a pointwise one, which also takes a ``self``
-#: that is a whole storage without its leading size-1 dims (recorded on that storage).
-RECORD, VIEW, INPLACE, INPLACE_POINTWISE = 0, 1, 2, 3
+#: that is a whole storage without its leading size-1 dims (recorded on that storage); and a lowered pointwise op
+#: runtime/bounded.py runs on padded extents, which it also records on fronts of padded storages, as that does.
+RECORD, VIEW, INPLACE, INPLACE_POINTWISE, RECORD_ON_FRONTS = 0, 1, 2, 3, 4
 
 
 def install(core, kernels: dict) -> None:
