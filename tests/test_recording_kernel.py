@@ -953,3 +953,45 @@ def test_pointwise_ops_on_fronts_are_recorded_in_cpp_once_taught():
         assert recording.stats()["python_ops"]["aten::add.Tensor"] == before["aten::add.Tensor"] + 1
         assert growth.front(out) is None
         torch.testing.assert_close(out.cpu(), x_cpu + other_cpu)
+
+
+def test_advanced_indexing_is_recorded_in_cpp_once_taught():
+    """``x[i, j]``, ``x[:, j]`` and ``x[i, j] = v`` take their indices as a list of optional tensors
+    (``aten::index.Tensor``, ``index_put_``), which the recording kernel keys element by element (an absent one
+    keyed as such): once taught, their calls are recorded without Python, values are CPU's, and an index out of
+    range, recorded in C++ with the op's check flags, raises PyTorch's IndexError at the sync naming the op and
+    the line, leaving the tensor it indexed usable."""
+    x_cpu = torch.randn(4, 6, 5)
+    i_cpu, j_cpu = torch.tensor([[0], [2], [3]]), torch.tensor([[1, 5, -1]])
+    ops = ("aten::index.Tensor", "aten::index_put_")
+
+    def handed():
+        stats = recording.stats()["python_ops"]
+        return sum(stats.get(name, 0) for name in ops)
+
+    with torchtpu_lab.eager_mode("fused"):
+        x, i, j = x_cpu.to("tpu"), i_cpu.to("tpu"), j_cpu.to("tpu")
+        calls = []
+        for _ in range(5):
+            before, recorded = handed(), _recorded()
+            y, z = x[i, j], x[:, j[0]]
+            t = x.clone()
+            t[i[:, 0], j[0, :3]] = y[:, 0] * 2
+            calls.append((handed() - before, _recorded() - recorded))
+            torch.testing.assert_close(y.cpu(), x_cpu[i_cpu, j_cpu])
+            torch.testing.assert_close(z.cpu(), x_cpu[:, j_cpu[0]])
+            expected = x_cpu.clone()
+            expected[i_cpu[:, 0], j_cpu[0, :3]] = x_cpu[i_cpu, j_cpu][:, 0] * 2
+            torch.testing.assert_close(t.cpu(), expected)
+        assert all(handed == 0 for handed, _ in calls[2:]), calls
+        assert all(recorded >= 3 for _, recorded in calls[2:]), calls
+
+        rows = [torch.tensor([1]).to("tpu"), torch.tensor([2]).to("tpu"), torch.tensor([7]).to("tpu")]
+        with pytest.raises(IndexError, match=r"aten::index\.Tensor: index 7 is out of bounds.*test_recording_kernel"):
+            for row in rows:
+                before = handed()
+                picked = x[row]
+                if row is rows[-1]:
+                    assert handed() == before  # recorded in C++, with its check
+                picked.cpu()
+        torch.testing.assert_close(x.cpu(), x_cpu)

@@ -355,7 +355,7 @@ std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stat
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
 enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n',
-                  kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D', kTensors = 'X' };
+                  kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D', kTensors = 'X', kOptionalTensors = 'O' };
 
 template <typename T>
 void put(std::string& key, T v) {
@@ -638,8 +638,28 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         elements_scratch.push_back(array);
       }
       any_tensor = any_tensor || list.size() > 0;
+    } else if (v.isList()) {  // `Tensor?[]`, advanced indexing's indices: each element keyed as a tensor argument
+      // is, or absent (its array slot empty: a list's arrays stay at their elements' positions)
+      const c10::ArrayRef<c10::IValue> list = v.toListRef();
+      key.push_back(kOptionalTensors);
+      put(key, static_cast<int64_t>(list.size()));
+      element_start[i] = static_cast<int>(elements_scratch.size());
+      for (const c10::IValue& x : list) {
+        if (x.isNone() || (x.isTensor() && !x.toTensor().defined())) {
+          key.push_back(kNone);
+          elements_scratch.push_back(nullptr);
+          continue;
+        }
+        if (!x.isTensor() || x.toTensor().device().type() != c10::DeviceType::PrivateUse1) return false;
+        PyObject* storage = nullptr;
+        char view = 0;
+        PyObject* array = tensor_input(x.toTensor(), pending_device, key, &storage, &view);
+        if (array == nullptr) return false;
+        elements_scratch.push_back(array);
+        any_tensor = true;
+      }
     } else {
-      return false;  // lists of optional tensors, generators, complex numbers, ...: the Python kernel
+      return false;  // generators, complex numbers, ...: the Python kernel
     }
   }
   factory_scratch = !any_tensor;

@@ -284,7 +284,9 @@ def _source(a, position: int, dynamic: bool, sources: list) -> bool:
     elif isinstance(a, (list, tuple)):
         if not any(isinstance(x, torch.Tensor) for x in a):
             return not (dynamic and any(type(x) in _NUMBERS for x in a))
-        for j, x in enumerate(a):  # a tensor list (torch.cat's): (position, element) per array
+        for j, x in enumerate(a):  # a tensor list (torch.cat's; indices, some absent): (position, element) per array
+            if x is None:
+                continue
             if type(x) is not TpuTensor:
                 return False
             _tensor_source(x, (position, j), sources)
