@@ -995,3 +995,38 @@ def test_advanced_indexing_is_recorded_in_cpp_once_taught():
                     assert handed() == before  # recorded in C++, with its check
                 picked.cpu()
         torch.testing.assert_close(x.cpu(), x_cpu)
+
+
+def test_arange_of_a_growing_length_is_recorded_in_cpp_once_taught():
+    """``torch.arange(n)`` of the length an append just grew a tensor to (``transformers`` builds its masks from
+    ``arange(kv_length)`` every token) is runtime/bounded.py's ``arange`` of that tensor's capacity viewed to
+    ``n``: the recording kernel records it so once taught, at every length, until the storage regrows; the result
+    is a front (so ``+ offset`` after it is rewritten too) with CPU's values. A length no append reached recently —
+    the sequence stopped growing several syncs ago — gives an ordinary ``arange`` on either path."""
+    from torchtpu_lab.runtime import growth
+
+    name = "aten::arange"
+    with torchtpu_lab.eager_mode("fused"):
+        m = torch.ones(1, 3, 512).to("tpu")  # 2 KiB a position: capacity 64, doubling
+        calls, capacities = [], []
+        for _ in range(70):
+            m = torch.cat([m, torch.ones(1, 1, 512).to("tpu")], 1)
+            n = m.shape[1]
+            before = recording.stats()["python_ops"].get(name, 0)
+            r = torch.arange(n, device="tpu")
+            calls.append(recording.stats()["python_ops"].get(name, 0) - before)
+            capacities.append(m.tpu_storage.shape[1])
+            shifted = r + 2
+            full = n == capacities[-1]
+            assert (growth.front(r) is None) == full and (growth.front(shifted) is None) == full
+            assert torch.equal(shifted.cpu(), torch.arange(n) + 2)
+        regrown = [i for i in range(len(capacities)) if i == 0 or capacities[i] != capacities[i - 1]]
+        assert len(regrown) >= 2, capacities
+        python = {i + k for i in regrown for k in (0, 1)} | {i for i, c in enumerate(capacities) if i + 4 == c}
+        assert all(calls[i] == 0 for i in range(len(calls)) if i not in python), (calls, capacities)
+        assert any(calls[i] for i in python), calls
+
+        for _ in range(growth.RECENT_SYNCS + 1):  # the sequence stops growing
+            (m + 1).sum().item()
+        r = torch.arange(m.shape[1], device="tpu")
+        assert growth.front(r) is None and torch.equal(r.cpu(), torch.arange(m.shape[1]))

@@ -189,6 +189,9 @@ struct Runtime {
   PyObject* appended = nullptr;        // growth.appended(result, old, dim, length, k, sources): its marks
   PyObject* mark_grown = nullptr;      // growth.mark_grown(result, dim): a pointwise result on fronts marked
   PyObject* bounded_active = nullptr;  // bounded._ACTIVE: [True while a rewrite runs its inner ops]
+  PyObject* lengths = nullptr;         // growth._LENGTHS: length -> (capacity, weak ref, syncs then)
+  long recent_syncs = 0;               // growth.RECENT_SYNCS
+  PyObject* syncs_key = nullptr;       // "syncs"
   PyTypeObject* view_type = nullptr;   // views.View (a NamedTuple: size, stride, offset)
   unsigned long main_thread = 0;
   PyTypeObject* node_type = nullptr;
@@ -931,6 +934,49 @@ bool as_pointwise_fronts(const c10::OperatorHandle& op, const torch::jit::Stack&
   return true;
 }
 
+// Whether an `arange(end)` call (already keyed by build_key) is one bounded._arange runs on a padded extent:
+// `end` an int of at least 2 that an append grew a live tensor to within the last few syncs
+// (growth.recent_capacity: `_LENGTHS[end]` is (capacity, a live weak reference, syncs then)). If so, `key` is the
+// key of the same call with `capacity` for `end` — the inner call bounded.py makes, whose Python path teaches that
+// key — and fronts_scratch holds the result's dim 0 and length `end`.
+bool as_arange_front(const c10::OperatorHandle& op, const torch::jit::Stack& stack, long device,
+                     const std::vector<char>& dynamic, std::string& key) {
+  fronts_scratch.active = false;
+  const size_t n = op.schema().arguments().size();
+  const size_t base = stack.size() - n;
+  if (n == 0 || !stack[base].isInt() || PyDict_GET_SIZE(rt.lengths) == 0 ||
+      PyList_GET_ITEM(rt.bounded_active, 0) != Py_False) {
+    return false;
+  }
+  const int64_t end = stack[base].toInt();
+  if (end < 2) return false;
+  OwnedRef length(PyLong_FromLongLong(end));
+  if (length.p == nullptr) throw python_error();
+  PyObject* known = PyDict_GetItemWithError(rt.lengths, length.p);  // borrowed
+  if (known == nullptr) {
+    if (PyErr_Occurred()) throw python_error();
+    return false;
+  }
+  if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 3 || !PyWeakref_Check(PyTuple_GET_ITEM(known, 1)) ||
+      PyWeakref_GetObject(PyTuple_GET_ITEM(known, 1)) == Py_None) {
+    return false;
+  }
+  PyObject* syncs = PyDict_GetItemWithError(rt.counters, rt.syncs_key);
+  if (syncs == nullptr) {
+    if (PyErr_Occurred()) throw python_error();
+    return false;
+  }
+  const double since = PyFloat_AsDouble(syncs) - PyFloat_AsDouble(PyTuple_GET_ITEM(known, 2));
+  const long long capacity = PyLong_AsLongLong(PyTuple_GET_ITEM(known, 0));
+  if (PyErr_Occurred()) throw python_error();
+  if (since < 0 || since > static_cast<double>(rt.recent_syncs)) return false;
+  torch::jit::Stack call(stack.begin() + static_cast<std::ptrdiff_t>(base), stack.end());
+  call[0] = c10::IValue(static_cast<int64_t>(capacity));
+  if (!build_key(op, call, key, arrays_scratch, storages_scratch, device, dynamic)) return false;
+  fronts_scratch = {true, 0, end};
+  return true;
+}
+
 // ---- the user's line, as telemetry.user_source finds it (nullptr: only Python can say; borrowed result) ----
 
 // A frame's answer, remembered by (code object, instruction offset): a frame's line number is a scan of its
@@ -1586,6 +1632,7 @@ class RecordingKernel final : public c10::OperatorKernel {
         pointwise_(kind == Kind::kInplacePointwise), appends_(name_ == "aten::cat" && overload_.empty()),
         attends_(name_ == "aten::scaled_dot_product_attention" && overload_.empty()),
         on_fronts_(kind == Kind::kRecordOnFronts),
+        ranges_(name_ == "aten::arange" && overload_.empty()),
         learns_(std::move(learns)),
         learns_overload_(std::move(learns_overload)),
         dynamic_(std::move(dynamic)) {}
@@ -1665,9 +1712,10 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (appends_) as_append(*stack, base, device, key_scratch);
     if (attends_) as_padded_attention(*stack, base, device, key_scratch);
     Table& table = append_scratch.active || padded_scratch.active ? unsized_ : table_;
-    // a pointwise op on fronts: its call on their whole extents, which bounded.py's rewrite makes (and teaches);
-    // on a miss, the call's own key stays, for the Python path
-    const bool on_fronts = on_fronts_ && as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch);
+    // a pointwise op on fronts, an arange of a growing length: the call bounded.py's rewrite makes (and teaches)
+    // on the whole extents, its result a front; on a miss, the call's own key stays, for the Python path
+    const bool on_fronts = (on_fronts_ && as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch)) ||
+                           (ranges_ && as_arange_front(op, *stack, device, dynamic_, fronts_key_scratch));
     auto found = table.find(on_fronts ? fronts_key_scratch : key_scratch);
     if (found == table.end()) return false;
     const Entry& e = *found->second;
@@ -1950,6 +1998,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool appends_;      // aten::cat: also records growth.py's appends into spare capacity (as_append)
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
   bool on_fronts_;    // a pointwise op bounded.py rewrites: also records it on fronts (as_pointwise_fronts)
+  bool ranges_;       // aten::arange: also records it over a growing length's capacity (as_arange_front)
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
   Table table_;
@@ -2007,6 +2056,8 @@ void configure_recorder(PyObject* config) {
   rt.appended = item(config, "appended");
   rt.mark_grown = item(config, "mark_grown");
   rt.bounded_active = item(config, "bounded_active");
+  rt.lengths = item(config, "lengths");
+  rt.recent_syncs = as_long(item(config, "recent_syncs"));
   rt.main_thread = PyLong_AsUnsignedLong(PyDict_GetItemString(config, "main_thread"));
   if (PyErr_Occurred()) throw python_error();
   auto type = [&](const char* name) { return reinterpret_cast<PyTypeObject*>(item(config, name)); };
@@ -2069,6 +2120,7 @@ void configure_recorder(PyObject* config) {
   rt.fused_str = PyUnicode_InternFromString("fused");
   rt.strict_str = PyUnicode_InternFromString("strict");
   rt.hits_key = PyUnicode_InternFromString("op_cache_hits");
+  rt.syncs_key = PyUnicode_InternFromString("syncs");
   rt.one = PyLong_FromLong(1);
   rt.zero = PyLong_FromLong(0);
   rt.minus_one = PyLong_FromLong(-1);

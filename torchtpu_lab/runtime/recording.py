@@ -122,6 +122,8 @@ def configure(core, set_array, growth: ModuleType) -> None:
         "appended": growth.appended,
         "mark_grown": growth.mark_grown,
         "bounded_active": bounded._ACTIVE,
+        "lengths": growth._LENGTHS,
+        "recent_syncs": growth.RECENT_SYNCS,
     })
     _core[0] = core
     lesson_pending = core.lesson_pending
