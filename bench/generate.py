@@ -25,6 +25,8 @@ shared machine's changing load falls on all rows alike. Usage::
                                          # the decode program's device time
     python bench/generate.py --attention-ab  # decode attention through the native core vs the Python kernel,
                                              # alternate rounds of one process
+    python bench/generate.py --bounded-ab --batch 2  # a left-padded batch's mask ops (bounded.py's one-call
+                                                     # rewrites) recorded in C++ vs made in Python, the same way
 """
 
 from __future__ import annotations
@@ -217,15 +219,12 @@ def split(models: list, width: int, reps: int) -> None:
                  "calls handed to Python, per token", "syncs/token", "step program device ms/run")))
 
 
-def attention_ab(models: list, width: int, rounds: int, batch: int = 1) -> None:
-    """A warm decode step's attention through the native core (its C++ autograd kernel sends the call below
-    autograd to the recording kernel, which records attention over padded keys) against the Python autograd kernel
-    (``padded_attention.autograd_attention``, registered over the C++ one for a round and removed again), in
-    alternate rounds of one process: ms per token, medians of the rounds, and the median of the rounds' paired
-    ratios (a noisy machine's drift falls on both alike). ``batch`` above 1: left-padded prompts with a mask, as
-    the main table's ``--batch``."""
+def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, switch) -> None:
+    """Warm ``generate`` with a part of the native core on (``C++``) and off (``Python``: ``switch(True)`` turns
+    it off for a round and returns what turns it back on), in alternate rounds of one process: ms per token,
+    medians of the rounds, and the median of the rounds' paired ratios (a noisy machine's drift falls on both
+    alike). ``batch`` above 1: left-padded prompts with a mask, as the main table's ``--batch``."""
     from torchtpu_lab import native
-    from torchtpu_lab.runtime import padded_attention
 
     if native.module() is None:
         print("no native core: nothing to compare")
@@ -239,25 +238,43 @@ def attention_ab(models: list, width: int, rounds: int, batch: int = 1) -> None:
         times: dict = {"C++": [], "Python": []}
         for r in range(rounds):
             for path in ("C++", "Python") if r % 2 == 0 else ("Python", "C++"):
-                lib = None
-                if path == "Python":
-                    lib = torch.library.Library("aten", "IMPL")
-                    with warnings.catch_warnings():  # "overriding a previously registered kernel": the point
-                        warnings.simplefilter("ignore")
-                        lib.impl(torch.ops.aten.scaled_dot_product_attention.default,
-                                 padded_attention.autograd_attention, "AutogradPrivateUse1")
+                restore = switch(True) if path == "Python" else None
                 call(model, prompt, tokens, kwargs)
                 samples = [call(model, prompt, tokens, kwargs)[1] / tokens * 1e3 for _ in range(per_round)]
                 times[path].append(statistics.median(samples))
-                if lib is not None:
-                    lib._destroy()
+                if restore is not None:
+                    restore()
         paired = statistics.median(a / b for a, b in zip(times["C++"], times["Python"]))
         rows.append((kind, f"{statistics.median(times['C++']):.3f}", f"{statistics.median(times['Python']):.3f}",
                      f"{paired:.3f}"))
-    print(table(f"warm generate, decode attention in C++ vs Python ({tokens} tokens, width {width}, batch {batch}, "
+    print(table(f"warm generate, {what} in C++ vs Python ({tokens} tokens, width {width}, batch {batch}, "
                 f"{rounds} alternate rounds of {per_round} calls; load average "
                 f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows,
                 ("model", "C++ ms/token", "Python ms/token", "paired ratio C++/Python")))
+
+
+def python_attention(_: bool):
+    """A decode step's attention through the Python autograd kernel (``padded_attention.autograd_attention``,
+    registered over the C++ one, whose call below autograd reaches the recording kernel) until the returned
+    function removes it."""
+    from torchtpu_lab.runtime import padded_attention
+
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():  # "overriding a previously registered kernel": the point
+        warnings.simplefilter("ignore")
+        lib.impl(torch.ops.aten.scaled_dot_product_attention.default, padded_attention.autograd_attention,
+                 "AutogradPrivateUse1")
+    return lib._destroy
+
+
+def python_rewrites(_: bool):
+    """``runtime/bounded.py``'s rewrites of one inner call (a pointwise op on fronts, ``arange`` of a growing
+    length: a left-padded batch's mask ops) left to Python until the returned function gives them back to the
+    recording kernel."""
+    from torchtpu_lab.runtime import bounded
+
+    bounded.NATIVE[0] = False
+    return lambda: bounded.NATIVE.__setitem__(0, True)
 
 
 def main() -> None:
@@ -273,9 +290,14 @@ def main() -> None:
     parser.add_argument("--split", action="store_true", help="where a warm decode token goes, per model and cache")
     parser.add_argument("--attention-ab", action="store_true",
                         help="a decode step's attention in C++ vs through the Python autograd kernel, in one process")
+    parser.add_argument("--bounded-ab", action="store_true",
+                        help="bounded.py's one-call rewrites (a left-padded batch's mask ops) recorded in C++ vs "
+                             "made in Python, in one process (use with --batch 2)")
     args = parser.parse_args()
-    if args.attention_ab:
-        attention_ab(args.models.split(","), args.width, max(args.reps, 8), args.batch)
+    if args.attention_ab or args.bounded_ab:
+        what, switch = (("decode attention", python_attention) if args.attention_ab
+                        else ("bounded.py's one-call rewrites", python_rewrites))
+        paired_ab(args.models.split(","), args.width, max(args.reps, 8), args.batch, what, switch)
         return
     if args.kernels:
         kernels(max(args.reps, 5))

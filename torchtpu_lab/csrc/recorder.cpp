@@ -189,6 +189,7 @@ struct Runtime {
   PyObject* appended = nullptr;        // growth.appended(result, old, dim, length, k, sources): its marks
   PyObject* mark_grown = nullptr;      // growth.mark_grown(result, dim): a pointwise result on fronts marked
   PyObject* bounded_active = nullptr;  // bounded._ACTIVE: [True while a rewrite runs its inner ops]
+  PyObject* bounded_native = nullptr;  // bounded.NATIVE: [True: the rewrites of one inner call are made here]
   PyObject* lengths = nullptr;         // growth._LENGTHS: length -> (capacity, weak ref, syncs then)
   long recent_syncs = 0;               // growth.RECENT_SYNCS
   PyObject* syncs_key = nullptr;       // "syncs"
@@ -811,6 +812,12 @@ bool as_padded_attention(const torch::jit::Stack& stack, size_t base, long devic
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 
+// Whether bounded.py's rewrites of one inner call are made here now: not inside a rewrite (its inner calls are
+// never rewritten again), and not turned off (bounded.NATIVE).
+bool rewrites_here() {
+  return PyList_GET_ITEM(rt.bounded_active, 0) == Py_False && PyList_GET_ITEM(rt.bounded_native, 0) == Py_True;
+}
+
 // Whether t is a front as growth.front decides it: a view of a storage growth.py marked as grown along g, whose
 // one dim with the storage's stride at g holds 1 < n < capacity positions, no dim empty, and whose geometry with
 // the whole capacity there stays inside the storage. `w` gets that whole geometry, size-1 dims with their
@@ -881,8 +888,7 @@ bool front_of(const at::Tensor& t, Whole& w) {
 bool as_pointwise_fronts(const c10::OperatorHandle& op, const torch::jit::Stack& stack, long device,
                          const std::vector<char>& dynamic, std::string& key) {
   fronts_scratch.active = false;
-  if (PyDict_GET_SIZE(rt.grown_ids) == 0 || PyList_GET_ITEM(rt.bounded_active, 0) != Py_False ||
-      !data_in_storage(rt.tensor_type)) {
+  if (PyDict_GET_SIZE(rt.grown_ids) == 0 || !rewrites_here() || !data_in_storage(rt.tensor_type)) {
     return false;
   }
   const size_t n = op.schema().arguments().size();
@@ -944,8 +950,7 @@ bool as_arange_front(const c10::OperatorHandle& op, const torch::jit::Stack& sta
   fronts_scratch.active = false;
   const size_t n = op.schema().arguments().size();
   const size_t base = stack.size() - n;
-  if (n == 0 || !stack[base].isInt() || PyDict_GET_SIZE(rt.lengths) == 0 ||
-      PyList_GET_ITEM(rt.bounded_active, 0) != Py_False) {
+  if (n == 0 || !stack[base].isInt() || PyDict_GET_SIZE(rt.lengths) == 0 || !rewrites_here()) {
     return false;
   }
   const int64_t end = stack[base].toInt();
@@ -2056,6 +2061,7 @@ void configure_recorder(PyObject* config) {
   rt.appended = item(config, "appended");
   rt.mark_grown = item(config, "mark_grown");
   rt.bounded_active = item(config, "bounded_active");
+  rt.bounded_native = item(config, "bounded_native");
   rt.lengths = item(config, "lengths");
   rt.recent_syncs = as_long(item(config, "recent_syncs"));
   rt.main_thread = PyLong_AsUnsignedLong(PyDict_GetItemString(config, "main_thread"));

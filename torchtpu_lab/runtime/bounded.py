@@ -86,6 +86,10 @@ aten = torch.ops.aten
 #: set while a rewrite runs its inner ops (they see whole extents, never fronts, and an ``arange`` of a capacity
 #: must not be rewritten again)
 _ACTIVE = [False]
+#: whether the recording kernel makes the rewrites that are one inner call itself (a pointwise op on fronts, an
+#: ``arange`` of a growing length: csrc/recorder.cpp); ``[False]`` leaves them to Python, as a benchmark compares
+#: (``python bench/generate.py --bounded-ab``)
+NATIVE = [True]
 _MEAN, _LEAST, _MOST = object(), object(), object()
 #: reductions and the value the padding is filled with when they reduce the grown dim
 _IDENTITY = {aten.sum.default: 0, aten.sum.dim_IntList: 0, aten.mean.default: _MEAN, aten.mean.dim: _MEAN,

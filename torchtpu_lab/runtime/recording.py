@@ -122,6 +122,7 @@ def configure(core, set_array, growth: ModuleType) -> None:
         "appended": growth.appended,
         "mark_grown": growth.mark_grown,
         "bounded_active": bounded._ACTIVE,
+        "bounded_native": bounded.NATIVE,
         "lengths": growth._LENGTHS,
         "recent_syncs": growth.RECENT_SYNCS,
     })
