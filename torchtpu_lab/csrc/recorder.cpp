@@ -950,8 +950,8 @@ bool as_arange_front(const c10::OperatorHandle& op, const torch::jit::Stack& sta
   fronts_scratch.active = false;
   const size_t n = op.schema().arguments().size();
   const size_t base = stack.size() - n;
-  if (n == 0 || !stack[base].isInt() || PyDict_GET_SIZE(rt.lengths) == 0 || !rewrites_here()) {
-    return false;
+  if (n == 0 || !stack[base].isInt() || dynamic[0] || PyDict_GET_SIZE(rt.lengths) == 0 || !rewrites_here()) {
+    return false;  // (`end` sizes the output: keyed by value, never a graph input the call would pass as n)
   }
   const int64_t end = stack[base].toInt();
   if (end < 2) return false;
