@@ -675,6 +675,28 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   return any_tensor || names_device;
 }
 
+// The dim along which growth.py marked t's storage as grown (growth._GROWN_IDS), with that Storage (borrowed: t
+// holds it); -1 when it is not grown, or t is not over a Storage of ours, or (`view_only`) t is its base tensor.
+long grown_dim(const at::Tensor& t, bool view_only, PyObject** storage_out) {
+  PyObject* storage = nullptr;
+  PyObject* view = nullptr;
+  if (!data_ref(t, &storage, &view) || (view_only && view == Py_None) || Py_TYPE(storage) != rt.storage_type) {
+    return -1;
+  }
+  OwnedRef id(PyLong_FromVoidPtr(storage));
+  if (id.p == nullptr) throw python_error();
+  PyObject* known = PyDict_GetItemWithError(rt.grown_ids, id.p);  // borrowed
+  if (known == nullptr) {
+    if (PyErr_Occurred()) throw python_error();
+    return -1;
+  }
+  if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) < 1) return -1;
+  const long g = PyLong_AsLong(PyTuple_GET_ITEM(known, 0));
+  if (g == -1 && PyErr_Occurred()) throw python_error();
+  *storage_out = storage;
+  return g;
+}
+
 // x's Storage (borrowed: x holds it) when x is the first n >= 1 positions along d of a storage growth.py marked as
 // grown along d — the whole storage elsewhere, in its contiguous strides, at offset 0 — as growth._padded_length
 // decides it; else nullptr. `front_only`: x must be a view of that storage (an append's x), not its base tensor.
@@ -685,20 +707,7 @@ PyObject* grown_front(const at::Tensor& x, int64_t d, bool front_only) {
     return nullptr;
   }
   PyObject* storage = nullptr;
-  PyObject* view = nullptr;
-  if (!data_ref(x, &storage, &view) || (front_only && view == Py_None) || Py_TYPE(storage) != rt.storage_type) {
-    return nullptr;
-  }
-  OwnedRef id(PyLong_FromVoidPtr(storage));
-  if (id.p == nullptr) throw python_error();
-  PyObject* known = PyDict_GetItemWithError(rt.grown_ids, id.p);  // borrowed
-  if (known == nullptr) {
-    if (PyErr_Occurred()) throw python_error();
-    return nullptr;
-  }
-  if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) < 1 || PyLong_AsLong(PyTuple_GET_ITEM(known, 0)) != d) {
-    return nullptr;
-  }
+  if (grown_dim(x, front_only, &storage) != d) return nullptr;
   PyObject* shape = rt.st_shape.get(storage);
   if (PyTuple_GET_SIZE(shape) != rank) return nullptr;
   int64_t stride = 1;
@@ -824,24 +833,11 @@ bool rewrites_here() {
 // contiguous stride (a view op derives theirs from the length: the whole extent's key must not).
 bool front_of(const at::Tensor& t, Whole& w) {
   PyObject* storage = nullptr;
-  PyObject* view = nullptr;
-  if (t.dim() == 0 || !data_ref(t, &storage, &view) || view == Py_None || Py_TYPE(storage) != rt.storage_type) {
-    return false;
-  }
-  OwnedRef id(PyLong_FromVoidPtr(storage));
-  if (id.p == nullptr) throw python_error();
-  PyObject* known = PyDict_GetItemWithError(rt.grown_ids, id.p);  // borrowed
-  if (known == nullptr) {
-    if (PyErr_Occurred()) throw python_error();
-    return false;
-  }
+  const long g = t.dim() == 0 ? -1 : grown_dim(t, /*view_only=*/true, &storage);
+  if (g < 0) return false;
   PyObject* shape = rt.st_shape.get(storage);
   const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
-  const long g = PyTuple_Check(known) && PyTuple_GET_SIZE(known) >= 1 ? PyLong_AsLong(PyTuple_GET_ITEM(known, 0)) : -1;
-  if (g < 0 || g >= rank) {
-    PyErr_Clear();
-    return false;
-  }
+  if (g >= rank) return false;
   std::vector<int64_t> base(static_cast<size_t>(rank));
   int64_t total = 1;
   for (Py_ssize_t i = 0; i < rank; ++i) {
