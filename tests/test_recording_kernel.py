@@ -895,7 +895,7 @@ def test_pointwise_ops_on_fronts_are_recorded_in_cpp_once_taught():
     records them as that rewrite does, once the rewrite's inner call on the whole extents taught it: at every
     length, the same node, until a storage regrows. Values are CPU's, the results are fronts, a profile sees the
     op; a call whose operands are not aligned along the grown dim takes the Python path, as before."""
-    from torchtpu_lab.runtime import growth
+    from torchtpu_lab.runtime import bounded, growth
 
     names = ["aten::mul.Tensor", "aten::add.Tensor", "aten::gt.Scalar", "aten::bitwise_and.Tensor",
              "aten::_to_copy"]
@@ -940,6 +940,16 @@ def test_pointwise_ops_on_fronts_are_recorded_in_cpp_once_taught():
         assert all(calls[i] > 0 for i in regrown), (calls, capacities)
         assert all(calls[i] == 0 for i in range(len(calls)) if i not in python), (calls, capacities)
         assert all(len(keys) == 1 for keys in node_keys.values()), node_keys
+
+        # the node the kernel records is the one the Python rewrite records (bounded.NATIVE off: Python makes them)
+        cpp = [out.tpu_storage.array.node.key for out in ops(x, m)]
+        before = handed()
+        bounded.NATIVE[0] = False
+        try:
+            python = [out.tpu_storage.array.node.key for out in ops(x, m)]
+        finally:
+            bounded.NATIVE[0] = True
+        assert python == cpp and sum(handed()[k] - before[k] for k in names) >= len(names)
 
         before = handed()
         with telemetry.Recorder() as events:
