@@ -220,8 +220,8 @@ def split(models: list, width: int, reps: int) -> None:
 
 
 def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, switch) -> None:
-    """Warm ``generate`` with a part of the native core on (``C++``) and off (``Python``: ``switch(True)`` turns
-    it off for a round and returns what turns it back on), in alternate rounds of one process: ms per token,
+    """Warm ``generate`` with a part of the native core on (``C++``) and off (``Python``: ``switch()`` turns it
+    off for a round and returns what turns it back on), in alternate rounds of one process: ms per token,
     medians of the rounds, and the median of the rounds' paired ratios (a noisy machine's drift falls on both
     alike). ``batch`` above 1: left-padded prompts with a mask, as the main table's ``--batch``."""
     from torchtpu_lab import native
@@ -238,7 +238,7 @@ def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, swit
         times: dict = {"C++": [], "Python": []}
         for r in range(rounds):
             for path in ("C++", "Python") if r % 2 == 0 else ("Python", "C++"):
-                restore = switch(True) if path == "Python" else None
+                restore = switch() if path == "Python" else None
                 call(model, prompt, tokens, kwargs)
                 samples = [call(model, prompt, tokens, kwargs)[1] / tokens * 1e3 for _ in range(per_round)]
                 times[path].append(statistics.median(samples))
@@ -253,7 +253,7 @@ def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, swit
                 ("model", "C++ ms/token", "Python ms/token", "paired ratio C++/Python")))
 
 
-def python_attention(_: bool):
+def python_attention():
     """A decode step's attention through the Python autograd kernel (``padded_attention.autograd_attention``,
     registered over the C++ one, whose call below autograd reaches the recording kernel) until the returned
     function removes it."""
@@ -267,7 +267,7 @@ def python_attention(_: bool):
     return lib._destroy
 
 
-def python_rewrites(_: bool):
+def python_rewrites():
     """``runtime/bounded.py``'s rewrites of one inner call (a pointwise op on fronts, ``arange`` of a growing
     length: a left-padded batch's mask ops) left to Python until the returned function gives them back to the
     recording kernel."""

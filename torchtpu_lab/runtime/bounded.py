@@ -47,10 +47,11 @@ Scalars the rewrite introduces (``n``, capacities minus ``n``) are Python number
 (packed numbers), not constants. The inner ops are ordinary dispatches of static shapes, which the native
 recording kernel learns and then serves without Python; the rewritten op itself is never taught to it (its key
 has ``n`` in it; an ``arange(n)`` it learned before any tensor grew to ``n`` stays an ordinary one). A pointwise
-op on fronts needs no lesson of its own: its rewrite is one inner call on the whole extents, so the recording kernel
-makes that call's key from the fronts and records it as the rewrite would, the result the front of the padded
-output (csrc/recorder.cpp ``as_pointwise_fronts``; a left-padded batch's mask is rebuilt each token with a cast,
-compares and ``&``). A rewrite
+op on fronts and an ``arange`` of a growing length need no lesson of their own: each rewrite is one inner call on
+the whole extents, so in fused mode the recording kernel makes that call's key from the call it sees and records it
+as the rewrite would, the result the front of the padded output (csrc/recorder.cpp ``as_pointwise_fronts``,
+``as_arange_front``; a left-padded batch's mask is rebuilt each token with a cast, ``arange``, compares and ``&``).
+A rewrite
 that fails for any reason leaves the op to the ordinary path, which gives PyTorch's error if the call is wrong.
 Anything else — ops across the grown dim with no padded form (``flip``, ``sort``), other indexing, mutation,
 several outputs, operands grown along different dims or lengths, factories of a grown length other than
