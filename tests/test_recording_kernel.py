@@ -1040,3 +1040,41 @@ def test_arange_of_a_growing_length_is_recorded_in_cpp_once_taught():
             (m + 1).sum().item()
         r = torch.arange(m.shape[1], device="tpu")
         assert growth.front(r) is None and torch.equal(r.cpu(), torch.arange(m.shape[1]))
+
+
+def test_first_appends_to_an_empty_accumulator_are_recorded_in_cpp_once_taught():
+    """A ``DynamicCache`` starts each layer's keys with ``torch.cat([torch.tensor([]), keys], -2)``: growth.py's
+    first append, into a new padded buffer (a training step with ``use_cache`` makes one per layer and step, a
+    ``generate`` call one per layer). Once taught, the recording kernel records such an append of the same piece
+    geometry in C++ — a new buffer of the capacity the lesson fixed, its own lineage, its length noted for
+    factories — and the appends into its spare capacity after it; values are CPU's."""
+    from torchtpu_lab.runtime import growth
+
+    name = "aten::cat"
+    with torchtpu_lab.eager_mode("fused"):
+        handed, lineages, capacities = [], set(), set()
+        for step in range(6):
+            before = recording.stats()["python_ops"].get(name, 0)
+            keys_cpu = torch.randn(1, 2, 5, 8)
+            acc = torch.tensor([]).to("tpu")  # an empty accumulator, as DynamicCache makes it
+            keys = torch.cat([acc, keys_cpu.to("tpu")], -2)
+            more_cpu = torch.randn(1, 2, 1, 8)
+            longer = torch.cat([keys, more_cpu.to("tpu")], -2)
+            handed.append(recording.stats()["python_ops"].get(name, 0) - before)
+            assert growth.padded_length(keys, 2) == 5 and growth.padded_length(longer, 2) == 6
+            assert growth.recent_capacity(5) == keys.tpu_storage.shape[2]
+            lineages.add(growth._GROWN_IDS[id(keys.tpu_storage)][2])
+            capacities.add(keys.tpu_storage.shape[2])
+            torch.testing.assert_close(longer.cpu(), torch.cat([keys_cpu, more_cpu], -2))
+            torch.testing.assert_close(keys.cpu(), keys_cpu)
+        assert all(h == 0 for h in handed[2:]), handed  # the first calls teach both appends
+        assert len(lineages) == 6 and len(capacities) == 1, (lineages, capacities)
+
+        same_rank_cpu = torch.randn(3, 4)  # an empty accumulator of the piece's rank: `cat([zeros(3, 0), x], 1)`
+        for _ in range(3):
+            before = recording.stats()["python_ops"].get(name, 0)
+            out = torch.cat([torch.zeros(3, 0).to("tpu"), same_rank_cpu.to("tpu")], 1)
+            torch.testing.assert_close(out.cpu(), same_rank_cpu)
+        assert recording.stats()["python_ops"].get(name, 0) == before
+        with pytest.raises(RuntimeError):  # a mismatched accumulator: PyTorch's error, from the Python path
+            torch.cat([torch.zeros(2, 0).to("tpu"), same_rank_cpu.to("tpu")], 1).cpu()

@@ -719,11 +719,46 @@ PyObject* grown_front(const at::Tensor& x, int64_t d, bool front_only) {
   return storage;
 }
 
+// Whether a `cat` of an empty accumulator x and a piece (`torch.cat([torch.tensor([]), piece], d)`, how a
+// DynamicCache starts each layer's keys) is growth.py's first append, as growth._appendable decides it: one dtype,
+// a non-empty piece of rank >= 1, and x 1-d or the piece's shape with 0 positions along d. Its key — dtype, d and
+// the piece's own key — fixes the new buffer's capacity (growth._capacity of the piece's positions), so n is 0
+// and append_scratch describes the call with x's (empty) storage as the old one.
+bool as_first_append(const at::Tensor& x, const at::Tensor& piece, int64_t d, long device, std::string& key) {
+  const int64_t rank = piece.dim();
+  if (rank == 0 || piece.numel() == 0 || x.scalar_type() != piece.scalar_type() || d < -rank || d >= rank) {
+    return false;
+  }
+  if (d < 0) d += rank;
+  if (x.dim() != 1) {
+    if (x.dim() != rank) return false;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (x.size(i) != (i == d ? 0 : piece.size(i))) return false;
+    }
+  }
+  PyObject* storage = nullptr;
+  PyObject* view = nullptr;
+  if (!data_in_storage(rt.tensor_type) || !data_ref(x, &storage, &view) || Py_TYPE(storage) != rt.storage_type) {
+    return false;
+  }
+  std::string piece_key;
+  PyObject* piece_storage = nullptr;
+  char piece_view = 0;
+  if (tensor_input(piece, device, piece_key, &piece_storage, &piece_view) == nullptr) return false;
+  key.clear();
+  key.push_back('E');
+  put(key, static_cast<int8_t>(piece.scalar_type()));
+  put(key, static_cast<int8_t>(d));
+  key.append(piece_key);
+  append_scratch = {true, storage, d, 0, piece.size(d)};
+  return true;
+}
+
 // Whether a `cat` call (already keyed by build_key) is an append into spare capacity, as growth._appendable and
 // _append's no-new-buffer branch decide it: two tensors of one dtype and rank; x the front of a storage
 // growth.py marked as grown along d (grown_front); the piece equal to x off d, with k >= 1 positions that fit
 // (n + k <= capacity). If so, `key` becomes the append's key — dtype, d, the storage's shape and the piece's own
-// key, without n — and append_scratch describes the call.
+// key, without n — and append_scratch describes the call. An empty x is as_first_append's.
 bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::string& key) {
   append_scratch.active = false;
   if (!stack[base].isTensorList() || !stack[base + 1].isInt()) return false;
@@ -731,6 +766,7 @@ bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::st
   if (list.size() != 2) return false;
   const at::Tensor x = list.get(0);
   const at::Tensor piece = list.get(1);
+  if (x.numel() == 0) return as_first_append(x, piece, stack[base + 1].toInt(), device, key);
   const int64_t rank = x.dim();
   if (rank == 0 || piece.dim() != rank || x.scalar_type() != piece.scalar_type()) return false;
   int64_t d = stack[base + 1].toInt();

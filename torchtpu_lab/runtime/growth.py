@@ -283,8 +283,8 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     new = Storage.output(shape, piece.dtype, p_storage.device_index, out)
     if type(out) is fused.LazyValue:
         fused.track_new(new)
-        if not grow:  # the recording kernel records the next ones (in a storage of this capacity)
-            recording.learn_append(program, key, dyn)
+        if not grow or x is None:  # the recording kernel records the next ones (into this capacity; first ones)
+            recording.learn_append(program, key, dyn, first=x is None)
     size = list(shape)
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))

@@ -223,15 +223,18 @@ LENGTH = -2
 _APPEND, _PADDED_ATTENTION = 1, 2
 
 
-def learn_append(compiled, key, dyn: list) -> None:
+def learn_append(compiled, key, dyn: list, first: bool = False) -> None:
     """:mod:`.growth` recorded an append into spare capacity (``compiled``, the append's program, recorded under
     ``key``; ``dyn``: the grown tensor's storage, the piece's, the piece's offset where it is a view at one (which
     the kernel's key fixes), the length ``n``) for a ``cat`` the recording kernel took for such an append and did
     not know: teach it, so that the next appends of this geometry at any length are recorded in C++ (each new
-    length is a new ``n``, not a new key)."""
+    length is a new ``n``, not a new key). ``first``: the first append, to an empty accumulator, into a new buffer
+    (``dyn`` has no grown storage then, and ``n`` is 0): the next ones of this piece geometry (a ``DynamicCache``'s
+    first keys at every call or training step) are recorded in C++ too."""
     core = _core[0]
     if core is not None:
-        core.learn_unsized(_APPEND, compiled, key, dyn, [(0, 0), (0, 1)] + [-1] * (len(dyn) - 3) + [LENGTH])
+        elements = [(0, 1)] if first else [(0, 0), (0, 1)]
+        core.learn_unsized(_APPEND, compiled, key, dyn, elements + [-1] * (len(dyn) - len(elements) - 1) + [LENGTH])
 
 
 def learn_padded_attention(compiled, key, dyn: list, query: TpuTensor, mask: TpuTensor | None) -> None:
