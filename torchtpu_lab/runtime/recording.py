@@ -74,15 +74,14 @@ def available(core) -> bool:
     return core is not None and hasattr(core, "install_recording_kernels")
 
 
-def configure(core, set_array, growth: ModuleType) -> None:
+def configure(core, set_array, growth: ModuleType, bounded: ModuleType) -> None:
     """Give the core the objects its recorded path reads and writes (once, before :func:`install`);
     ``set_array``: :func:`.values.set_array`, an in-place op's write; ``growth``: the :mod:`.growth` module, whose
-    table of grown storages and ``appended`` an append recorded in C++ uses (both passed in: ``values`` imports
-    the executor and ``growth`` imports this module)."""
+    table of grown storages and ``appended`` an append recorded in C++ uses, and its lengths and ``mark_grown``,
+    which the rewrites of :mod:`.bounded` made in C++ use with that module's flags (all passed in: ``values``
+    imports the executor, and ``growth`` and ``bounded`` import this module through it)."""
     global lesson_pending
     from jax._src.array import ArrayImpl
-
-    from . import bounded  # (it imports the executor, which imports this module)
 
     core.configure_recorder({
         "enabled": config.native_recording,
