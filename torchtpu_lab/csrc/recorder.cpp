@@ -719,6 +719,22 @@ PyObject* grown_front(const at::Tensor& x, int64_t d, bool front_only) {
   return storage;
 }
 
+// An append's key into `key`: `tag` ('A' into spare capacity, 'E' a first append), the dtype, d, the grown
+// storage's shape (`shape`; none for a first append) and the piece's own key; false where the piece has none.
+bool append_key(char tag, const at::Tensor& piece, int64_t d, PyObject* shape, long device, std::string& key) {
+  std::string piece_key;
+  PyObject* piece_storage = nullptr;
+  char piece_view = 0;
+  if (tensor_input(piece, device, piece_key, &piece_storage, &piece_view) == nullptr) return false;
+  key.clear();
+  key.push_back(tag);
+  put(key, static_cast<int8_t>(piece.scalar_type()));
+  put(key, static_cast<int8_t>(d));
+  if (shape != nullptr) put_shape(key, shape);
+  key.append(piece_key);
+  return true;
+}
+
 // Whether a `cat` of an empty accumulator x and a piece (`torch.cat([torch.tensor([]), piece], d)`, how a
 // DynamicCache starts each layer's keys) is growth.py's first append, as growth._appendable decides it: one dtype,
 // a non-empty piece of rank >= 1, and x 1-d or the piece's shape with 0 positions along d. Its key — dtype, d and
@@ -741,15 +757,7 @@ bool as_first_append(const at::Tensor& x, const at::Tensor& piece, int64_t d, lo
   if (!data_in_storage(rt.tensor_type) || !data_ref(x, &storage, &view) || Py_TYPE(storage) != rt.storage_type) {
     return false;
   }
-  std::string piece_key;
-  PyObject* piece_storage = nullptr;
-  char piece_view = 0;
-  if (tensor_input(piece, device, piece_key, &piece_storage, &piece_view) == nullptr) return false;
-  key.clear();
-  key.push_back('E');
-  put(key, static_cast<int8_t>(piece.scalar_type()));
-  put(key, static_cast<int8_t>(d));
-  key.append(piece_key);
+  if (!append_key('E', piece, d, nullptr, device, key)) return false;
   append_scratch = {true, storage, d, 0, piece.size(d)};
   return true;
 }
@@ -781,16 +789,7 @@ bool as_append(const torch::jit::Stack& stack, size_t base, long device, std::st
   const int64_t n = x.size(d);
   const int64_t k = piece.size(d);
   if (k < 1 || n + k > PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d))) return false;
-  std::string piece_key;
-  PyObject* piece_storage = nullptr;
-  char piece_view = 0;
-  if (tensor_input(piece, device, piece_key, &piece_storage, &piece_view) == nullptr) return false;
-  key.clear();
-  key.push_back('A');
-  put(key, static_cast<int8_t>(x.scalar_type()));
-  put(key, static_cast<int8_t>(d));
-  put_shape(key, shape);
-  key.append(piece_key);
+  if (!append_key('A', piece, d, shape, device, key)) return false;
   append_scratch = {true, storage, d, n, k};
   return true;
 }
