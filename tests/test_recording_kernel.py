@@ -639,6 +639,51 @@ def test_attention_over_padded_keys_is_recorded_in_cpp_once_taught():
         torch.testing.assert_close(q_grad.grad.cpu(), q_cpu_grad.grad)
 
 
+def test_attention_over_whole_buffers_is_recorded_in_cpp_once_taught():
+    """A static cache's attention (keys and values whole buffers written in place, a mask read at their size)
+    is taught by its first call and recorded in C++ after it, as the node the Python path records: the same key
+    (its matmul precision in it) and values equal CPU's. A query that is a view, a new precision and a new
+    geometry are new keys: their first call takes Python, once."""
+    import torch.nn.functional as F
+
+    name = "aten::scaled_dot_product_attention"
+    torch.manual_seed(0)
+    k_cpu, v_cpu = torch.zeros(1, 2, 16, 32), torch.zeros(1, 2, 16, 32)
+    precision = torch.get_float32_matmul_precision()
+    try:
+        with torchtpu_lab.eager_mode("fused"), torch.no_grad():
+            k, v = k_cpu.to("tpu"), v_cpu.to("tpu")
+            handed, node_keys = [], []
+            for step in range(8):
+                if step == 6:
+                    torch.set_float32_matmul_precision("high")
+                position = torch.tensor([step])
+                k_new, v_new, q_cpu = torch.randn(1, 2, 1, 32), torch.randn(1, 2, 1, 32), torch.randn(1, 2, 3, 32)
+                k.index_copy_(2, position.to("tpu"), k_new.to("tpu"))
+                v.index_copy_(2, position.to("tpu"), v_new.to("tpu"))
+                k_cpu.index_copy_(2, position, k_new)
+                v_cpu.index_copy_(2, position, v_new)
+                mask_cpu = (torch.arange(16) <= step).view(1, 1, 1, 16)
+                q, mask = q_cpu.to("tpu"), mask_cpu.to("tpu")
+                for query, query_cpu in ((q, q_cpu), (q[:, :, 1:], q_cpu[:, :, 1:])):
+                    before = recording.stats()["python_ops"].get(name, 0)
+                    out = F.scaled_dot_product_attention(query, k, v, attn_mask=mask)
+                    handed.append(recording.stats()["python_ops"].get(name, 0) - before)
+                    node_keys.append(out.tpu_storage.array.node.key)
+                    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(query_cpu, k_cpu, v_cpu,
+                                                                                         attn_mask=mask_cpu))
+            # Python: each query geometry's first call, and again at the new precision; C++ otherwise
+            assert handed == [1, 1] + [0, 0] * 5 + [1, 1] + [0, 0], handed
+            assert [key.precision for key in node_keys] == [precision] * 12 + ["high"] * 4
+            assert len(set(node_keys[0:12:2])) == len(set(node_keys[1:12:2])) == 1 and node_keys[0] != node_keys[1]
+            with _python_path():  # the node the Python path records for the same call
+                out = F.scaled_dot_product_attention(q[:, :, 1:], k, v, attn_mask=mask)
+            assert out.tpu_storage.array.node.key == node_keys[-1]
+            torchtpu_lab.sync()
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
 @pytest.mark.parametrize("rows", [1, 3])
 def test_appends_recorded_in_cpp_outgrow_their_capacity_and_keep_one_lineage(rows):
     """Appends the kernel records run into the end of their padded storage: the one that does not fit takes

@@ -148,9 +148,14 @@ PYBIND11_MODULE(_C, m) {
         "Hand the recording kernel the Python objects it reads and writes (runtime/recording.py).");
   m.def("install_recording_kernels", [](py::sequence ops) { torchtpu::install_recording_kernels(ops.ptr()); },
         "Make each (schema name, overload, python kernel)'s PrivateUse1 kernel a recording kernel.");
-  m.def("learn", [](py::handle name, py::handle overload, py::handle compiled, py::list dyn, py::sequence sources) {
-    return torchtpu::learn(name.ptr(), overload.ptr(), compiled.ptr(), dyn.ptr(), sources.ptr());
-  }, "File an executable under the key of the innermost recording-kernel call that fell back to Python.");
+  m.def("learn", [](py::handle name, py::handle overload, py::handle compiled, py::list dyn, py::sequence sources,
+                    py::handle signature) {
+    return torchtpu::learn(name.ptr(), overload.ptr(), compiled.ptr(), dyn.ptr(), sources.ptr(),
+                           signature.is_none() ? nullptr : signature.ptr());
+  }, "File an executable under the key of the innermost recording-kernel call that fell back to Python "
+     "(recorded as a node keyed `signature`, when not None, in place of its own).",
+        py::arg("name"), py::arg("overload"), py::arg("compiled"), py::arg("dyn"), py::arg("sources"),
+        py::arg("signature") = py::none());
   m.def("learn_unsized", [](int kind, py::handle compiled, py::handle signature, py::list dyn,
                             py::sequence sources) {
     return torchtpu::learn_unsized(static_cast<char>(kind), compiled.ptr(), signature.ptr(), dyn.ptr(),

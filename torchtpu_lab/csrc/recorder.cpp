@@ -2446,10 +2446,23 @@ void fill_entry(Entry& e, PyObject* compiled) {
 
 }  // namespace
 
-bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources) {
+namespace {
+// fill_entry, with `signature` (if any) as the node's key in place of `compiled`'s own: a program several
+// signatures share (lengths, matmul precisions) is recorded under the call's.
+void fill_entry_as(Entry& e, PyObject* compiled, PyObject* signature) {
+  fill_entry(e, compiled);
+  if (signature == nullptr) return;
+  Py_XDECREF(e.signature);
+  e.signature = Py_NewRef(signature);
+}
+}  // namespace
+
+bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources,
+           PyObject* signature) {
   Miss* miss = lesson_for(name, overload, false);
   if (miss == nullptr) return false;
-  return file_new(miss, miss->kernel->table(), dyn, sources, [&](Entry& e) { fill_entry(e, compiled); });
+  return file_new(miss, miss->kernel->table(), dyn, sources,
+                  [&](Entry& e) { fill_entry_as(e, compiled, signature); });
 }
 
 bool learn_unsized(char kind, PyObject* compiled, PyObject* signature, PyObject* dyn, PyObject* sources) {
@@ -2458,10 +2471,8 @@ bool learn_unsized(char kind, PyObject* compiled, PyObject* signature, PyObject*
   }
   Miss* miss = &misses.back();
   return file_new(miss, miss->kernel->unsized_table(), dyn, sources, [&](Entry& e) {
-    fill_entry(e, compiled);
+    fill_entry_as(e, compiled, signature);  // (its program is shared by lengths)
     TORCH_CHECK(e.more.empty() && e.flags.empty(), "learn_unsized: a length-free call has one output");
-    Py_XDECREF(e.signature);  // the node's key: the call's OpSignature (its program is shared by lengths)
-    e.signature = Py_NewRef(signature);
   });
 }
 

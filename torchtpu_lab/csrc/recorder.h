@@ -28,7 +28,10 @@ bool lesson_pending();
 
 // Files `compiled` (an executor OpExecutable) under the key of the innermost fallback call of op
 // name.overload; `sources`: per dynamic input, the argument position it comes from (-1: the constant in dyn).
-bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources);
+// `signature`: the node's key where `compiled` is a program several signatures share (its own `signature` is
+// then not the call's: runtime/padded_attention.py's), else nullptr.
+bool learn(PyObject* name, PyObject* overload, PyObject* compiled, PyObject* dyn, PyObject* sources,
+           PyObject* signature = nullptr);
 
 // The same for a call keyed without its length n by the innermost fallback call, of `kind` 1 (an append into spare
 // capacity, runtime/growth.py: aten::cat's key) or 2 (attention over padded keys, runtime/padded_attention.py:

@@ -88,10 +88,16 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
     sig = (q_in, k_in, v_in, mask_in, n is not None, bool(is_causal), scale, query.dtype, out_shape)
     program = _program(*sig)
     device = query.tpu_storage.device_index
-    key = OpSignature("scaled_dot_product_attention", sig, (), torch.get_float32_matmul_precision())
-    out = launch(program, key, dyn, device, True)
-    if n is not None and type(out) is fused.LazyValue:  # the next ones, at any n: recorded in C++
-        recording.learn_padded_attention(program, key, dyn, query, mask_read)
+    signature = OpSignature("scaled_dot_product_attention", sig, (), torch.get_float32_matmul_precision())
+    out = launch(program, signature, dyn, device, True)
+    if type(out) is fused.LazyValue:  # the next such calls: recorded in C++
+        if n is not None:  # at any n
+            recording.learn_padded_attention(program, signature, dyn, query, mask_read)
+        else:  # of this geometry (a static cache's: keys and values whole buffers)
+            lesson = recording.lesson_pending
+            if lesson is not None and lesson():
+                recording.learn(_SDPA, program, dyn, (query, key, value, mask_read), {}, _NONE, _NONE, False,
+                                signature=signature)
     return _wrap(out, program.meta, device)
 
 
@@ -129,6 +135,7 @@ _TRAINABLE = aten._scaled_dot_product_fused_attention_overrideable.default
 #: :func:`_fused` under the runtime's lock with the interrupt checkpoint, as every tpu kernel runs
 _FUSED = fused.entry_point(_fused)
 _len_dispatch_stack = torch._C._len_torch_dispatch_stack
+_NONE = frozenset()  # (no argument of the call is a graph input by position or name: its numbers are keyed)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 

@@ -175,13 +175,14 @@ def dynamic_numbers(op: torch._ops.OpOverload, teacher: torch._ops.OpOverload, d
 
 
 def learn(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: dict, positions: frozenset,
-          names: frozenset, dynamic_scalars: bool) -> None:
+          names: frozenset, dynamic_scalars: bool, signature=None) -> None:
     """The Python path is recording a call (``compiled``'s short path) that the recording kernel keyed and did
     not know: teach it where each of ``dyn`` comes from. Arguments it cannot describe (a view, numbers inside a
-    list that are graph inputs) teach nothing; the call keeps taking the Python path."""
+    list that are graph inputs) teach nothing; the call keeps taking the Python path. ``signature``: the call's
+    node key, where ``compiled`` is a program several signatures share (:mod:`.padded_attention`'s)."""
     sources = _sources(op, dyn, args, kwargs, positions, names, dynamic_scalars)
     if sources is not None:
-        _core[0].learn(op._schema.name, op._schema.overload_name, compiled, dyn, sources)
+        _core[0].learn(op._schema.name, op._schema.overload_name, compiled, dyn, sources, signature)
 
 
 def learn_strict(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kwargs: dict, positions: frozenset,
