@@ -231,7 +231,7 @@ def install(core=None) -> None:
         if core is not None and _records(op, kernel):
             kind = recording.RECORD_ON_FRONTS if bounded.pointwise(op) else recording.RECORD
             native[op] = (kernel, kind, op, not kernel.lowering.static_scalars)
-        elif core is not None and op in padded_attention.ATTENTION_KERNELS:  # on padded keys (recording.py)
+        elif core is not None and op in padded_attention.ATTENTION_KERNELS:  # padded keys, whole buffers (recording.py)
             native[op] = (kernel, recording.RECORD, op, False)
         elif core is not None and view_kernels.recordable_view(op, fn):
             native[op] = (kernel, recording.VIEW, op, False)

@@ -33,6 +33,10 @@ result grown to the same length (built on padded extents by runtime/bounded.py, 
 left-padded batch is). Where keys and values are not both padded views of the same length, or the mask is not
 such a front, the kernel reads them at their logical length: the results are the same, and the compile cause of
 the next program names ``scaled_dot_product_attention`` and the length that changed.
+
+With the native core, the first call of each kind teaches the recording kernel, which records the next ones
+without Python: on padded keys, at any length (keyed without it); on whole buffers, as a static cache's keys
+and values are, per geometry (keyed as any call).
 """
 
 from __future__ import annotations
@@ -231,7 +235,7 @@ def _program(q_in, k_in, v_in, bias_in, padded: bool, is_causal: bool, scale, dt
 
 
 #: collected into ``backend.dispatch.KERNELS`` (the tpu kernels); with the native core, behind the recording
-#: kernel, which records a call on padded keys it has seen (runtime/recording.py)
+#: kernel, which records a call it has seen, on padded keys at any length (runtime/recording.py)
 ATTENTION_KERNELS = {aten.scaled_dot_product_attention.default: scaled_dot_product_attention}
 
 

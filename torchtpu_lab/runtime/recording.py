@@ -28,7 +28,8 @@ profile records, gives the op event the Python path emits). An append that does 
 the Python path. Attention over padded keys (:mod:`.padded_attention`: keys and values the fronts of storages
 grown along the sequence, and no mask or one grown with them, as a left-padded batch's) is keyed the same way,
 without the keys' length, and taught by its first such call (:func:`learn_padded_attention`): a decode step's
-attention is recorded in C++ at every length.
+attention is recorded in C++ at every length. Attention on whole buffers (a static cache's keys and values) is
+keyed as any other call and taught by :func:`learn`, under the call's own signature (its program is shared).
 
 In strict mode a repeated call (the same key) of an op without checks runs its cached executable from C++
 (:func:`learn_strict`, taught from :func:`.executor._run_repeated`'s branch): JAX's C++ call of the compiled
