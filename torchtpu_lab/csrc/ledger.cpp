@@ -354,9 +354,14 @@ int ledger_release(PyObject* array) {
         rc = PyList_SetItem(held, 1, holders);
       } else {
         Py_DECREF(holders);
-        PyObject* deleted = PyObject_CallMethodNoArgs(array, L.is_deleted_str);
-        int dead = deleted == nullptr ? -1 : PyObject_IsTrue(deleted);
-        Py_XDECREF(deleted);
+        // Held by nothing but the caller (the storage's slot, or store()'s hold of what it held) and the entry
+        // dropped below: it goes with them, so its bytes are free now, with no weak reference to wait on.
+        int dead = 1;
+        if (Py_REFCNT(array) > 2) {
+          PyObject* deleted = PyObject_CallMethodNoArgs(array, L.is_deleted_str);
+          dead = deleted == nullptr ? -1 : PyObject_IsTrue(deleted);
+          Py_XDECREF(deleted);
+        }
         PyObject* ref = nullptr;
         if (dead == 0) {  // still alive: counted until the array object is gone
           PyObject* callback = untracked(PyCFunction_New(&gone_def, key));
