@@ -1010,6 +1010,48 @@ def test_pointwise_ops_on_fronts_are_recorded_in_cpp_once_taught():
         torch.testing.assert_close(out.cpu(), x_cpu + other_cpu)
 
 
+def test_a_broadcast_copy_of_a_front_is_recorded_in_cpp_once_taught():
+    """Grouped-query attention with gradients repeats each key head for its query group (``repeat_interleave``:
+    an expand, then ``clone``); over a cache grown by appends the clone's input is the expanded front, which
+    runtime/bounded.py copies on the padded extent (``_copy``). The recording kernel records that copy as the
+    rewrite makes it, once taught, at every length: the same node, a front, values as on CPU. A copy of a front
+    without a broadcast dim stays the rewrite's own (an ordinary copy it remembers), on the Python path."""
+    from torchtpu_lab.runtime import bounded, growth
+
+    def handed() -> int:
+        return recording.stats()["python_ops"].get("aten::clone", 0)
+
+    torch.manual_seed(0)
+    k_cpu = torch.randn(2, 1, 3, 32)  # 256 bytes a position: capacity 64
+    with torchtpu_lab.eager_mode("fused"), torch.no_grad():
+        k = k_cpu.to("tpu")
+        calls, node_keys = [], set()
+        for step in range(12):
+            piece = torch.randn(2, 1, 1, 32)
+            k, k_cpu = torch.cat([k, piece.to("tpu")], 2), torch.cat([k_cpu, piece], 2)
+            before = handed()
+            out = k.repeat_interleave(3, dim=1)
+            calls.append(handed() - before)
+            assert growth.front(out) is not None and growth.front(out).length == k_cpu.shape[2]
+            node_keys.add(out.tpu_storage.array.node.key)
+            assert torch.equal(out.cpu(), k_cpu.repeat_interleave(3, dim=1))
+        # the outer call and the rewrite's inner one go to Python twice (the inner compiles, then teaches); then none
+        assert calls == [2, 2] + [0] * 10, calls
+        assert len(node_keys) == 1, node_keys
+
+        cpp = k.repeat_interleave(3, dim=1).tpu_storage.array.node.key
+        bounded.NATIVE[0] = False  # the node the Python rewrite records for the same call
+        try:
+            assert k.repeat_interleave(3, dim=1).tpu_storage.array.node.key == cpp
+        finally:
+            bounded.NATIVE[0] = True
+
+        before = handed()
+        copy = k.clone()  # no broadcast dim: the ordinary copy of n positions, remembered as a copy of k
+        assert handed() > before and growth.front(copy) is None
+        assert id(copy.tpu_storage) in bounded._COPIES and torch.equal(copy.cpu(), k_cpu)
+
+
 def test_advanced_indexing_is_recorded_in_cpp_once_taught():
     """``x[i, j]``, ``x[:, j]`` and ``x[i, j] = v`` take their indices as a list of optional tensors
     (``aten::index.Tensor``, ``index_put_``), which the recording kernel keys element by element (an absent one

@@ -14,16 +14,21 @@ from torchtpu_lab.telemetry import Counter
 
 
 @pytest.mark.parametrize("mode", ["fused", "strict"])
-@pytest.mark.parametrize("causal, mask", [(True, None), (False, "bool"), (False, "float")])
-def test_attention_with_gradients_is_one_op_each_way_and_matches_cpu(mode, causal, mask):
+@pytest.mark.parametrize("causal, mask, key_heads", [(True, None, 4), (False, "bool", 4), (False, "float", 4),
+                                                     (True, None, 2), (False, "float", 1)])
+def test_attention_with_gradients_is_one_op_each_way_and_matches_cpu(mode, causal, mask, key_heads):
+    """Grouped-query heads (fewer key heads than query heads, ``enable_gqa``: Llama 3, Mistral, Qwen2) too: the
+    shared heads' gradients are the sums over their groups, as on CPU."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
+    q = torch.randn(2, 4, 8, 16, requires_grad=True)
+    k, v = (torch.randn(2, key_heads, 8, 16, requires_grad=True) for _ in range(2))
+    gqa = {"enable_gqa": True} if key_heads != 4 else {}
     m = None
     if mask == "bool":
         m = torch.rand(8, 8) > 0.3
     elif mask == "float":
         m = torch.randn(2, 1, 8, 8, requires_grad=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal, **gqa)
     g = torch.randn_like(out)
     out.backward(g)
     want = [out.detach(), q.grad, k.grad, v.grad] + ([m.grad] if mask == "float" else [])
@@ -32,7 +37,7 @@ def test_attention_with_gradients_is_one_op_each_way_and_matches_cpu(mode, causa
     if mask == "float":
         tm.requires_grad_()
     with torchtpu_lab.eager_mode(mode):
-        o = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, is_causal=causal)
+        o = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, is_causal=causal, **gqa)
         assert type(o.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
         o.backward(g.to("tpu"))
         got = [o.detach(), tq.grad, tk.grad, tv.grad] + ([tm.grad] if mask == "float" else [])
@@ -41,13 +46,20 @@ def test_attention_with_gradients_is_one_op_each_way_and_matches_cpu(mode, causa
 
 
 def test_attention_outside_the_fused_op_keeps_pytorchs_decomposition():
-    """Dropout and grouped-query heads with gradients take PyTorch's math decomposition (and its gradients)."""
+    """Dropout with gradients takes PyTorch's math decomposition (and its gradients); so does a grouped-query call
+    without ``enable_gqa``, whose error is PyTorch's."""
     q = torch.randn(1, 4, 6, 8).to("tpu").requires_grad_()
-    kv = torch.randn(1, 2, 6, 8).to("tpu").requires_grad_()
-    out = F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    kv = torch.randn(1, 4, 6, 8).to("tpu").requires_grad_()
+    torch.manual_seed(0)
+    out = F.scaled_dot_product_attention(q, kv, kv, dropout_p=0.5)
     assert "Overrideable" not in type(out.grad_fn).__name__
     out.sum().backward()
     assert q.grad is not None and kv.grad is not None
+    with pytest.raises(RuntimeError) as raised:
+        F.scaled_dot_product_attention(q, kv[:, :2], kv[:, :2])
+    with pytest.raises(RuntimeError) as on_cpu:
+        F.scaled_dot_product_attention(q.detach().cpu(), kv[:, :2].detach().cpu(), kv[:, :2].detach().cpu())
+    assert str(raised.value).split("\n")[0] == str(on_cpu.value).split("\n")[0]
 
 
 def test_a_direct_call_the_fused_kernel_cannot_compute_names_the_op():

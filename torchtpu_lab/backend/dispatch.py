@@ -229,7 +229,7 @@ def install(core=None) -> None:
     for op, fn in KERNELS.items():
         kernel = tpu_kernel(fn)
         if core is not None and _records(op, kernel):
-            kind = recording.RECORD_ON_FRONTS if bounded.pointwise(op) else recording.RECORD
+            kind = recording.RECORD_ON_FRONTS if bounded.on_fronts(op) else recording.RECORD
             native[op] = (kernel, kind, op, not kernel.lowering.static_scalars)
         elif core is not None and op in padded_attention.ATTENTION_KERNELS:  # padded keys, whole buffers (recording.py)
             native[op] = (kernel, recording.RECORD, op, False)

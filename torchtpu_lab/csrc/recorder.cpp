@@ -971,6 +971,24 @@ bool as_pointwise_fronts(const c10::OperatorHandle& op, const torch::jit::Stack&
   return true;
 }
 
+// Whether a `clone(x, memory_format=...)` call is one bounded._copy makes on the padded extent (then it is recorded
+// on fronts as a pointwise op is): x has a broadcast dim (stride 0, more than one position: an expanded grown KV
+// cache, grouped-query attention's `repeat_interleave`), and the memory format is none, contiguous or preserve.
+// Any other copy of a front is bounded._copy's ordinary copy of n positions, which the Python path makes.
+bool broadcast_copy(const torch::jit::Stack& stack, size_t base) {
+  const c10::IValue& format = stack[base + 1];
+  if (!stack[base].isTensor() || !(format.isNone() || format.isInt())) return false;
+  if (format.isInt()) {
+    const auto f = static_cast<c10::MemoryFormat>(format.toInt());
+    if (f != c10::MemoryFormat::Contiguous && f != c10::MemoryFormat::Preserve) return false;
+  }
+  const at::Tensor& x = stack[base].toTensor();
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (x.stride(i) == 0 && x.size(i) > 1) return true;
+  }
+  return false;
+}
+
 // Whether an `arange(end)` call (already keyed by build_key) is one bounded._arange runs on a padded extent:
 // `end` an int of at least 2 that an append grew a live tensor to within the last few syncs
 // (growth.recent_capacity: `_LENGTHS[end]` is (capacity, a live weak reference, syncs then)). If so, `key` is the
@@ -1668,6 +1686,7 @@ class RecordingKernel final : public c10::OperatorKernel {
         pointwise_(kind == Kind::kInplacePointwise), appends_(name_ == "aten::cat" && overload_.empty()),
         attends_(name_ == "aten::scaled_dot_product_attention" && overload_.empty()),
         on_fronts_(kind == Kind::kRecordOnFronts),
+        copies_(name_ == "aten::clone" && overload_.empty()),
         ranges_(name_ == "aten::arange" && overload_.empty()),
         learns_(std::move(learns)),
         learns_overload_(std::move(learns_overload)),
@@ -1750,7 +1769,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     Table& table = append_scratch.active || padded_scratch.active ? unsized_ : table_;
     // a pointwise op on fronts, an arange of a growing length: the call bounded.py's rewrite makes (and teaches)
     // on the whole extents, its result a front; on a miss, the call's own key stays, for the Python path
-    const bool on_fronts = (on_fronts_ && as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch)) ||
+    const bool on_fronts = (on_fronts_ && (!copies_ || broadcast_copy(*stack, base)) &&
+                            as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch)) ||
                            (ranges_ && as_arange_front(op, *stack, device, dynamic_, fronts_key_scratch));
     auto found = table.find(on_fronts ? fronts_key_scratch : key_scratch);
     if (found == table.end()) return false;
@@ -2034,6 +2054,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool appends_;      // aten::cat: also records growth.py's appends into spare capacity (as_append)
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
   bool on_fronts_;    // a pointwise op bounded.py rewrites: also records it on fronts (as_pointwise_fronts)
+  bool copies_;       // aten::clone: on fronts only as bounded._copy rewrites it (broadcast_copy)
   bool ranges_;       // aten::arange: also records it over a growing length's capacity (as_arange_front)
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)

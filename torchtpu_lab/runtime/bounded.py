@@ -148,6 +148,13 @@ def pointwise(op) -> bool:
     return _kind(op) is _pointwise
 
 
+def on_fronts(op) -> bool:
+    """Whether the recording kernel also records ``op`` on fronts as one inner call on the whole extents: the
+    pointwise ops, and ``clone``, whose copy of a front with a broadcast dim :func:`_copy` makes so
+    (csrc/recorder.cpp ``broadcast_copy``)."""
+    return op is aten.clone.default or pointwise(op)
+
+
 def whole(t, f: growth.Front, capacity: int | None = None):
     """``t`` over its padded storage's whole extent (``f = growth.front(t)``), cut to ``capacity`` positions
     along the grown dim when given (a view either way; ``capacity`` is at least the length)."""

@@ -121,7 +121,8 @@ def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0
                                enable_gqa=enable_gqa)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, attn_mask)):
         if trainable(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):  # runtime/training_attention.py
-            return _TRAINABLE(query, key, value, attn_mask, 0.0, is_causal, False, scale=scale)[0]
+            return _TRAINABLE(query, _query_heads(query, key), _query_heads(query, value), attn_mask, 0.0, is_causal,
+                              False, scale=scale)[0]
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
     if _len_dispatch_stack() == 0 and _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
@@ -152,11 +153,20 @@ def _is_real(t) -> bool:
 
 def trainable(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:
     """Whether an sdpa call that needs gradients takes the fused forward and backward (else the math
-    decomposition): 4-d inputs the fused kernel covers, no dropout, as many key heads as query heads, and no
-    forward-mode AD level active (the fused op has no forward derivative)."""
+    decomposition): 4-d inputs the fused kernel covers, no dropout, and no forward-mode AD level active (the
+    fused op has no forward derivative). Grouped-query heads (``enable_gqa``) are repeated first
+    (:func:`_query_heads`)."""
     return (torch.autograd.forward_ad._current_level < 0
-            and _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-            and key.shape[1] == query.shape[1])
+            and _covered(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa))
+
+
+def _query_heads(query, t):
+    """Keys or values ``t`` with as many heads as ``query``: each of a grouped-query call's key heads repeated
+    for its group of query heads, as PyTorch's math decomposition does (``repeat_interleave`` along the heads),
+    so the fused op, which takes one key head per query head, computes the same values and autograd sums the
+    group's gradients back into the shared head."""
+    h, kh = query.shape[1], t.shape[1]
+    return t if kh == h else t.repeat_interleave(h // kh, dim=1)
 
 
 def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:

@@ -148,7 +148,8 @@ def recordable(op: torch._ops.OpOverload) -> bool:
 #: What a recording kernel serves (csrc/recorder.cpp ``Kind``): a lowered op it records, a view op, an in-place
 #: op whose functional op it records and writes into ``self``, and a pointwise one, which also takes a ``self``
 #: that is a whole storage without its leading size-1 dims (recorded on that storage); and a lowered pointwise op
-#: runtime/bounded.py runs on padded extents, which it also records on fronts of padded storages, as that does.
+#: runtime/bounded.py runs on padded extents, which it also records on fronts of padded storages, as that does
+#: (``clone`` too, for the copy of an expanded front that it makes so: ``bounded.on_fronts``).
 RECORD, VIEW, INPLACE, INPLACE_POINTWISE, RECORD_ON_FRONTS = 0, 1, 2, 3, 4
 
 

@@ -14,8 +14,10 @@ the backward is its JAX vjp for the inputs ``grad_input_mask`` asks for. Both ar
 (or run, in strict/debug mode) like any op; XLA fuses the backward's recomputed scores with the rest of the step.
 
 Double backward is not available on this route (PyTorch does not differentiate the backward op; nor does it on
-CPU, where the flash kernel serves sdpa); dropout, 3-d inputs, grouped-query heads and forward-mode AD keep
-PyTorch's math decomposition (:func:`.padded_attention.trainable` says which calls come here).
+CPU, where the flash kernel serves sdpa); dropout, 3-d inputs and forward-mode AD keep PyTorch's math
+decomposition (:func:`.padded_attention.trainable` says which calls come here). Grouped-query heads (Llama 3,
+Mistral, Qwen2: ``enable_gqa=True``) come here with their key and value heads repeated per query group first,
+as the math decomposition repeats them, so autograd sums each group's gradients into its shared head.
 """
 
 from __future__ import annotations
