@@ -370,6 +370,42 @@ def test_pointwise_updates_of_a_whole_view_are_recorded_on_its_storage_in_cpp():
     assert versions == cpu_versions  # autograd's version counter moves as on the CPU
 
 
+def _reshaped_gradient_accumulation(device: str):
+    """Autograd accumulating two gradients that a ``view``'s backward reshaped (``[batch, seq, d]`` over a linear
+    layer's ``[batch * seq, d]``): ``buffer.add_(other)`` where both are the same reshape of a storage alike, then
+    a pointwise update with a number; and calls outside that form (another operand of the same shape but not such
+    a view, one that broadcasts, a view that is not all of its storage)."""
+    base = torch.arange(48.0).reshape(6, 8).to(device)
+    buffer = base.view(2, 3, 8)
+    others = []
+    for k in range(3):
+        source = (torch.arange(48.0).reshape(6, 8) * (k + 1)).to(device)
+        others.append(source)
+        buffer.add_(source.view(2, 3, 8))
+        buffer.mul_(0.5)
+    buffer.add_(torch.ones(2, 3, 8).to(device))  # a base of self's shape
+    buffer.sub_(torch.arange(8.0).to(device))  # broadcast
+    base[1:].view(5, 8)[:, :4].add_(1.0)  # not all of its storage
+    return base, buffer
+
+
+def test_an_in_place_update_of_a_reshaped_storage_is_recorded_on_the_storages_in_cpp():
+    with torchtpu_lab.eager_mode("fused"):
+        _reshaped_gradient_accumulation("tpu")  # the lessons
+        before = recording.stats()["python_ops"]
+        _reshaped_gradient_accumulation("tpu")
+        first = {op: n - before.get(op, 0) for op, n in recording.stats()["python_ops"].items()}
+        base, buffer = _reshaped_gradient_accumulation("tpu")
+        handed = {op: n - before.get(op, 0) - first.get(op, 0) for op, n in recording.stats()["python_ops"].items()}
+        # the accumulations and the scaling in C++; the three calls outside the form, on the Python path
+        assert handed.get("aten::mul_.Scalar", 0) == 0, handed
+        assert handed.get("aten::add_.Tensor", 0) == 2 and handed.get("aten::sub_.Tensor", 0) == 1, handed
+        assert buffer.data_ptr() == base.data_ptr()
+        got_base, got_buffer = base.cpu(), buffer.cpu()
+    want_base, want_buffer = _reshaped_gradient_accumulation("cpu")
+    assert torch.equal(got_base, want_base) and torch.equal(got_buffer, want_buffer)
+
+
 def test_a_new_value_of_a_dynamic_number_finds_the_same_entry():
     """Numbers the executable takes as graph inputs (a wrapped scalar divisor, ``addcdiv``'s ``value``: an
     optimizer's step size changes every step) are keyed by type, as the Python path's fast key does: a new
@@ -795,9 +831,49 @@ def test_casts_on_the_device_are_served_in_cpp_and_transfers_never_are(mode):
             assert host.device.type == "cpu" and torch.equal(host, x)
 
 
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_host_copies_are_made_without_the_python_kernel(mode):
+    """A CPU tensor's copy to a tpu device (``x.to("tpu")``, ``torch.tensor(data, device="tpu")``: a batch moved
+    each step, a ``DynamicCache``'s empty start per layer) is made by the recording kernel calling the host copy
+    itself: no Python kernel, the values, dtypes and device asked for, the bytes counted, and no aliasing of the
+    user's memory. While a profile records (it times the runtime's door), the Python kernel makes it."""
+    x = torch.randn(3, 4)
+    ints = torch.arange(6).reshape(2, 3)
+
+    def copies():
+        return {"plain": (x.to("tpu"), x), "transposed": (x.t().to("tpu"), x.t()),
+                "cast": (ints.to("tpu", torch.float32), ints.float()), "bf16": (x.bfloat16().to("tpu"), x.bfloat16()),
+                "bool": ((x > 0).to("tpu"), x > 0), "empty": (torch.tensor([], device="tpu"), torch.tensor([])),
+                "scalar": (torch.tensor(2.5, device="tpu"), torch.tensor(2.5))}
+
+    def handed() -> int:
+        return recording.stats()["python_ops"].get("aten::_to_copy", 0)
+
+    with torchtpu_lab.eager_mode(mode):
+        before, sent = handed(), telemetry.counters["transfer_to_device_bytes"]
+        made = copies()
+        assert handed() == before, handed() - before
+        assert telemetry.counters["transfer_to_device_bytes"] - sent >= sum(w.numel() * w.element_size()
+                                                                             for _, w in made.values())
+        for name, (got, want) in made.items():
+            assert got.device == torch.device("tpu:0"), name
+            assert got.dtype == want.dtype and got.shape == want.shape, name
+            assert torch.equal(got.cpu(), want), name
+        source = torch.zeros(4)
+        copy = source.to("tpu")
+        source += 1  # the device copy is the values at the time of the copy
+        assert torch.equal(copy.cpu(), torch.zeros(4))
+
+        before = handed()
+        with torchtpu_lab.profile():
+            profiled = x.to("tpu")
+        assert handed() == before + 1 and torch.equal(profiled.cpu(), x)
+
+
 def test_a_copy_to_another_tpu_device_is_never_served_as_a_cast():
     """``x.to("tpu:1")`` from tpu:0 (or a bare ``"tpu"`` while tpu:1 is current) is a transfer, however often it
-    repeats and whatever is pending: each result is on the device asked for, with the values and dtype asked for."""
+    repeats and whatever is pending: each result is on the device asked for, with the values and dtype asked for.
+    So is a host copy to tpu:1, named or current."""
     code = r"""
 import os
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
@@ -816,6 +892,12 @@ for mode in ("fused", "strict"):
                 assert m.device == torch.device("tpu:1"), (mode, step, m.device)
                 torch.testing.assert_close(m.cpu(), x.to(m.dtype))
                 assert {d.id for d in m.tpu_storage.array.devices()} == {1}, (mode, step)
+            hosted = (x.to("tpu:1"), x.to("tpu:1", torch.float64))  # host copies (made in C++ with the core)
+            with torch.tpu.device(1):
+                hosted += (torch.tensor([1.0, 2.0], device="tpu"),)
+            for h, want in zip(hosted, (x, x.double(), torch.tensor([1.0, 2.0]))):
+                assert h.device == torch.device("tpu:1") and torch.equal(h.cpu(), want), (mode, step, h.device)
+                assert {d.id for d in h.tpu_storage.array.devices()} == {1}, (mode, step)
             back = moved[0].to("tpu:0", torch.float64)
             assert back.device == torch.device("tpu:0") and torch.equal(back.cpu(), x.double())
             torchtpu_lab.sync()

@@ -16,7 +16,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from .. import interrupts, native, platform
 from ..device import storage, tensor
-from ..runtime import bounded, growth, recording, values
+from ..runtime import bounded, core_kernels, growth, recording, values
 from . import (
     accelerator,
     dispatch,
@@ -99,7 +99,7 @@ def register() -> None:
     sys.modules[f"torch.{_BACKEND}"] = tpu_module
     recorder = core if recording.available(core) else None
     if recorder is not None:
-        recording.configure(recorder, values.set_array, growth, bounded)
+        recording.configure(recorder, values.set_array, growth, bounded, core_kernels.from_host)
         values.use_native_writes(recorder.write_placeholders)
     dispatch.install(recorder)
     linear_grad.install(recorder)  # after the PrivateUse1 kernels: its forward runs through them

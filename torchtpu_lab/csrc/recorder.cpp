@@ -177,6 +177,7 @@ struct Runtime {
   PyObject* release = nullptr;         // memory.release(array): an in-place write's old array
   PyObject* partial = nullptr;         // functools.partial, and pending_errors.note_later: an op's flags noted
   PyObject* note_later = nullptr;      // once a sync computed them (pending_errors.callback's partial)
+  PyObject* from_host = nullptr;       // core_kernels.from_host(cpu tensor, device index): a host copy
   PyObject* counters = nullptr;        // telemetry.counters (a defaultdict(float))
   PyObject* hits_key = nullptr;        // "op_cache_hits"
   PyObject* pending = nullptr;         // fused.PENDING
@@ -321,7 +322,9 @@ thread_local std::vector<PyObject*> elements_scratch;  // the arrays of tensor l
 thread_local std::vector<int> element_start;           // per argument: where its list's arrays start there
 thread_local bool factory_scratch = false;             // the call build_key keyed has no tensor argument
 thread_local bool self_base_scratch = false;           // `self` keyed as its storage (a whole view, see below)
+thread_local bool self_reshaped_scratch = false;       // ... a reshape of it other than dropped leading size-1 dims
 thread_local std::vector<int64_t> self_base_sizes;     // that storage's shape
+thread_local std::vector<int64_t> self_shape_scratch;  // and `self`'s own
 // `torch.cat([x, piece], d)` as runtime/growth.py's append into spare capacity: x the first n positions along d
 // of a storage grown along d, piece k more positions that still fit. Its key (as_append) leaves n out: one entry
 // serves every length, n being an input of the append's program (Source kLength).
@@ -399,16 +402,13 @@ bool adopt_plain(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   return true;
 }
 
-// Whether `t` (a view) is all of a storage of shape `base`, with leading size-1 dims left out: `[1, n]` seen as
-// `[n]`, how PyTorch's `sum_to_size` hands a bias its gradient. A pointwise op on it is the same op on the storage.
-bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
-  const Py_ssize_t n = PyTuple_GET_SIZE(base);
-  const int64_t lead = static_cast<int64_t>(n) - t.dim();
-  if (lead < 0 || t.storage_offset() != 0) return false;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    const long long b = PyLong_AsLongLong(PyTuple_GET_ITEM(base, i));
-    if (b != (i < lead ? 1 : t.size(i - lead))) return false;
-  }
+// Whether `t` (a view) reads every element of a storage of shape `base` in its order: the storage in another
+// shape (views.reshapes_base).
+bool reshapes_storage(const at::Tensor& t, PyObject* base) {
+  if (t.storage_offset() != 0) return false;
+  int64_t total = 1;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(base); ++i) total *= PyLong_AsLongLong(PyTuple_GET_ITEM(base, i));
+  if (t.numel() != total) return false;
   int64_t expected = 1;  // row-major strides (a size-1 dim's stride addresses nothing)
   for (int64_t d = t.dim() - 1; d >= 0; --d) {
     if (t.size(d) != 1 && t.stride(d) != expected) return false;
@@ -417,13 +417,34 @@ bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
   return true;
 }
 
+// Whether `t` (a view) is all of a storage of shape `base`, with leading size-1 dims left out: `[1, n]` seen as
+// `[n]`, how PyTorch's `sum_to_size` hands a bias its gradient. A pointwise op on it is the same op on the storage.
+bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(base);
+  const int64_t lead = static_cast<int64_t>(n) - t.dim();
+  if (lead < 0) return false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const long long b = PyLong_AsLongLong(PyTuple_GET_ITEM(base, i));
+    if (b != (i < lead ? 1 : t.size(i - lead))) return false;
+  }
+  return reshapes_storage(t, base);
+}
+
+// How tensor_input keys a view as its storage (a base tensor of the storage's shape): an in-place pointwise op's
+// `self` that is all of its storage in another shape (noted in self_base_*), and, where that is not just leading
+// size-1 dims dropped, each other tensor operand, which must then be the same reshape of a storage alike
+// (mutation._whole_storage: the op runs on the storages).
+enum class AsBase { kNo, kSelf, kAlike };
+
 // Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
 // returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
 // TpuTensor object yet, an empty or failed storage, another device than the pending graph's).
-// `as_base`: key a view that whole_but_leading_ones as its storage (a base tensor of the storage's shape), and
-// note that shape in self_base_sizes (an in-place pointwise op's `self`, recorded on its storage).
+// `as_base` (AsBase): kSelf keys a view that is all of its storage in another shape as that storage and notes the
+// storage's shape in self_base_sizes (an in-place pointwise op's `self`, recorded on its storage); kAlike keys a
+// view of self's shape that is the same reshape of a storage of that shape as that storage, and refuses (nullptr)
+// any other tensor.
 PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& key, PyObject** storage_out,
-                       char* view_out, bool as_base = false, const Whole* whole = nullptr) {
+                       char* view_out, AsBase as_base = AsBase::kNo, const Whole* whole = nullptr) {
   if (t.device().index() != pending_device) return nullptr;
   PyObject* obj = THPVariable_Wrap(t);
   if (obj == nullptr) throw python_error();
@@ -446,15 +467,31 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       array = held;  // the storage (owned by the tensor) keeps it alive for this call
       *storage_out = storage;
       PyObject* base = rt.st_shape.get(storage);
-      if (as_base && view != Py_None && whole_but_leading_ones(t, base)) {
+      bool keyed_as_base = false;
+      if (as_base == AsBase::kSelf && view != Py_None && reshapes_storage(t, base)) {
+        keyed_as_base = true;
         self_base_scratch = true;
+        self_reshaped_scratch = !whole_but_leading_ones(t, base);
         self_base_sizes.clear();
-        key.push_back(kTensor);
-        put(key, static_cast<int8_t>(t.scalar_type()));
-        put(key, static_cast<int8_t>(PyTuple_GET_SIZE(base)));
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(base); ++i) {
           self_base_sizes.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(base, i)));
-          put(key, self_base_sizes.back());
+        }
+        self_shape_scratch.assign(t.sizes().begin(), t.sizes().end());
+      } else if (as_base == AsBase::kAlike) {
+        keyed_as_base = view != Py_None && t.sizes() == c10::IntArrayRef(self_shape_scratch) &&
+                        reshapes_storage(t, base) &&
+                        static_cast<size_t>(PyTuple_GET_SIZE(base)) == self_base_sizes.size();
+        for (size_t i = 0; keyed_as_base && i < self_base_sizes.size(); ++i) {
+          keyed_as_base = PyLong_AsLongLong(PyTuple_GET_ITEM(base, static_cast<Py_ssize_t>(i))) == self_base_sizes[i];
+        }
+        if (!keyed_as_base) array = nullptr;  // not a storage alike: the Python path
+      }
+      if (keyed_as_base || as_base == AsBase::kAlike) {
+        if (keyed_as_base) {
+          key.push_back(kTensor);
+          put(key, static_cast<int8_t>(t.scalar_type()));
+          put(key, static_cast<int8_t>(self_base_sizes.size()));
+          for (int64_t s : self_base_sizes) put(key, s);
         }
         Py_XDECREF(view);
         Py_XDECREF(storage);
@@ -530,6 +567,14 @@ bool others_broadcast_to_self(const torch::jit::Stack& stack, size_t base, size_
   return true;
 }
 
+// How tensor_input keys argument i (`t`) of an in-place pointwise op (`self_as_base`): `self` as its storage where
+// it is all of it; after a `self` reshaped so, every other tensor operand as a storage alike (of self's shape).
+AsBase as_base_at(size_t i, bool self_as_base) {
+  if (!self_as_base) return AsBase::kNo;
+  if (i == 0) return AsBase::kSelf;
+  return self_reshaped_scratch ? AsBase::kAlike : AsBase::kNo;
+}
+
 // The key of a call, and the arrays of its tensor arguments by position; false where the recorded path does
 // not apply to these arguments. `dynamic`: per argument, whether a number there is a graph input (the executor's
 // `dynamic_scalars` and `encode.op_plan` positions): keyed by its type only, as runtime/fast_keys.py keys it, so
@@ -551,6 +596,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   elements_scratch.clear();
   element_start.assign(n, -1);
   self_base_scratch = false;
+  self_reshaped_scratch = false;
   bool any_tensor = false;
   bool names_device = false;  // a Device argument (a factory's; _to_copy's or new_zeros's target)
   long named = -1;            // the first one's tpu device, -1 for another kind
@@ -565,7 +611,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
         const Whole* whole = wholes != nullptr && (*wholes)[i].active ? &(*wholes)[i] : nullptr;
         PyObject* array =
-            tensor_input(t, pending_device, key, &storages[i], &views_scratch[i], self_as_base && i == 0, whole);
+            tensor_input(t, pending_device, key, &storages[i], &views_scratch[i], as_base_at(i, self_as_base), whole);
         if (array == nullptr) return false;
         arrays[i] = array;
         any_tensor = true;
@@ -667,7 +713,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
     }
   }
   factory_scratch = !any_tensor;
-  if (self_base_scratch && !others_broadcast_to_self(stack, base, n)) return false;
+  if (self_base_scratch && !self_reshaped_scratch && !others_broadcast_to_self(stack, base, n)) return false;
   // a call naming a device is this path's when it makes its tensor where the call's other work is: the pending
   // graph's device (fused mode), the device strict mode runs it on. Naming another (`x.to("cpu")`, `x.to("tpu:1")`
   // from tpu:0) is a transfer: the Python kernel's, and never keyed, so its Python path teaches nothing.
@@ -1687,6 +1733,7 @@ class RecordingKernel final : public c10::OperatorKernel {
         attends_(name_ == "aten::scaled_dot_product_attention" && overload_.empty()),
         on_fronts_(kind == Kind::kRecordOnFronts),
         copies_(name_ == "aten::clone" && overload_.empty()),
+        transfers_(name_ == "aten::_to_copy" && overload_.empty()),
         ranges_(name_ == "aten::arange" && overload_.empty()),
         learns_(std::move(learns)),
         learns_overload_(std::move(learns_overload)),
@@ -1730,10 +1777,10 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (!rt.ready || !flag(rt.enabled)) return false;
     PyObject* mode = rt.state_value.get(rt.mode);
     const bool strict = !same_str(mode, rt.fused_str);
-    if (strict) {  // strict mode: a lowered or in-place op runs its learned executable; a view as in fused mode
-      if (!same_str(mode, rt.strict_str)) return false;  // debug mode stays Python
-      if (!view_) return try_run(op, stack);
-    }
+    if (strict && !same_str(mode, rt.strict_str)) return false;  // debug mode stays Python
+    if (transfers_ && host_copy(*stack)) return true;
+    if (strict && !view_) return try_run(op, stack);  // strict mode: a lowered or in-place op runs its learned
+                                                      // executable; a view as in fused mode
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
     if (view_ && c10::InferenceMode::is_enabled()) return false;  // the Python view kernel's special case
     // While a profile records: the op's line and stack from one walk (telemetry.op_sources), its op record,
@@ -1836,6 +1883,49 @@ class RecordingKernel final : public c10::OperatorKernel {
       note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
     }
     flush_if_needed(e);
+    return true;
+  }
+
+  // `_to_copy` of a CPU tensor to a tpu device (`x.to("tpu")`, `torch.tensor(data, device="tpu")`, a batch moved
+  // each step, a DynamicCache's empty start per layer): core_kernels.to_copy's host branch — the cast on the CPU,
+  // then core_kernels.from_host — without the boxed fallback's and that kernel's frames (about half of such a
+  // copy's host time). Not while anything watches the runtime's door (a profile, entry spans, allocation sources),
+  // with a pending interrupt, or for a layout, pinned memory or memory format that kernel would have to judge: the
+  // Python path, unchanged. A failure in from_host is its Python error, as on that path.
+  bool host_copy(torch::jit::Stack& stack) const {
+    // (self, *, dtype, layout, device, pin_memory, non_blocking, memory_format)
+    const size_t base = stack.size() - 7;
+    const c10::IValue& self_v = stack[base];
+    const c10::IValue &dtype = stack[base + 1], &layout = stack[base + 2], &pin = stack[base + 4];
+    const c10::IValue& format = stack[base + 6];
+    if (!self_v.isTensor() || !(dtype.isNone() || dtype.isInt()) || !(pin.isNone() || (pin.isBool() && !pin.toBool())))
+      return false;
+    if (!(layout.isNone() || (layout.isInt() && static_cast<c10::Layout>(layout.toInt()) == c10::kStrided))) return false;
+    if (!format.isNone()) {
+      if (!format.isInt()) return false;
+      const auto f = static_cast<c10::MemoryFormat>(format.toInt());
+      if (f != c10::MemoryFormat::Preserve && f != c10::MemoryFormat::Contiguous) return false;
+    }
+    const at::Tensor& self = self_v.toTensor();
+    if (!self.defined() || self.device().type() != c10::DeviceType::CPU || self.layout() != c10::kStrided) return false;
+    const long index = named_device(stack[base + 3]);
+    if (index < 0 || PyList_GET_ITEM(rt.interrupt, 0) != Py_False || PyList_GET_SIZE(rt.recorders) != 0 ||
+        PyList_GET_ITEM(rt.entry_spans, 0) != Py_None || flag(rt.track_alloc)) {
+      return false;
+    }
+    at::Tensor src = dtype.isNone() ? self : self.to(static_cast<c10::ScalarType>(dtype.toInt()));
+    OwnedRef host(THPVariable_Wrap(src));
+    OwnedRef device(PyLong_FromLong(index));
+    if (host.p == nullptr || device.p == nullptr) throw python_error();
+    if (!lock_try_acquire(rt.lock)) return false;  // another thread is inside the runtime: the Python kernel waits
+    OwnedRef out;
+    {
+      const LockHeld held;
+      out.p = PyObject_CallFunctionObjArgs(rt.from_host, host.p, device.p, nullptr);
+    }
+    if (out.p == nullptr) throw python_error();
+    torch::jit::drop(stack, 7);
+    torch::jit::push(stack, THPVariable_Unpack(out.p));
     return true;
   }
 
@@ -2055,6 +2145,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
   bool on_fronts_;    // a pointwise op bounded.py rewrites: also records it on fronts (as_pointwise_fronts)
   bool copies_;       // aten::clone: on fronts only as bounded._copy rewrites it (broadcast_copy)
+  bool transfers_;    // aten::_to_copy: also a CPU tensor's copy to a tpu device (host_copy)
   bool ranges_;       // aten::arange: also records it over a growing length's capacity (as_arange_front)
   std::string learns_, learns_overload_;
   std::vector<char> dynamic_;  // per argument: a number there is a graph input (keyed by type, see build_key)
@@ -2100,6 +2191,7 @@ void configure_recorder(PyObject* config) {
   rt.set_array = item(config, "set_array");
   rt.partial = item(config, "partial");
   rt.note_later = item(config, "note_later");
+  rt.from_host = item(config, "from_host");
   rt.acquire = item(config, "acquire");
   rt.release = item(config, "release");
   rt.counters = item(config, "counters");

@@ -98,10 +98,10 @@ def _with_defaults(defaults: tuple, args: tuple, kwargs: dict) -> tuple[list, di
 
 
 def make_inplace_kernel(functional, schema=None, pointwise: bool = False):
-    """The in-place variant of ``functional``. ``pointwise`` (an elementwise op): a ``self`` that is a whole
-    storage without its leading size-1 dims (a bias gradient ``sum_to_size`` made, which gradient clipping
-    scales in place) runs the op on the storage itself, as the recording kernel records it (csrc/recorder.cpp
-    keys such a call as its storage's), so this path teaches that kernel the entry it looks up."""
+    """The in-place variant of ``functional``. ``pointwise`` (an elementwise op): a ``self`` that is its whole
+    storage in another shape runs the op on the storage itself (:func:`_whole_storage`), as the recording kernel
+    records it (csrc/recorder.cpp keys such a call as its storage's), so this path teaches that kernel the entry
+    it looks up."""
     defaults = None if schema is None else _defaults(schema)
 
     def kernel(self, *args, **kwargs):
@@ -111,6 +111,7 @@ def make_inplace_kernel(functional, schema=None, pointwise: bool = False):
         if pointwise:
             whole = _whole_storage(self, args, kwargs)
             if whole is not None:
+                whole, args, kwargs = whole
                 write_result(whole, functional(whole, *args, **kwargs), inplace=True)
                 return self
         write_result(self, functional(self, *args, **kwargs), inplace=True)
@@ -120,18 +121,47 @@ def make_inplace_kernel(functional, schema=None, pointwise: bool = False):
 
 
 def _whole_storage(self, args: tuple, kwargs: dict):
-    """``self``'s storage as a base tensor when ``self`` is all of it without leading size-1 dims and every other
-    tensor operand broadcasts to ``self``'s shape (else ``None``: the op runs on ``self`` as it is)."""
+    """``(self's storage as a base tensor, args, kwargs)`` for the op on that storage, when ``self`` is all of it
+    in another shape (else ``None``: the op runs on ``self`` as it is):
+
+    - without its leading size-1 dims (a bias gradient ``sum_to_size`` made, which gradient clipping scales in
+      place), every other tensor operand broadcasting to ``self``'s shape (so to the storage's alike);
+    - any other reshape of it (autograd accumulating a gradient that a ``view``'s backward reshaped, as
+      ``[batch, seq, d]`` over a linear layer's ``[batch * seq, d]``), every other tensor operand of ``self``'s
+      shape being the same reshape of a storage of the same shape: the operands are those storages too.
+    """
     if type(self) is not tensor.TpuTensor or self.tpu_view is None:
         return None
     storage = self.tpu_storage
-    if not views.drops_leading_ones(storage.shape, self.tpu_view):
-        return None
+    view = self.tpu_view
     shape = tuple(self.shape)
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor) and sizes.broadcast(tuple(a.shape), shape) != shape:
-            return None
-    return tensor.make(storage, None)
+    if views.drops_leading_ones(storage.shape, view):
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor) and sizes.broadcast(tuple(a.shape), shape) != shape:
+                return None
+        return tensor.make(storage, None), args, kwargs
+    if not views.reshapes_base(storage.shape, view):
+        return None
+
+    def alike(a):
+        if not isinstance(a, torch.Tensor):
+            return a
+        if type(a) is not tensor.TpuTensor or a.tpu_view is None or tuple(a.shape) != shape:
+            raise _NotAlike
+        other = a.tpu_storage
+        if other.shape != storage.shape or not views.reshapes_base(other.shape, a.tpu_view):
+            raise _NotAlike
+        return tensor.make(other, None)
+
+    try:
+        return (tensor.make(storage, None), tuple(alike(a) for a in args),
+                {k: alike(v) for k, v in kwargs.items()})
+    except _NotAlike:
+        return None
+
+
+class _NotAlike(Exception):
+    """An operand of an in-place op on a reshaped storage that is not the same reshape of a storage alike."""
 
 
 def make_out_kernel(functional, names: list[str], schema=None):

@@ -75,12 +75,14 @@ def available(core) -> bool:
     return core is not None and hasattr(core, "install_recording_kernels")
 
 
-def configure(core, set_array, growth: ModuleType, bounded: ModuleType) -> None:
+def configure(core, set_array, growth: ModuleType, bounded: ModuleType, from_host) -> None:
     """Give the core the objects its recorded path reads and writes (once, before :func:`install`);
     ``set_array``: :func:`.values.set_array`, an in-place op's write; ``growth``: the :mod:`.growth` module, whose
     table of grown storages and ``appended`` an append recorded in C++ uses, and its lengths and ``mark_grown``,
-    which the rewrites of :mod:`.bounded` made in C++ use with that module's flags (all passed in: ``values``
-    imports the executor, and ``growth`` and ``bounded`` import this module through it)."""
+    which the rewrites of :mod:`.bounded` made in C++ use with that module's flags; ``from_host``:
+    :func:`.core_kernels.from_host`, a host copy the kernel of ``_to_copy`` makes without the Python kernel's
+    frames (all passed in: ``values`` imports the executor, and ``growth``, ``bounded`` and ``core_kernels``
+    import this module through it)."""
     global lesson_pending
     from jax._src.array import ArrayImpl
 
@@ -125,6 +127,7 @@ def configure(core, set_array, growth: ModuleType, bounded: ModuleType) -> None:
         "bounded_native": bounded.NATIVE,
         "lengths": growth._LENGTHS,
         "recent_syncs": growth.RECENT_SYNCS,
+        "from_host": from_host,
     })
     _core[0] = core
     lesson_pending = core.lesson_pending
