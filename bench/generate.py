@@ -23,8 +23,9 @@ shared machine's changing load falls on all rows alike. Usage::
     python bench/generate.py --kernels   # host microseconds per call of a decode step's generation kernels
     python bench/generate.py --split     # where a warm decode token goes: ops recorded, handed to Python, syncs,
                                          # the decode program's device time
-    python bench/generate.py --attention-ab  # decode attention through the native core vs the Python kernel,
-                                             # alternate rounds of one process
+    python bench/generate.py --attention-ab [--static]  # decode attention through the native core vs the Python
+                                                        # kernel, alternate rounds of one process (--static: over a
+                                                        # static cache's whole buffers)
     python bench/generate.py --bounded-ab --batch 2  # a left-padded batch's mask ops (bounded.py's one-call
                                                      # rewrites) recorded in C++ vs made in Python, the same way
 """
@@ -219,11 +220,12 @@ def split(models: list, width: int, reps: int) -> None:
                  "calls handed to Python, per token", "syncs/token", "step program device ms/run")))
 
 
-def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, switch) -> None:
+def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, switch, cache: dict | None = None) -> None:
     """Warm ``generate`` with a part of the native core on (``C++``) and off (``Python``: ``switch()`` turns it
     off for a round and returns what turns it back on), in alternate rounds of one process: ms per token,
     medians of the rounds, and the median of the rounds' paired ratios (a noisy machine's drift falls on both
-    alike). ``batch`` above 1: left-padded prompts with a mask, as the main table's ``--batch``."""
+    alike). ``batch`` above 1: left-padded prompts with a mask, as the main table's ``--batch``; ``cache``: more
+    ``generate`` arguments (a static cache's)."""
     from torchtpu_lab import native
 
     if native.module() is None:
@@ -233,6 +235,7 @@ def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, swit
     for kind in models:
         model = build(kind, width).to("tpu")
         prompt, kwargs = prompts(batch)
+        kwargs = {**kwargs, **(cache or {})}
         for _ in range(3):
             call(model, prompt, tokens, kwargs)
         times: dict = {"C++": [], "Python": []}
@@ -248,6 +251,7 @@ def paired_ab(models: list, width: int, rounds: int, batch: int, what: str, swit
         rows.append((kind, f"{statistics.median(times['C++']):.3f}", f"{statistics.median(times['Python']):.3f}",
                      f"{paired:.3f}"))
     print(table(f"warm generate, {what} in C++ vs Python ({tokens} tokens, width {width}, batch {batch}, "
+                f"{'static' if cache else 'default'} cache, "
                 f"{rounds} alternate rounds of {per_round} calls; load average "
                 f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", rows,
                 ("model", "C++ ms/token", "Python ms/token", "paired ratio C++/Python")))
@@ -290,6 +294,8 @@ def main() -> None:
     parser.add_argument("--split", action="store_true", help="where a warm decode token goes, per model and cache")
     parser.add_argument("--attention-ab", action="store_true",
                         help="a decode step's attention in C++ vs through the Python autograd kernel, in one process")
+    parser.add_argument("--static", action="store_true",
+                        help="with --attention-ab: a static cache (attention over its whole buffers)")
     parser.add_argument("--bounded-ab", action="store_true",
                         help="bounded.py's one-call rewrites (a left-padded batch's mask ops) recorded in C++ vs "
                              "made in Python, in one process (use with --batch 2)")
@@ -297,7 +303,8 @@ def main() -> None:
     if args.attention_ab or args.bounded_ab:
         what, switch = (("decode attention", python_attention) if args.attention_ab
                         else ("bounded.py's one-call rewrites", python_rewrites))
-        paired_ab(args.models.split(","), args.width, max(args.reps, 8), args.batch, what, switch)
+        cache = {"cache_implementation": "static", "max_cache_len": 128, "disable_compile": True} if args.static else None
+        paired_ab(args.models.split(","), args.width, max(args.reps, 8), args.batch, what, switch, cache)
         return
     if args.kernels:
         kernels(max(args.reps, 5))
