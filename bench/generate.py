@@ -303,7 +303,8 @@ def main() -> None:
     if args.attention_ab or args.bounded_ab:
         what, switch = (("decode attention", python_attention) if args.attention_ab
                         else ("bounded.py's one-call rewrites", python_rewrites))
-        cache = {"cache_implementation": "static", "max_cache_len": 128, "disable_compile": True} if args.static else None
+        static = {"cache_implementation": "static", "max_cache_len": 128, "disable_compile": True}
+        cache = static if args.static else None
         paired_ab(args.models.split(","), args.width, max(args.reps, 8), args.batch, what, switch, cache)
         return
     if args.kernels:

@@ -6,7 +6,7 @@ Per model: ms per step (median of ``--steps`` after a warm-up), the syncs per st
 recording kernel handed to Python per step, by op (each costs tens of µs of Python; in a model of real depth,
 one per layer is milliseconds a step). A call listed here is where the per-op path still leaves C++.
 
-    python bench/zoo_steps.py [--steps 5] [--models gpt2,llama] [--clock host]
+    python bench/zoo_steps.py [--steps 5] [--models gpt2,llama] [--clock cpu]
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def measure(name: str, build, make_batch, steps: int) -> tuple:
     cpu = _timed(cpu_step, steps)
     was = before.get("python_ops", {})
     handed = {op: n - was.get(op, 0) for op, n in after.get("python_ops", {}).items() if n != was.get(op, 0)}
-    ops = ", ".join(f"{op.removeprefix('aten::')} {n / steps:g}" for op, n in sorted(handed.items(), key=lambda kv: -kv[1]))
+    ops = ", ".join(f"{op.removeprefix('aten::')} {n / steps:g}"
+                    for op, n in sorted(handed.items(), key=lambda kv: -kv[1]))
     total = (after.get("python", 0) - before.get("python", 0)) / steps
     return (name, f"{statistics.median(tpu) * 1e3:.1f}", f"{statistics.median(cpu) * 1e3:.1f}",
             f"{statistics.median(tpu) / statistics.median(cpu):.2f}x", f"{syncs / steps:g}",

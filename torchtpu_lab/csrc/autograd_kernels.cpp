@@ -10,8 +10,8 @@
 // aten::scaled_dot_product_attention's. runtime/padded_attention.py says why the device has its own (PyTorch would
 // decompose the op before our kernel sees it). Here only its no-gradient call, a decode step's attention, once per
 // layer and token: below autograd to the recording kernel, which records attention over padded keys (and over
-// a static cache's whole buffers) without Python. Calls that need a gradient, and tensors that are not plain tpu ones, go to padded_attention.py's
-// autograd_attention, which decides as before.
+// a static cache's whole buffers) without Python. Calls that need a gradient, and tensors that are not plain tpu
+// ones, go to padded_attention.py's autograd_attention, which decides as before.
 #include "autograd_kernels.h"
 
 #include <memory>

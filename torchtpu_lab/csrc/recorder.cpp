@@ -1888,7 +1888,7 @@ class RecordingKernel final : public c10::OperatorKernel {
 
   // `_to_copy` of a CPU tensor to a tpu device (`x.to("tpu")`, `torch.tensor(data, device="tpu")`, a batch moved
   // each step, a DynamicCache's empty start per layer): core_kernels.to_copy's host branch — the cast on the CPU,
-  // then core_kernels.from_host — without the boxed fallback's and that kernel's frames (about half of such a
+  // then core_kernels.from_host — without the boxed fallback's and that kernel's frames (about 40% of such a
   // copy's host time). Not while anything watches the runtime's door (a profile, entry spans, allocation sources),
   // with a pending interrupt, or for a layout, pinned memory or memory format that kernel would have to judge: the
   // Python path, unchanged. A failure in from_host is its Python error, as on that path.
@@ -1898,9 +1898,10 @@ class RecordingKernel final : public c10::OperatorKernel {
     const c10::IValue& self_v = stack[base];
     const c10::IValue &dtype = stack[base + 1], &layout = stack[base + 2], &pin = stack[base + 4];
     const c10::IValue& format = stack[base + 6];
-    if (!self_v.isTensor() || !(dtype.isNone() || dtype.isInt()) || !(pin.isNone() || (pin.isBool() && !pin.toBool())))
-      return false;
-    if (!(layout.isNone() || (layout.isInt() && static_cast<c10::Layout>(layout.toInt()) == c10::kStrided))) return false;
+    const bool unpinned = pin.isNone() || (pin.isBool() && !pin.toBool());
+    const bool strided =
+        layout.isNone() || (layout.isInt() && static_cast<c10::Layout>(layout.toInt()) == c10::kStrided);
+    if (!self_v.isTensor() || !(dtype.isNone() || dtype.isInt()) || !unpinned || !strided) return false;
     if (!format.isNone()) {
       if (!format.isInt()) return false;
       const auto f = static_cast<c10::MemoryFormat>(format.toInt());

@@ -100,7 +100,7 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
         else:  # of this geometry (a static cache's: keys and values whole buffers)
             lesson = recording.lesson_pending
             if lesson is not None and lesson():
-                recording.learn(_SDPA, program, dyn, (query, key, value, mask_read), {}, _NONE, _NONE, False,
+                recording.learn(_SDPA, program, dyn, (query, key, value, mask_read), {}, _NO_INPUTS, _NO_INPUTS, False,
                                 signature=signature)
     return _wrap(out, program.meta, device)
 
@@ -140,7 +140,7 @@ _TRAINABLE = aten._scaled_dot_product_fused_attention_overrideable.default
 #: :func:`_fused` under the runtime's lock with the interrupt checkpoint, as every tpu kernel runs
 _FUSED = fused.entry_point(_fused)
 _len_dispatch_stack = torch._C._len_torch_dispatch_stack
-_NONE = frozenset()  # (no argument of the call is a graph input by position or name: its numbers are keyed)
+_NO_INPUTS = frozenset()  # no argument of the call is a graph input, by position or by name: numbers are keyed
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
