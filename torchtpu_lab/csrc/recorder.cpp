@@ -417,9 +417,10 @@ bool reshapes_storage(const at::Tensor& t, PyObject* base) {
   return true;
 }
 
-// Whether `t` (a view) is all of a storage of shape `base`, with leading size-1 dims left out: `[1, n]` seen as
-// `[n]`, how PyTorch's `sum_to_size` hands a bias its gradient. A pointwise op on it is the same op on the storage.
-bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
+// Whether `t`'s shape is `base` with leading size-1 dims left out: `[1, n]` seen as `[n]`, how PyTorch's
+// `sum_to_size` hands a bias its gradient. For a view that reshapes_storage, a pointwise op on it is the same op on
+// the storage, its operands broadcasting alike (views.drops_leading_ones).
+bool drops_leading_ones(const at::Tensor& t, PyObject* base) {
   const Py_ssize_t n = PyTuple_GET_SIZE(base);
   const int64_t lead = static_cast<int64_t>(n) - t.dim();
   if (lead < 0) return false;
@@ -427,7 +428,18 @@ bool whole_but_leading_ones(const at::Tensor& t, PyObject* base) {
     const long long b = PyLong_AsLongLong(PyTuple_GET_ITEM(base, i));
     if (b != (i < lead ? 1 : t.size(i - lead))) return false;
   }
-  return reshapes_storage(t, base);
+  return true;
+}
+
+// Whether `t`, a whole view of a storage of shape `base`, is an operand alike for an in-place `self` keyed as its
+// storage (self_base_*): `self`'s shape over a storage of `self`'s storage's shape.
+bool alike_storage(const at::Tensor& t, PyObject* base) {
+  if (t.sizes() != c10::IntArrayRef(self_shape_scratch)) return false;
+  if (static_cast<size_t>(PyTuple_GET_SIZE(base)) != self_base_sizes.size()) return false;
+  for (size_t i = 0; i < self_base_sizes.size(); ++i) {
+    if (PyLong_AsLongLong(PyTuple_GET_ITEM(base, static_cast<Py_ssize_t>(i))) != self_base_sizes[i]) return false;
+  }
+  return true;
 }
 
 // How tensor_input keys a view as its storage (a base tensor of the storage's shape): an in-place pointwise op's
@@ -467,31 +479,26 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       array = held;  // the storage (owned by the tensor) keeps it alive for this call
       *storage_out = storage;
       PyObject* base = rt.st_shape.get(storage);
-      bool keyed_as_base = false;
-      if (as_base == AsBase::kSelf && view != Py_None && reshapes_storage(t, base)) {
-        keyed_as_base = true;
+      const bool whole_view = as_base != AsBase::kNo && view != Py_None && reshapes_storage(t, base);
+      if (as_base == AsBase::kSelf && whole_view) {  // noted for the operands after it and the result's fit
         self_base_scratch = true;
-        self_reshaped_scratch = !whole_but_leading_ones(t, base);
+        self_reshaped_scratch = !drops_leading_ones(t, base);
         self_base_sizes.clear();
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(base); ++i) {
           self_base_sizes.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(base, i)));
         }
         self_shape_scratch.assign(t.sizes().begin(), t.sizes().end());
-      } else if (as_base == AsBase::kAlike) {
-        keyed_as_base = view != Py_None && t.sizes() == c10::IntArrayRef(self_shape_scratch) &&
-                        reshapes_storage(t, base) &&
-                        static_cast<size_t>(PyTuple_GET_SIZE(base)) == self_base_sizes.size();
-        for (size_t i = 0; keyed_as_base && i < self_base_sizes.size(); ++i) {
-          keyed_as_base = PyLong_AsLongLong(PyTuple_GET_ITEM(base, static_cast<Py_ssize_t>(i))) == self_base_sizes[i];
-        }
-        if (!keyed_as_base) array = nullptr;  // not a storage alike: the Python path
       }
+      const bool keyed_as_base = as_base == AsBase::kSelf ? whole_view
+                                 : as_base == AsBase::kAlike && whole_view && alike_storage(t, base);
       if (keyed_as_base || as_base == AsBase::kAlike) {
         if (keyed_as_base) {
           key.push_back(kTensor);
           put(key, static_cast<int8_t>(t.scalar_type()));
           put(key, static_cast<int8_t>(self_base_sizes.size()));
           for (int64_t s : self_base_sizes) put(key, s);
+        } else {
+          array = nullptr;  // an operand that is not a storage alike: the Python path
         }
         Py_XDECREF(view);
         Py_XDECREF(storage);

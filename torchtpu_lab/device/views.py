@@ -66,7 +66,7 @@ def reshapes_base(base_shape: tuple, view: View) -> bool:
 def drops_leading_ones(base_shape: tuple, view: View) -> bool:
     """Whether ``view`` is all of its base with leading size-1 dims left out (``[1, n]`` seen as ``[n]``, how
     ``sum_to_size`` hands a bias its gradient): a pointwise op on it is the same op on the base, whose operands
-    broadcast alike (the recording kernel's ``whole_but_leading_ones`` is the same test)."""
+    broadcast alike (the recording kernel's ``drops_leading_ones`` and ``reshapes_storage`` are the same test)."""
     lead = len(base_shape) - len(view.size)
     return (lead >= 0 and all(n == 1 for n in base_shape[:lead]) and tuple(base_shape[lead:]) == tuple(view.size)
             and reshapes_base(base_shape, view))
