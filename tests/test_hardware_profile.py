@@ -413,15 +413,15 @@ def test_a_run_whose_outputs_are_gone_is_estimated_from_the_timed_ones(monkeypat
     timed; its device time is the mean of the timed runs'."""
     real_time_run, real_done, matmuls, gone = program_cost.time_run, program_cost._done, [], []
 
-    def time_run(event, outputs, device, launch_look=None):
+    def time_run(event, outputs, device, launch_look=None, program=None):
         matmul = tuple(program_cost._arrays(outputs)[0].shape) == (256, 256)
         if matmul:
             matmuls.append(event)
         if len(matmuls) == 2 and matmul:  # not done at its launch, and its outputs gone before the next look
-            real_time_run(event, outputs, device, None)
+            real_time_run(event, outputs, device, None, program)
             gone.append(program_cost._UNTIMED[-1].outputs[0])
         else:
-            real_time_run(event, outputs, device, launch_look)
+            real_time_run(event, outputs, device, launch_look, program)
 
     monkeypatch.setattr(program_cost, "time_run", time_run)
     monkeypatch.setattr(program_cost, "_done",

@@ -396,6 +396,9 @@ class _OpMark:
 OP_MARK = _OpMark()
 #: name, t, dur, cache_hit, source, stack
 OP_FIELDS = 6
+#: the native core's ``OpLog`` type, once it is loaded: a run of op records the recording kernel noted in a
+#: recorder's list as one object (``csrc/op_log.h``), whose ``fields()`` are what :func:`record_op` appends flat
+OP_LOGS: list = []
 
 
 def record_op(name: str, t: float, dur: float, cache_hit: bool | None, source: Source | None,
@@ -420,25 +423,35 @@ def op_sources(depth: int) -> tuple[Source | None, tuple | None]:
 
 
 def expand(events: list) -> list:
-    """``events`` with every batched op record (:func:`record_op`) expanded into its :class:`Event`, in place
-    (also returned)."""
+    """``events`` with every batched op record (:func:`record_op`, and the native core's op logs) expanded into
+    its :class:`Event`, in place (also returned)."""
     out: list = []
     add = out.append
     i, n = 0, len(events)
-    op, mark = EventKind.OP, OP_MARK
+    op, mark, logs = EventKind.OP, OP_MARK, tuple(OP_LOGS)
+
+    def add_ops(fields: list) -> None:
+        for j in range(0, len(fields) - OP_FIELDS + 1, OP_FIELDS):
+            name, t, dur, hit, source, stack = fields[j:j + OP_FIELDS]
+            add(Event(op, name, t, dur, 0, source, {"cache_hit": hit}, stack))
+
+    expanded = False
     while i < n:
         e = events[i]
         if e is mark:
             record = events[i + 1:i + 1 + OP_FIELDS]
             if len(record) < OP_FIELDS:  # cut short (an append failed): nothing after it was recorded
                 break
-            name, t, dur, hit, source, stack = record
-            add(Event(op, name, t, dur, 0, source, {"cache_hit": hit}, stack))
+            add_ops(record)
             i += 1 + OP_FIELDS
+        elif type(e) in logs:
+            add_ops(e.fields())
+            expanded = True
+            i += 1
         else:
             add(e)
             i += 1
-    if len(out) != n:
+    if expanded or len(out) != n:
         events[:] = out
     return events
 

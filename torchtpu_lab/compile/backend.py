@@ -108,7 +108,7 @@ class CompiledGraph:
         run = telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops,
                                        **program_cost.run_detail(built.exe, fresh))
         if timed is not None:  # a run over a process group is not timed: it counts its host duration
-            program_cost.time_run(run, timed, device_index, launch_look)
+            program_cost.time_run(run, timed, device_index, launch_look, built.exe)
         return result
 
     def _build(self, inputs: list, device_index: int, donate: tuple = ()) -> _Built:

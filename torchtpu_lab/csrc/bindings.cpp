@@ -11,6 +11,7 @@
 #include "geometry.h"
 #include "ledger.h"
 #include "lock.h"
+#include "op_log.h"
 #include "autograd_kernels.h"
 #include "recorder.h"
 #include "sync_plan.h"
@@ -132,6 +133,7 @@ PYBIND11_MODULE(_C, m) {
   }, "fn(device_index): what torch.accelerator/Stream/Event synchronize run for a tpu device.");
   if (PyModule_AddFunctions(m.ptr(), fast_methods) < 0) throw py::error_already_set();
   if (torchtpu::add_lock_type(m.ptr()) < 0) throw py::error_already_set();
+  if (torchtpu::add_op_log_type(m.ptr()) < 0) throw py::error_already_set();
   m.def("default_generator", [](int i) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_Wrap(torchtpu::default_generator(static_cast<c10::DeviceIndex>(i))));

@@ -58,6 +58,7 @@
 #include "device.h"
 #include "geometry.h"
 #include "lock.h"
+#include "op_log.h"
 #include "tensor_factory.h"
 
 namespace torchtpu {
@@ -168,8 +169,7 @@ struct Runtime {
   PyObject* after_entry = nullptr;     // interrupts.after_entry: run after each op a profile records
   PyObject* interrupt = nullptr;       // interrupts._pending ([bool])
   PyObject* lock = nullptr;            // fused.LOCK (lock.h's Lock)
-  PyObject* op_sources = nullptr;      // telemetry.op_sources, telemetry.OP_MARK (while a profile records)
-  PyObject* op_mark = nullptr;
+  PyObject* op_sources = nullptr;      // telemetry.op_sources (while a profile records)
   PyObject* adopt = nullptr;           // tensor.adopt: a plain tpu torch.Tensor (a saved output) made a TpuTensor
   PyObject* parameter_type = nullptr;  // torch.nn.Parameter (adopt handles it too)
   PyObject* set_array = nullptr;       // values.set_array(storage, placeholder): an in-place op's write
@@ -1210,17 +1210,24 @@ PyObject* interned_stack(const std::vector<OwnedRef>& found) {
 
 // telemetry.op_sources(0) — (the user's line, the user's stack outermost first) — from the same tables
 // user_source reads, or nullptr (no error set) where only Python can say: a frame whose code or line the tables
-// have not seen (Python interns it), or no user frame at all. Per op while a profile records: the walk in
-// Python cost more than recording the op.
+// have not seen (Python interns it). Per op while a profile records: the walk in Python cost more than recording
+// the op. No user frame (autograd's device thread runs every backward op with no Python frame at all): no
+// stack, and user_source's answer for the thread.
 PyObject* op_sources() {
   constexpr size_t kLimit = 24;  // telemetry.user_stack's limit
-  if (PyEval_GetFrame() == nullptr) return nullptr;
   std::vector<OwnedRef> found;  // owned: a later frame's look-up may replace an earlier one's memo entry
   const bool known = walk_user_frames([&](PyObject* source, PyCodeObject* code) {
     found.emplace_back(Py_NewRef(source));
     return PyUnicode_CompareWithASCIIString(code->co_name, "<module>") == 0 || found.size() == kLimit;
   });
-  if (!known || found.empty()) return nullptr;
+  if (!known) return nullptr;
+  if (found.empty()) {
+    PyObject* where = PyEval_GetFrame() != nullptr && PyThread_get_thread_ident() == rt.main_thread ? Py_None
+                                                                                                   : rt.backward;
+    PyObject* pair = PyTuple_Pack(2, where, Py_None);
+    if (pair == nullptr) throw python_error();
+    return pair;
+  }
   PyObject* stack = interned_stack(found);
   PyObject* pair = PyTuple_Pack(2, found.front().p, stack);
   Py_DECREF(stack);
@@ -2092,29 +2099,33 @@ class RecordingKernel final : public c10::OperatorKernel {
   // Whether this thread holds fused.LOCK already (a call inside another entry point, which times it).
   static bool lock_owned() { return torchtpu::lock_owned(rt.lock); }
 
-  // The op record a profile reads (none when `sources` is null): telemetry.record_op's steps, OP_MARK and the
-  // fields (name, t, dur, cache_hit — None for a recorded op, True for a strict call's executable — source,
-  // stack) appended flat to every open recorder; and the entry span (t0, now, flat; none when `spans` is null).
-  // Steals `sources`.
+  // The op record a profile reads (none when `sources` is null): telemetry.record_op's fields (name, t, dur,
+  // cache_hit — None for a recorded op, True for a strict call's executable — source, stack) noted in every open
+  // recorder's op log (op_log.h); and the entry span (t0, now, flat) when `spans` is not null and no op record
+  // was noted: the record's interval is the span's, and the profile's time split counts a span only where no
+  // event covers it. Steals `sources`.
   static void note_profiled(const Entry& e, double t0, PyObject* sources, PyObject* spans,
                             PyObject* hit = Py_None) {
     const double t1 = monotonic();
-    OwnedRef start(PyFloat_FromDouble(t0));
-    OwnedRef end(PyFloat_FromDouble(t1));
     OwnedRef owned_sources(sources);
-    bool failed = start.p == nullptr || end.p == nullptr;
-    if (!failed && sources != nullptr) {
-      OwnedRef dur(PyFloat_FromDouble(t1 - t0));
-      PyObject* fields[] = {rt.op_mark, e.name, start.p, dur.p, hit, PyTuple_GET_ITEM(sources, 0),
-                            PyTuple_GET_ITEM(sources, 1)};
-      failed = dur.p == nullptr;
-      for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(rt.recorders); ++i) {
-        PyObject* sink = PyList_GET_ITEM(rt.recorders, i);
-        for (PyObject* field : fields) failed = failed || PyList_Append(sink, field) < 0;
+    bool noted = false;
+    if (sources != nullptr) {
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rt.recorders); ++i) {
+        if (log_op(PyList_GET_ITEM(rt.recorders, i), e.name, t0, t1 - t0, hit, PyTuple_GET_ITEM(sources, 0),
+                   PyTuple_GET_ITEM(sources, 1)) < 0) {
+          throw python_error();
+        }
+        noted = true;
       }
     }
-    if (!failed && spans != nullptr) failed = PyList_Append(spans, start.p) < 0 || PyList_Append(spans, end.p) < 0;
-    if (failed) throw python_error();
+    if (spans != nullptr && !noted) {
+      OwnedRef start(PyFloat_FromDouble(t0));
+      OwnedRef end(PyFloat_FromDouble(t1));
+      if (start.p == nullptr || end.p == nullptr || PyList_Append(spans, start.p) < 0 ||
+          PyList_Append(spans, end.p) < 0) {
+        throw python_error();
+      }
+    }
     // the profile's look at the program runs it is timing (program_cost.poll: never raises, but a hook that
     // did must not fail the op it follows)
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rt.after_entry); ++i) {
@@ -2195,7 +2206,6 @@ void configure_recorder(PyObject* config) {
   rt.op_sources = item(config, "op_sources");
   rt.adopt = item(config, "adopt");
   rt.parameter_type = item(config, "Parameter");
-  rt.op_mark = item(config, "op_mark");
   rt.set_array = item(config, "set_array");
   rt.partial = item(config, "partial");
   rt.note_later = item(config, "note_later");

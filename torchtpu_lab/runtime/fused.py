@@ -538,7 +538,8 @@ def _sync(reason: SyncReason, record: bool, source, detail) -> None:
     telemetry.count("graph_ops_executed", n_nodes)
     run = telemetry.record_execute(f"graph[{n_nodes} ops]", t0, n_nodes, hit,
                                    **program_cost.run_detail(compiled.fn, not hit))
-    program_cost.time_run(run, results, device_index, launch_look)  # its device time, without waiting (profiled)
+    # its device time, without waiting (profiled)
+    program_cost.time_run(run, results, device_index, launch_look, compiled.fn)
     if sync_event is not None:
         sync_event.dur = time.perf_counter() - sync_event.t
 

@@ -115,6 +115,9 @@ _LAST_LOOK = [0.0]
 #: program instead
 LOOK_GAP_SHARE = 0.25
 LOOK_SLACK_S = 100e-6
+#: a look this soon after the last one is skipped: ops a few µs apart each looked (a few µs of Python per look,
+#: twenty looks per run of a tiny transformer's step), where a bracket half this wide is well inside LOOK_SLACK_S
+LOOK_EVERY_S = 50e-6
 _POLLING = threading.Lock()
 
 
@@ -130,6 +133,33 @@ def _arrays(outputs) -> list:
 
 def _bytes(a) -> int:
     return math.prod(a.shape) * a.dtype.itemsize  # jax's own `nbytes` is a Python property at 1 µs a call
+
+
+#: program -> the position among its outputs of the one its timed runs are watched by (the smallest array): a
+#: step's program has a hundred outputs, whose sizes do not change from run to run
+_WATCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _watched(outputs, program) -> object | None:
+    """The output a run of ``program`` is watched by: its smallest device array (``None``: it has none), found
+    once per program where ``program`` is given and can be weakly referenced."""
+    many = isinstance(outputs, (list, tuple))
+    if program is not None and many:
+        try:
+            at = _WATCHED.get(program)
+        except TypeError:
+            at = None
+        if at is not None and at < len(outputs) and is_array(outputs[at]):
+            return outputs[at]
+    arrays = _arrays(outputs)
+    if not arrays:
+        return None
+    smallest = min(arrays, key=_bytes)
+    if program is not None and many:
+        at = next(i for i, a in enumerate(outputs) if a is smallest)
+        with contextlib.suppress(TypeError):
+            _WATCHED[program] = at
+    return smallest
 
 
 def begin() -> None:
@@ -157,13 +187,14 @@ def look_at_launch(outputs) -> tuple[float, bool] | None:
         return None
 
 
-def time_run(event, outputs, device: int, launch_look: tuple[float, bool] | None = None) -> None:
+def time_run(event, outputs, device: int, launch_look: tuple[float, bool] | None = None, program=None) -> None:
     """While a profile records, time the run ``event`` records (its ``device_s``, ``measured`` once known) from
-    ``outputs``, without waiting for them; ``launch_look``: :func:`look_at_launch`'s answer."""
+    ``outputs``, without waiting for them; ``launch_look``: :func:`look_at_launch`'s answer; ``program``: the
+    executable that ran (its watched output is then found once)."""
     if not _PROFILES[0] or not telemetry.recorders:
         return
-    arrays = _arrays(outputs)
-    if not arrays:
+    watched = _watched(outputs, program)
+    if watched is None:
         return
     if launch_look is not None:
         returned, ready = launch_look
@@ -179,7 +210,7 @@ def time_run(event, outputs, device: int, launch_look: tuple[float, bool] | None
     # The smallest output is held (all outputs of a run are computed together) until the run is seen done, so a
     # run whose results the user drops at once (a loss overwritten each step) is still seen to end. Its bytes
     # stay counted until then, which is also when the device could free them.
-    _UNTIMED.append(_Run(event, [min(arrays, key=_bytes)], device, event.t))
+    _UNTIMED.append(_Run(event, [watched], device, event.t))
     if poll not in interrupts.after_entry:
         interrupts.after_entry.append(poll)
 
@@ -203,10 +234,12 @@ def poll(waited: bool = False) -> None:
     that bracket is tight), or now where the host has just waited for it (``waited``). Runs are looked at
     oldest first (a later run of a device ends after an earlier one). Never raises: the recording kernel calls
     it from C++."""
+    now = time.perf_counter()
+    if not waited and now - _LAST_LOOK[0] < LOOK_EVERY_S:
+        return
     if not _POLLING.acquire(blocking=False):  # another thread is looking: its look serves this one
         return
     try:
-        now = time.perf_counter()
         last, _LAST_LOOK[0] = _LAST_LOOK[0], now
         done_now = []
         while _UNTIMED:

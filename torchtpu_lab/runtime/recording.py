@@ -104,7 +104,6 @@ def configure(core, set_array, growth: ModuleType, bounded: ModuleType, from_hos
         "sources": telemetry._sources,
         "backward": telemetry.BACKWARD,
         "op_sources": telemetry.op_sources,
-        "op_mark": telemetry.OP_MARK,
         "adopt": adopt,
         "Parameter": torch.nn.Parameter,
         "set_array": set_array,
@@ -130,6 +129,7 @@ def configure(core, set_array, growth: ModuleType, bounded: ModuleType, from_hos
         "from_host": from_host,
     })
     _core[0] = core
+    telemetry.OP_LOGS[:] = [core.OpLog]
     lesson_pending = core.lesson_pending
     graph_key.untrack = core.untrack
     fused.SNAPSHOT[0] = core.sync_targets
