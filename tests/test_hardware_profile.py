@@ -408,6 +408,41 @@ def test_a_profile_times_every_run_without_waiting_for_it(monkeypatch):
     del b, c
 
 
+def test_a_programs_watched_output_is_found_once_and_looks_are_spaced(monkeypatch):
+    """A timed run is watched by its program's smallest output, whose position is found at the program's first
+    timed run and reused (a step's program has a hundred outputs); a look within LOOK_EVERY_S of the last is
+    skipped (ops microseconds apart each asked), one after a wait never is."""
+    import time
+
+    real, programs, watched = program_cost.time_run, [], []
+
+    def time_run(event, outputs, device, launch_look=None, program=None):
+        programs.append(program)
+        real(event, outputs, device, None, program)  # as if still running at its launch: watched
+        watched.append(program_cost._UNTIMED[-1].outputs[0] if program_cost._UNTIMED else None)
+
+    monkeypatch.setattr(program_cost, "time_run", time_run)
+    a, small = torch.randn(64, 64, device="tpu"), torch.randn(2, device="tpu")
+    with torchtpu_lab.profile():
+        for _ in range(3):
+            big, tiny = a @ a, small * 2
+            torchtpu_lab.sync()
+    program = programs[-1]
+    assert program is not None and program_cost._WATCHED[program] in (0, 1)
+    assert [tuple(w.shape) for w in watched[-3:]] == [(2,)] * 3
+    looked = []
+    monkeypatch.setattr(program_cost, "_bytes", lambda arr: looked.append(arr) or arr.size * arr.dtype.itemsize)
+    outputs = [big.tpu_storage.array, tiny.tpu_storage.array][::1 if program_cost._WATCHED[program] == 1 else -1]
+    assert program_cost._watched(outputs, program) is tiny.tpu_storage.array and not looked  # known: no sizes
+    assert program_cost._watched(outputs, object()) is tiny.tpu_storage.array and len(looked) == 2
+    assert program_cost._watched([None, 3], None) is None  # no array: nothing to watch
+    program_cost._LAST_LOOK[0] = now = time.perf_counter()
+    program_cost.poll()
+    assert program_cost._LAST_LOOK[0] == now  # too soon: skipped
+    program_cost.poll(waited=True)
+    assert program_cost._LAST_LOOK[0] > now  # after a wait: looked
+
+
 def test_a_run_whose_outputs_are_gone_is_estimated_from_the_timed_ones(monkeypatch):
     """A run the profile cannot see end (its outputs were donated to a later program before any look) is not
     timed; its device time is the mean of the timed runs'."""

@@ -173,6 +173,62 @@ def test_under_a_profile_recorded_ops_keep_their_events_lines_and_stacks():
     assert d.tpu_storage.source == event.source  # a profile tracks allocation sources
 
 
+def test_a_profile_keeps_recorded_ops_in_native_op_logs_and_reads_them_as_events():
+    """The kernel notes a profile's op records in an OpLog at the end of the recorder's list (one object for a
+    run of records, not seven fields an op); reading the profile gives each op's event, in order, with the events
+    Python recorded (the sync) between the logs' ops, and the op's interval stands for its span at the door."""
+    from torchtpu_lab import interrupts
+
+    xt = torch.randn(4, 5).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):
+            (xt - xt) * xt
+        with torchtpu_lab.profile() as prof:
+            [sink] = telemetry.recorders
+            before, mark, spans = _recorded(), len(sink), len(interrupts.entry_spans[0])
+            for _ in range(3):
+                d = (xt - xt) * xt; line = inspect.currentframe().f_lineno
+            assert _recorded() == before + 6
+            [log] = sink[mark:]  # six records, one object
+            assert type(log) is native.module().OpLog and len(log) == 6
+            assert len(interrupts.entry_spans[0]) == spans  # no span beside a record
+            torchtpu_lab.sync()
+            e = xt - xt  # after the sync's events: a new log
+            assert type(sink[-1]) is native.module().OpLog and sink[-1] is not log and len(sink[-1]) == 1
+    ops = [e for e in prof.events if e.kind == "op"]
+    assert [e.name.rsplit("::", 1)[-1] for e in ops[-7:]] == ["sub.Tensor", "mul.Tensor"] * 3 + ["sub.Tensor"], ops
+    assert all(e.source.lineno == line and e.source.filename == __file__ for e in ops[-7:-1])
+    assert all(e.dur > 0 and e.detail == {"cache_hit": None} and e.stack[-1] == e.source for e in ops[-7:])
+    assert [e.t for e in ops] == sorted(e.t for e in ops)
+    at = {id(e): i for i, e in enumerate(prof.events)}
+    syncs = [i for i, ev in enumerate(prof.events) if ev.kind == "sync"]
+    assert any(at[id(ops[-2])] < i < at[id(ops[-1])] for i in syncs)  # the Python event between the two logs
+    torch.testing.assert_close(d.cpu(), torch.zeros(4, 5))
+    torch.testing.assert_close(e.cpu(), torch.zeros(4, 5))
+
+
+def test_a_profiled_backward_op_recorded_in_cpp_is_attributed_to_backward():
+    """Autograd runs a backward op on its device thread, with no Python frame: its op record's line is
+    telemetry.BACKWARD and it has no stack, as the Python path gives them (answered in C++)."""
+    w = torch.randn(4, 4).to("tpu").requires_grad_()
+    x = torch.randn(2, 4).to("tpu")
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(3):
+            (x @ w).tanh().sum().backward()
+        w.grad = None
+        with torchtpu_lab.profile() as prof:
+            before = _recorded()
+            (x @ w).tanh().sum().backward()
+            assert _recorded() - before >= 5
+        grad = w.grad
+    backward = [e for e in prof.events if e.kind == "op" and e.source is telemetry.BACKWARD]
+    assert len(backward) >= 2, [(e.name, e.source) for e in prof.events if e.kind == "op"]  # tanh_backward, mm
+    assert all(e.stack is None for e in backward)
+    w_c = w.detach().cpu().requires_grad_()
+    (x.cpu() @ w_c).tanh().sum().backward()
+    torch.testing.assert_close(grad.cpu(), w_c.grad)
+
+
 def test_wrapped_scalars_are_keyed_by_value():
     x = torch.randn(5)
     xt = x.to("tpu")
