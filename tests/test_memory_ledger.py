@@ -205,6 +205,34 @@ def test_a_profile_samples_memory_without_a_python_call_per_allocation():
     del x
 
 
+def test_a_syncs_commit_and_settle_are_one_sample_each_at_their_levels():
+    """A sync commits all of its results at one moment: under a profile the native ledger writes one "alloc"
+    sample for them (their bytes, at the level after the last). An in-place update's sync: its new array's
+    sample, then the replaced one's free, each at its own level, so the timeline still passes through every
+    level the device held, and its top is the peak."""
+    if memory.acquire is memory.PYTHON_LEDGER[0]:
+        pytest.skip(f"no native ledger: {native.status().describe()}")
+    torchtpu_lab.sync()
+    xs = [torch.randn(16, 16).to("tpu") for _ in range(6)]
+    with torchtpu_lab.eager_mode("fused"), torchtpu_lab.profile() as prof:
+        before = memory.allocated(0)
+        outs = [x * 2 for x in xs]  # six outputs of one graph
+        torchtpu_lab.sync()
+        after = memory.allocated(0)
+        xs[0].mul_(3)  # its new array, then the old one's free
+        torchtpu_lab.sync()
+    nbytes = 16 * 16 * 4
+    commit = [m for m in prof.memory if m.kind == "alloc" and m.nbytes == 6 * nbytes]
+    assert len(commit) == 1 and commit[0].allocated == after == before + 6 * nbytes, [
+        (m.kind, m.nbytes, m.allocated) for m in prof.memory]
+    assert not [m for m in prof.memory if m.kind == "alloc" and m.nbytes == nbytes and m.t < commit[0].t]
+    replaced = [i for i, m in enumerate(prof.memory) if m.kind == "alloc" and m.nbytes == nbytes]
+    assert replaced and prof.memory[replaced[-1] + 1].kind == "free"
+    assert prof.memory[replaced[-1]].allocated == after + nbytes  # the level before the old array went
+    assert max(m.allocated for m in prof.memory) == prof.peak_bytes
+    torch.testing.assert_close(outs[1].cpu(), xs[1].cpu() * 2)
+
+
 def test_threads_allocating_and_reading_the_counts_agree_at_the_end():
     torchtpu_lab.sync()
     start = memory.allocated(0)

@@ -98,12 +98,17 @@ int raise_to(PyObject* d, PyObject* key, PyObject* total) {
   return PyDict_SetItem(d, key, total);
 }
 
-// memory._sample's steps: (now, allocated, kind, bytes) appended to the sample log of every open profile on
-// `device`, and its on_peak told when allocated passed its mark. 0 or -1.
-int sample(PyObject* kind, PyObject* nbytes, PyObject* device) {
+// The bytes allocated on `device` now (a new reference), or nullptr with a Python error set.
+PyObject* allocated_now(PyObject* device) {
   PyObject* total = PyDict_GetItemWithError(L.allocated, device);
-  if (total == nullptr && PyErr_Occurred()) return -1;
-  OwnedRef now(Py_NewRef(total != nullptr ? total : L.zero));  // owned: on_peak runs Python
+  if (total == nullptr && PyErr_Occurred()) return nullptr;
+  return Py_NewRef(total != nullptr ? total : L.zero);
+}
+
+// memory._sample's steps: (t, allocated, kind, bytes) appended to the sample log of every open profile on
+// `device`, and its on_peak told when allocated passed its mark; `allocated` as of the sample (steals it). 0 or -1.
+int sample_at(PyObject* kind, PyObject* nbytes, PyObject* device, PyObject* allocated) {
+  OwnedRef now(allocated);  // owned: on_peak runs Python
   OwnedRef t(PyFloat_FromDouble(monotonic()));
   if (t.p == nullptr) return -1;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(L.sample_logs); ++i) {
@@ -130,8 +135,88 @@ int sample(PyObject* kind, PyObject* nbytes, PyObject* device) {
   return 0;
 }
 
+int sample(PyObject* kind, PyObject* nbytes, PyObject* device) {
+  PyObject* now = allocated_now(device);
+  return now == nullptr ? -1 : sample_at(kind, nbytes, device, now);
+}
+
+// While a sync commits its results (store_all) or frees what its graph alone still read (settle), the samples of
+// consecutive allocations (or frees) on one device are one sample: their bytes, at the level after the last of
+// them. A training step's sync commits and frees a hundred buffers at one moment; a sample each was a float, four
+// appends and two comparisons per buffer in every profiled step, and the chart cannot tell them apart. A change
+// of the other kind writes the pending sample first (`coalesced_before`), so every level the device passed
+// through, its peak included, is still a sample, and on_peak sees the owners of that level. Listeners are told
+// of each buffer, as outside a sync.
+struct Coalesced {
+  int depth = 0;             // store_all / settle scopes open
+  PyObject* kind = nullptr;  // L.alloc_str or L.free_str (owned by L); nullptr: nothing pending
+  PyObject* device = nullptr;
+  long long nbytes = 0;
+  PyObject* allocated = nullptr;  // the level after the last of them
+} C;
+
+// Writes the pending sample, if any. 0 or -1.
+int flush_coalesced() {
+  if (C.kind == nullptr) return 0;
+  PyObject* kind = C.kind;
+  OwnedRef device(C.device);
+  PyObject* allocated = C.allocated;
+  C.kind = C.device = C.allocated = nullptr;  // on_peak may run Python, which may allocate
+  OwnedRef nbytes(PyLong_FromLongLong(C.nbytes));
+  C.nbytes = 0;
+  if (nbytes.p == nullptr) {
+    Py_DECREF(allocated);
+    return -1;
+  }
+  return sample_at(kind, nbytes.p, device.p, allocated);
+}
+
+// Before a change of `kind` on the counts: the pending sample of the other kind is written at its own level.
+int coalesced_before(PyObject* kind) {
+  return C.depth > 0 && C.kind != nullptr && C.kind != kind ? flush_coalesced() : 0;
+}
+
+int coalesce(PyObject* kind, PyObject* nbytes, PyObject* device) {
+  if (C.kind != nullptr) {
+    const int same = C.kind == kind ? PyObject_RichCompareBool(C.device, device, Py_EQ) : 0;
+    if (same < 0 || (same == 0 && flush_coalesced() < 0)) return -1;
+  }
+  const long long n = PyLong_AsLongLong(nbytes);
+  if (n == -1 && PyErr_Occurred()) return -1;
+  PyObject* now = allocated_now(device);
+  if (now == nullptr) return -1;
+  if (C.kind == nullptr) {
+    C.kind = kind;
+    C.device = Py_NewRef(device);
+  }
+  C.nbytes += n;
+  Py_XSETREF(C.allocated, now);
+  return 0;
+}
+
+// A store_all or settle: its samples coalesced until the outermost scope ends (`finish`, or the destructor on an
+// error, which keeps the error that is set).
+struct CoalescedScope {
+  bool open = true;
+  CoalescedScope() { ++C.depth; }
+  int finish() {
+    open = false;
+    return --C.depth == 0 ? flush_coalesced() : 0;
+  }
+  ~CoalescedScope() {
+    if (!open) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (finish() < 0) PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+  }
+};
+
 int tell(PyObject* kind, PyObject* nbytes, PyObject* device) {
-  if (PyList_GET_SIZE(L.sample_logs) != 0 && sample(kind, nbytes, device) < 0) return -1;
+  if (PyList_GET_SIZE(L.sample_logs) != 0 &&
+      (C.depth > 0 ? coalesce(kind, nbytes, device) : sample(kind, nbytes, device)) < 0) {
+    return -1;
+  }
   if (PyList_GET_SIZE(L.listeners) == 0) return 0;
   PyObject* args[] = {kind, nbytes, device};
   PyObject* r = PyObject_Vectorcall(L.notify, args, 3, nullptr);
@@ -140,6 +225,7 @@ int tell(PyObject* kind, PyObject* nbytes, PyObject* device) {
 }
 
 int free_bytes(PyObject* device, PyObject* nbytes) {
+  if (coalesced_before(L.free_str) < 0) return -1;
   {
     Locked lock;
     if (!lock.ok) return -1;
@@ -275,6 +361,7 @@ int configure_ledger(PyObject* config) {
 }
 
 int ledger_acquire(PyObject* array, PyObject* device, PyObject* nbytes, PyObject* origin) {
+  if (coalesced_before(L.alloc_str) < 0) return -1;
   Key id(array);
   if (id.p == nullptr) return -1;
   PyObject* key = id.p;
@@ -418,6 +505,7 @@ int ledger_settle() {
   if (PyDict_GET_SIZE(L.deferred) == 0) return 0;
   PyObject* items = PyDict_Items(L.deferred);  // a snapshot: frees below may run listeners
   if (items == nullptr) return -1;
+  CoalescedScope coalesced;
   int rc = 0;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items) && rc == 0; ++i) {
     PyObject* key = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);
@@ -450,7 +538,7 @@ int ledger_settle() {
     }
   }
   Py_DECREF(items);
-  return rc;
+  return rc < 0 ? rc : coalesced.finish();
 }
 
 // storage.array = value, the Storage.array setter's steps: the new array acquired (with the storage's shape,
@@ -491,9 +579,11 @@ PyObject* store_all_py(PyObject* /*module*/, PyObject* const* args, Py_ssize_t n
     PyErr_SetString(PyExc_TypeError, "store_all(storages: list, values: list of the same length)");
     return nullptr;
   }
+  CoalescedScope coalesced;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]); ++i) {
     if (store(PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i)) < 0) return nullptr;
   }
+  if (coalesced.finish() < 0) return nullptr;
   Py_RETURN_NONE;
 }
 
