@@ -1193,18 +1193,15 @@ StackTable& interned_stacks = *new StackTable();
 constexpr size_t kMaxStacks = 4096;  // telemetry._MAX_STACKS
 
 // The user's stack, outermost first, from `found` (its Sources, innermost first); a new reference.
-PyObject* interned_stack(const std::vector<OwnedRef>& found) {
-  std::vector<PyObject*> key;
-  key.reserve(found.size());
-  for (const OwnedRef& source : found) key.push_back(source.p);
-  auto hit = interned_stacks.find(key);
+PyObject* interned_stack(const std::vector<PyObject*>& found) {
+  auto hit = interned_stacks.find(found);
   if (hit != interned_stacks.end()) return Py_NewRef(hit->second.p);
   const Py_ssize_t n = static_cast<Py_ssize_t>(found.size());
   PyObject* stack = PyTuple_New(n);
   if (stack == nullptr) throw python_error();
-  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(stack, i, Py_NewRef(found[n - 1 - i].p));
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(stack, i, Py_NewRef(found[n - 1 - i]));
   if (interned_stacks.size() >= kMaxStacks) interned_stacks.clear();
-  interned_stacks.emplace(std::move(key), OwnedRef(Py_NewRef(stack)));
+  interned_stacks.emplace(found, OwnedRef(Py_NewRef(stack)));
   return stack;
 }
 
@@ -1215,9 +1212,18 @@ PyObject* interned_stack(const std::vector<OwnedRef>& found) {
 // stack, and user_source's answer for the thread.
 PyObject* op_sources() {
   constexpr size_t kLimit = 24;  // telemetry.user_stack's limit
-  std::vector<OwnedRef> found;  // owned: a later frame's look-up may replace an earlier one's memo entry
+  // New references (a later frame's look-up may replace an earlier one's memo entry), in a vector kept per thread
+  // (a profile walks every op's stack: a fresh vector was several allocations an op); no bytecode runs here, so
+  // this cannot be entered again before the references are dropped.
+  thread_local std::vector<PyObject*> found;
+  struct Drop {
+    ~Drop() {
+      for (PyObject* source : found) Py_DECREF(source);
+      found.clear();
+    }
+  } drop;
   const bool known = walk_user_frames([&](PyObject* source, PyCodeObject* code) {
-    found.emplace_back(Py_NewRef(source));
+    found.push_back(Py_NewRef(source));
     return PyUnicode_CompareWithASCIIString(code->co_name, "<module>") == 0 || found.size() == kLimit;
   });
   if (!known) return nullptr;
@@ -1229,7 +1235,7 @@ PyObject* op_sources() {
     return pair;
   }
   PyObject* stack = interned_stack(found);
-  PyObject* pair = PyTuple_Pack(2, found.front().p, stack);
+  PyObject* pair = PyTuple_Pack(2, found.front(), stack);
   Py_DECREF(stack);
   if (pair == nullptr) throw python_error();
   return pair;
