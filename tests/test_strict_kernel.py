@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 
 import pytest
 import torch
@@ -290,6 +291,32 @@ def test_in_place_updates_run_in_cpp_and_training_matches_cpu():
         assert _ran() - ran >= 10  # the last step's forward, backward and AdamW's in-place updates
         for p, tp in zip(model.parameters(), tpu_model.parameters()):
             torch.testing.assert_close(tp.detach().cpu(), p.detach())
+
+
+@needs_core
+def test_an_in_place_update_in_cpp_is_counted_by_the_native_ledger_exactly():
+    """The C++ path writes an in-place op's result into self's storage with the native ledger's own steps (the
+    Storage.array setter's: the new array acquired, the old one released): no Python frame, and the device holds
+    the one tensor's bytes throughout."""
+    from torchtpu_lab.device import memory
+
+    if memory.acquire is memory.PYTHON_LEDGER[0]:
+        pytest.skip(f"no native ledger: {native.status().describe()}")
+    t = torch.ones(64, 64).to("tpu")
+    with torchtpu_lab.eager_mode("strict"):
+        for _ in range(3):
+            t.add_(1)
+        torch.tpu.synchronize()
+        held, old, ran = memory.allocated(0), weakref.ref(t.tpu_storage.held), _ran()
+        calls = []
+        sys.setprofile(lambda frame, event, arg: calls.append(frame.f_code.co_name) if event == "call" else None)
+        try:
+            t.add_(1)
+        finally:
+            sys.setprofile(None)
+        assert _ran() == ran + 1 and calls == [], calls
+        assert old() is None and memory.allocated(0) == held  # the old array went when its storage let go
+    torch.testing.assert_close(t.cpu(), torch.full((64, 64), 5.0))
 
 
 @needs_core

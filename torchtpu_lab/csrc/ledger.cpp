@@ -541,9 +541,7 @@ int ledger_settle() {
   return rc < 0 ? rc : coalesced.finish();
 }
 
-// storage.array = value, the Storage.array setter's steps: the new array acquired (with the storage's shape,
-// dtype and source as its origin), the slot written, the old array released.
-static int store(PyObject* storage, PyObject* value) {
+int ledger_store(PyObject* storage, PyObject* value) {
   PyObject* old = L.storage_array.get(storage);
   if (value == old) return 0;
   int yes = is_array(value);
@@ -581,7 +579,7 @@ PyObject* store_all_py(PyObject* /*module*/, PyObject* const* args, Py_ssize_t n
   }
   CoalescedScope coalesced;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]); ++i) {
-    if (store(PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i)) < 0) return nullptr;
+    if (ledger_store(PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i)) < 0) return nullptr;
   }
   if (coalesced.finish() < 0) return nullptr;
   Py_RETURN_NONE;

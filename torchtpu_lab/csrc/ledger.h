@@ -17,6 +17,9 @@ int ledger_acquire(PyObject* array, PyObject* device_index, PyObject* nbytes, Py
 int ledger_release(PyObject* array);
 // memory.settle(): released buffers whose arrays are gone or deleted (donated to a program that ran) are free.
 int ledger_settle();
+// storage.array = value, the Storage.array setter's steps: the new array acquired (with the storage's shape,
+// dtype and source as its origin), the slot written, the old array released. 0, or -1 with a Python error set.
+int ledger_store(PyObject* storage, PyObject* value);
 // memory.is_held(array): whether some live storage holds it. 1, 0, or -1 with a Python error set (also before
 // configure_ledger).
 int ledger_holds(PyObject* array);

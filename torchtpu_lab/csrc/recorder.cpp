@@ -57,6 +57,7 @@
 
 #include "device.h"
 #include "geometry.h"
+#include "ledger.h"
 #include "lock.h"
 #include "op_log.h"
 #include "tensor_factory.h"
@@ -1677,7 +1678,7 @@ long call_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
 // on the call's dynamic inputs, the cache-hit counter counted, the output array in a Storage (Storage.output:
 // memory.acquire, then the array) and a tensor (tensor.make_base); for an in-place op (`write_to`: self's
 // storage) the array becomes that storage's (values.set_array, as mutation.write_result does for a base of
-// the result's shape and dtype). Under fused.LOCK. Returns the output tensor or None (a new reference), or
+// the result's shape and dtype). The memory accounting is the native ledger's own calls when it counts. Under fused.LOCK. Returns the output tensor or None (a new reference), or
 // nullptr when the executable refused the inputs with a TypeError (a weak type it was not compiled for: the
 // Python path lets jax.jit decide); any other error propagates as the Python path's.
 PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base,
@@ -1715,7 +1716,11 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
     throw python_error();
   }
   Py_DECREF(now);
-  if (write_to != nullptr) {
+  if (write_to != nullptr) {  // a concrete array: the Storage.array setter's steps, in C with the native ledger
+    if (ledger_ready()) {
+      if (ledger_store(write_to, out) < 0) throw python_error();
+      return Py_NewRef(Py_None);
+    }
     PyObject* set_args[] = {write_to, out};
     PyObject* none = PyObject_Vectorcall(rt.set_array, set_args, 2, nullptr);
     if (none == nullptr) throw python_error();
@@ -1726,10 +1731,14 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   OwnedRef origin;
   origin.p = untracked(PyTuple_Pack(3, e.shape, e.dtype, alloc_source));  // the ledger's entry (pyobjects.h)
   if (origin.p == nullptr) throw python_error();
-  PyObject* acquire_args[] = {out, rt.st_device.get(storage.p), e.nbytes, origin.p};
-  PyObject* r = PyObject_Vectorcall(rt.acquire, acquire_args, 4, nullptr);
-  if (r == nullptr) throw python_error();
-  Py_DECREF(r);
+  if (ledger_ready()) {
+    if (ledger_acquire(out, rt.st_device.get(storage.p), e.nbytes, origin.p) < 0) throw python_error();
+  } else {
+    PyObject* acquire_args[] = {out, rt.st_device.get(storage.p), e.nbytes, origin.p};
+    PyObject* r = PyObject_Vectorcall(rt.acquire, acquire_args, 4, nullptr);
+    if (r == nullptr) throw python_error();
+    Py_DECREF(r);
+  }
   rt.st_array.set(storage.p, out);
   PyObject* t = make_tensor(rt.tensor_type, e.sizes, e.strides, e.scalar_type,
                             static_cast<c10::DeviceIndex>(e.exec_device), storage.p, Py_None);
