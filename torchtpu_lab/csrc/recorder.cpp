@@ -1678,9 +1678,10 @@ long call_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
 // on the call's dynamic inputs, the cache-hit counter counted, the output array in a Storage (Storage.output:
 // memory.acquire, then the array) and a tensor (tensor.make_base); for an in-place op (`write_to`: self's
 // storage) the array becomes that storage's (values.set_array, as mutation.write_result does for a base of
-// the result's shape and dtype). The memory accounting is the native ledger's own calls when it counts. Under fused.LOCK. Returns the output tensor or None (a new reference), or
-// nullptr when the executable refused the inputs with a TypeError (a weak type it was not compiled for: the
-// Python path lets jax.jit decide); any other error propagates as the Python path's.
+// the result's shape and dtype), in the native ledger's own calls when it counts. Under fused.LOCK. Returns the
+// output tensor or None (a new reference), or nullptr when the executable refused the inputs with a TypeError (a
+// weak type it was not compiled for: the Python path lets jax.jit decide); any other error propagates as the
+// Python path's.
 PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base,
                      const std::vector<PyObject*>& arrays, PyObject* alloc_source, PyObject* write_to) {
   const size_t n = e.dyn.size();

@@ -7,10 +7,11 @@ Kept beside the executable rather than in it: a ``jax.stages.Compiled`` has no r
 (:mod:`.compile_cache` writes it next to the payload), so a warm process analyses nothing.
 
 Device time per run, without waiting: while a profile is open, every program run is timed by :func:`time_run`
-without blocking the host. Its smallest output is watched, and :func:`poll` looks at it after every op the
-profile records and every call into the backend (``interrupts.after_entry``; the recording kernel calls it from
-C++), right before and after each launch (XLA:CPU runs a small program inside the launch call), around host reads
-(:func:`host_values`), and at the end of the profile, which waits for what is still running. A run ends between
+without blocking the host. Its smallest output is watched (found once per program), and :func:`poll` looks at it
+after the ops the profile records and the calls into the backend (``interrupts.after_entry``; the recording kernel
+calls it from C++; at most one look every ``LOOK_EVERY_S``), right before and after each launch (XLA:CPU runs a
+small program inside the launch call), around host reads (:func:`host_values`), and at the end of the profile,
+which waits for what is still running. A run ends between
 the last look that found it running and the first that found it done (their middle is taken), or at the end of a
 wait for it; it starts at its launch, or when the run before it on its device ended, if later. A run whose end the
 looks do not bracket tightly (the host compiled, or ran its own Python, in between) is not timed but estimated
