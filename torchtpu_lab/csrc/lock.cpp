@@ -3,6 +3,8 @@
 // atomics; the PyThread lock is what another thread waits on, with the GIL released.
 #include "lock.h"
 
+#include "pyobjects.h"
+
 #include <chrono>
 #include <climits>
 
@@ -173,15 +175,7 @@ PyTypeObject lock_type = [] {
 
 }  // namespace
 
-int add_lock_type(PyObject* module) {
-  if (PyType_Ready(&lock_type) < 0) return -1;
-  Py_INCREF(&lock_type);
-  if (PyModule_AddObject(module, "Lock", reinterpret_cast<PyObject*>(&lock_type)) < 0) {
-    Py_DECREF(&lock_type);
-    return -1;
-  }
-  return 0;
-}
+int add_lock_type(PyObject* module) { return add_type(module, "Lock", &lock_type); }
 
 bool is_lock(PyObject* obj) { return Py_TYPE(obj) == &lock_type; }
 

@@ -1,6 +1,8 @@
 // OpLog: a recorder's op records as a C vector (op_log.h).
 #include "op_log.h"
 
+#include "pyobjects.h"
+
 #include <new>
 #include <vector>
 
@@ -99,15 +101,7 @@ PyObject* new_log() {
 
 }  // namespace
 
-int add_op_log_type(PyObject* module) {
-  if (PyType_Ready(&op_log_type) < 0) return -1;
-  Py_INCREF(&op_log_type);
-  if (PyModule_AddObject(module, "OpLog", reinterpret_cast<PyObject*>(&op_log_type)) < 0) {
-    Py_DECREF(&op_log_type);
-    return -1;
-  }
-  return 0;
-}
+int add_op_log_type(PyObject* module) { return add_type(module, "OpLog", &op_log_type); }
 
 int log_op(PyObject* sink, PyObject* name, double t, double dur, PyObject* hit, PyObject* source, PyObject* stack) {
   const Py_ssize_t n = PyList_GET_SIZE(sink);

@@ -84,4 +84,15 @@ inline Slot find_slot(PyObject* type, const char* name) {
   return s;
 }
 
+// Readies `type` and adds it to `module` as `name` (the module holds a reference). 0, or -1 with a Python error.
+inline int add_type(PyObject* module, const char* name, PyTypeObject* type) {
+  if (PyType_Ready(type) < 0) return -1;
+  Py_INCREF(type);
+  if (PyModule_AddObject(module, name, reinterpret_cast<PyObject*>(type)) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
 }  // namespace torchtpu
