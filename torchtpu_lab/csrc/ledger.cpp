@@ -177,12 +177,14 @@ int coalesced_before(PyObject* kind) {
 }
 
 int coalesce(PyObject* kind, PyObject* nbytes, PyObject* device) {
-  if (C.kind != nullptr) {
-    const int same = C.kind == kind ? PyObject_RichCompareBool(C.device, device, Py_EQ) : 0;
-    if (same < 0 || (same == 0 && flush_coalesced() < 0)) return -1;
-  }
   const long long n = PyLong_AsLongLong(nbytes);
   if (n == -1 && PyErr_Occurred()) return -1;
+  while (C.kind != nullptr) {  // a flush runs on_peak (Python), which may free a buffer: its sample then pends
+    const int same = C.kind == kind ? PyObject_RichCompareBool(C.device, device, Py_EQ) : 0;
+    if (same < 0) return -1;
+    if (same == 1) break;
+    if (flush_coalesced() < 0) return -1;
+  }
   PyObject* now = allocated_now(device);
   if (now == nullptr) return -1;
   if (C.kind == nullptr) {
