@@ -250,8 +250,9 @@ def test_telemetry_recorders_is_what_the_short_paths_read():
 
 @pytest.mark.parametrize("mode", ("strict", "fused"))
 def test_op_events_are_batched_while_recording_and_expanded_on_close(mode):
-    """The short paths append one tuple per op (no Event object, no second stack walk) to every open recorder;
-    closing a recorder turns them into the same Events the general path makes, nested recorders included."""
+    """The short paths note one record per op (no Event object, no second stack walk) in every open recorder:
+    the marker and the fields, flat (the Python path), or a native op log (the recording kernel); closing a
+    recorder turns them into the same Events the general path makes, nested recorders included."""
     a = torch.randn(4, 4).to("tpu")
     with torchtpu_lab.eager_mode(mode):
         _ = a + a  # first run: the general path
@@ -259,11 +260,17 @@ def test_op_events_are_batched_while_recording_and_expanded_on_close(mode):
         with telemetry.Recorder() as outer:
             with telemetry.Recorder() as inner:
                 y = a + a  # BATCHED_LINE
-                live = [i for i, e in enumerate(inner) if e is telemetry.OP_MARK]
-                flat = list(inner)
+                batched = list(inner)
             torchtpu_lab.sync()
-    assert len(live) == 1  # batched while the recorder was open: the marker and the fields, flat
-    assert flat[live[0] + 1] == "aten::add.Tensor" and len(flat) == live[0] + 1 + telemetry.OP_FIELDS
+    logs = tuple(telemetry.OP_LOGS)
+    [first] = [e for e in batched if e is telemetry.OP_MARK or type(e) in logs]  # batched while open
+    at = next(i for i, e in enumerate(batched) if e is first)
+    if first is telemetry.OP_MARK:
+        fields = batched[at + 1:]
+    else:
+        assert at == len(batched) - 1 and len(first) == 1
+        fields = first.fields()
+    assert fields[0] == "aten::add.Tensor" and len(fields) == telemetry.OP_FIELDS
     for events in (outer, inner):
         assert not any(e is telemetry.OP_MARK for e in events)
         ops = [e for e in events if e.kind == "op"]
