@@ -1419,9 +1419,32 @@ PyObject* new_storage(const Output& e, long device, PyObject* alloc_source) {
   return storage;
 }
 
+// Memory accounting of an array a storage takes (with its origin: shape, dtype, source) or lets go: the native
+// ledger's own calls when it counts (ledger.h), else memory.acquire / memory.release as configured.
+void acquire_array(PyObject* array, PyObject* device, PyObject* nbytes, PyObject* origin) {
+  if (ledger_ready()) {
+    if (ledger_acquire(array, device, nbytes, origin) < 0) throw python_error();
+    return;
+  }
+  PyObject* args[] = {array, device, nbytes, origin};
+  PyObject* r = PyObject_Vectorcall(rt.acquire, args, 4, nullptr);
+  if (r == nullptr) throw python_error();
+  Py_DECREF(r);
+}
+
+void release_array(PyObject* array) {
+  if (ledger_ready()) {
+    if (ledger_release(array) < 0) throw python_error();
+    return;
+  }
+  PyObject* r = PyObject_CallOneArg(rt.release, array);
+  if (r == nullptr) throw python_error();
+  Py_DECREF(r);
+}
+
 // values.set_array(storage, placeholder), an in-place op's write, as its Python steps do it: fused.track(storage)
 // (noted once per sync, with the id of the concrete array it held then), then the Storage.array setter (a
-// placeholder is acquired by nobody; a concrete array it replaces is released to memory accounting: Python).
+// placeholder is acquired by nobody; a concrete array it replaces is released to memory accounting).
 // Anything else the storage may hold (a FailedValue, a tracer) takes the Python function itself.
 void write_placeholder(PyObject* storage, PyObject* lazy) {
   PyObject* old = rt.st_array.get(storage);
@@ -1456,11 +1479,7 @@ void write_placeholder(PyObject* storage, PyObject* lazy) {
   }
   OwnedRef held(Py_NewRef(old));  // the slot's reference goes with the write; memory.release still reads it
   rt.st_array.set(storage, lazy);
-  if (was_array) {
-    PyObject* r = PyObject_CallOneArg(rt.release, old);
-    if (r == nullptr) throw python_error();
-    Py_DECREF(r);
-  }
+  if (was_array) release_array(old);
 }
 
 // The placeholder LazyValue(node, index, shape, dtype) of output o (a new reference).
@@ -1732,14 +1751,7 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
   OwnedRef origin;
   origin.p = untracked(PyTuple_Pack(3, e.shape, e.dtype, alloc_source));  // the ledger's entry (pyobjects.h)
   if (origin.p == nullptr) throw python_error();
-  if (ledger_ready()) {
-    if (ledger_acquire(out, rt.st_device.get(storage.p), e.nbytes, origin.p) < 0) throw python_error();
-  } else {
-    PyObject* acquire_args[] = {out, rt.st_device.get(storage.p), e.nbytes, origin.p};
-    PyObject* r = PyObject_Vectorcall(rt.acquire, acquire_args, 4, nullptr);
-    if (r == nullptr) throw python_error();
-    Py_DECREF(r);
-  }
+  acquire_array(out, rt.st_device.get(storage.p), e.nbytes, origin.p);
   rt.st_array.set(storage.p, out);
   PyObject* t = make_tensor(rt.tensor_type, e.sizes, e.strides, e.scalar_type,
                             static_cast<c10::DeviceIndex>(e.exec_device), storage.p, Py_None);

@@ -11,11 +11,10 @@ without blocking the host. Its smallest output is watched (found once per progra
 after the ops the profile records and the calls into the backend (``interrupts.after_entry``; the recording kernel
 calls it from C++; at most one look every ``LOOK_EVERY_S``), right before and after each launch (XLA:CPU runs a
 small program inside the launch call), around host reads (:func:`host_values`), and at the end of the profile,
-which waits for what is still running. A run ends between
-the last look that found it running and the first that found it done (their middle is taken), or at the end of a
-wait for it; it starts at its launch, or when the run before it on its device ended, if later. A run whose end the
-looks do not bracket tightly (the host compiled, or ran its own Python, in between) is not timed but estimated
-from the timed runs of its program. Waiting for runs serialized host and device: each wait cost a step the
+which waits for what is still running. A run ends between the last look that found it running and the first that
+found it done (their middle is taken), or at the end of a wait for it; it starts at its launch, or when the run
+before it on its device ended, if later. A run whose end the looks do not bracket tightly (the host compiled, or
+ran its own Python, in between) is not timed but estimated from the timed runs of its program. Waiting for runs serialized host and device: each wait cost a step the
 overlap of the two, which is what a profile of a host-bound step is there to show, and on a tiny transformer's
 training step that was most of the profile's own cost. Without a profile nothing is watched."""
 
