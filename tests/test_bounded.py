@@ -119,6 +119,47 @@ def test_arange_of_a_growing_length_is_the_front_of_its_capacity_and_of_a_finish
     assert growth.front(torch.arange(n, device="tpu")) is None
 
 
+def test_filled_factories_of_a_growing_length_are_fronts_that_reduce_exactly_and_compile_once_per_bucket():
+    x = _grown("tpu", 6)
+    counts = []
+    fixed = x.shape[1] + 3  # a size the growing length passes once (T5's cross-attention bias over the prompt)
+    for step in range(12):  # BART's decoder: torch.ones(batch, cache length + 1) every token
+        x = torch.cat([x, torch.ones(2, 1, dtype=torch.long, device="tpu")], 1)
+        n = x.shape[1]
+        before = _programs()
+        made = [torch.ones(2, n, device="tpu"), torch.zeros(3, n, dtype=torch.long, device="tpu"),
+                torch.full((1, 2, n), 2.5, device="tpu")]
+        wants = [torch.ones(2, n), torch.zeros(3, n, dtype=torch.long), torch.full((1, 2, n), 2.5)]
+        bias = torch.zeros(1, 4, 1, fixed, device="tpu")
+        assert growth.front(bias) is None and torch.equal(bias.cpu(), torch.zeros(1, 4, 1, fixed))
+        if step == 0:  # the first call of each: nothing says its length grows yet
+            assert all(growth.front(t) is None for t in made)
+            made = [torch.ones(2, n, device="tpu"), torch.zeros(3, n, dtype=torch.long, device="tpu"),
+                    torch.full((1, 2, n), 2.5, device="tpu")]  # the same length again: still ordinary
+            assert all(growth.front(t) is None for t in made)
+            continue
+        # the padding holds the fill value too: a sum or a product that read it would be off. All recorded
+        # before the first read: one sync a step, as a decode step makes (a factory's length is "growing" for
+        # a few syncs after its append)
+        reduced = [(t.sum(-1), t @ torch.ones(n, 1, dtype=t.dtype, device="tpu")) for t in made]
+        for got, want, (total, product) in zip(made, wants, reduced):
+            assert growth.front(got) is not None and growth.front(got).length == n
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert torch.equal(got.cpu(), want)
+            torch.testing.assert_close(total.cpu(), want.sum(-1))
+            torch.testing.assert_close(product.cpu(), want @ torch.ones(n, 1, dtype=want.dtype))
+        counts.append(_programs() - before)
+    assert sum(counts[2:]) == 0, counts  # every length in the bucket: the programs of the first steps
+    # a size with no growing length in it, and a grown length's factory once it stopped growing: ordinary
+    assert growth.front(torch.ones(2, 5, device="tpu")) is None
+    n = x.shape[1]
+    for _ in range(growth.RECENT_SYNCS + 1):
+        torchtpu_lab.sync()
+        float(x.sum())
+    plain = torch.ones(2, n, device="tpu")
+    assert growth.front(plain) is None and plain.is_contiguous()
+
+
 def test_in_place_ops_and_gradients_through_grown_tensors_equal_cpu():
     x_cpu, x = _grown("cpu", 9, dtype=torch.float32), _grown("tpu", 9, dtype=torch.float32)
     y_cpu, y = x_cpu * 0.5, x * 0.5

@@ -519,6 +519,40 @@ def _arange(op, args: tuple, kwargs: dict):
     return growth.grown(_base(op(capacity, **kwargs)), 0, end)
 
 
+def _filled(op, args: tuple, kwargs: dict):
+    """``ones``/``zeros``/``full`` of a size with a growing length in it: the same padded extent as
+    :func:`_arange` gives (``transformers``' BART decoder builds its mask as ``torch.ones(batch, cache length + 1)``
+    every token). A size equal to a growing length by chance — T5's cross-attention bias is ``zeros`` over the
+    prompt's length, which the decoder's length passes once — must stay ordinary, or that step builds a program
+    of its own: a dim counts as growing only where the last call with the same other sizes had a shorter one
+    there, or the same one, padded (several layers' calls within one step)."""
+    size = args[0] if args else kwargs.get("size")
+    if type(size) not in (list, tuple):
+        return None
+    if len(_FILLED) > 256:
+        _FILLED.clear()
+    for d in range(len(size) - 1, -1, -1):
+        n = size[d]
+        capacity = growth.recent_capacity(n) if type(n) is int and n >= 2 else None
+        if capacity is None:
+            continue
+        key = (op, d, *size[:d], *size[d + 1:])
+        last = _FILLED.get(key)
+        _FILLED[key] = (n, True)
+        if last is not None and (last[0] < n or last == (n, True)):
+            padded = list(size)
+            padded[d] = capacity
+            rest = {k: v for k, v in kwargs.items() if k != "size"}
+            return growth.grown(_base(op(padded, *args[1:], **rest)), d, n)
+        _FILLED[key] = (n, False)
+    return None
+
+
+#: ``(op, dim, the other sizes) -> (length, padded)``: the last ``ones``/``zeros``/``full`` of a recent growing
+#: length along ``dim`` (:func:`_filled`)
+_FILLED: dict = {}
+
+
 def compact(t) -> bool:
     """Give ``t``, the front of a padded storage, a contiguous copy of its ``n`` positions as its own storage, in
     place, when no other tensor reads that storage; ``False`` (nothing changed) otherwise.
@@ -565,7 +599,8 @@ def attention_mask(mask, length: int, capacity: int):
 
 
 #: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
-_REWRITES = {aten.arange.default: _arange, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
+_REWRITES = {aten.arange.default: _arange, aten.ones.default: _filled, aten.zeros.default: _filled,
+             aten.full.default: _filled, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
              aten.clone.default: _copy,
              aten.gather.default: _gather, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
              aten.embedding.default: _embedding,
