@@ -187,6 +187,8 @@ a.add_(1)             # replaces a's buffer
 assert torch.tpu.memory_allocated() == live() == 4000 + 800, (torch.tpu.memory_allocated(), live())
 peak = torch.tpu.max_memory_allocated()
 assert peak >= 4800
+assert torch.tpu.memory_reserved() == 4800 and torch.tpu.max_memory_reserved() == peak  # as torch.accelerator's
+assert torch.accelerator.memory_reserved() == torch.tpu.memory_reserved()
 del a, b
 gc.collect()
 assert torch.tpu.memory_allocated() == live() == 4000, (torch.tpu.memory_allocated(), live())  # c keeps a's storage

@@ -208,6 +208,17 @@ def max_memory_allocated(device=None) -> int:
     return memory.peak(index)
 
 
+def memory_reserved(device=None) -> int:
+    """Bytes XLA holds for this device, as PyTorch's caching allocator would report them: our count of live
+    buffers (XLA gives no pool figure that ``torch.cuda.memory_reserved`` could mean; ``torch.accelerator`` says
+    the same from :func:`memory_stats`)."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
 def reset_peak_memory_stats(device=None) -> None:
     memory.reset_peak(_index(device))
 
