@@ -35,6 +35,9 @@ from .executor import OpExecutable, launch
 from .signatures import OpSignature
 
 aten = torch.ops.aten
+#: a storage value :func:`_arrays` takes as it is (else ``Storage.array`` decides: empty, failed)
+_LAZY = fused.LazyValue
+_ARRAY = type(jnp.zeros(()))
 
 
 def _arrays(lists, device: int | None, adopted: list | None = None, bases: list | None = None) -> list | None:
@@ -43,25 +46,29 @@ def _arrays(lists, device: int | None, adopted: list | None = None, bases: list 
     view of its whole storage in order (``views.reshapes_base``); else ``None``. The tensors, adopted, are appended to
     ``adopted``, and to ``bases`` the shape of each one's storage where it is such a view (else ``None``)."""
     arrays = []
+    tpu_tensor, float32 = tensor.TpuTensor, torch.float32
     for lst in lists:
         for t in lst:
-            if not tensor.on_tpu(t) or not tensor.has_data(t):
-                return None
-            t = tensor.adopt(t)
+            # (a step reads ~150 tensors: an adopted one with a value, the usual case, takes no function call)
+            if type(t) is not tpu_tensor:
+                if not tensor.on_tpu(t) or not tensor.has_data(t):
+                    return None
+                t = tensor.adopt(t)
             storage = t.tpu_storage
             view = t.tpu_view
-            if storage.dtype != torch.float32 or (view is not None and (bases is None
-                                                             or not views.reshapes_base(storage.shape, view))):
+            if storage.dtype != float32 or (view is not None and (bases is None
+                                                           or not views.reshapes_base(storage.shape, view))):
                 return None
             if device is None:
                 device = storage.device_index
             elif storage.device_index != device:
                 return None
-            arrays.append(storage.array)
+            a = storage._array
+            arrays.append(a if type(a) is _LAZY or type(a) is _ARRAY else storage.array)
             if adopted is not None:
                 adopted.append(t)
             if bases is not None:
-                bases.append(None if t.tpu_view is None else tuple(storage.shape))
+                bases.append(None if view is None else tuple(storage.shape))
     return arrays
 
 
@@ -94,7 +101,8 @@ def _covered(groups: tuple, steps, extras: tuple) -> tuple | None:
     n = len(params)
     if n == 0 or any(len(g) != n for g in groups) or len(steps) not in (0, n):
         return None
-    if any(g[i].shape != p.shape for i, p in enumerate(params) for g in groups[1:]):
+    shapes = [p.shape for p in params]
+    if any(g[i].shape != shape for g in groups[1:] for i, shape in enumerate(shapes)):
         return None
     tensors: list = []
     bases: list = []
