@@ -538,13 +538,13 @@ def _filled(op, args: tuple, kwargs: dict):
             continue
         key = (op, d, *size[:d], *size[d + 1:])
         last = _FILLED.get(key)
-        _FILLED[key] = (n, True)
-        if last is not None and (last[0] < n or last == (n, True)):
+        grows = last is not None and (last[0] < n or last == (n, True))
+        _FILLED[key] = (n, grows)
+        if grows:
             padded = list(size)
             padded[d] = capacity
             rest = {k: v for k, v in kwargs.items() if k != "size"}
             return growth.grown(_base(op(padded, *args[1:], **rest)), d, n)
-        _FILLED[key] = (n, False)
     return None
 
 
