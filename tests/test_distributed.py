@@ -33,6 +33,20 @@ def test_backend_is_registered_under_both_names():
     assert dist.Backend.default_device_backend_map["tpu"] == "tpu"
 
 
+def test_importing_the_package_leaves_jax_uninitialised_so_ranks_can_join():
+    """``init_process_group('tpu')`` must find JAX's backend not yet made: no module may make an array on import
+    (one did, to take ``type(jnp.zeros(()))``, and every rank of every launch then refused to start)."""
+    import subprocess
+    import sys
+
+    code = ("import torchtpu_lab, torchtpu_lab.runtime.optimizer_step, torchtpu_lab.runtime.bounded\n"
+            "from jax._src import xla_bridge\n"
+            "print('initialised' if xla_bridge._backends else 'untouched')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("untouched"), out.stdout
+
+
 def test_every_collective_equals_gloo_on_cpu_tensors(collectives_run):
     for r in collectives_run:
         tpu, cpu = r.value["tpu"], r.value["cpu"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import torch
 
@@ -35,9 +36,9 @@ from .executor import OpExecutable, launch
 from .signatures import OpSignature
 
 aten = torch.ops.aten
-#: a storage value :func:`_arrays` takes as it is (else ``Storage.array`` decides: empty, failed)
+#: a storage value :func:`_arrays` takes as it is, with any ``jax.Array`` (else ``Storage.array`` decides: empty,
+#: failed); no array made here: importing must leave JAX's backend uninitialised (``init_process_group`` needs that)
 _LAZY = fused.LazyValue
-_ARRAY = type(jnp.zeros(()))
 
 
 def _arrays(lists, device: int | None, adopted: list | None = None, bases: list | None = None) -> list | None:
@@ -64,7 +65,7 @@ def _arrays(lists, device: int | None, adopted: list | None = None, bases: list 
             elif storage.device_index != device:
                 return None
             a = storage._array
-            arrays.append(a if type(a) is _LAZY or type(a) is _ARRAY else storage.array)
+            arrays.append(a if type(a) is _LAZY or isinstance(a, jax.Array) else storage.array)
             if adopted is not None:
                 adopted.append(t)
             if bases is not None:
