@@ -27,9 +27,10 @@ class LRUCache:
     given) is told of each evicted value, e.g. to drop derived state.
     """
 
-    __slots__ = ("name", "maxsize", "hits", "misses", "evictions", "_data", "_lock", "on_evict")
+    __slots__ = ("name", "maxsize", "hits", "misses", "evictions", "_data", "_lock", "on_evict", "code")
 
-    def __init__(self, name: str, maxsize: int, on_evict: Callable[[Hashable, Any], None] | None = None):
+    def __init__(self, name: str, maxsize: int, on_evict: Callable[[Hashable, Any], None] | None = None,
+                 code: bool = False):
         if maxsize < 1:
             raise ValueError(f"cache {name!r}: maxsize must be at least 1, got {maxsize}")
         self.name = name
@@ -40,6 +41,7 @@ class LRUCache:
         self._data: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self.on_evict = on_evict
+        self.code = code  # its values hold compiled programs (runtime/code_budget.py evicts them first)
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The value for ``key`` (counted as a hit, and marked most recently used), else ``default`` (a miss)."""
@@ -70,6 +72,19 @@ class LRUCache:
         if self.on_evict is not None:
             for k, v in evicted:
                 self.on_evict(k, v)
+
+    def shrink(self, keep: int) -> int:
+        """Evict the least recently used entries until at most ``keep`` are left (the bound stays); returns how
+        many went."""
+        evicted = []
+        with self._lock:
+            while len(self._data) > max(keep, 0):
+                evicted.append(self._data.popitem(last=False))
+            self.evictions += len(evicted)
+        if self.on_evict is not None:
+            for k, v in evicted:
+                self.on_evict(k, v)
+        return len(evicted)
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._data
@@ -120,14 +135,23 @@ def _env_size(name: str, default: int) -> int:
     return size
 
 
-def cache(name: str, maxsize: int, on_evict: Callable[[Hashable, Any], None] | None = None) -> LRUCache:
+def cache(name: str, maxsize: int, on_evict: Callable[[Hashable, Any], None] | None = None,
+          code: bool = False) -> LRUCache:
     """The cache called ``name``, created (and registered) on first request with ``maxsize`` entries, or the
-    size given by ``TORCHTPU_LAB_CACHE_<NAME>``."""
+    size given by ``TORCHTPU_LAB_CACHE_<NAME>``. ``code``: its values hold compiled programs, whose code the
+    process maps into memory (see :func:`code_caches`)."""
     existing = _REGISTRY.get(name)
     if existing is not None:
+        existing.code = existing.code or code
         return existing
-    c = _REGISTRY[name] = LRUCache(name, _env_size(name, maxsize), on_evict)
+    c = _REGISTRY[name] = LRUCache(name, _env_size(name, maxsize), on_evict, code)
     return c
+
+
+def code_caches() -> list[LRUCache]:
+    """The caches whose values hold compiled programs: what runtime/code_budget.py evicts when the process's
+    memory maps near the OS's limit."""
+    return [c for c in _REGISTRY.values() if c.code]
 
 
 def registry() -> dict[str, LRUCache]:
@@ -164,11 +188,12 @@ def stats() -> dict[str, dict]:
     return {name: c.stats() for name, c in sorted(_REGISTRY.items())}
 
 
-def memoize(name: str, maxsize: int) -> Callable[[Callable], Callable]:
-    """``functools.lru_cache`` with a registered, bounded, counted cache (positional hashable arguments)."""
+def memoize(name: str, maxsize: int, code: bool = False) -> Callable[[Callable], Callable]:
+    """``functools.lru_cache`` with a registered, bounded, counted cache (positional hashable arguments);
+    ``code``: as for :func:`cache`."""
 
     def wrap(fn: Callable) -> Callable:
-        store = cache(name, maxsize)
+        store = cache(name, maxsize, code=code)
 
         def cached(*args):
             value = store.get(args, _MISSING)

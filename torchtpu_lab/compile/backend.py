@@ -233,7 +233,7 @@ _counter = [0]
 
 #: Lowered graphs by (kind, generated code, input shapes/dtypes, group): a graph Dynamo traces again (after
 #: ``torch._dynamo.reset()``, or the same module compiled twice) reuses its lowering and executables.
-_DYNAMO_GRAPHS = caches.cache("compiled_graphs", 256)
+_DYNAMO_GRAPHS = caches.cache("compiled_graphs", 256, code=True)
 
 
 def _graph_key(kind: str, gm: torch.fx.GraphModule):

@@ -28,7 +28,7 @@ from .. import caches
 
 AXIS = "r"
 
-_programs = caches.cache("collectives", 256)
+_programs = caches.cache("collectives", 256, code=True)
 _meshes = caches.cache("collective_meshes", 64)
 
 #: Reductions with a native XLA collective; the others gather and reduce locally.

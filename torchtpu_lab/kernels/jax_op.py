@@ -372,7 +372,7 @@ def _register_vjp(op_def, fn: Callable, qualified: str, sig: inspect.Signature, 
     op_def.register_autograd(backward, setup_context=setup_context)
 
 
-_CALL_JAX = caches.cache("call_jax_ops", 256)
+_CALL_JAX = caches.cache("call_jax_ops", 256, code=True)
 
 
 def call_jax(fn: Callable, *tensors: torch.Tensor):

@@ -54,7 +54,7 @@ import jax
 from .. import platform, telemetry
 from ..device import memory
 from ..ops.error_flags import Check
-from . import program_cost
+from . import code_budget, program_cost
 from .prefetch import PREFETCHER
 from .signatures import digest
 
@@ -473,10 +473,12 @@ def executable(fn, args: list, kind: str, signature, device, donate: tuple = (),
             loaded, found = loaded
             if checks is not None:
                 checks[:] = found
+            code_budget.note_new_program()
             return loaded, True
         telemetry.count("persistent_cache_misses")
     with telemetry.compiling(kind):
         compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
     if store(key, compiled, checks or ()):
         PREFETCHER.used(_state["dir"], _state["writable"], key)
+    code_budget.note_new_program()
     return compiled, False

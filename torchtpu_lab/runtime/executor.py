@@ -263,7 +263,7 @@ def _debug_check(name: str, out) -> None:
 
 
 #: Compiled op signatures (strict/debug executables and fused-mode node functions), bounded.
-OPS = caches.cache("ops", 4096)
+OPS = caches.cache("ops", 4096, code=True)
 #: The same executables by a repeated call's flat key (:mod:`.fast_keys`): found without building a template.
 _FAST = fast_keys.EXECUTABLES
 #: op id -> its :func:`.encode.op_plan` (ops live as long as the process; a plain dict, read once per op)

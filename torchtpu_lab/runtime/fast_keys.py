@@ -26,7 +26,7 @@ from ..device import views
 from ..device.tensor import TpuTensor
 
 #: fast key -> the op's executable (an :class:`.executor.OpExecutable`); cleared with every other cache
-EXECUTABLES = caches.cache("op_fast_keys", 4096)
+EXECUTABLES = caches.cache("op_fast_keys", 4096, code=True)
 
 _NUMBERS = (bool, int, float, complex)
 #: argument types the encoder passes through unchanged (hashable, and never equal to a number)

@@ -117,7 +117,7 @@ LOCK = native.reentrant_lock()
 #: the whole call (a Ctrl-C inside it waits for its end).
 entry_point = interrupts.owning(LOCK)
 #: Compiled fused graphs by structure, bounded (a long-lived kernel sees many shapes).
-GRAPHS = caches.cache("graphs", 256)
+GRAPHS = caches.cache("graphs", 256, code=True)
 
 #: a graph is flushed once it has ``MAX_GRAPH_OPS.value`` recorded ops (``torchtpu_lab.config.max_graph_ops``), or
 #: earlier, at a cut point a flush made before: see :mod:`.graph_cuts`

@@ -329,7 +329,7 @@ def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, source
         telemetry.emit("op", APPEND, source=source, stack=stack, dim=d, length=length, appended=k, lineage=lineage)
 
 
-@caches.memoize("append_programs", 1024)
+@caches.memoize("append_programs", 1024, code=True)
 def _program(x_base: tuple, x_key, grow: bool, shape: tuple, dtype, d: int, p_base: tuple, p_key):
     """The padded array after an append; inputs: x's storage[, its offset], the piece's storage[, its offset],
     the position ``n`` (a value, so every step runs the same program)."""

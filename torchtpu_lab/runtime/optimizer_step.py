@@ -172,7 +172,7 @@ def _scaling(rest: tuple, scaled: bool, checks_inf: bool) -> tuple:
     return (rest[0] if scaled else None), unless_inf
 
 
-@caches.memoize("fused_adam_programs", 64)
+@caches.memoize("fused_adam_programs", 64, code=True)
 def _program(shapes: tuple, decoupled: bool, amsgrad: bool, maximize: bool, decays: bool, lr_tensor: bool,
              scaled: bool, checks_inf: bool, bases: tuple) -> OpExecutable:
     """The step's traced function: inputs per parameter ``p, g, m, v[, max_v]``, then the steps, then ``lr,
@@ -252,7 +252,7 @@ def _sgd_written(tensors, per_param: int, unscaled: bool) -> list:
     return out
 
 
-@caches.memoize("fused_sgd_programs", 64)
+@caches.memoize("fused_sgd_programs", 64, code=True)
 def _sgd_program(shapes: tuple, moves: bool, first: bool, nesterov: bool, maximize: bool, decays: bool,
                  lr_tensor: bool, scaled: bool, checks_inf: bool, bases: tuple) -> OpExecutable:
     """SGD's step as ops/optimizer_kernels.py's ``fused_sgd_`` runs it: inputs per parameter ``p, g[, buf]``, then

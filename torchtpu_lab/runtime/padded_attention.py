@@ -224,7 +224,7 @@ def _reader(spec: tuple):
     return read
 
 
-@caches.memoize("attention_programs", 512)
+@caches.memoize("attention_programs", 512, code=True)
 def _program(q_in, k_in, v_in, bias_in, padded: bool, is_causal: bool, scale, dtype, out_shape):
     """Attention on ``(q[, offset], k[, offset], v[, offset], [n,] [bias[, offset]])``: with ``padded``, k and v
     are whole padded storages and ``n`` their logical length, a value, so every ``n`` runs this program."""

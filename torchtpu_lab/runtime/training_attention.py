@@ -104,7 +104,7 @@ def _reads(specs):
     return read
 
 
-@caches.memoize("attention_programs_forward", 256)
+@caches.memoize("attention_programs_forward", 256, code=True)
 def _forward_program(q_in, k_in, v_in, bias_in, is_causal: bool, scale, dtype, out_shape):
     read = _reads([q_in, k_in, v_in] + ([bias_in] if bias_in is not None else []))
 
@@ -117,7 +117,7 @@ def _forward_program(q_in, k_in, v_in, bias_in, is_causal: bool, scale, dtype, o
     return OpExecutable(run, True, meta, str(_FORWARD))
 
 
-@caches.memoize("attention_programs_backward", 256)
+@caches.memoize("attention_programs_backward", 256, code=True)
 def _backward_program(g_in, q_in, k_in, v_in, bias_in, is_causal: bool, scale, want: tuple, shapes: tuple):
     read = _reads([g_in, q_in, k_in, v_in] + ([bias_in] if bias_in is not None else []))
     float_bias = want[3]

@@ -23,7 +23,7 @@ from .executor import OpExecutable, launch, run_now
 from .signatures import OpSignature
 
 
-@caches.memoize("programs", 2048)
+@caches.memoize("programs", 2048, code=True)
 def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, overwrite_all: bool):
     jdt = dtypes.to_jax(dst_dtype)
     dst_size = dst_base_shape if dst_view is None else dst_view.size
@@ -135,7 +135,7 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
                 True)
 
 
-@caches.memoize("view_reads", 2048)
+@caches.memoize("view_reads", 2048, code=True)
 def _read_program(base_shape, view, dtype):
     """Gather a view (offset-free key ``view``; its offset, if it moves, is the second input). Its output's
     metadata lets fused mode record it without tracing."""

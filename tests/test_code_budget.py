@@ -1,0 +1,92 @@
+"""Compiled programs stay within the OS's limit on a process's memory maps (runtime/code_budget.py): near it the
+least recently used programs are dropped, values stay right, what was dropped compiles again, and the user is
+told once. A process at the limit aborts inside LLVM, killing the notebook's kernel."""
+
+import warnings
+
+import pytest
+import torch
+
+import torchtpu_lab
+from torchtpu_lab import caches, telemetry
+from torchtpu_lab.runtime import code_budget, fused
+
+
+def _graph(n: int) -> float:
+    """One fused graph of its own for each ``n`` (a new program), read back."""
+    x = torch.arange(n, dtype=torch.float32, device="tpu")
+    return float(((x * 3 + 1).tanh() * x).sum())
+
+
+def _want(n: int) -> float:
+    x = torch.arange(n, dtype=torch.float32)
+    return float(((x * 3 + 1).tanh() * x).sum())
+
+
+def test_shrink_evicts_the_least_recently_used_and_counts_them():
+    c = caches.LRUCache("test_shrink", 10)
+    for i in range(6):
+        c.put(i, str(i))
+    c.get(0)  # most recently used now
+    assert c.shrink(3) == 3 and c.evictions == 3
+    assert c.keys() == [4, 5, 0] and c.maxsize == 10
+    assert c.shrink(5) == 0
+
+
+def test_caches_holding_programs_are_marked():
+    names = {c.name for c in caches.code_caches()}
+    assert {"graphs", "ops", "op_fast_keys", "append_programs", "attention_programs"} <= names
+    assert "op_schemas" not in names and "view_op_plans" not in names
+
+
+def test_near_the_limit_old_programs_are_dropped_values_stay_right_and_they_compile_again(monkeypatch):
+    if code_budget.limit() is None:
+        pytest.skip("the limit on memory maps cannot be read here")
+    with torchtpu_lab.eager_mode("fused"):
+        for n in range(3, 9):  # what a program adds here
+            assert _graph(n) == pytest.approx(_want(n))
+        before = code_budget.maps()
+        for n in range(9, 15):
+            assert _graph(n) == pytest.approx(_want(n))
+        per_program = max((code_budget.maps() - before) / 6, 1)
+        # a limit whose high-water mark is four programs away: counted after every program from here
+        now = code_budget.maps()
+        monkeypatch.setitem(code_budget._state, "limit", int((now + 4 * per_program) / code_budget.HIGH))
+        monkeypatch.setitem(code_budget._state, "maps", now)
+        monkeypatch.setitem(code_budget._state, "made", 0)
+        monkeypatch.setitem(code_budget._state, "warned", False)
+        monkeypatch.setattr(code_budget, "MAPS_PER_PROGRAM", 1)
+        monkeypatch.setattr(code_budget, "LOW", 0.0)  # the first stage alone: the second would clear it all
+        seen = []
+        evict = code_budget._evict
+
+        def watched(now: int, cap: int) -> None:
+            graphs = len(fused.GRAPHS)
+            evict(now, cap)
+            seen.append((now, code_budget._state["maps"], graphs, len(fused.GRAPHS)))
+
+        monkeypatch.setattr(code_budget, "_evict", watched)
+        evictions = telemetry.counters["code_evictions"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n in range(15, 30):
+                assert _graph(n) == pytest.approx(_want(n)), n
+        assert seen, "no eviction at the high-water mark"
+        assert telemetry.counters["code_evictions"] > evictions
+        for maps_before, maps_after, graphs_before, graphs_after in seen:
+            assert graphs_after <= graphs_before // 2 + 1  # the least recently used half went
+        assert any(after < before for before, after, _, _ in seen)  # and their code with them
+        told = [w for w in caught if "vm.max_map_count" in str(w.message)]
+        assert len(told) == 1 and told[0].category is RuntimeWarning  # once
+        # a dropped program compiles again, with the same values
+        compiles = telemetry.counters["compiles"] + telemetry.counters["disk_loads"]
+        assert _graph(3) == pytest.approx(_want(3))
+        assert telemetry.counters["compiles"] + telemetry.counters["disk_loads"] > compiles
+
+
+def test_without_a_readable_limit_nothing_is_counted(monkeypatch):
+    monkeypatch.setitem(code_budget._state, "limit", None)
+    monkeypatch.setitem(code_budget._state, "made", 0)
+    monkeypatch.setattr(code_budget, "maps", lambda: pytest.fail("counted the maps without a limit"))
+    code_budget.note_new_program()
+    assert code_budget._state["made"] == 0

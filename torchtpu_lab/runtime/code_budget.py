@@ -1,0 +1,87 @@
+"""Compiled programs' code kept within the operating system's limit on a process's memory maps.
+
+Why. XLA:CPU maps each compiled program's code into the process as memory regions of its own: a tiny decode
+step's program takes ~280 of them, a small op's ~10. Linux allows a process ``vm.max_map_count`` of them (65,530
+by default), and a process that reaches it aborts inside LLVM ("Unable to allocate section memory"), taking the
+notebook's kernel and every tensor in it down. The caches that keep executables are bounded by entry counts
+(graphs: 256), which at ~280 maps a program is past the limit already: a session that compiles a program per
+token (beam search; any shape that keeps changing) crashed after about 230 of them.
+
+So each new executable (compiled, or loaded from the persistent cache) is counted. When the maps could be near a
+high-water mark (:data:`HIGH` of the limit) they are counted for real (``/proc/self/maps``); above it, the least
+recently used half of every cache holding programs (:func:`.caches.code_caches`) is evicted — they compile again,
+or load from the persistent cache, when next needed — and if that is not enough, every cache and the native
+core's learned calls too (strict mode's executables live there). Each eviction is counted
+(``telemetry.counters["code_evictions"]``) and the first one warns, naming the limit and the fixes. Where the
+limit cannot be read (not Linux), nothing is counted.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .. import caches, telemetry
+
+#: evict when the process's maps reach this share of the limit ...
+HIGH = 0.6
+#: ... down to this share (else a second, whole clear)
+LOW = 0.45
+#: maps a new program is assumed to add, until they are counted (a generous bound: counting is ~10 ms at 60k)
+MAPS_PER_PROGRAM = 400
+
+#: ``limit`` (``None``: unknown, no budget; read once), ``maps`` at the last count, ``made`` since it
+_state: dict = {"limit": -1, "maps": 0, "made": 0, "warned": False}
+
+
+def limit() -> int | None:
+    """The process's limit on memory maps (``vm.max_map_count``), or ``None`` where it cannot be read."""
+    if _state["limit"] == -1:
+        try:
+            with open("/proc/sys/vm/max_map_count") as f:
+                _state["limit"] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            _state["limit"] = None
+    return _state["limit"]
+
+
+def maps() -> int:
+    """How many memory maps the process has now (``0`` where that cannot be read)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+def note_new_program() -> None:
+    """One more executable exists: count the maps when they could be past :data:`HIGH`, and evict above it."""
+    cap = limit()
+    if cap is None:
+        return
+    _state["made"] += 1
+    if _state["maps"] + _state["made"] * MAPS_PER_PROGRAM < HIGH * cap:
+        return
+    now = maps()
+    _state["maps"], _state["made"] = now, 0
+    if now >= HIGH * cap:
+        _evict(now, cap)
+
+
+def _evict(now: int, cap: int) -> None:
+    evicted = sum(c.shrink(len(c) // 2) for c in caches.code_caches())
+    after = maps()
+    if after >= LOW * cap:  # programs held elsewhere (the native core's learned strict calls): clear everything
+        evicted += caches.clear_all()
+        after = maps()
+    _state["maps"] = after
+    telemetry.count("code_evictions")
+    telemetry.count("code_evicted_entries", evicted)
+    if not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(
+            f"torchtpu_lab: this process's compiled programs neared the OS's limit on memory maps ({now} of "
+            f"vm.max_map_count={cap}; at the limit the process aborts), so the least recently used ones were "
+            f"dropped ({evicted} cache entries; {after} maps now): they compile again, or load from the persistent "
+            "cache, when next needed. Programs this many usually mean recompiles: %%tpu_profile names their "
+            "cause. A higher limit (sudo sysctl -w vm.max_map_count=262144) keeps more of them.",
+            RuntimeWarning, stacklevel=2)
