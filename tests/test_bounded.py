@@ -160,6 +160,34 @@ def test_filled_factories_of_a_growing_length_are_fronts_that_reduce_exactly_and
     assert growth.front(plain) is None and plain.is_contiguous()
 
 
+def test_index_select_across_a_grown_dim_keeps_it_grown_and_an_append_after_it_compiles_nothing():
+    """Beam search reorders each layer's cache by beam every token (``cache.index_select(0, beam_idx)``) and then
+    appends to it: the reordered cache must stay a front of its capacity, or every append starts a new buffer of
+    the token's length (a program per token)."""
+    rows = 3
+    k_cpu = torch.arange(rows * 4 * 5, dtype=torch.float32).reshape(rows, 4, 5)
+    k = k_cpu.to("tpu")
+    counts = []
+    for step in range(10):
+        piece = torch.full((rows, 1, 5), float(step))
+        k_cpu = torch.cat([k_cpu, piece], 1)
+        k = torch.cat([k, piece.to("tpu")], 1)
+        beams = torch.tensor([(step + j) % rows for j in range(rows)])
+        before = _programs()
+        k_cpu, k = k_cpu.index_select(0, beams), k.index_select(0, beams.to("tpu"))
+        assert growth.front(k) is not None and growth.front(k).length == k_cpu.shape[1]
+        assert torch.equal(k.cpu(), k_cpu), step
+        counts.append(_programs() - before)
+    assert sum(counts[3:]) == 0, counts
+    # along the grown dim (which positions to keep): the ordinary path, the values PyTorch's
+    keep = torch.tensor([0, 2, 3])
+    torch.testing.assert_close(k.index_select(1, keep.to("tpu")).cpu(), k_cpu.index_select(1, keep))
+    with pytest.raises(IndexError):
+        k_cpu.index_select(0, torch.tensor([rows]))
+    with pytest.raises((IndexError, RuntimeError), match="out of range|out of bounds"):
+        k.index_select(0, torch.tensor([rows], device="tpu")).cpu()
+
+
 def test_in_place_ops_and_gradients_through_grown_tensors_equal_cpu():
     x_cpu, x = _grown("cpu", 9, dtype=torch.float32), _grown("tpu", 9, dtype=torch.float32)
     y_cpu, y = x_cpu * 0.5, x * 0.5

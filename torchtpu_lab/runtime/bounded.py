@@ -381,6 +381,22 @@ def _gather(op, args: tuple, kwargs: dict):
     return growth.grown(_base(op(x, dim, index)), d, f.length)
 
 
+def _select(op, args: tuple, kwargs: dict):
+    """``index_select`` along a dim other than the grown one (beam search reorders every layer's cache by beam,
+    ``index_select(0, beam_idx)``, every token): the grown dim is a batch dim there, so the whole padded extent is
+    selected and the result is grown like its input. Along the grown dim, or by a grown index: the ordinary
+    path."""
+    if kwargs or len(args) != 3:
+        return None
+    x, dim, index = args
+    f = growth.front(x)
+    if f is None or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim or dim % x.ndim == f.dim:
+        return None
+    if growth.front(index) is not None:
+        return None
+    return growth.grown(_base(op(whole(x, f), dim, index)), f.dim, f.length)
+
+
 def _embedding(op, args: tuple, kwargs: dict):
     """``embedding`` of grown indices (T5's relative position buckets, built from ``arange`` of the key length):
     padding indices become row ``0``, and the rows are grown like the indices."""
@@ -602,7 +618,7 @@ def attention_mask(mask, length: int, capacity: int):
 _REWRITES = {aten.arange.default: _arange, aten.ones.default: _filled, aten.zeros.default: _filled,
              aten.full.default: _filled, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
              aten.clone.default: _copy,
-             aten.gather.default: _gather, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
+             aten.gather.default: _gather, aten.index_select.default: _select, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
              aten.embedding.default: _embedding,
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
              **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS | _BIASED, _product),
