@@ -56,7 +56,7 @@ def test_near_the_limit_old_programs_are_dropped_values_stay_right_and_they_comp
         monkeypatch.setitem(code_budget._state, "made", 0)
         monkeypatch.setitem(code_budget._state, "warned", False)
         monkeypatch.setattr(code_budget, "MAPS_PER_PROGRAM", 1)
-        monkeypatch.setattr(code_budget, "LOW", 0.0)  # the first stage alone: the second would clear it all
+        monkeypatch.setattr(code_budget, "LOW", 10.0)  # the first stage alone (the second drops every program)
         seen = []
         evict = code_budget._evict
 
@@ -74,7 +74,7 @@ def test_near_the_limit_old_programs_are_dropped_values_stay_right_and_they_comp
         assert seen, "no eviction at the high-water mark"
         assert telemetry.counters["code_evictions"] > evictions
         for maps_before, maps_after, graphs_before, graphs_after in seen:
-            assert graphs_after <= graphs_before // 2 + 1  # the least recently used half went
+            assert graphs_after == graphs_before // 2  # the least recently used half went
         assert any(after < before for before, after, _, _ in seen)  # and their code with them
         told = [w for w in caught if "vm.max_map_count" in str(w.message)]
         assert len(told) == 1 and told[0].category is RuntimeWarning  # once
@@ -82,6 +82,24 @@ def test_near_the_limit_old_programs_are_dropped_values_stay_right_and_they_comp
         compiles = telemetry.counters["compiles"] + telemetry.counters["disk_loads"]
         assert _graph(3) == pytest.approx(_want(3))
         assert telemetry.counters["compiles"] + telemetry.counters["disk_loads"] > compiles
+
+
+def test_when_half_is_not_enough_every_program_goes(monkeypatch):
+    if code_budget.limit() is None:
+        pytest.skip("the limit on memory maps cannot be read here")
+    with torchtpu_lab.eager_mode("fused"):
+        for n in range(40, 44):
+            assert _graph(n) == pytest.approx(_want(n))
+    assert len(fused.GRAPHS) > 0
+    monkeypatch.setattr(code_budget, "LOW", 0.0)  # never below it: the second stage runs
+    monkeypatch.setitem(code_budget._state, "warned", True)
+    evictions = telemetry.counters["code_evictions"]
+    code_budget._evict(code_budget.maps(), code_budget.limit())
+    assert telemetry.counters["code_evictions"] == evictions + 1
+    assert all(len(c) == 0 for c in caches.code_caches())
+    assert len(caches.registry()["op_schemas"]) > 0  # caches without programs are kept
+    with torchtpu_lab.eager_mode("fused"):
+        assert _graph(40) == pytest.approx(_want(40))  # compiles again
 
 
 def test_without_a_readable_limit_nothing_is_counted(monkeypatch):

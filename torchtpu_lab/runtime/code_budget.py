@@ -10,8 +10,8 @@ token (beam search; any shape that keeps changing) crashed after about 230 of th
 So each new executable (compiled, or loaded from the persistent cache) is counted. When the maps could be near a
 high-water mark (:data:`HIGH` of the limit) they are counted for real (``/proc/self/maps``); above it, the least
 recently used half of every cache holding programs (:func:`.caches.code_caches`) is evicted — they compile again,
-or load from the persistent cache, when next needed — and if that is not enough, every cache and the native
-core's learned calls too (strict mode's executables live there). Each eviction is counted
+or load from the persistent cache, when next needed — and if that is not enough, the rest of them. (The native
+core's learned strict calls keep their executables; ``%tpu cache clear`` drops those.) Each eviction is counted
 (``telemetry.counters["code_evictions"]``) and the first one warns, naming the limit and the fixes. Where the
 limit cannot be read (not Linux), nothing is counted.
 """
@@ -70,8 +70,8 @@ def note_new_program() -> None:
 def _evict(now: int, cap: int) -> None:
     evicted = sum(c.shrink(len(c) // 2) for c in caches.code_caches())
     after = maps()
-    if after >= LOW * cap:  # programs held elsewhere (the native core's learned strict calls): clear everything
-        evicted += caches.clear_all()
+    if after >= LOW * cap:  # the newer half holds most of them: every program goes
+        evicted += sum(c.shrink(0) for c in caches.code_caches())
         after = maps()
     _state["maps"] = after
     telemetry.count("code_evictions")
