@@ -78,10 +78,8 @@ def test_near_the_limit_old_programs_are_dropped_values_stay_right_and_they_comp
         assert any(after < before for before, after, _, _ in seen)  # and their code with them
         told = [w for w in caught if "vm.max_map_count" in str(w.message)]
         assert len(told) == 1 and told[0].category is RuntimeWarning  # once
-        # a dropped program compiles again, with the same values
-        compiles = telemetry.counters["compiles"] + telemetry.counters["disk_loads"]
-        assert _graph(3) == pytest.approx(_want(3))
-        assert telemetry.counters["compiles"] + telemetry.counters["disk_loads"] > compiles
+        for n in range(3, 30):  # whether dropped or not (the test's first ones may be, earlier tests' are first)
+            assert _graph(n) == pytest.approx(_want(n)), n
 
 
 def test_when_half_is_not_enough_every_program_goes(monkeypatch):
@@ -98,8 +96,10 @@ def test_when_half_is_not_enough_every_program_goes(monkeypatch):
     assert telemetry.counters["code_evictions"] == evictions + 1
     assert all(len(c) == 0 for c in caches.code_caches())
     assert len(caches.registry()["op_schemas"]) > 0  # caches without programs are kept
+    compiles = telemetry.counters["compiles"] + telemetry.counters["disk_loads"]
     with torchtpu_lab.eager_mode("fused"):
-        assert _graph(40) == pytest.approx(_want(40))  # compiles again
+        assert _graph(40) == pytest.approx(_want(40))  # dropped: it compiles again (or loads from disk)
+    assert telemetry.counters["compiles"] + telemetry.counters["disk_loads"] > compiles
 
 
 def test_without_a_readable_limit_nothing_is_counted(monkeypatch):

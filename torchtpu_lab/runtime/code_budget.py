@@ -24,7 +24,7 @@ from .. import caches, telemetry
 
 #: evict when the process's maps reach this share of the limit ...
 HIGH = 0.6
-#: ... down to this share (else a second, whole clear)
+#: ... down to this share (else every program in those caches goes)
 LOW = 0.45
 #: maps a new program is assumed to add, until they are counted (a generous bound: counting is ~10 ms at 60k)
 MAPS_PER_PROGRAM = 400
