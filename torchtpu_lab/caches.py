@@ -62,16 +62,11 @@ class LRUCache:
         return self._data.get(key, default)
 
     def put(self, key: Hashable, value: Any) -> None:
-        evicted = []
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                evicted.append(self._data.popitem(last=False))
-                self.evictions += 1
-        if self.on_evict is not None:
-            for k, v in evicted:
-                self.on_evict(k, v)
+        if len(self._data) > self.maxsize:
+            self.shrink(self.maxsize)
 
     def shrink(self, keep: int) -> int:
         """Evict the least recently used entries until at most ``keep`` are left (the bound stays); returns how
@@ -109,10 +104,7 @@ class LRUCache:
         if maxsize < 1:
             raise ValueError(f"cache {self.name!r}: maxsize must be at least 1, got {maxsize}")
         self.maxsize = maxsize
-        with self._lock:
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-                self.evictions += 1
+        self.shrink(maxsize)
 
     def stats(self) -> dict:
         return {"entries": len(self._data), "maxsize": self.maxsize, "hits": self.hits, "misses": self.misses,
