@@ -297,8 +297,9 @@ def test_in_place_updates_are_recorded_and_training_matches_cpu():
     tpu.to("tpu")
     x, y = torch.randn(5, 6), torch.randn(5, 1)
     xt, yt = x.to("tpu"), y.to("tpu")
-    opt_c = torch.optim.AdamW(cpu.parameters(), lr=0.01)
-    opt_t = torch.optim.AdamW(tpu.parameters(), lr=0.01)
+    # the per-parameter path (a foreach step is a node per update kind: test_foreach_ops.py)
+    opt_c = torch.optim.AdamW(cpu.parameters(), lr=0.01, foreach=False)
+    opt_t = torch.optim.AdamW(tpu.parameters(), lr=0.01, foreach=False)
     recorded = []
     with torchtpu_lab.eager_mode("fused"):
         for _ in range(4):
@@ -1303,3 +1304,17 @@ def test_first_appends_to_an_empty_accumulator_are_recorded_in_cpp_once_taught()
         assert recording.stats()["python_ops"].get(name, 0) == before
         with pytest.raises(RuntimeError):  # a mismatched accumulator: PyTorch's error, from the Python path
             torch.cat([torch.zeros(2, 0).to("tpu"), same_rank_cpu.to("tpu")], 1).cpu()
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_a_number_left_at_its_default_is_keyed_apart_from_one_given(mode):
+    """``add(x, y)`` leaves ``alpha`` at its default, which the Python kernel is not passed, so the executable it
+    teaches has ``alpha`` as a constant: a later ``add(x, y, alpha=2)`` (the same type of number, a graph input)
+    must not find that entry (it did, and returned ``x + y``)."""
+    x, y = torch.ones(4).to("tpu"), torch.ones(4).to("tpu")
+    got = []
+    with torchtpu_lab.eager_mode(mode):
+        for alpha in (None, None, None, 2, 3, 1, None, 2):
+            kwargs = {} if alpha is None else {"alpha": alpha}
+            got.append((torch.add(x, y, **kwargs).cpu()[0].item(), x.clone().add_(y, **kwargs).cpu()[0].item()))
+    assert got == [(2.0, 2.0)] * 3 + [(3.0, 3.0), (4.0, 4.0), (2.0, 2.0), (2.0, 2.0), (3.0, 3.0)]

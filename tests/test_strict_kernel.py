@@ -276,8 +276,9 @@ def test_in_place_updates_run_in_cpp_and_training_matches_cpu():
     model = torch.nn.Linear(6, 3)
     tpu_model = torch.nn.Linear(6, 3).to("tpu")
     tpu_model.load_state_dict({k: v.to("tpu") for k, v in model.state_dict().items()})
-    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-    tpu_opt = torch.optim.AdamW(tpu_model.parameters(), lr=0.05)
+    # the per-parameter path (a foreach update is one program, run by its Python kernel: test_foreach_ops.py)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, foreach=False)
+    tpu_opt = torch.optim.AdamW(tpu_model.parameters(), lr=0.05, foreach=False)
     x, y = torch.randn(5, 6), torch.randn(5, 3)
     tx, ty = x.to("tpu"), y.to("tpu")
     with torchtpu_lab.eager_mode("strict"):

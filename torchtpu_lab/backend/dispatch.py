@@ -25,6 +25,7 @@ from ..ops.registry import Lowering, op_name
 from ..runtime import (
     bounded,
     core_kernels,
+    foreach_kernels,
     cpu_fallback,
     executor,
     fused,
@@ -159,6 +160,9 @@ def _collect() -> dict:
     kernels.update(training_attention.KERNELS)
     kernels.update(serialization.STORAGE_KERNELS)
     kernels.update(optimizer_step.OPTIMIZER_KERNELS)
+    foreach, foreach_inplace = foreach_kernels.kernels()
+    kernels.update(foreach)
+    INPLACE_OF.update(foreach_inplace)
     for op, low in linear_grad.LOWERED.items():  # CompositeImplicitAutograd: never in the op table's sweep
         kernels[op] = tpu_kernel(low)
     for op, fn in PY_KERNELS.items():
@@ -201,9 +205,17 @@ def _collect() -> dict:
 
 def _records(op, kernel) -> bool:
     """Whether the recording kernel can record ``op`` (run by ``kernel``): a lowered, non-random op with tensor
-    outputs."""
+    outputs, or a foreach op (:mod:`..runtime.foreach_kernels`: a list of them)."""
     low = getattr(kernel, "lowering", None)
-    return low is not None and not low.rng and recording.recordable(op)
+    lowered = (low is not None and not low.rng) or getattr(kernel, "foreach", False)
+    return lowered and recording.recordable(op)
+
+
+def _dynamic_numbers(kernel) -> bool:
+    """Whether numbers are graph inputs of the executables ``kernel`` records (a foreach op's: its per-tensor
+    lowering decides per call, and a number list such as a step size per parameter changes every step)."""
+    low = getattr(kernel, "lowering", None)
+    return low is None or not low.static_scalars
 
 
 def _fallback(keyset, op, *args, **kwargs):
@@ -229,16 +241,18 @@ def install(core=None) -> None:
     for op, fn in KERNELS.items():
         kernel = tpu_kernel(fn)
         if core is not None and _records(op, kernel):
-            kind = recording.RECORD_ON_FRONTS if bounded.on_fronts(op) else recording.RECORD
-            native[op] = (kernel, kind, op, not kernel.lowering.static_scalars)
+            kind = (recording.RECORD_LIST if recording.returns_list(op) else
+                    recording.RECORD_ON_FRONTS if bounded.on_fronts(op) else recording.RECORD)
+            native[op] = (kernel, kind, op, _dynamic_numbers(kernel))
         elif core is not None and op in padded_attention.ATTENTION_KERNELS:  # padded keys, whole buffers (recording.py)
             native[op] = (kernel, recording.RECORD, op, False)
         elif core is not None and view_kernels.recordable_view(op, fn):
             native[op] = (kernel, recording.VIEW, op, False)
         elif (core is not None and op in INPLACE_OF and len(INPLACE_OF[op]._schema.returns) == 1
               and _records(INPLACE_OF[op], teacher := tpu_kernel(KERNELS[INPLACE_OF[op]]))):
-            kind = recording.INPLACE_POINTWISE if _pointwise(op) else recording.INPLACE
-            native[op] = (kernel, kind, INPLACE_OF[op], not teacher.lowering.static_scalars)
+            kind = (recording.INPLACE_LIST if recording.returns_list(INPLACE_OF[op]) else
+                    recording.INPLACE_POINTWISE if _pointwise(op) else recording.INPLACE)
+            native[op] = (kernel, kind, INPLACE_OF[op], _dynamic_numbers(teacher))
         else:
             lib.impl(op, kernel, _KEY)
     if native:

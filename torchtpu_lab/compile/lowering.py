@@ -35,7 +35,7 @@ import torch.fx
 
 from .. import dtypes
 from ..device import views
-from ..ops import LOWERINGS
+from ..ops import LOWERINGS, foreach
 from ..ops.registry import op_name
 from ..runtime import encode, view_kernels
 from . import spmd
@@ -187,9 +187,8 @@ class _Tracer:
         if op in self.foreach:
             per_tensor = self.foreach[op]
             low = LOWERINGS[per_tensor]
-            n = len(meta)
-            calls = [_bind(per_tensor, _element(args, i, n), _element(kwargs, i, n)) for i in range(n)]
-            return [encode.cast(per_tensor, low.fn(*a, **k), meta[i]) for i, (a, k) in enumerate(calls)]
+            outs = foreach.apply(per_tensor, args, kwargs, len(meta), lambda op, a, k: low.fn(*a, **k))
+            return [encode.cast(per_tensor, o, m) for o, m in zip(outs, meta)]
         if op is aten._to_copy.default:
             return _to_copy(args[0], meta, kwargs)
         if op is _CONVERT:  # Dynamo's rewrite of a captured .item() into tensor ops casts with this prim
@@ -291,57 +290,16 @@ def _scalar_outputs(gm: torch.fx.GraphModule, placeholders, plan: GraphPlan) -> 
     return tuple(v.dim() == 0 for v in outs)
 
 
-def _element(args, i: int, n: int):
-    """The ``i``-th per-tensor call's arguments of a ``_foreach_*`` call over ``n`` tensors: every list of
-    length ``n`` (tensors, or a scalar per tensor) contributes its ``i``-th item, anything else is shared."""
-    if isinstance(args, dict):
-        return {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in args.items()}
-    return [a[i] if isinstance(a, (list, tuple)) and len(a) == n else a for a in args]
-
-
-def _bind(op, args: list, kwargs: dict) -> tuple[list, dict]:
-    """Positional arguments past ``op``'s positional parameters passed by the names of its keyword-only ones
-    (``_foreach_addcmul.Scalar(self, t1, t2, value)`` -> ``addcmul(self, t1, t2, value=value)``)."""
-    params = op._schema.arguments
-    n_positional = sum(1 for p in params if not p.kwarg_only)
-    if len(args) <= n_positional:
-        return list(args), dict(kwargs)
-    extra = dict(zip((p.name for p in params if p.kwarg_only), args[n_positional:]))
-    return list(args[:n_positional]), {**extra, **kwargs}
-
-
-def _as_meta(v):
-    if isinstance(v, torch.Tensor):
-        return torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
-    if isinstance(v, (list, tuple)):
-        return type(v)(_as_meta(x) for x in v)
-    return v
-
-
 def _foreach_target(node):
     """The op-table op that computes one element of a ``_foreach_*`` node (``_foreach_add.List`` ->
-    ``aten.add.Tensor``), chosen by running the candidates' meta kernels on the first element, so the
-    per-tensor op is the one PyTorch's own slow foreach path would call."""
+    ``aten.add.Tensor``): the one PyTorch's own slow foreach path would call (:func:`.foreach.per_tensor`)."""
     op = node.target
-    packet = getattr(aten, op._schema.name.split("::")[1][len("_foreach_"):], None)
     out = _val(node)
-    if packet is None or not isinstance(out, (list, tuple)) or not out:
-        raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
-    n = len(out)
-    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: _as_meta(_val(a)))
-    a, k = _element(args, 0, n), _element(kwargs, 0, n)
-    for name in dict.fromkeys((op._overloadname, "Tensor", "default", "Scalar", "Tensor_Scalar", "List")):
-        if name not in packet.overloads():
-            continue
-        candidate = getattr(packet, name)
-        if candidate not in LOWERINGS:
-            continue
-        try:
-            got = candidate(*_bind(candidate, a, k)[0], **_bind(candidate, a, k)[1])
-        except Exception:  # noqa: BLE001 — this overload does not take these arguments; try the next
-            continue
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(out[0].shape):
-            return candidate
+    if isinstance(out, (list, tuple)) and out:
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: foreach.as_meta(_val(a)))
+        target = foreach.per_tensor(op, args, kwargs, len(out), tuple(out[0].shape))
+        if target is not None:
+            return target
     raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
 
 

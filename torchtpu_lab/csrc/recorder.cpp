@@ -320,6 +320,8 @@ thread_local std::vector<PyObject*> arrays_scratch;
 thread_local std::vector<PyObject*> storages_scratch;  // the tensors' Storage objects (borrowed)
 thread_local std::vector<char> views_scratch;          // whether each tensor argument is a view
 thread_local std::vector<PyObject*> elements_scratch;  // the arrays of tensor list elements, every list in turn
+thread_local std::vector<PyObject*> element_storages;  // ... their Storage objects (borrowed: the tensors hold them)
+thread_local std::vector<char> element_views;          // ... whether each is a view
 thread_local std::vector<int> element_start;           // per argument: where its list's arrays start there
 thread_local bool factory_scratch = false;             // the call build_key keyed has no tensor argument
 thread_local bool self_base_scratch = false;           // `self` keyed as its storage (a whole view, see below)
@@ -363,7 +365,8 @@ std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stat
 
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
 enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n',
-                  kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D', kTensors = 'X', kOptionalTensors = 'O' };
+                  kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D', kTensors = 'X', kOptionalTensors = 'O',
+                  kNumbers = 'N' };
 
 template <typename T>
 void put(std::string& key, T v) {
@@ -583,6 +586,15 @@ AsBase as_base_at(size_t i, bool self_as_base) {
   return self_reshaped_scratch ? AsBase::kAlike : AsBase::kNo;
 }
 
+// Whether every element of a list argument is a Python number (a `Scalar[]`; an empty list is not one).
+bool numbers_only(c10::ArrayRef<c10::IValue> list) {
+  if (list.empty()) return false;
+  for (const c10::IValue& x : list) {
+    if (!x.isDouble() && !x.isInt() && !x.isBool()) return false;
+  }
+  return true;
+}
+
 // The key of a call, and the arrays of its tensor arguments by position; false where the recorded path does
 // not apply to these arguments. `dynamic`: per argument, whether a number there is a graph input (the executor's
 // `dynamic_scalars` and `encode.op_plan` positions): keyed by its type only, as runtime/fast_keys.py keys it, so
@@ -602,6 +614,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
   storages.assign(n, nullptr);
   views_scratch.assign(n, 0);
   elements_scratch.clear();
+  element_storages.clear();
+  element_views.clear();
   element_start.assign(n, -1);
   self_base_scratch = false;
   self_reshaped_scratch = false;
@@ -645,15 +659,19 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
       }
     } else if (v.isNone()) {
       key.push_back(kNone);
-    } else if (v.isBool()) {
-      key.push_back(kBool);
-      if (!dynamic[i]) put(key, v.toBool());
-    } else if (v.isInt()) {
-      key.push_back(kInt);
-      if (!dynamic[i]) put(key, v.toInt());
-    } else if (v.isDouble()) {
-      key.push_back(kDouble);
-      if (!dynamic[i]) put(key, v.toDouble());
+    } else if (v.isBool() || v.isInt() || v.isDouble()) {
+      key.push_back(v.isBool() ? kBool : v.isInt() ? kInt : kDouble);
+      if (dynamic[i]) {
+        // a graph input, keyed by its type and by whether it is its default: call_python_kernel leaves a default
+        // out, so the executable the Python path teaches has it as a constant (`add(x, y)`'s alpha), not an input
+        put(key, is_default(formals[i], v));
+      } else if (v.isBool()) {
+        put(key, v.toBool());
+      } else if (v.isInt()) {
+        put(key, v.toInt());
+      } else {
+        put(key, v.toDouble());
+      }
     } else if (v.isIntList()) {
       key.push_back(kInts);
       const auto ints = v.toIntList();
@@ -694,8 +712,16 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         PyObject* array = tensor_input(t, pending_device, key, &storage, &view);
         if (array == nullptr) return false;
         elements_scratch.push_back(array);
+        element_storages.push_back(storage);
+        element_views.push_back(view);
       }
       any_tensor = any_tensor || list.size() > 0;
+    } else if (v.isList() && dynamic[i] && numbers_only(v.toListRef())) {  // `Scalar[]`, a number per element
+      // of a foreach op (an optimizer's step sizes): each a graph input (dyn_input), keyed by its type
+      const c10::ArrayRef<c10::IValue> list = v.toListRef();
+      key.push_back(kNumbers);
+      put(key, static_cast<int64_t>(list.size()));
+      for (const c10::IValue& x : list) key.push_back(x.isDouble() ? kDouble : x.isInt() ? kInt : kBool);
     } else if (v.isList()) {  // `Tensor?[]`, advanced indexing's indices: each element keyed as a tensor argument
       // is, or absent (its array slot empty: a list's arrays stay at their elements' positions)
       const c10::ArrayRef<c10::IValue> list = v.toListRef();
@@ -706,6 +732,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         if (x.isNone() || (x.isTensor() && !x.toTensor().defined())) {
           key.push_back(kNone);
           elements_scratch.push_back(nullptr);
+          element_storages.push_back(nullptr);
+          element_views.push_back(0);
           continue;
         }
         if (!x.isTensor() || x.toTensor().device().type() != c10::DeviceType::PrivateUse1) return false;
@@ -714,6 +742,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         PyObject* array = tensor_input(x.toTensor(), pending_device, key, &storage, &view);
         if (array == nullptr) return false;
         elements_scratch.push_back(array);
+        element_storages.push_back(storage);
+        element_views.push_back(view);
         any_tensor = true;
       }
     } else {
@@ -1393,9 +1423,12 @@ PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base
     return PyLong_FromLongLong(length);
   }
   if (s.position < 0) return Py_NewRef(s.constant);
-  if (s.element >= 0) return Py_NewRef(elements_scratch[element_start[s.position] + s.element]);
-  if (arrays[s.position] != nullptr) return Py_NewRef(arrays[s.position]);
-  const c10::IValue& iv = stack[base + s.position];
+  if (s.element >= 0 && element_start[s.position] >= 0) {
+    return Py_NewRef(elements_scratch[element_start[s.position] + s.element]);
+  }
+  if (s.element < 0 && arrays[s.position] != nullptr) return Py_NewRef(arrays[s.position]);
+  // a number: the argument's, or (`element`) one of a `Scalar[]`'s (build_key keyed each by its type)
+  const c10::IValue& iv = s.element >= 0 ? stack[base + s.position].toListRef()[s.element] : stack[base + s.position];
   return iv.isTensor() ? wrapped_number(iv.toTensor())
          : iv.isBool() ? PyBool_FromLong(iv.toBool())
          : iv.isInt()  ? PyLong_FromLongLong(iv.toInt())
@@ -1579,7 +1612,8 @@ void also_compute_flags(const Entry& e, PyObject* node, size_t first, PyObject* 
 // `length`: a padded attention's n (an append's is front's).
 PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, const std::vector<PyObject*>& arrays,
                  long device, PyObject* source, PyObject* alloc_source, PyObject* write_to,
-                 const Append* front = nullptr, int64_t length = -1) {
+                 const Append* front = nullptr, int64_t length = -1,
+                 const std::vector<PyObject*>* write_each = nullptr) {
   PyObject* pending = rt.pending;
   const Py_ssize_t n = static_cast<Py_ssize_t>(e.dyn.size());
   PyObject* inputs = untracked(PyList_New(n));  // arrays, numbers, earlier placeholders
@@ -1616,6 +1650,17 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
     if (appended == nullptr) throw python_error();
     Py_DECREF(appended);
 
+    if (write_each != nullptr) {  // a foreach update: output i into storage i
+      for (size_t i = 0; i <= e.more.size(); ++i) {
+        OwnedRef index(PyLong_FromSize_t(i));
+        if (index.p == nullptr) throw python_error();
+        lazy = new_lazy(node, index.p, i == 0 ? e : e.more[i - 1]);
+        write_placeholder((*write_each)[i], lazy);
+        Py_CLEAR(lazy);
+      }
+      Py_DECREF(node);
+      return Py_NewRef(Py_None);
+    }
     if (write_to != nullptr) {
       lazy = new_lazy(node, rt.zero, e);
       write_placeholder(write_to, lazy);
@@ -1762,15 +1807,20 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
 // What a kernel serves: a lowered op it records, a view op, or an in-place op whose functional op it records
 // and writes into `self` (entries are learned from that functional op's Python path); a pointwise in-place op
 // also on a `self` that is a whole storage seen without its leading size-1 dims, recorded on the storage; a
-// lowered pointwise op runtime/bounded.py runs on padded extents, also recorded on fronts (as_pointwise_fronts).
-enum class Kind { kRecord = 0, kView = 1, kInplace = 2, kInplacePointwise = 3, kRecordOnFronts = 4 };
+// lowered pointwise op runtime/bounded.py runs on padded extents, also recorded on fronts (as_pointwise_fronts); a
+// functional foreach op (one node, a list of outputs) and an in-place one (that node, output i written into element
+// i of `self`: runtime/foreach_kernels.py).
+enum class Kind { kRecord = 0, kView = 1, kInplace = 2, kInplacePointwise = 3, kRecordOnFronts = 4, kRecordList = 5,
+                  kInplaceList = 6 };
 
 class RecordingKernel final : public c10::OperatorKernel {
  public:
   RecordingKernel(std::string name, std::string overload, PyObject* python, Kind kind, std::string learns,
                   std::string learns_overload, std::vector<char> dynamic)
       : name_(std::move(name)), overload_(std::move(overload)), python_(python), view_(kind == Kind::kView),
-        inplace_(kind == Kind::kInplace || kind == Kind::kInplacePointwise),
+        inplace_(kind == Kind::kInplace || kind == Kind::kInplacePointwise || kind == Kind::kInplaceList),
+        list_in_(kind == Kind::kInplaceList),
+        list_out_(kind == Kind::kRecordList),
         pointwise_(kind == Kind::kInplacePointwise), appends_(name_ == "aten::cat" && overload_.empty()),
         attends_(name_ == "aten::scaled_dot_product_attention" && overload_.empty()),
         on_fronts_(kind == Kind::kRecordOnFronts),
@@ -1821,6 +1871,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     const bool strict = !same_str(mode, rt.fused_str);
     if (strict && !same_str(mode, rt.strict_str)) return false;  // debug mode stays Python
     if (transfers_ && host_copy(*stack)) return true;
+    if (strict && (list_in_ || list_out_)) return false;  // one program for the list: the Python path runs it
     if (strict && !view_) return try_run(op, stack);  // strict mode: a lowered or in-place op runs its learned
                                                       // executable; a view as in fused mode
     if (PyList_GET_ITEM(rt.interrupt, 0) != Py_False) return false;  // the Python entry raises it
@@ -1906,6 +1957,18 @@ class RecordingKernel final : public c10::OperatorKernel {
         const Append front{true, nullptr, fronts.d, fronts.n, 0};
         out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &front);
         mark_grown(out.p, fronts.d);
+      } else if (list_in_) {  // a foreach update: each element of `self` replaced whole by its output
+        if (!independent_writes(*stack, base, n, e)) return false;
+        // held, and copied off the thread's scratch: recording may run bytecode (a new leaf's shape), which may
+        // record on this thread, before the writes
+        std::vector<PyObject*> writes(element_storages.begin(), element_storages.begin() + 1 + e.more.size());
+        std::vector<OwnedRef> held_writes;
+        held_writes.reserve(writes.size());
+        for (PyObject* w : writes) held_writes.emplace_back(Py_NewRef(w));
+        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, nullptr, -1, &writes);
+        // autograd's version counters, moved once per element as PyTorch's per-element fallback moves them (no
+        // autograd kernel of a foreach update does): runtime/foreach_kernels._bump
+        for (const at::Tensor& t : (*stack)[base].toTensorList()) t.unsafeGetTensorImpl()->bump_version();
       } else {
         if (inplace_) {  // the usual update: a base `self` (or a whole view's storage) the result replaces whole
           const at::Tensor& self = (*stack)[base].toTensor();
@@ -1925,6 +1988,49 @@ class RecordingKernel final : public c10::OperatorKernel {
       note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
     }
     flush_if_needed(e);
+    return true;
+  }
+
+  // Whether a foreach update's outputs may all be written at once (runtime/foreach_kernels._independent): each
+  // element of `self` (the first list: element_storages from 0) a base tensor of its output's shape and dtype,
+  // with a storage of its own that no other list's element at another index and no other tensor argument has.
+  // Else the Python path runs the elements one after the other.
+  static bool independent_writes(const torch::jit::Stack& stack, size_t base, size_t n, const Entry& e) {
+    if (!stack[base].isTensorList() || element_start[0] != 0) return false;
+    const c10::List<at::Tensor> self = stack[base].toTensorList();
+    const size_t count = self.size();
+    if (count != e.more.size() + 1) return false;
+    thread_local std::vector<std::pair<PyObject*, size_t>> owners;  // (storage, its element), by storage
+    owners.clear();
+    for (size_t i = 0; i < count; ++i) {
+      const Output& o = i == 0 ? e : e.more[i - 1];
+      const at::Tensor t = self.get(i);
+      if (o.absent || element_views[i] || t.sizes() != c10::IntArrayRef(o.sizes) || t.scalar_type() != o.scalar_type) {
+        return false;
+      }
+      owners.emplace_back(element_storages[i], i);
+    }
+    std::sort(owners.begin(), owners.end());
+    for (size_t i = 1; i < count; ++i) {
+      if (owners[i].first == owners[i - 1].first) return false;  // two elements of `self` over one storage
+    }
+    auto owner = [](PyObject* storage) -> long {  // the element of `self` over `storage`, or -1
+      auto it = std::lower_bound(owners.begin(), owners.end(), std::make_pair(storage, size_t{0}));
+      return it != owners.end() && it->first == storage ? static_cast<long>(it->second) : -1;
+    };
+    for (size_t a = 1; a < n; ++a) {
+      if (element_start[a] >= 0) {  // another list: element j may share only element j's storage
+        const size_t start = static_cast<size_t>(element_start[a]);
+        const c10::IValue& list = stack[base + a];
+        const size_t end = start + (list.isTensorList() ? list.toTensorList().size() : list.toListRef().size());
+        for (size_t j = start; j < end; ++j) {
+          const long i = element_storages[j] == nullptr ? -1 : owner(element_storages[j]);
+          if (i >= 0 && static_cast<size_t>(i) != j - start) return false;
+        }
+      } else if (storages_scratch[a] != nullptr && owner(storages_scratch[a]) >= 0) {
+        return false;
+      }
+    }
     return true;
   }
 
@@ -2078,7 +2184,15 @@ class RecordingKernel final : public c10::OperatorKernel {
   // The call's arguments replaced by its result: `self` for an in-place op (its storage took the result),
   // else the output tensor `out` (borrowed).
   void return_result(torch::jit::Stack* stack, size_t base, size_t n, PyObject* out) const {
-    if (inplace_) {
+    if (list_in_) {  // a foreach update returns nothing
+      torch::jit::drop(*stack, n);
+    } else if (list_out_) {  // a foreach op: its outputs (a tuple here) as one list
+      c10::List<at::Tensor> outs;
+      outs.reserve(static_cast<size_t>(PyTuple_GET_SIZE(out)));
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(out); ++i) outs.push_back(THPVariable_Unpack(PyTuple_GET_ITEM(out, i)));
+      torch::jit::drop(*stack, n);
+      torch::jit::push(stack, std::move(outs));
+    } else if (inplace_) {
       at::Tensor self = (*stack)[base].toTensor();
       torch::jit::drop(*stack, n);
       torch::jit::push(stack, std::move(self));
@@ -2187,6 +2301,8 @@ class RecordingKernel final : public c10::OperatorKernel {
   PyObject* python_;  // the op's Python kernel (owned, never freed)
   bool view_;         // a view op: outputs share the input's storage, nothing is recorded
   bool inplace_;      // an in-place op: the functional op's node, written into self's storage
+  bool list_in_;      // ... a foreach one: `self` a list, each element written with its output
+  bool list_out_;     // a foreach op: its outputs returned as one list
   bool pointwise_;    // ... a pointwise one: a whole view's self is keyed and recorded as its storage
   bool appends_;      // aten::cat: also records growth.py's appends into spare capacity (as_append)
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
@@ -2363,7 +2479,7 @@ void install_recording_kernels(PyObject* ops) {
       throw;
     }
     Py_INCREF(fn);
-    TORCH_CHECK(kind >= 0 && kind <= 4, "install_recording_kernels: kind ", kind);
+    TORCH_CHECK(kind >= 0 && kind <= 6, "install_recording_kernels: kind ", kind);
     auto kernel = std::make_unique<RecordingKernel>(name, overload, fn, static_cast<Kind>(kind), learns,
                                                     learns_overload, std::move(dynamic));
     kernels.push_back(kernel.get());

@@ -29,13 +29,15 @@ except ImportError:  # pragma: no cover
 @caches.memoize("op_schemas", 8192)
 def _scalar_args(op: torch._ops.OpOverload) -> tuple[frozenset, frozenset]:
     """Positions and names of the op's arguments where a Python number is a *value*, not configuration: those
-    typed ``Scalar`` (or ``Scalar?``), and those typed ``Tensor`` that received a number (a wrapped scalar, as
+    typed ``Scalar`` (or ``Scalar?``, ``Scalar[]``), and those typed ``Tensor`` that received a number (a wrapped scalar, as
     decompositions pass to ``aten.div.Tensor``). Numbers there become graph inputs, never constants."""
     positions, names = set(), set()
     for i, arg in enumerate(op._schema.arguments):
         t = arg.type
         if isinstance(t, torch.OptionalType):
             t = t.getElementType()
+        if isinstance(t, torch.ListType) and t.getElementType().kind() == "NumberType":
+            t = t.getElementType()  # Scalar[]: a number per element of a foreach op (an optimizer's step sizes)
         if t.kind() in ("NumberType", "TensorType"):
             names.add(arg.name)
             if not arg.kwarg_only:

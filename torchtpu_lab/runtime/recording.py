@@ -141,19 +141,29 @@ def configure(core, set_array, growth: ModuleType, bounded: ModuleType, from_hos
 
 def recordable(op: torch._ops.OpOverload) -> bool:
     """Whether the recording kernel can serve ``op``: a functional op whose outputs are tensors (one, or several
-    such as layer norm's output, mean and rstd), none of them an alias."""
+    such as layer norm's output, mean and rstd, or one list of them: a foreach op's), none of them an alias."""
     schema = op._schema
     returns = schema.returns
     return (not schema.is_mutable and len(returns) >= 1
-            and all(isinstance(r.type, torch.TensorType) and r.alias_info is None for r in returns))
+            and (all(isinstance(r.type, torch.TensorType) and r.alias_info is None for r in returns)
+                 or returns_list(op)))
+
+
+def returns_list(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` returns one list of tensors (a functional foreach op)."""
+    returns = op._schema.returns
+    return (len(returns) == 1 and returns[0].alias_info is None and isinstance(returns[0].type, torch.ListType)
+            and isinstance(returns[0].type.getElementType(), torch.TensorType))
 
 
 #: What a recording kernel serves (csrc/recorder.cpp ``Kind``): a lowered op it records, a view op, an in-place
 #: op whose functional op it records and writes into ``self``, and a pointwise one, which also takes a ``self``
 #: that is a whole storage without its leading size-1 dims (recorded on that storage); and a lowered pointwise op
 #: runtime/bounded.py runs on padded extents, which it also records on fronts of padded storages, as that does
-#: (``clone`` too, for the copy of an expanded front that it makes so: ``bounded.on_fronts``).
-RECORD, VIEW, INPLACE, INPLACE_POINTWISE, RECORD_ON_FRONTS = 0, 1, 2, 3, 4
+#: (``clone`` too, for the copy of an expanded front that it makes so: ``bounded.on_fronts``); a functional
+#: foreach op (one node, a list of outputs) and an in-place one (that node, each output written into its element
+#: of ``self``: :mod:`.foreach_kernels`).
+RECORD, VIEW, INPLACE, INPLACE_POINTWISE, RECORD_ON_FRONTS, RECORD_LIST, INPLACE_LIST = 0, 1, 2, 3, 4, 5, 6
 
 
 def install(core, kernels: dict) -> None:
@@ -294,6 +304,9 @@ def _source(a, position: int, dynamic: bool, sources: list) -> bool:
         sources.append(-1)
     elif isinstance(a, (list, tuple)):
         if not any(isinstance(x, torch.Tensor) for x in a):
+            if dynamic and all(type(x) in _NUMBERS for x in a):  # a number per element (a foreach op's Scalar[])
+                sources.extend((position, j) for j in range(len(a)))
+                return True
             return not (dynamic and any(type(x) in _NUMBERS for x in a))
         for j, x in enumerate(a):  # a tensor list (torch.cat's; indices, some absent): (position, element) per array
             if x is None:
