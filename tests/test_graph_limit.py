@@ -39,7 +39,9 @@ def _trainer(width: int):
 
 
 def _ops_per_step(step) -> int:
+    """The ops of a steady step (the first one also makes the optimizer's state)."""
     config.max_graph_ops.set(10**9)
+    step()
     torchtpu_lab.sync()
     step()
     n = fused.pending_ops()

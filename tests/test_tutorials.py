@@ -264,7 +264,7 @@ BINDER_BASE_IMAGE = ["ipykernel", "nbclient", "nbformat"]
 def test_07_compile_graph_break_fixed_and_jax_kernels():
     code = _run("07_compile_and_kernels.ipynb")
     eager = re.search(r"eager: (\d+) ATen ops per step", _text(_cell(code, "eager = _tpu_profile.summary()")))
-    assert eager and int(eager.group(1)) > 50
+    assert eager and int(eager.group(1)) >= 40  # (the optimizer's foreach updates are one op each)
     compiled = _text(_cell(code, "steady = _tpu_profile.summary()"))
     assert "compiled: 0 compiles in the steady state" in compiled, compiled
     assert "compiled forward" in compiled and "compiled backward" in compiled and "compiled inference" in compiled

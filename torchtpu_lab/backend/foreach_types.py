@@ -4,10 +4,9 @@ Why. A real tpu tensor is a :class:`~torchtpu_lab.device.tensor.TpuTensor`, a pl
 (parameters become one when the runtime adopts them), and PyTorch allows the foreach path only for tensors
 whose exact type is in ``_foreach_supported_types`` (``torch.optim.optimizer`` and ``torch.utils._foreach_utils``
 each keep a list). So ``torch.optim.AdamW`` on a tpu model took the single-tensor path: a Python loop of ~7
-ops per parameter, each a dispatcher round trip from Python. On the foreach path the loop over parameters runs
-in C++ (PyTorch's per-tensor fallback of each ``_foreach_*`` op, whose ops the recording kernel records), so
-the optimizer's host time per step drops by about a third (bench/eager_overhead.py's step rows). The values are
-the same: the foreach fallback calls the same per-tensor ops.
+ops per parameter, each a dispatcher round trip from Python. On the foreach path each kind of update is one
+``_foreach_*`` call, which is one recorded op (:mod:`torchtpu_lab.runtime.foreach_kernels`) whose program applies
+the per-tensor op PyTorch's own fallback would call to every element: the values are the same.
 
 What changes: ``TpuTensor`` appended to both lists (said by :func:`torchtpu_lab.global_changes`).
 """
