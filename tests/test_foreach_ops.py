@@ -8,6 +8,7 @@ from torch.testing._internal.common_methods_invocations import (
     foreach_binary_op_db,
     foreach_other_op_db,
     foreach_pointwise_op_db,
+    foreach_reduce_op_db,
     foreach_unary_op_db,
 )
 
@@ -17,7 +18,9 @@ from torchtpu_lab.runtime import fused, recording
 
 needs_kernel = pytest.mark.skipif(not recording.available(native.module()),
                                   reason=f"no recording kernel: {native.status().describe()}")
-_OPINFOS = foreach_unary_op_db + foreach_binary_op_db + foreach_pointwise_op_db + foreach_other_op_db
+# (the reductions keep PyTorch's per-tensor loop: checked that they still do)
+_OPINFOS = (foreach_unary_op_db + foreach_binary_op_db + foreach_pointwise_op_db + foreach_other_op_db
+            + foreach_reduce_op_db)
 
 
 def _to(v, device):

@@ -187,7 +187,11 @@ def _registered(op) -> bool:
         return False
     base = op._schema.name[len("aten::_foreach_"):].rstrip("_")
     packet = getattr(aten, base, None)
-    return packet is not None and any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
+    if packet is None:
+        return False
+    if op._overloadname in packet.overloads():  # the per-tensor op of its own name (`_foreach_max`: a reduction)
+        return torch.Tag.pointwise in getattr(packet, op._overloadname).tags
+    return any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
 
 
 @functools.cache
