@@ -196,3 +196,37 @@ def test_bad_calls_raise_pytorchs_errors_and_change_nothing():
         torch.testing.assert_close(t.cpu(), k)
     for t in ints:
         assert t.cpu().tolist() == [1] * t.numel()
+
+
+def _bias_gradients(device):
+    """Gradients as ``sum_to_size`` hands a bias its gradient (``[1, n]`` seen as ``[n]``) next to base tensors,
+    scaled in place as gradient clipping's ``_foreach_mul_`` scales them."""
+    bases = [torch.arange(6.0).reshape(1, 6).to(device), torch.arange(4.0).reshape(1, 1, 4).to(device)]
+    grads = [bases[0].view(6), torch.ones(3, 2).to(device), bases[1].view(4)]
+    coef = torch.tensor(0.5).to(device)
+    for step in range(4):
+        torch._foreach_mul_(grads, coef)
+        torch._foreach_add_(grads, [torch.ones(6).to(device), torch.ones(2).to(device), torch.ones(1).to(device)],
+                            alpha=step)
+    return bases, grads
+
+
+def test_whole_views_without_leading_ones_are_updated_on_their_storages():
+    with torchtpu_lab.eager_mode("fused"):
+        for _ in range(2):  # the lessons (a call is learned the second time its program is recorded)
+            _bias_gradients("tpu")
+        before = recording.stats() if recording.available(native.module()) else None
+        bases, grads = _bias_gradients("tpu")
+        after = recording.stats() if before is not None else None
+        want_bases, want_grads = _bias_gradients("cpu")
+        for got, want in zip([*bases, *grads], [*want_bases, *want_grads]):
+            torch.testing.assert_close(got.cpu(), want)
+        assert [g._version for g in grads] == [g._version for g in want_grads]
+        assert grads[0].data_ptr() == bases[0].data_ptr() and grads[0].shape == (6,)
+        if before is not None:  # every foreach update recorded by the kernel
+            handed = {op: n - before["python_ops"].get(op, 0) for op, n in after["python_ops"].items()
+                      if "foreach" in op and n != before["python_ops"].get(op, 0)}
+            assert not handed, handed
+        view = torch.zeros(1, 3).to("tpu").view(3)
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            torch._foreach_add_([view, torch.zeros(2).to("tpu")], [torch.ones(1, 3).to("tpu"), torch.ones(2).to("tpu")])

@@ -449,8 +449,10 @@ bool alike_storage(const at::Tensor& t, PyObject* base) {
 // How tensor_input keys a view as its storage (a base tensor of the storage's shape): an in-place pointwise op's
 // `self` that is all of its storage in another shape (noted in self_base_*), and, where that is not just leading
 // size-1 dims dropped, each other tensor operand, which must then be the same reshape of a storage alike
-// (mutation._whole_storage: the op runs on the storages).
-enum class AsBase { kNo, kSelf, kAlike };
+// (mutation._whole_storage: the op runs on the storages); and an element of a foreach update's `self` list that is
+// all of its storage without its leading size-1 dims, as its storage (foreach_kernels._whole: the element's update
+// runs on the storage, its operands broadcasting alike).
+enum class AsBase { kNo, kSelf, kAlike, kElement };
 
 // Appends a tpu tensor's key (dtype, sizes; for a view also its strides, offset and its storage's shape) and
 // returns the array its storage holds (borrowed), or nullptr when the recorded path cannot take it (not a
@@ -484,6 +486,16 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       *storage_out = storage;
       PyObject* base = rt.st_shape.get(storage);
       const bool whole_view = as_base != AsBase::kNo && view != Py_None && reshapes_storage(t, base);
+      if (as_base == AsBase::kElement && whole_view && drops_leading_ones(t, base)) {
+        key.push_back(kTensor);  // as a base tensor of the storage's shape is keyed
+        put(key, static_cast<int8_t>(t.scalar_type()));
+        put_shape(key, base);
+        *view_out = 0;
+        Py_XDECREF(view);
+        Py_XDECREF(storage);
+        Py_DECREF(obj);
+        return array;
+      }
       if (as_base == AsBase::kSelf && whole_view) {  // noted for the operands after it and the result's fit
         self_base_scratch = true;
         self_reshaped_scratch = !drops_leading_ones(t, base);
@@ -495,7 +507,8 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       }
       const bool keyed_as_base = as_base == AsBase::kSelf ? whole_view
                                  : as_base == AsBase::kAlike && whole_view && alike_storage(t, base);
-      if (keyed_as_base || as_base == AsBase::kAlike) {
+
+      if (keyed_as_base || as_base == AsBase::kAlike) {  // (kElement: not a whole view; keyed as it is below)
         if (keyed_as_base) {
           key.push_back(kTensor);
           put(key, static_cast<int8_t>(t.scalar_type()));
@@ -586,6 +599,15 @@ AsBase as_base_at(size_t i, bool self_as_base) {
   return self_reshaped_scratch ? AsBase::kAlike : AsBase::kNo;
 }
 
+// Whether a storage's shape (a tuple of ints) is `sizes`.
+bool same_sizes(PyObject* shape, const std::vector<int64_t>& sizes) {
+  if (PyTuple_GET_SIZE(shape) != static_cast<Py_ssize_t>(sizes.size())) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape, static_cast<Py_ssize_t>(i))) != sizes[i]) return false;
+  }
+  return true;
+}
+
 // Whether every element of a list argument is a Python number (a `Scalar[]`; an empty list is not one).
 bool numbers_only(c10::ArrayRef<c10::IValue> list) {
   if (list.empty()) return false;
@@ -602,7 +624,7 @@ bool numbers_only(c10::ArrayRef<c10::IValue> list) {
 bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, std::string& key,
                std::vector<PyObject*>& arrays, std::vector<PyObject*>& storages, long pending_device,
                const std::vector<char>& dynamic, bool self_as_base = false,
-               const std::vector<Whole>* wholes = nullptr) {
+               const std::vector<Whole>* wholes = nullptr, bool elements_as_base = false) {
   const auto& formals = op.schema().arguments();
   const size_t n = formals.size();
   const size_t base = stack.size() - n;
@@ -709,7 +731,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
         if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return false;
         PyObject* storage = nullptr;
         char view = 0;
-        PyObject* array = tensor_input(t, pending_device, key, &storage, &view);
+        const AsBase as_base = elements_as_base && i == 0 ? AsBase::kElement : AsBase::kNo;
+        PyObject* array = tensor_input(t, pending_device, key, &storage, &view, as_base);
         if (array == nullptr) return false;
         elements_scratch.push_back(array);
         element_storages.push_back(storage);
@@ -1894,7 +1917,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     const long device = as_long(rt.pw_device.get(rt.pending));
     if (!adopt_plain(op, *stack)) throw python_error();
     spans = PyList_GET_ITEM(rt.entry_spans, 0);  // read again after bytecode ran
-    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_, pointwise_)) {
+    if (!build_key(op, *stack, key_scratch, arrays_scratch, storages_scratch, device, dynamic_, pointwise_, nullptr,
+                   list_in_)) {
       key_scratch.clear();
       return false;
     }
@@ -2004,8 +2028,12 @@ class RecordingKernel final : public c10::OperatorKernel {
     owners.clear();
     for (size_t i = 0; i < count; ++i) {
       const Output& o = i == 0 ? e : e.more[i - 1];
+      // replaced whole: a base tensor, or all of its storage keyed as it (AsBase::kElement, whose operands must
+      // broadcast to the element's own shape), of the output's shape
       const at::Tensor t = self.get(i);
-      if (o.absent || element_views[i] || t.sizes() != c10::IntArrayRef(o.sizes) || t.scalar_type() != o.scalar_type) {
+      if (o.absent || element_views[i] || t.scalar_type() != o.scalar_type ||
+          !same_sizes(rt.st_shape.get(element_storages[i]), o.sizes) ||
+          (t.sizes() != c10::IntArrayRef(o.sizes) && !operands_broadcast(stack, base, n, i, t.sizes()))) {
         return false;
       }
       owners.emplace_back(element_storages[i], i);
@@ -2030,6 +2058,27 @@ class RecordingKernel final : public c10::OperatorKernel {
       } else if (storages_scratch[a] != nullptr && owner(storages_scratch[a]) >= 0) {
         return false;
       }
+    }
+    return true;
+  }
+
+  // Whether every tensor operand of element i of a foreach call (element i of each list after `self`, and each
+  // tensor argument) broadcasts to `shape`.
+  static bool operands_broadcast(const torch::jit::Stack& stack, size_t base, size_t n, size_t i,
+                                 c10::IntArrayRef shape) {
+    auto fits = [&shape](const at::Tensor& t) {
+      if (!t.defined()) return true;
+      const auto other = t.sizes();
+      if (other.size() > shape.size()) return false;
+      for (size_t d = 1; d <= other.size(); ++d) {
+        if (other[other.size() - d] != 1 && other[other.size() - d] != shape[shape.size() - d]) return false;
+      }
+      return true;
+    };
+    for (size_t a = 1; a < n; ++a) {
+      const c10::IValue& v = stack[base + a];
+      if (v.isTensorList() && !fits(v.toTensorList().get(i))) return false;
+      if (v.isTensor() && !fits(v.toTensor())) return false;
     }
     return true;
   }
