@@ -34,6 +34,14 @@ def to_device(value: Any, device: str) -> Any:
     return value
 
 
+def twins(build: Callable[[], torch.nn.Module]) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The same model built twice, seeded: one on CPU, one loaded with its state and moved to tpu."""
+    torch.manual_seed(0)
+    cpu, tpu = build(), build()
+    tpu.load_state_dict(cpu.state_dict())
+    return cpu, tpu.to("tpu")
+
+
 @contextlib.contextmanager
 def no_cpu_fallback(what: str = "the tpu run") -> Iterator[None]:
     """Fail if an op inside the block ran on the CPU through the fallback."""

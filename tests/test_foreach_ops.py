@@ -13,6 +13,7 @@ from torch.testing._internal.common_methods_invocations import (
 )
 
 import torchtpu_lab
+from compare import to_device, twins
 from torchtpu_lab import native
 from torchtpu_lab.runtime import fused, recording
 
@@ -23,26 +24,10 @@ _OPINFOS = (foreach_unary_op_db + foreach_binary_op_db + foreach_pointwise_op_db
             + foreach_reduce_op_db)
 
 
-def _to(v, device):
-    if isinstance(v, torch.Tensor):
-        return v.to(device)
-    if isinstance(v, (list, tuple)):
-        return type(v)(_to(x, device) for x in v)
-    return v
-
-
-def _cloned(v):
-    if isinstance(v, torch.Tensor):
-        return v.clone()
-    if isinstance(v, (list, tuple)):
-        return type(v)(_cloned(x) for x in v)
-    return v
-
-
 def _outcome(fn, args, kwargs, device):
     """``fn``'s results on ``device`` (an in-place variant's: its first argument after the call), or the error it
     raised."""
-    args = [_to(a, device) for a in args] if device != "cpu" else [_cloned(a) for a in args]
+    args = [to_device(a, device) for a in args]  # (a CPU copy: an in-place variant must not change the sample)
     try:
         with torchtpu_lab.eager_mode("fused"):
             out = fn(*args, **kwargs)
@@ -85,7 +70,7 @@ def test_a_foreach_call_is_one_node_and_numbers_are_graph_inputs():
     """A functional and an in-place foreach call each add one node to the pending graph, whatever the list's
     length; a new number per element (an optimizer's step sizes) compiles nothing new."""
     cpu, other = _lists()
-    tpu, tpu_other = _to(cpu, "tpu"), _to(other, "tpu")
+    tpu, tpu_other = to_device(cpu, "tpu"), to_device(other, "tpu")
     with torchtpu_lab.eager_mode("fused"):
         for step in range(4):
             torchtpu_lab.sync()
@@ -106,7 +91,7 @@ def test_a_foreach_call_is_one_node_and_numbers_are_graph_inputs():
 @needs_kernel
 def test_repeated_foreach_calls_are_recorded_by_the_kernel():
     cpu, other = _lists()
-    tpu, tpu_other = _to(cpu, "tpu"), _to(other, "tpu")
+    tpu, tpu_other = to_device(cpu, "tpu"), to_device(other, "tpu")
     with torchtpu_lab.eager_mode("fused"):
         for step in range(5):
             before = recording.stats()
@@ -128,7 +113,7 @@ def test_updates_that_read_each_other_run_element_by_element():
     elements run in order, as PyTorch's fallback runs them."""
     def run(device):
         a, b, c = (torch.arange(3.0) + k for k in (1, 4, 7))
-        a, b, c = _to([a, b, c], device)
+        a, b, c = to_device([a, b, c], device)
         with torchtpu_lab.eager_mode("fused"):
             for _ in range(3):  # a repeated call, which the kernel would record
                 torch._foreach_add_([a, a], [b, c])
@@ -159,11 +144,7 @@ def test_in_place_foreach_moves_version_counters_and_autograd_sees_it():
 
 
 def test_adamw_foreach_step_is_a_node_per_update_and_matches_cpu():
-    torch.manual_seed(0)
-    cpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    tpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    tpu.load_state_dict(cpu.state_dict())
-    tpu.to("tpu")
+    cpu, tpu = twins(lambda: torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)))
     x, y = torch.randn(5, 6), torch.randn(5, 1)
     opts = {m: torch.optim.AdamW(m.parameters(), lr=0.01, foreach=True) for m in (cpu, tpu)}
     with torchtpu_lab.eager_mode("fused"):
@@ -184,7 +165,7 @@ def test_adamw_foreach_step_is_a_node_per_update_and_matches_cpu():
 
 
 def test_bad_calls_raise_pytorchs_errors_and_change_nothing():
-    tpu = _to(_lists()[0], "tpu")
+    tpu = to_device(_lists()[0], "tpu")
     kept = [t.cpu() for t in tpu]
     with torchtpu_lab.eager_mode("fused"):
         with pytest.raises(RuntimeError, match="same number of tensors"):

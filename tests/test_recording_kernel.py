@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torchtpu_lab
+from compare import twins
 from torchtpu_lab import caches, config, native, telemetry
 from torchtpu_lab.device import memory
 from torchtpu_lab.runtime import fused, recording
@@ -290,11 +291,7 @@ def test_the_switch_sends_every_op_to_the_python_path():
 def test_in_place_updates_are_recorded_and_training_matches_cpu():
     """An optimizer's in-place updates (``add_``, ``mul_``, ``lerp_``, ``addcmul_``, ``addcdiv_``) are recorded
     as their functional op's node written into the parameter's storage; losses and parameters equal CPU's."""
-    torch.manual_seed(0)
-    cpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    tpu = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    tpu.load_state_dict(cpu.state_dict())
-    tpu.to("tpu")
+    cpu, tpu = twins(lambda: torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)))
     x, y = torch.randn(5, 6), torch.randn(5, 1)
     xt, yt = x.to("tpu"), y.to("tpu")
     # the per-parameter path (a foreach step is a node per update kind: test_foreach_ops.py)
