@@ -173,6 +173,8 @@ def test_bad_calls_raise_pytorchs_errors_and_change_nothing():
         ints = [torch.ones(2, dtype=torch.int64).to("tpu"), torch.ones(3, dtype=torch.int64).to("tpu")]
         with pytest.raises(RuntimeError, match="can't be cast"):
             torch._foreach_add_(ints, 0.5)
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):  # the second element's
+            torch._foreach_add_(tpu[:2], [torch.ones(3, 4).to("tpu"), torch.ones(2, 5).to("tpu")])
     for t, k in zip(tpu, kept):
         torch.testing.assert_close(t.cpu(), k)
     for t in ints:

@@ -1989,10 +1989,11 @@ class RecordingKernel final : public c10::OperatorKernel {
         std::vector<OwnedRef> held_writes;
         held_writes.reserve(writes.size());
         for (PyObject* w : writes) held_writes.emplace_back(Py_NewRef(w));
-        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, nullptr, -1, &writes);
         // autograd's version counters, moved once per element as PyTorch's per-element fallback moves them (no
-        // autograd kernel of a foreach update does): runtime/foreach_kernels._bump
+        // autograd kernel of a foreach update does), before any write: an inference tensor raises here, unchanged
+        // (runtime/foreach_kernels._bump)
         for (const at::Tensor& t : (*stack)[base].toTensorList()) t.unsafeGetTensorImpl()->bump_version();
+        out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, nullptr, -1, &writes);
       } else {
         if (inplace_) {  // the usual update: a base `self` (or a whole view's storage) the result replaces whole
           const at::Tensor& self = (*stack)[base].toTensor();

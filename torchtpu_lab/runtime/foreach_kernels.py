@@ -117,9 +117,10 @@ def _inplace_kernel(op, functional_op, functional):
             targets = [_whole(t, i, args, kwargs, n) for i, t in enumerate(self)]
             results = functional(targets, *args, **kwargs)
             _check_writes(targets, results)
-            for dst, target, result in zip(self, targets, results):
-                mutation.write_result(target, result, inplace=True)
+            for dst in self:
                 _bump(dst)
+            for target, result in zip(targets, results):
+                mutation.write_result(target, result, inplace=True)
             return None
         target, _ = _target(functional_op, (self, *args), kwargs, n)
         if target is None:
@@ -127,8 +128,9 @@ def _inplace_kernel(op, functional_op, functional):
                                       "the tpu device")
 
         def write(per_tensor, a, k):
-            mutation.write_result(a[0], per_tensor(*a, **k), inplace=True)
+            result = per_tensor(*a, **k)
             _bump(a[0])
+            mutation.write_result(a[0], result, inplace=True)
 
         foreach.apply(target, (self, *args), kwargs, n, write)
         return None
@@ -190,9 +192,10 @@ def _independent(self, args: tuple, kwargs: dict) -> bool:
 
 
 def _check_writes(self, results) -> None:
-    """PyTorch's in-place errors, before any element is written: a result whose dtype the element cannot hold."""
+    """PyTorch's in-place errors, before any element is written (nothing is lost): a result of another shape than
+    its element (an operand that does not broadcast to it), or of a dtype the element cannot hold."""
     for dst, result in zip(self, results):
-        if not torch.can_cast(result.dtype, dst.dtype):
+        if tuple(result.shape) != tuple(dst.shape) or not torch.can_cast(result.dtype, dst.dtype):
             mutation.write_result(dst, result, inplace=True)  # raises PyTorch's message for it
 
 
