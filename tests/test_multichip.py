@@ -105,3 +105,24 @@ def test_memory_is_counted_per_chip():
         print("ok")
     """)
     assert "ok" in out
+
+
+@needs_core
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_foreach_lists_over_two_chips_run_each_element_where_it_is(mode):
+    """A foreach call's node runs on one chip; a list over two runs element by element, as PyTorch's fallback
+    does, each result on its element's chip (runtime/foreach_kernels.py)."""
+    out = _run("""
+        cpu = [torch.arange(3.0), torch.arange(2.0) + 5]
+        tpu = [cpu[0].to("tpu:0"), cpu[1].to("tpu:1")]
+        for _ in range(3):  # repeated: the recording kernel's lesson would apply
+            sums = torch._foreach_add(tpu, tpu, alpha=2)
+            torch._foreach_mul_(tpu, [0.5, 3.0])
+            want = torch._foreach_add(cpu, cpu, alpha=2)
+            torch._foreach_mul_(cpu, [0.5, 3.0])
+        assert [str(t.device) for t in [*sums, *tpu]] == ["tpu:0", "tpu:1"] * 2
+        for got, expected in zip([*sums, *tpu], [*want, *cpu]):
+            torch.testing.assert_close(got.cpu(), expected)
+        print("ok")
+    """, mode)
+    assert out.strip().endswith("ok")

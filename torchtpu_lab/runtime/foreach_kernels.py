@@ -13,8 +13,8 @@ The in-place form computes every element from the values before the call, which 
 only where the elements' updates are independent. Where an element of ``self`` shares its storage with another
 element of ``self``, or with another list's element at another index, or with a shared tensor argument, the
 elements run one after the other, each reading what the earlier ones wrote, as PyTorch's fallback does. So do
-calls whose per-tensor op has no lowering for these arguments (through the dispatcher, as today), and lists of
-one tensor.
+calls whose per-tensor op has no lowering for these arguments (through the dispatcher, as before), lists over
+several devices, and lists of one tensor.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _functional_kernel(op):
         if n == 0:
             return []
         target, lowering = _target(op, args, kwargs, n)
-        if lowering is not None and n > 1:
+        if lowering is not None and n > 1 and _one_device(args, kwargs):
             try:
                 return executor.execute(lowering, args, kwargs)
             except NotImplementedError:  # the per-tensor lowering does not cover these arguments
@@ -113,7 +113,7 @@ def _inplace_kernel(op, functional_op, functional):
         n = len(self)
         if n == 0:
             return None
-        if n > 1 and _independent(self, args, kwargs):
+        if n > 1 and _one_device((self, *args), kwargs) and _independent(self, args, kwargs):
             targets = [_whole(t, i, args, kwargs, n) for i, t in enumerate(self)]
             results = functional(targets, *args, **kwargs)
             _check_writes(targets, results)
@@ -161,6 +161,21 @@ def _bump(t: torch.Tensor) -> None:
     moves it (no autograd kernel of a foreach update does it): a tensor saved for backward and then updated is an
     error at backward, as on the CPU."""
     torch.autograd.graph.increment_version(t)
+
+
+def _one_device(args: tuple, kwargs: dict) -> bool:
+    """Whether the call's tpu tensors are all on one device: a node runs on one, where PyTorch's fallback takes
+    each element where it is (lists over ``tpu:0`` and ``tpu:1`` run element by element; the recording kernel
+    hands such a call to Python, its tensors not all on the pending graph's device)."""
+    seen = None
+    for a in (*args, *kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, torch.Tensor) and t.device.type == "tpu":
+                if seen is None:
+                    seen = t.device
+                elif t.device != seen:
+                    return False
+    return True
 
 
 def _storage_id(t) -> int | None:
