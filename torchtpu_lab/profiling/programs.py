@@ -57,14 +57,29 @@ def device_time(events: list) -> float:
     return total + rest * sum(typical) / len(typical)
 
 
-def program_rows(prof, peaks: Peaks | None) -> list[ProgramRow]:
-    """One row per program that ran in the block, the longest device time first."""
+def _runs(prof) -> dict[object, list]:
+    """The profile's program runs, per program (in the order each first ran)."""
     runs: dict[object, list] = defaultdict(list)
     for e in prof.graphs:
         runs[e.detail.get("program", ("unnamed", e.name))].append(e)
+    return runs
+
+
+def _fastest(prof) -> float:
+    """The highest FLOP/s at which a program of the profile ran (0 where none has a cost)."""
+    flops_s = 0.0
+    for events in _runs(prof).values():
+        cost, seconds = events[0].detail.get("cost"), device_time(events)
+        if cost is not None and seconds > 0:
+            flops_s = max(flops_s, cost.flops * len(events) / seconds)
+    return flops_s
+
+
+def program_rows(prof, peaks: Peaks | None) -> list[ProgramRow]:
+    """One row per program that ran in the block, the longest device time first."""
     sources = _run_sources(prof)
     rows = []
-    for events in runs.values():
+    for events in _runs(prof).values():
         first = events[0]
         cost = first.detail.get("cost")
         n = len(events)
@@ -128,13 +143,14 @@ def roofline_finding(rows: list[ProgramRow], wall_s: float) -> Finding | None:
 
 def device_peaks(prof) -> Peaks | None:
     """The peaks of the profile's device (kept on the profile: a calibration runs once per machine, the table
-    lookup once per profile); ``None`` when they cannot be had (the report then shows no roofs)."""
+    lookup once per profile), a measured one no lower than what the profile's programs reached; ``None`` when
+    they cannot be had (the report then shows no roofs)."""
     memo = getattr(prof, "_peaks", None)
     if memo is None:
         from . import peaks
 
         try:
-            memo = (peaks.peaks(prof.device_index),)
+            memo = (peaks.at_least(prof.device_index, _fastest(prof)),)
         except Exception:  # noqa: BLE001 — a failed calibration costs the roofline, never the profile
             memo = (None,)
         prof._peaks = memo
