@@ -206,9 +206,10 @@ def _collect() -> dict:
 def _records(op, kernel) -> bool:
     """Whether the recording kernel can record ``op`` (run by ``kernel``): a lowered, non-random op with tensor
     outputs, or a foreach op (:mod:`..runtime.foreach_kernels`: a list of them)."""
+    if getattr(kernel, "foreach", False):
+        return recording.returns_list(op)
     low = getattr(kernel, "lowering", None)
-    lowered = (low is not None and not low.rng) or getattr(kernel, "foreach", False)
-    return lowered and recording.recordable(op)
+    return low is not None and not low.rng and recording.recordable(op)
 
 
 def _dynamic_numbers(kernel) -> bool:

@@ -141,18 +141,18 @@ def configure(core, set_array, growth: ModuleType, bounded: ModuleType, from_hos
 
 def recordable(op: torch._ops.OpOverload) -> bool:
     """Whether the recording kernel can serve ``op``: a functional op whose outputs are tensors (one, or several
-    such as layer norm's output, mean and rstd, or one list of them: a foreach op's), none of them an alias."""
+    such as layer norm's output, mean and rstd), none of them an alias. (A foreach op's list of them:
+    :func:`returns_list`.)"""
     schema = op._schema
     returns = schema.returns
     return (not schema.is_mutable and len(returns) >= 1
-            and (all(isinstance(r.type, torch.TensorType) and r.alias_info is None for r in returns)
-                 or returns_list(op)))
+            and all(isinstance(r.type, torch.TensorType) and r.alias_info is None for r in returns))
 
 
 def returns_list(op: torch._ops.OpOverload) -> bool:
-    """Whether ``op`` returns one list of tensors (a functional foreach op)."""
+    """Whether ``op`` returns one list of tensors (a functional foreach op's kernel is recorded so)."""
     returns = op._schema.returns
-    return (len(returns) == 1 and returns[0].alias_info is None and isinstance(returns[0].type, torch.ListType)
+    return (not op._schema.is_mutable and len(returns) == 1 and returns[0].alias_info is None and isinstance(returns[0].type, torch.ListType)
             and isinstance(returns[0].type.getElementType(), torch.TensorType))
 
 
