@@ -437,13 +437,17 @@ bool drops_leading_ones(const at::Tensor& t, PyObject* base) {
 
 // Whether `t`, a whole view of a storage of shape `base`, is an operand alike for an in-place `self` keyed as its
 // storage (self_base_*): `self`'s shape over a storage of `self`'s storage's shape.
-bool alike_storage(const at::Tensor& t, PyObject* base) {
-  if (t.sizes() != c10::IntArrayRef(self_shape_scratch)) return false;
-  if (static_cast<size_t>(PyTuple_GET_SIZE(base)) != self_base_sizes.size()) return false;
-  for (size_t i = 0; i < self_base_sizes.size(); ++i) {
-    if (PyLong_AsLongLong(PyTuple_GET_ITEM(base, static_cast<Py_ssize_t>(i))) != self_base_sizes[i]) return false;
+// Whether a storage's shape (a tuple of ints) is `sizes`.
+bool same_sizes(PyObject* shape, const std::vector<int64_t>& sizes) {
+  if (PyTuple_GET_SIZE(shape) != static_cast<Py_ssize_t>(sizes.size())) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape, static_cast<Py_ssize_t>(i))) != sizes[i]) return false;
   }
   return true;
+}
+
+bool alike_storage(const at::Tensor& t, PyObject* base) {
+  return t.sizes() == c10::IntArrayRef(self_shape_scratch) && same_sizes(base, self_base_sizes);
 }
 
 // How tensor_input keys a view as its storage (a base tensor of the storage's shape): an in-place pointwise op's
@@ -571,6 +575,18 @@ long named_device(const c10::IValue& v) {
   return index < 0 ? current_device() : index;
 }
 
+// Whether tensor `t` broadcasts to `shape` (an undefined tensor: nothing to broadcast).
+bool broadcasts_to(const at::Tensor& t, c10::IntArrayRef shape) {
+  if (!t.defined()) return true;
+  const auto other = t.sizes();
+  if (other.size() > shape.size()) return false;
+  for (size_t d = 1; d <= other.size(); ++d) {
+    const int64_t o = other[other.size() - d];
+    if (o != 1 && o != shape[shape.size() - d]) return false;
+  }
+  return true;
+}
+
 // Whether every other tensor argument broadcasts to `self`'s shape (the first argument's): what an in-place op
 // asks of its operands, so a whole view's `self` keyed as its storage records the same op (leading size-1 dims
 // broadcast alike). Asked only when `self` was keyed so; otherwise the call is PyTorch's error, which its Python
@@ -580,13 +596,7 @@ bool others_broadcast_to_self(const torch::jit::Stack& stack, size_t base, size_
   const auto self = stack[base].toTensor().sizes();
   for (size_t i = 1; i < n; ++i) {
     const c10::IValue& v = stack[base + i];
-    if (!v.isTensor() || !v.toTensor().defined()) continue;
-    const auto other = v.toTensor().sizes();
-    if (other.size() > self.size()) return false;
-    for (size_t d = 1; d <= other.size(); ++d) {
-      const int64_t o = other[other.size() - d];
-      if (o != 1 && o != self[self.size() - d]) return false;
-    }
+    if (v.isTensor() && !broadcasts_to(v.toTensor(), self)) return false;
   }
   return true;
 }
@@ -597,15 +607,6 @@ AsBase as_base_at(size_t i, bool self_as_base) {
   if (!self_as_base) return AsBase::kNo;
   if (i == 0) return AsBase::kSelf;
   return self_reshaped_scratch ? AsBase::kAlike : AsBase::kNo;
-}
-
-// Whether a storage's shape (a tuple of ints) is `sizes`.
-bool same_sizes(PyObject* shape, const std::vector<int64_t>& sizes) {
-  if (PyTuple_GET_SIZE(shape) != static_cast<Py_ssize_t>(sizes.size())) return false;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape, static_cast<Py_ssize_t>(i))) != sizes[i]) return false;
-  }
-  return true;
 }
 
 // Whether every element of a list argument is a Python number (a `Scalar[]`; an empty list is not one).
@@ -2067,19 +2068,10 @@ class RecordingKernel final : public c10::OperatorKernel {
   // tensor argument) broadcasts to `shape`.
   static bool operands_broadcast(const torch::jit::Stack& stack, size_t base, size_t n, size_t i,
                                  c10::IntArrayRef shape) {
-    auto fits = [&shape](const at::Tensor& t) {
-      if (!t.defined()) return true;
-      const auto other = t.sizes();
-      if (other.size() > shape.size()) return false;
-      for (size_t d = 1; d <= other.size(); ++d) {
-        if (other[other.size() - d] != 1 && other[other.size() - d] != shape[shape.size() - d]) return false;
-      }
-      return true;
-    };
     for (size_t a = 1; a < n; ++a) {
       const c10::IValue& v = stack[base + a];
-      if (v.isTensorList() && !fits(v.toTensorList().get(i))) return false;
-      if (v.isTensor() && !fits(v.toTensor())) return false;
+      if (v.isTensorList() && !broadcasts_to(v.toTensorList().get(i), shape)) return false;
+      if (v.isTensor() && !broadcasts_to(v.toTensor(), shape)) return false;
     }
     return true;
   }

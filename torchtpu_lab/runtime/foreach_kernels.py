@@ -24,7 +24,7 @@ import functools
 import torch
 
 from .. import caches
-from ..device import sizes, tensor, views
+from ..device import tensor
 from ..ops import foreach
 from ..ops.registry import LOWERINGS, op_name
 from . import executor, fused, mutation
@@ -142,18 +142,11 @@ def _inplace_kernel(op, functional_op, functional):
 def _whole(t, i: int, args: tuple, kwargs: dict, n: int):
     """Element ``i`` of an update's ``self`` as the op runs on it: a view that is all of its storage without its
     leading size-1 dims (a bias gradient ``sum_to_size`` made, which gradient clipping scales), whose operands
-    broadcast to its shape, as a base tensor of the storage: the same update, its operands broadcasting alike, and
-    the result replaces the storage's array whole (the recording kernel keys such an element as its storage). Any
-    other as it is (an operand that does not broadcast to it gets PyTorch's error from the write)."""
-    if type(t) is not tensor.TpuTensor or t.tpu_view is None:
-        return t
-    if not views.drops_leading_ones(t.tpu_storage.shape, t.tpu_view):
-        return t
-    shape = tuple(t.shape)
-    for a in foreach.element([*args, *kwargs.values()], i, n):
-        if isinstance(a, torch.Tensor) and sizes.broadcast(tuple(a.shape), shape) != shape:
-            return t
-    return tensor.make(t.tpu_storage, None)
+    broadcast to its shape, as a base tensor of the storage (:func:`.mutation.whole_base`): the result replaces the
+    storage's array whole, and the recording kernel keys such an element as its storage. Any other as it is (an
+    operand that does not broadcast to it gets PyTorch's error from the write)."""
+    base = mutation.whole_base(t, foreach.element([*args, *kwargs.values()], i, n))
+    return t if base is None else base
 
 
 def _bump(t: torch.Tensor) -> None:

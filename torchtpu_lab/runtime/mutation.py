@@ -136,10 +136,8 @@ def _whole_storage(self, args: tuple, kwargs: dict):
     view = self.tpu_view
     shape = tuple(self.shape)
     if views.drops_leading_ones(storage.shape, view):
-        for a in (*args, *kwargs.values()):
-            if isinstance(a, torch.Tensor) and sizes.broadcast(tuple(a.shape), shape) != shape:
-                return None
-        return tensor.make(storage, None), args, kwargs
+        base = whole_base(self, (*args, *kwargs.values()))
+        return None if base is None else (base, args, kwargs)
     if not views.reshapes_base(storage.shape, view):
         return None
 
@@ -158,6 +156,22 @@ def _whole_storage(self, args: tuple, kwargs: dict):
                 {k: alike(v) for k, v in kwargs.items()})
     except _NotAlike:
         return None
+
+
+def whole_base(self, operands) -> tensor.TpuTensor | None:
+    """``self``'s storage as a base tensor, where ``self`` is all of it without its leading size-1 dims (``[1, n]``
+    seen as ``[n]``: a bias gradient ``sum_to_size`` made) and every tensor among ``operands`` broadcasts to
+    ``self``'s shape: a pointwise in-place op on ``self`` is then the same op on the storage, its operands
+    broadcasting alike. ``None`` otherwise."""
+    if type(self) is not tensor.TpuTensor or self.tpu_view is None:
+        return None
+    if not views.drops_leading_ones(self.tpu_storage.shape, self.tpu_view):
+        return None
+    shape = tuple(self.shape)
+    for a in operands:
+        if isinstance(a, torch.Tensor) and sizes.broadcast(tuple(a.shape), shape) != shape:
+            return None
+    return tensor.make(self.tpu_storage, None)
 
 
 class _NotAlike(Exception):
