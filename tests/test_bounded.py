@@ -6,7 +6,7 @@ import torch
 
 import torchtpu_lab
 from torchtpu_lab import telemetry
-from torchtpu_lab.runtime import growth
+from torchtpu_lab.runtime import growth, recording
 
 
 def _programs() -> int:
@@ -343,6 +343,52 @@ def test_gathers_and_scatters_by_grown_indices_equal_cpu_and_compile_once():
     assert sum(counts[3:]) == 0, counts
     with pytest.raises(RuntimeError, match="out of bounds"):  # a logical index out of range still raises
         torch.gather(scores, 1, ids + 40).cpu()
+
+
+def _ngram_ban(ids: torch.Tensor, scores: torch.Tensor, n: int) -> torch.Tensor:
+    """What ``transformers``' ``no_repeat_ngram_size`` does with the grown token ids every token: the windows of
+    an ``unfold`` compared with the last ``n - 1`` ids, and the tokens that would repeat an n-gram banned by an
+    in-place scatter."""
+    length, vocab = ids.shape[-1], scores.shape[-1]
+    prefix = ids[:, length + 1 - n:]
+    windows = ids.unfold(dimension=1, size=n, step=1)
+    matches = (windows[..., :-1] == prefix.unsqueeze(1)).all(dim=-1)
+    banned = scores.new_zeros((scores.shape[0], vocab + 1), dtype=torch.bool)
+    banned.scatter_(1, torch.where(matches, windows[..., -1].clamp(max=vocab), vocab), True)
+    return scores.masked_fill(banned[:, :vocab], -float("inf"))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_windows_of_an_unfold_along_a_grown_dim_are_fronts_and_an_ngram_ban_compiles_once(n):
+    """``unfold`` along the grown dim gives windows whose other dim walks the grown positions too: the windows dim
+    is the grown one, ``windows[..., -1]`` a front that starts ``n - 1`` positions in (a capacity that much
+    smaller), and the n-gram ban built from them equals the CPU's at every length without a program per token."""
+    scores_cpu = torch.linspace(-3, 3, 2 * 12).reshape(2, 12)
+    scores = scores_cpu.to("tpu")
+    ids_cpu = torch.tensor([[3, 5, 3, 5, 3], [7, 7, 7, 1, 7]])
+    ids = ids_cpu.to("tpu")
+    ids = torch.cat([ids, torch.tensor([[5], [7]], device="tpu")], 1)
+    ids_cpu = torch.cat([ids_cpu, torch.tensor([[5], [7]])], 1)
+    counts, banned, handed = [], 0, {}
+    for step in range(24):
+        if step == 4:
+            handed = dict(recording.stats().get("python_ops", {}))
+        before = _programs()
+        windows = ids.unfold(1, n, 1)
+        assert growth.front(windows) is not None and growth.front(windows[..., -1]) is not None
+        got, want = _ngram_ban(ids, scores, n), _ngram_ban(ids_cpu, scores_cpu, n)
+        assert torch.equal(got.cpu(), want), step
+        banned += int(torch.isinf(want).sum())
+        counts.append(_programs() - before)
+        new = torch.tensor([[(3, 5)[step % 2]], [(step * 5) % 12]])
+        ids_cpu, ids = torch.cat([ids_cpu, new], 1), torch.cat([ids, new.to("tpu")], 1)
+    assert banned > 24  # the ban bans: repeated n-grams in both rows
+    assert sum(counts[3:]) == 0, counts
+    if handed:  # the native core records the pointwise ops on windows too (csrc/recorder.cpp front_of)
+        clamps = recording.stats()["python_ops"].get("aten::clamp", 0) - handed.get("aten::clamp", 0)
+        assert clamps == 0, clamps
+    assert growth.front(ids[:, 1:]) is not None  # a view a fixed few positions in is a front
+    assert growth.front(ids[:, ids.shape[1] - 3:]) is None  # the last positions: a start that moves with the length
 
 
 def test_reductions_and_cumulative_ops_over_grown_padding_equal_cpu():

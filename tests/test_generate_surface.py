@@ -107,6 +107,17 @@ def test_a_repetition_penalty_gives_cpus_tokens_and_programs_per_capacity(llama)
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 12), (14, 0)), repetition_penalty=1.3, do_sample=False)
 
 
+def test_no_repeat_ngram_size_gives_cpus_tokens_and_programs_per_capacity(llama):
+    """The n-gram ban unfolds the grown token ids every token (runtime/growth.py: the windows are fronts): it was
+    the whole forward compiled again per token. The ban must change this prompt's greedy tokens, or the test
+    would not test it."""
+    cpu, tpu = llama
+    ids = _prompts(2, 6, 4)
+    assert not torch.equal(cpu.generate(ids, max_new_tokens=14, do_sample=False),
+                           cpu.generate(ids, max_new_tokens=14, do_sample=False, no_repeat_ngram_size=2))
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 12), (14, 0)), no_repeat_ngram_size=2, do_sample=False)
+
+
 @pytest.mark.sweep  # ~20 s under load
 def test_a_batch_of_equal_length_prompts_without_a_mask_builds_programs_per_capacity_not_per_token(llama):
     """Prompts of equal length and no attention_mask give the CPU's tokens, and a longer call builds nothing new

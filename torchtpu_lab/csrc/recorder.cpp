@@ -971,9 +971,10 @@ bool rewrites_here() {
 }
 
 // Whether t is a front as growth.front decides it: a view of a storage growth.py marked as grown along g, whose
-// one dim with the storage's stride at g holds 1 < n < capacity positions, no dim empty, and whose geometry with
-// the whole capacity there stays inside the storage. `w` gets that whole geometry, size-1 dims with their
-// contiguous stride (a view op derives theirs from the length: the whole extent's key must not).
+// one dim with the storage's stride at g holds 1 < n < capacity positions (of two such, an unfold's, the longer),
+// no dim empty, and whose geometry with more positions there (growth._room: the capacity, less the start of a view
+// a few positions in) stays inside the storage. `w` gets that whole geometry, size-1 dims with their contiguous
+// stride (a view op derives theirs from the length: the whole extent's key must not).
 bool front_of(const at::Tensor& t, Whole& w) {
   PyObject* storage = nullptr;
   const long g = t.dim() == 0 ? -1 : grown_dim(t, /*view_only=*/true, &storage);
@@ -989,20 +990,30 @@ bool front_of(const at::Tensor& t, Whole& w) {
   }
   const int64_t capacity = base[static_cast<size_t>(g)];
   const int64_t step = contiguous_strides(base)[static_cast<size_t>(g)];
-  int64_t found = -1;
+  // growth._grown_axis: one dim walking the grown positions, or two (an unfold's windows and window), the longer
+  int64_t found = -1, other = -1;
   for (int64_t i = 0; i < t.dim(); ++i) {
     if (t.size(i) == 0) return false;
     if (t.stride(i) == step && 1 < t.size(i) && t.size(i) < capacity) {
-      if (found >= 0) return false;
-      found = i;
+      if (other >= 0) return false;
+      (found < 0 ? found : other) = i;
     }
   }
   if (found < 0) return false;
+  if (other >= 0) {
+    if (t.size(found) == t.size(other)) return false;
+    if (t.size(other) > t.size(found)) found = other;
+  }
+  // growth._room: the capacity, less the start of a view a few positions in
+  int64_t rest = t.storage_offset();
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (i != found) rest += (t.size(i) - 1) * t.stride(i);
+  }
+  const int64_t room = std::min(capacity, (total - 1 - rest) / step + 1);
+  if (room < capacity && (t.storage_offset() / step) % capacity >= t.size(found)) return false;
+  if (room <= t.size(found)) return false;
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  sizes[static_cast<size_t>(found)] = capacity;
-  int64_t last = t.storage_offset();
-  for (int64_t i = 0; i < t.dim(); ++i) last += (sizes[static_cast<size_t>(i)] - 1) * t.stride(i);
-  if (last >= total) return false;
+  sizes[static_cast<size_t>(found)] = room;
   const std::vector<int64_t> canonical = contiguous_strides(sizes);
   w.strides.resize(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -1011,7 +1022,7 @@ bool front_of(const at::Tensor& t, Whole& w) {
   w.active = true;
   w.dim = found;
   w.length = t.size(found);
-  w.capacity = capacity;
+  w.capacity = room;
   w.offset = t.storage_offset();
   w.sizes = std::move(sizes);
   return true;

@@ -169,7 +169,9 @@ def front(t) -> Front | None:
     """Where ``t`` reads the first ``n`` positions along a storage's grown dim with one of its own dims, and the
     same geometry with the storage's whole capacity there stays inside the storage: a grown tensor, or any view of
     it that keeps the grown positions together (``x[None, :]``, ``expand``, a transpose, a reshape of the other
-    dims, a row ``x[1]``) — else ``None``. Ops on such a tensor can run on the ``whole`` padded extent instead
+    dims, a row ``x[1]``, the windows of an ``unfold`` along the grown dim and views of them) — else ``None``; the
+    ``capacity`` of a front that starts a few positions in (``x[:, 1:]``, ``windows[..., -1]``) is the storage's
+    less that start. Ops on such a tensor can run on the ``whole`` padded extent instead
     (runtime/bounded.py), so nothing they compile has ``n`` in a shape: the positions past ``n`` are read, as
     padding, and nothing logical is computed from them."""
     if not tensor.on_tpu(t):
@@ -185,23 +187,47 @@ def front(t) -> Front | None:
     g = known[0]
     base = storage.shape
     capacity, step = base[g], _strides(base)[g]
-    found = None
-    for i, (n, s) in enumerate(zip(view.size, view.stride)):
-        if s == step and 1 < n < capacity:
-            if found is not None:
-                return None
-            found = i
-    if found is None or 0 in view.size:
+    found = _grown_axis(view, step, capacity)
+    if found is None:
         return None
     size = list(view.size)
-    size[found] = capacity
-    if view.offset + sum((n - 1) * s for n, s in zip(size, view.stride)) >= math.prod(base):
+    size[found] = _room(view, found, step, capacity, math.prod(base))
+    if size[found] <= view.size[found]:
         return None
     # a size-1 dim's stride addresses nothing, but a view op derives it from the length (unsqueeze): the whole
     # extent's gets one that does not, so the ops reading it have the same key for every length
     canonical = _strides(tuple(size))
     stride = tuple(c if n == 1 else s for n, s, c in zip(size, view.stride, canonical))
-    return Front(found, view.size[found], capacity, views.View(tuple(size), stride, view.offset))
+    return Front(found, view.size[found], size[found], views.View(tuple(size), stride, view.offset))
+
+
+def _grown_axis(view: views.View, step: int, capacity: int) -> int | None:
+    """The dim of ``view`` that walks the storage's grown positions, or ``None``. Two dims may walk them: an
+    ``unfold`` along the grown dim (a window dim, its last, over the windows dim: ``transformers``' n-gram ban
+    unfolds the grown token ids every token); the windows dim, the longer one, is the grown one (equal sizes:
+    ``None``, the ordinary path)."""
+    walking = [i for i, (n, s) in enumerate(zip(view.size, view.stride)) if s == step and 1 < n < capacity]
+    if not walking or len(walking) > 2 or 0 in view.size:
+        return None
+    if len(walking) == 1:
+        return walking[0]
+    a, b = walking
+    if view.size[a] == view.size[b]:
+        return None
+    return a if view.size[a] > view.size[b] else b
+
+
+def _room(view: views.View, found: int, step: int, capacity: int, total: int) -> int:
+    """How many positions dim ``found`` of ``view`` can take inside the storage: the capacity, or fewer for a view
+    that starts past the grown dim's first position or whose other dims walk it too (a window ``unfold`` made,
+    ``windows[..., -1]``): the capacity less that start, the same for every length as long as the start is
+    nearer the front than the view is long (a view of the *last* positions, ``x[:, n - k:]``, would move with the
+    length: 0, the ordinary path)."""
+    rest = view.offset + sum((n - 1) * s for i, (n, s) in enumerate(zip(view.size, view.stride)) if i != found)
+    room = min(capacity, (total - 1 - rest) // step + 1)
+    if room < capacity and (view.offset // step) % capacity >= view.size[found]:
+        return 0
+    return room
 
 
 def grown(t, dim: int, length: int):
