@@ -118,6 +118,19 @@ def test_no_repeat_ngram_size_gives_cpus_tokens_and_programs_per_capacity(llama)
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 12), (14, 0)), no_repeat_ngram_size=2, do_sample=False)
 
 
+def test_bad_words_and_sequence_bias_give_cpus_tokens_and_programs_per_capacity(llama):
+    """Both match the last ids through ``input_ids[:, None, -k:]``, whose size-1 dim has the length as its stride
+    (device/views.py keys such a stride as 0): it was the whole forward compiled again per token."""
+    cpu, tpu = llama
+    ids = _prompts(2, 6, 4)
+    assert not torch.equal(cpu.generate(ids, max_new_tokens=14, do_sample=False),
+                           cpu.generate(ids, max_new_tokens=14, do_sample=False, bad_words_ids=[[44, 76], [18]]))
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 12), (14, 0)), bad_words_ids=[[44, 76], [18]],
+                                   do_sample=False)
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 12), (14, 0)), sequence_bias={(44, 76): -5.0, (18,): -5.0},
+                                   do_sample=False)
+
+
 @pytest.mark.sweep  # ~20 s under load
 def test_a_batch_of_equal_length_prompts_without_a_mask_builds_programs_per_capacity_not_per_token(llama):
     """Prompts of equal length and no attention_mask give the CPU's tokens, and a longer call builds nothing new

@@ -163,3 +163,25 @@ def test_updates_of_a_whole_view_without_its_leading_ones_keep_pytorchs_semantic
             noise = torch.zeros(1, 6).to("tpu")
             noise.view(6).uniform_()  # random: drawn for the view's shape, on the Python path
             assert noise.shape == (1, 6) and bool((noise.cpu() > 0).all())
+
+
+def test_a_size_one_dims_stride_does_not_make_a_new_program():
+    """``x[:, None, -k:]`` of a growing tensor: the size-1 dim's stride is the length (a view op derives it from
+    its neighbour), but it addresses nothing, so every length reads with one program (``transformers``'
+    ``bad_words_ids``/``sequence_bias`` take this view of the grown token ids every token)."""
+    from torchtpu_lab import telemetry
+
+    def programs() -> int:
+        return int(telemetry.counters["compiles"] + telemetry.counters["disk_loads"])
+
+    base_cpu = torch.arange(64).reshape(2, 32)
+    base = base_cpu.to("tpu")
+    counts = []
+    for n in range(6, 16):
+        x_cpu, x = base_cpu[:, :n], base[:, :n]  # the first n positions of one storage, as a grown tensor is
+        before = programs()
+        got = x[:, None, -2:]
+        assert got.stride()[1] == n  # PyTorch's stride, as on the CPU
+        assert torch.equal((got == 7).cpu(), x_cpu[:, None, -2:] == 7)
+        counts.append(programs() - before)
+    assert sum(counts[2:]) == 0, counts

@@ -149,7 +149,10 @@ class DynView(NamedTuple):
 @caches.memoize("dynamic_views", 8192)
 def _dynamic(base_shape: tuple, view: View) -> DynView:
     plan = _plan(base_shape, view)
-    size, stride = view.size, view.stride
+    size = view.size
+    # a size-1 dim's stride addresses nothing, and a view op derives it from its neighbours' sizes (`x[:, None]`
+    # of a grown tensor gets the length there): keyed as 0, so such a view reads with one program at every length
+    stride = tuple(0 if n == 1 else s for n, s in zip(size, view.stride))
     if plan.kind == "slice":
         span = tuple(l - s for s, l in zip(plan.starts, plan.limits))
         moves = span != tuple(base_shape)
