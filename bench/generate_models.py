@@ -7,8 +7,11 @@ programs built by a first call of ``--tokens`` new tokens, then by a second call
 programs grow with the cache's capacity buckets builds a few; one compiling per token builds one per new
 token), the first call's seconds, whether both calls gave CPU's tokens, and, for a model that still compiles
 per token, the op and line of the last compile's cause (``telemetry``'s compile events, as the lab shows them).
+With ``--options``, the rows are ``generate``'s options instead (logits processors that read the grown token ids
+every token: ``no_repeat_ngram_size``, ``bad_words_ids``, ``sequence_bias``, ``repetition_penalty``, ...; sampling
+warpers), each on the first family of ``--models``.
 
-    python bench/generate_models.py [--tokens 20] [--models gpt2,llama,...]
+    python bench/generate_models.py [--tokens 20] [--models gpt2,llama,...] [--options all|name,...]
 """
 
 from __future__ import annotations
@@ -70,6 +73,24 @@ FAMILIES = {
 }
 
 
+#: option row -> ``generate`` keyword arguments (greedy unless they sample; a sampled row compares no tokens)
+OPTIONS = {
+    "none": {},
+    "no_repeat_ngram_size=2": {"no_repeat_ngram_size": 2},
+    "no_repeat_ngram_size=3, repetition_penalty": {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2},
+    "bad_words_ids": {"bad_words_ids": [[44, 76], [18]]},
+    "sequence_bias": {"sequence_bias": {(44, 76): -5.0, (18,): 1.5}},
+    "repetition_penalty": {"repetition_penalty": 1.3},
+    "suppress_tokens, begin_suppress_tokens": {"suppress_tokens": [4, 8], "begin_suppress_tokens": [2]},
+    "min_new_tokens": {"min_new_tokens": 10, "eos_token_id": 3},
+    "exponential_decay_length_penalty": {"exponential_decay_length_penalty": (4, 1.5), "eos_token_id": 3},
+    "sampling: top_k, top_p": {"do_sample": True, "top_k": 20, "top_p": 0.9},
+    "sampling: typical_p": {"do_sample": True, "typical_p": 0.9, "top_k": 0},
+    "sampling: min_p": {"do_sample": True, "min_p": 0.1, "top_k": 0},
+    "sampling: epsilon_cutoff": {"do_sample": True, "epsilon_cutoff": 3e-4, "top_k": 0},
+}
+
+
 def build(family: str):
     import transformers
 
@@ -95,47 +116,61 @@ def last_cause(events: list) -> str:
     return f"{text[:70]} ({telemetry.describe(site)})" if site is not None else text[:90]
 
 
-def sweep(family: str, tokens: int) -> tuple:
+def sweep(family: str, tokens: int, options: dict | None = None, label: str | None = None) -> tuple:
     cpu = build(family)
     ids = torch.randint(3, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(2, 9, dtype=torch.long)
     ids[0, :3], mask[0, :3] = 1, 0
-    kwargs = {"do_sample": False, "pad_token_id": 1}
+    kwargs = {"do_sample": False, "pad_token_id": 1, **(options or {})}
+
+    def generate(model, n: int, device: str):
+        torch.manual_seed(0)
+        return model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=n, **kwargs)
+
     with torch.no_grad():
-        want = [cpu.generate(ids, attention_mask=mask, max_new_tokens=n, **kwargs) for n in (tokens, 2 * tokens)]
+        want = [generate(cpu, n, "cpu") for n in (tokens, 2 * tokens)]
         tpu = build(family).to("tpu")
         built, equal = [], True
         t0 = time.perf_counter()
         for i, n in enumerate((tokens, 2 * tokens)):
             before = programs()
-            got = tpu.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=n, **kwargs)
-            equal = equal and torch.equal(got.cpu(), want[i])
+            got = generate(tpu, n, "tpu")
+            equal = equal and (kwargs["do_sample"] or torch.equal(got.cpu(), want[i]))
             built.append(programs() - before)
             if i == 0:
                 first = time.perf_counter() - t0
     graphs = [e for e in telemetry.compile_log if e.detail.get("kind") == "graph"]
     per_token = built[1] >= tokens // 2
-    return (family, built[0], built[1], f"{first:.1f}", "yes" if equal else "NO",
-            last_cause(graphs) if per_token else "")
+    same = "sampled" if kwargs["do_sample"] else "yes" if equal else "NO"
+    return (label or family, built[0], built[1], f"{first:.1f}", same, last_cause(graphs) if per_token else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--models", default=",".join(FAMILIES), help="comma-separated family names (see FAMILIES)")
+    parser.add_argument("--options", default="", help="'all' or comma-separated rows of OPTIONS, on the first "
+                                                      "family of --models")
     args = parser.parse_args()
+    families = args.models.split(",")
+    if args.options:
+        names = list(OPTIONS) if args.options == "all" else args.options.split(",")
+        cases = [(families[0], OPTIONS[name], name) for name in names]
+    else:
+        cases = [(family, None, None) for family in families]
     rows = []
-    for family in args.models.split(","):
+    for family, options, label in cases:
         try:
-            rows.append(sweep(family, args.tokens))
+            rows.append(sweep(family, args.tokens, options, label))
         except Exception as e:  # noqa: BLE001 — reported in the table, not hidden
-            rows.append((family, "", "", "", f"error: {type(e).__name__}: {str(e)[:80]}", ""))
+            rows.append((label or family, "", "", "", f"error: {type(e).__name__}: {str(e)[:80]}", ""))
         print(rows[-1], flush=True)
     print()
-    print(table(f"generate across families: left-padded batch of 2 with attention_mask, default cache, greedy; "
+    what = f"generate options on {families[0]}" if args.options else "generate across families"
+    print(table(f"{what}: left-padded batch of 2 with attention_mask, default cache, greedy unless sampling; "
                 f"programs built by a {args.tokens}-token call, then by a {2 * args.tokens}-token call", rows,
-                ("family", "programs, first call", "programs, second call", "first call s", "tokens = cpu",
-                 "still per token: last compile's cause")))
+                ("option" if args.options else "family", "programs, first call", "programs, second call",
+                 "first call s", "tokens = cpu", "still per token: last compile's cause")))
 
 
 if __name__ == "__main__":
