@@ -77,11 +77,11 @@ FAMILIES = {
 OPTIONS = {
     "none": {},
     "no_repeat_ngram_size=2": {"no_repeat_ngram_size": 2},
-    "no_repeat_ngram_size=3, repetition_penalty": {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2},
+    "no_repeat_ngram_size=3 + repetition_penalty": {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2},
     "bad_words_ids": {"bad_words_ids": [[44, 76], [18]]},
     "sequence_bias": {"sequence_bias": {(44, 76): -5.0, (18,): 1.5}},
     "repetition_penalty": {"repetition_penalty": 1.3},
-    "suppress_tokens, begin_suppress_tokens": {"suppress_tokens": [4, 8], "begin_suppress_tokens": [2]},
+    "suppress_tokens + begin_suppress_tokens": {"suppress_tokens": [4, 8], "begin_suppress_tokens": [2]},
     "min_new_tokens": {"min_new_tokens": 10, "eos_token_id": 3},
     "exponential_decay_length_penalty": {"exponential_decay_length_penalty": (4, 1.5), "eos_token_id": 3},
     "sampling: top_k, top_p": {"do_sample": True, "top_k": 20, "top_p": 0.9},
@@ -155,6 +155,9 @@ def main() -> None:
     families = args.models.split(",")
     if args.options:
         names = list(OPTIONS) if args.options == "all" else args.options.split(",")
+        unknown = [name for name in names if name not in OPTIONS]
+        if unknown:
+            parser.error(f"unknown --options {unknown}; the rows are: {', '.join(OPTIONS)}")
         cases = [(families[0], OPTIONS[name], name) for name in names]
     else:
         cases = [(family, None, None) for family in families]
