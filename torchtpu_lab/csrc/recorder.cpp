@@ -511,7 +511,6 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       }
       const bool keyed_as_base = as_base == AsBase::kSelf ? whole_view
                                  : as_base == AsBase::kAlike && whole_view && alike_storage(t, base);
-
       if (keyed_as_base || as_base == AsBase::kAlike) {  // (kElement: not a whole view; keyed as it is below)
         if (keyed_as_base) {
           key.push_back(kTensor);

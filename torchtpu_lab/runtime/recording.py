@@ -152,7 +152,8 @@ def recordable(op: torch._ops.OpOverload) -> bool:
 def returns_list(op: torch._ops.OpOverload) -> bool:
     """Whether ``op`` returns one list of tensors (a functional foreach op's kernel is recorded so)."""
     returns = op._schema.returns
-    return (not op._schema.is_mutable and len(returns) == 1 and returns[0].alias_info is None and isinstance(returns[0].type, torch.ListType)
+    return (not op._schema.is_mutable and len(returns) == 1 and returns[0].alias_info is None
+            and isinstance(returns[0].type, torch.ListType)
             and isinstance(returns[0].type.getElementType(), torch.TensorType))
 
 
