@@ -6,6 +6,7 @@ import torch
 
 import torchtpu_lab
 from torchtpu_lab import telemetry
+from torchtpu_lab.device import tensor
 from torchtpu_lab.runtime import growth, recording
 
 
@@ -389,6 +390,46 @@ def test_windows_of_an_unfold_along_a_grown_dim_are_fronts_and_an_ngram_ban_comp
         assert clamps == 0, clamps
     assert growth.front(ids[:, 1:]) is not None  # a view a fixed few positions in is a front
     assert growth.front(ids[:, ids.shape[1] - 3:]) is None  # the last positions: a start that moves with the length
+
+
+def test_growing_prefixes_of_a_new_buffer_each_step_are_fronts_and_an_ngram_ban_compiles_once():
+    """Beam search keeps its ids in a buffer of the final length, makes a new one every step (a gather by beam,
+    then the new token written in) and hands the processors ``buffer[:, :, :n]`` flattened: nothing is appended.
+    A slice of a growing prefix marks its buffer as grown (runtime/growth.py ``growing_prefix``), so the n-gram
+    ban equals the CPU's at every length without a program per token."""
+    batch, beams, capacity, vocab = 2, 3, 40, 12
+    order = torch.tensor([[1, 0, 2], [2, 2, 0]])[:, :, None].expand(batch, beams, capacity)
+    scores_cpu = torch.linspace(-3, 3, batch * beams * vocab).reshape(batch * beams, vocab)
+    scores = scores_cpu.to("tpu")
+    buf_cpu = torch.zeros(batch, beams, capacity, dtype=torch.long)
+    buf_cpu[..., :5] = torch.tensor([3, 5, 3, 5, 3])
+    buf = buf_cpu.to("tpu")
+    counts, banned = [], 0
+    for n in range(5, 32):
+        before = _programs()
+        ids, ids_cpu = buf[:, :, :n].reshape(batch * beams, n), buf_cpu[:, :, :n].reshape(batch * beams, n)
+        got, want = _ngram_ban(ids, scores, 3), _ngram_ban(ids_cpu, scores_cpu, 3)
+        assert torch.equal(got.cpu(), want), n
+        banned += int(torch.isinf(want).sum())
+        counts.append(_programs() - before)
+        if n > 8:
+            assert growth.front(ids) is not None, n
+        new = torch.tensor([(3, 5)[n % 2], n % vocab, 7])[None, :].expand(batch, beams)
+        buf_cpu = buf_cpu.gather(1, order).clone()
+        buf_cpu[:, :, n] = new
+        buf = buf.gather(1, order.to("tpu")).clone()
+        buf[:, :, n] = new.to("tpu")
+    assert banned > 27  # the ban bans
+    assert sum(counts[6:]) == 0, counts
+
+
+def test_a_constant_buffer_sliced_to_longer_inputs_is_not_marked_as_grown():
+    """``position_ids[:, :n]`` of a model's buffer for inputs of growing length is not a growing sequence: a mark
+    would make every later op on that buffer's prefixes run on its whole extent."""
+    positions = torch.arange(64).expand(1, 64).contiguous().to("tpu")
+    for n in (8, 16, 24, 32):
+        torch.testing.assert_close((positions[:, :n] * 2).cpu(), torch.arange(n)[None] * 2)
+    assert growth.grown_dim(tensor.adopt(positions).tpu_storage) is None
 
 
 def test_reductions_and_cumulative_ops_over_grown_padding_equal_cpu():

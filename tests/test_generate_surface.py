@@ -118,6 +118,19 @@ def test_no_repeat_ngram_size_gives_cpus_tokens_and_programs_per_capacity(llama)
     _calls_give_cpus_tokens_within(cpu, tpu, ids, ((6, 12), (14, 0)), no_repeat_ngram_size=2, do_sample=False)
 
 
+def test_beam_search_with_an_ngram_ban_gives_cpus_tokens_and_programs_per_buffer_length(llama):
+    """Beam search hands the processors a prefix of a buffer of the final length, a new buffer every step, so the
+    n-gram ban's windows grew without an append (runtime/growth.py ``growing_prefix``): it was the whole step
+    compiled again per token (14 programs for 8 tokens, 22 for 20). A longer call makes a longer buffer, so it
+    builds a few programs again; the same call again builds none."""
+    cpu, tpu = llama
+    ids = _prompts(2, 6, 4)
+    beams = dict(num_beams=3, do_sample=False)
+    assert not torch.equal(cpu.generate(ids, max_new_tokens=20, **beams),
+                           cpu.generate(ids, max_new_tokens=20, no_repeat_ngram_size=3, **beams))
+    _calls_give_cpus_tokens_within(cpu, tpu, ids, ((8, 10), (20, 6), (20, 0)), no_repeat_ngram_size=3, **beams)
+
+
 def test_bad_words_and_sequence_bias_give_cpus_tokens_and_programs_per_capacity(llama):
     """Both match the last ids through ``input_ids[:, None, -k:]``, whose size-1 dim has the length as its stride
     (device/views.py keys such a stride as 0): it was the whole forward compiled again per token."""

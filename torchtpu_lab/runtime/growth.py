@@ -263,6 +263,49 @@ def recent_capacity(length: int) -> int | None:
     return known[0] if 0 <= telemetry.counters["syncs"] - known[2] <= RECENT_SYNCS else None
 
 
+def growing_prefix(storage: Storage, view: views.View) -> bool:
+    """Mark ``storage`` as grown along ``d`` when ``view`` (a slice's result) reads its first ``n`` positions along
+    ``d`` and nothing else is cut, and ``n`` grows: the last such slice of a storage of this shape and dtype along
+    ``d``, within the last :data:`RECENT_SYNCS` syncs, read fewer positions of other contents (another storage,
+    or this one written since), or as many of a storage it marked (one step's several reads).
+
+    ``True`` when the caller must not teach the recording kernel this slice: a length not read just before, or
+    one it marked. Served in C++, the next step's storage sliced to that length would not come here, and not be
+    marked; a slice repeated at one length (a model's ``position_ids[:, :n]`` for inputs of one length) is taught.
+
+    Beam search keeps its sequences in a buffer of the final length and hands the logits processors
+    ``running_sequences[:, :, :cur_len]`` flattened, a new buffer every step (a gather by beam): nothing is
+    appended, so without the mark every op on the ids (an n-gram ban's windows) compiles once per token. Marking is
+    safe for any storage: a front's logical positions are computed from the same inputs either way; it only
+    decides that ops on the prefix run on the whole extent."""
+    if id(storage) in _GROWN_IDS or not 0 < storage.nbytes <= MAX_PADDED_BYTES:
+        return False
+    base = storage.shape
+    if view.offset != 0 or len(view.size) != len(base) or view.stride != _strides(base):
+        return False
+    cut = [i for i, (n, m) in enumerate(zip(view.size, base)) if n != m]
+    if len(cut) != 1 or view.size[cut[0]] < 2:
+        return False
+    d, n = cut[0], view.size[cut[0]]
+    key, syncs, written = (base, storage.dtype, d), telemetry.counters["syncs"], (id(storage), id(storage._array))
+    last = _PREFIXES.get(key)
+    # a longer prefix of new contents (another storage, or this one written since): a model's constant buffer
+    # sliced to a longer input (``position_ids[:, :n]``) is not a growing sequence
+    grows = last is not None and syncs - last[2] <= RECENT_SYNCS and (
+        (last[0] < n and last[3] != written) or last[:2] == (n, True))
+    if len(_PREFIXES) > 256:
+        _PREFIXES.clear()
+    _PREFIXES[key] = (n, grows, syncs, written)
+    if grows:  # a growing length: factories of it (BART's decoder mask, ``ones(batch, n)``) are padded alike
+        _note_length(n, base[d], _mark(storage, d))
+    return grows or last is None or last[0] != n
+
+
+#: ``(storage shape, dtype, dim) -> (length, marked, syncs, (id of the storage, id of its array))``: the last slice
+#: of a storage's first positions along ``dim`` (:func:`growing_prefix`)
+_PREFIXES: dict = {}
+
+
 @functools.lru_cache(maxsize=256)
 def _strides(shape: tuple) -> tuple:
     """A padded storage's contiguous strides (a handful of shapes per generation, looked up every step)."""
@@ -334,22 +377,26 @@ def mark_grown(result, dim: int) -> None:
     _mark(result.tpu_storage, dim)
 
 
+def _note_length(length: int, capacity: int, ref: weakref.ref) -> None:
+    """Note that a live storage (``ref``) of ``capacity`` positions grew to ``length`` now, for factories of that
+    length (:func:`recent_capacity`)."""
+    if len(_LENGTHS) > 64:
+        for n in [n for n, (_, r, _) in _LENGTHS.items() if r() is None]:
+            del _LENGTHS[n]
+    known, syncs = _LENGTHS.get(length), telemetry.counters["syncs"]
+    # the largest capacity among this length's recent appends; one from an earlier loop (a previous generate's
+    # output, kept alive) gives way, or the next loop's factories of that length would stay ordinary
+    if known is None or known[0] <= capacity or known[1]() is None or syncs - known[2] > RECENT_SYNCS:
+        _LENGTHS[length] = (capacity, ref, syncs)
+
+
 def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, sources: tuple | None = None) -> None:
     """Mark ``new``, an append of ``k`` positions with ``length`` in all along ``d``, as grown (in ``old``'s
     lineage, or a new one), note the length for factories (:func:`recent_capacity`) and, while a profile records,
     emit the append's op event (at ``sources``, the op's line and stack, when the caller has them)."""
     known = None if old is None else _GROWN_IDS.get(id(old))
     lineage = known[2] if known is not None and known[2] is not None else next(_LINEAGES)
-    ref = _mark(new, d, lineage)
-    if len(_LENGTHS) > 64:
-        for n in [n for n, (_, r, _) in _LENGTHS.items() if r() is None]:
-            del _LENGTHS[n]
-    capacity = new.shape[d]
-    known, syncs = _LENGTHS.get(length), telemetry.counters["syncs"]
-    # the largest capacity among this length's recent appends; one from an earlier loop (a previous generate's
-    # output, kept alive) gives way, or the next loop's factories of that length would stay ordinary
-    if known is None or known[0] <= capacity or known[1]() is None or syncs - known[2] > RECENT_SYNCS:
-        _LENGTHS[length] = (capacity, ref, syncs)
+    _note_length(length, new.shape[d], _mark(new, d, lineage))
     if telemetry.recording():
         source, stack = sources if sources is not None else (None, None)
         telemetry.emit("op", APPEND, source=source, stack=stack, dim=d, length=length, appended=k, lineage=lineage)

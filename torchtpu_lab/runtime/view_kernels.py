@@ -18,7 +18,7 @@ import torch
 
 from .. import caches
 from ..device import tensor, views
-from . import recording
+from . import growth, recording
 
 aten = torch.ops.aten
 
@@ -122,6 +122,8 @@ def make_view_kernel(op):
                 outs = [tensor.make(storage, g) for g in geoms]
         else:
             outs = [tensor.make(storage, g) for g in geoms]
+        if op is aten.slice.Tensor and geoms[0] is not None and growth.growing_prefix(storage, geoms[0]):
+            return outs[0]  # a prefix that may be growing: the next step's slice must come here too
         lesson = recording.lesson_pending
         if not moved and lesson is not None and lesson():  # the recording kernel keyed this call: teach it
             # the geometry (not after a move: the key has the padded geometry, the answer the compact one)
