@@ -747,3 +747,20 @@ def test_copy_variants_of_views_take_minus_one_in_their_size(mode):
         assert torch.equal(torch.expand_copy(col.to("tpu"), [3, -1, 4]).cpu(), torch.expand_copy(col, [3, -1, 4]))
         with pytest.raises(RuntimeError, match="negative dimension -1"):
             xt.new_zeros([-1, 2])
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x, y: torch.lerp(x, y, 0.5), lambda x, y: torch.lerp(x, y, y), lambda x, y: torch.frac(x)],
+    ids=["lerp_scalar", "lerp_tensor", "frac"],
+)
+def test_an_op_with_no_integer_kernel_on_cpu_raises_its_error_on_integers(fn, mode):
+    """PyTorch's CPU has no integer ``lerp`` or ``frac``: NotImplementedError with its message, never a number
+    (the promoted float computation gave ``lerp(1, 4, 0.5) == 2``), and the session stays usable."""
+    x, y = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+    with torchtpu_lab.eager_mode(mode):
+        error = raises_like_cpu(fn, x, y)
+        cpu_message = re.escape(str(pytest.raises(NotImplementedError, fn, x, y).value))
+        assert re.search(cpu_message, str(error)), error
+        assert_same(fn(x.float().to("tpu"), y.float().to("tpu")), fn(x.float(), y.float()))

@@ -21,7 +21,7 @@ import torch._decomp
 
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
-from ..ops.registry import Lowering, op_name
+from ..ops.registry import Lowering, NoKernel, op_name
 from ..runtime import (
     bounded,
     core_kernels,
@@ -70,6 +70,8 @@ def _lowered(low: Lowering) -> Callable:
     def kernel(*args, **kwargs):
         try:
             return execute(low, args, kwargs)
+        except NoKernel as e:  # PyTorch has no kernel for these either: its error, as its own type
+            raise NotImplementedError(str(e)) from None
         except NotImplementedError as e:  # the lowering does not cover these arguments
             return fallback(low.op, args, kwargs, e)
 

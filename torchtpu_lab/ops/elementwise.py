@@ -20,7 +20,7 @@ from torch._prims_common import elementwise_dtypes
 
 from .. import dtypes
 from .error_flags import report, reports
-from .registry import aten, lower
+from .registry import NoKernel, aten, lower
 
 # ---- promotion helpers -------------------------------------------------------------------------------------
 
@@ -222,9 +222,19 @@ def signbit(x):
     return jnp.signbit(x) if not _is_int(x) else x < 0
 
 
+def _floating_only(kernel: str, x) -> None:
+    """PyTorch's CPU kernel has no integer or bool version (``lerp``, ``frac``): raise its error, never a number
+    (:class:`~.registry.NoKernel`: not run on the CPU instead, which would only raise it again)."""
+    if _is_int(x):
+        name = str(torch.empty(0, dtype=dtypes.to_torch(x.dtype)).type()).removeprefix("torch.").removesuffix("Tensor")
+        raise NoKernel(f'"{kernel}" not implemented for \'{name}\'')
+
+
 @lower(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(x, end, weight):
     """PyTorch's two-sided formula, exact at both ends."""
+    scalar = isinstance(weight, (bool, int, float)) or getattr(weight, "weak_type", False)
+    _floating_only("lerp_kernel_scalar" if scalar else "lerp_kernel_tensor", jnp.asarray(x))
     x, end, weight = _promote(x, end, weight)
     diff = end - x
     return jnp.where(jnp.abs(weight) < 0.5, x + weight * diff, end - diff * (1 - weight))
@@ -267,6 +277,7 @@ def round_decimals(x, *, decimals):
 
 @lower(aten.frac)
 def frac(x):
+    _floating_only("frac_cpu", x)
     return x - jnp.trunc(x)
 
 

@@ -97,6 +97,12 @@ def wrap_dim(dim: int, ndim: int) -> int:
     return dim % n
 
 
+class NoKernel(NotImplementedError):
+    """PyTorch has no kernel for these arguments either (an integer ``lerp``): raised to the caller as PyTorch's
+    error, a plain ``NotImplementedError`` (backend/dispatch.py, or the failed op of a fused graph), where another
+    ``NotImplementedError`` from a lowering means "not covered here, run it on the CPU"."""
+
+
 def lower(*ops, static_scalars: bool = False, rng: bool = False, jit: bool | Callable = True):
     """Register the decorated function as the lowering of each of ``ops`` (OpOverloads or packets' defaults)."""
 

@@ -45,6 +45,7 @@ from .. import caches, config, interrupts, native, telemetry
 from ..device.storage import FailedValue, holding, store_all
 from ..telemetry import SyncReason
 from ..device import memory
+from ..ops.registry import NoKernel
 from . import graph_key, packed_numbers, program_cost
 from .graph_cuts import CutPoints
 from .graph_key import Segment
@@ -612,7 +613,11 @@ def _fail(nodes, storages, error, extra=()):
                 culprit, culprit_error = n, e
     where = f" (recorded at {culprit.source})" if culprit is not None and culprit.source else ""
     what = culprit.name if culprit is not None else "the fused graph"
-    failure = RuntimeError(f"{what} failed{where}: {type(culprit_error).__name__}: {culprit_error}")
+    # PyTorch's own error for arguments it has no kernel for keeps its type (NotImplementedError), as on CPU
+    if isinstance(culprit_error, NoKernel):
+        failure = NotImplementedError(f"{what} failed{where}: {culprit_error}")
+    else:
+        failure = RuntimeError(f"{what} failed{where}: {type(culprit_error).__name__}: {culprit_error}")
     for s in storages:
         v = s.held
         done = values.get(id(v.node))
