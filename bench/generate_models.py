@@ -81,6 +81,7 @@ OPTIONS = {
     "bad_words_ids": {"bad_words_ids": [[44, 76], [18]]},
     "sequence_bias": {"sequence_bias": {(44, 76): -5.0, (18,): 1.5}},
     "repetition_penalty": {"repetition_penalty": 1.3},
+    "num_beams=3": {"num_beams": 3},
     "num_beams=3 + no_repeat_ngram_size=3": {"num_beams": 3, "no_repeat_ngram_size": 3},
     "suppress_tokens + begin_suppress_tokens": {"suppress_tokens": [4, 8], "begin_suppress_tokens": [2]},
     "min_new_tokens": {"min_new_tokens": 10, "eos_token_id": 3},
