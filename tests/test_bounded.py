@@ -168,8 +168,10 @@ def test_index_select_across_a_grown_dim_keeps_it_grown_and_an_append_after_it_c
     rows = 3
     k_cpu = torch.arange(rows * 4 * 5, dtype=torch.float32).reshape(rows, 4, 5)
     k = k_cpu.to("tpu")
-    counts = []
+    counts, handed = [], None
     for step in range(10):
+        if step == 4:
+            handed = recording.stats().get("python_ops", {}).get("aten::index_select", 0)
         piece = torch.full((rows, 1, 5), float(step))
         k_cpu = torch.cat([k_cpu, piece], 1)
         k = torch.cat([k, piece.to("tpu")], 1)
@@ -180,6 +182,11 @@ def test_index_select_across_a_grown_dim_keeps_it_grown_and_an_append_after_it_c
         assert torch.equal(k.cpu(), k_cpu), step
         counts.append(_programs() - before)
     assert sum(counts[3:]) == 0, counts
+    if recording.stats():  # the native core records it on the front once taught (csrc/recorder.cpp as_select_front)
+        assert recording.stats()["python_ops"].get("aten::index_select", 0) == handed
+        with pytest.raises((IndexError, RuntimeError), match="out of range|out of bounds"):  # its check still runs
+            k.index_select(0, torch.tensor([0, rows, 1], device="tpu")).cpu()
+        assert torch.equal(k.cpu(), k_cpu)  # and the tensor is usable after the error
     # along the grown dim (which positions to keep): the ordinary path, the values PyTorch's
     keep = torch.tensor([0, 2, 3])
     torch.testing.assert_close(k.index_select(1, keep.to("tpu")).cpu(), k_cpu.index_select(1, keep))

@@ -1089,6 +1089,35 @@ bool as_pointwise_fronts(const c10::OperatorHandle& op, const torch::jit::Stack&
   return true;
 }
 
+// Whether an `index_select(x, dim, index)` call is one bounded._select runs on the padded extent: x a front (front_of)
+// selected along another dim (beam search reorders each layer's grown cache by beam every token), the index no
+// front. If so, `key` is the key of the same call on x's whole extent — the inner call bounded.py makes, whose
+// Python path teaches that key — and fronts_scratch holds x's grown dim and length, the result's.
+bool as_select_front(const c10::OperatorHandle& op, const torch::jit::Stack& stack, long device,
+                     const std::vector<char>& dynamic, std::string& key) {
+  fronts_scratch.active = false;
+  if (PyDict_GET_SIZE(rt.grown_ids) == 0 || !rewrites_here() || !data_in_storage(rt.tensor_type)) {
+    return false;
+  }
+  const size_t base = stack.size() - 3;
+  const c10::IValue &x = stack[base], &dim = stack[base + 1], &index = stack[base + 2];
+  if (!x.isTensor() || !dim.isInt() || !index.isTensor()) return false;
+  const at::Tensor& t = x.toTensor();
+  wholes_scratch.assign(3, Whole{});
+  if (t.device().type() != c10::DeviceType::PrivateUse1 || !front_of(t, wholes_scratch[0])) return false;
+  Whole ignored;
+  if (index.toTensor().device().type() == c10::DeviceType::PrivateUse1 && front_of(index.toTensor(), ignored)) {
+    return false;
+  }
+  const int64_t d = dim.toInt();
+  if (d < -t.dim() || d >= t.dim() || (d + t.dim()) % t.dim() == wholes_scratch[0].dim) return false;
+  if (!build_key(op, stack, key, arrays_scratch, storages_scratch, device, dynamic, false, &wholes_scratch)) {
+    return false;
+  }
+  fronts_scratch = {true, wholes_scratch[0].dim, wholes_scratch[0].length};
+  return true;
+}
+
 // Whether a `clone(x, memory_format=...)` call is one bounded._copy makes on the padded extent (then it is recorded
 // on fronts as a pointwise op is): x has a broadcast dim (stride 0, more than one position: an expanded grown KV
 // cache, grouped-query attention's `repeat_interleave`), and the memory format is none, contiguous or preserve.
@@ -1859,6 +1888,7 @@ class RecordingKernel final : public c10::OperatorKernel {
         attends_(name_ == "aten::scaled_dot_product_attention" && overload_.empty()),
         on_fronts_(kind == Kind::kRecordOnFronts),
         copies_(name_ == "aten::clone" && overload_.empty()),
+        selects_(on_fronts_ && name_ == "aten::index_select" && overload_.empty()),
         transfers_(name_ == "aten::_to_copy" && overload_.empty()),
         ranges_(name_ == "aten::arange" && overload_.empty()),
         learns_(std::move(learns)),
@@ -1944,7 +1974,8 @@ class RecordingKernel final : public c10::OperatorKernel {
     Table& table = append_scratch.active || padded_scratch.active ? unsized_ : table_;
     // a pointwise op on fronts, an arange of a growing length: the call bounded.py's rewrite makes (and teaches)
     // on the whole extents, its result a front; on a miss, the call's own key stays, for the Python path
-    const bool on_fronts = (on_fronts_ && (!copies_ || broadcast_copy(*stack, base)) &&
+    const bool on_fronts = (selects_ && as_select_front(op, *stack, device, dynamic_, fronts_key_scratch)) ||
+                           (on_fronts_ && !selects_ && (!copies_ || broadcast_copy(*stack, base)) &&
                             as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch)) ||
                            (ranges_ && as_arange_front(op, *stack, device, dynamic_, fronts_key_scratch));
     auto found = table.find(on_fronts ? fronts_key_scratch : key_scratch);
@@ -2360,6 +2391,7 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
   bool on_fronts_;    // a pointwise op bounded.py rewrites: also records it on fronts (as_pointwise_fronts)
   bool copies_;       // aten::clone: on fronts only as bounded._copy rewrites it (broadcast_copy)
+  bool selects_;      // aten::index_select: on a front across its grown dim, as bounded._select (as_select_front)
   bool transfers_;    // aten::_to_copy: also a CPU tensor's copy to a tpu device (host_copy)
   bool ranges_;       // aten::arange: also records it over a growing length's capacity (as_arange_front)
   std::string learns_, learns_overload_;

@@ -150,9 +150,10 @@ def pointwise(op) -> bool:
 
 def on_fronts(op) -> bool:
     """Whether the recording kernel also records ``op`` on fronts as one inner call on the whole extents: the
-    pointwise ops, and ``clone``, whose copy of a front with a broadcast dim :func:`_copy` makes so
-    (csrc/recorder.cpp ``broadcast_copy``)."""
-    return op is aten.clone.default or pointwise(op)
+    pointwise ops, ``clone``, whose copy of a front with a broadcast dim :func:`_copy` makes so
+    (csrc/recorder.cpp ``broadcast_copy``), and ``index_select`` across the grown dim, as :func:`_select` makes it
+    (``as_select_front``: beam search reorders every layer's cache by beam every token)."""
+    return op is aten.clone.default or op is aten.index_select.default or pointwise(op)
 
 
 def whole(t, f: growth.Front, capacity: int | None = None):

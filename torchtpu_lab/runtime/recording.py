@@ -161,7 +161,8 @@ def returns_list(op: torch._ops.OpOverload) -> bool:
 #: op whose functional op it records and writes into ``self``, and a pointwise one, which also takes a ``self``
 #: that is a whole storage without its leading size-1 dims (recorded on that storage); and a lowered pointwise op
 #: runtime/bounded.py runs on padded extents, which it also records on fronts of padded storages, as that does
-#: (``clone`` too, for the copy of an expanded front that it makes so: ``bounded.on_fronts``); a functional
+#: (``clone`` too, for the copy of an expanded front that it makes so, and ``index_select`` across a front's
+#: grown dim: ``bounded.on_fronts``); a functional
 #: foreach op (one node, a list of outputs) and an in-place one (that node, each output written into its element
 #: of ``self``: :mod:`.foreach_kernels`).
 RECORD, VIEW, INPLACE, INPLACE_POINTWISE, RECORD_ON_FRONTS, RECORD_LIST, INPLACE_LIST = 0, 1, 2, 3, 4, 5, 6
