@@ -284,6 +284,25 @@ def test_a_profiled_decode_loop_reports_tokens_per_second_first_token_and_progra
     assert generation_stats(quiet) is None
 
 
+def test_a_profiled_beam_loop_that_reorders_its_cache_keeps_one_token_stream():
+    """Beam search reorders each layer's cache by beam (``index_select``, in C++ once taught) before it appends to
+    it: the reordered cache continues the cache's sequence, so the profile finds the token stream (an
+    encoder-decoder's beam search appends no token ids; before, every step started a new sequence and the
+    profile reported no generation)."""
+    from torchtpu_lab.profiling.generation import generation_stats
+
+    beams = torch.tensor([1, 0, 2], device="tpu")
+    with torchtpu_lab.profile() as prof:
+        cache = torch.tensor([], device="tpu")
+        for i in range(10):
+            cache = torch.cat([cache, torch.full((3, 2, 3 if i == 0 else 1, 4), float(i), device="tpu")], -2)
+            cache = cache.index_select(0, beams)
+            torchtpu_lab.sync()
+    assert cache.shape == (3, 2, 12, 4) and torch.equal(cache[:, 0, -1, 0].cpu(), torch.full((3,), 9.0))
+    stats = generation_stats(prof)
+    assert stats is not None and stats.tokens == 9, stats
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_fused_attention_matches_cpu_and_training_keeps_its_gradients(mode):
     """``F.scaled_dot_product_attention`` on tpu (runtime/padded_attention.py): one fused op for inference —

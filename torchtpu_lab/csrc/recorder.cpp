@@ -189,7 +189,7 @@ struct Runtime {
   PyObject* backward = nullptr;        // telemetry.BACKWARD
   PyObject* grown_ids = nullptr;       // growth._GROWN_IDS: id(storage) -> (dim, weak ref, lineage)
   PyObject* appended = nullptr;        // growth.appended(result, old, dim, length, k, sources): its marks
-  PyObject* mark_grown = nullptr;      // growth.mark_grown(result, dim): a pointwise result on fronts marked
+  PyObject* mark_grown = nullptr;      // growth.mark_grown(result, dim, source): a result on fronts marked
   PyObject* bounded_active = nullptr;  // bounded._ACTIVE: [True while a rewrite runs its inner ops]
   PyObject* bounded_native = nullptr;  // bounded.NATIVE: [True: the rewrites of one inner call are made here]
   PyObject* lengths = nullptr;         // growth._LENGTHS: length -> (capacity, weak ref, syncs then)
@@ -351,6 +351,7 @@ struct Whole {
   bool active = false;
   int64_t dim = 0, length = 0, capacity = 0, offset = 0;
   std::vector<int64_t> sizes, strides;
+  PyObject* storage = nullptr;  // the padded Storage (borrowed: the tensor holds it)
 };
 thread_local std::vector<Whole> wholes_scratch;  // per argument of the call as_pointwise_fronts looks at
 // A pointwise op on fronts as runtime/bounded.py's _pointwise runs it: on the whole extents, its result the front
@@ -358,6 +359,7 @@ thread_local std::vector<Whole> wholes_scratch;  // per argument of the call as_
 struct OnFronts {
   bool active = false;
   int64_t d = 0, n = 0;
+  PyObject* source = nullptr;  // a reordered front's Storage, whose sequence the result continues (borrowed)
 };
 thread_local OnFronts fronts_scratch;
 thread_local std::string fronts_key_scratch;
@@ -1024,6 +1026,7 @@ bool front_of(const at::Tensor& t, Whole& w) {
   w.capacity = room;
   w.offset = t.storage_offset();
   w.sizes = std::move(sizes);
+  w.storage = storage;
   return true;
 }
 
@@ -1114,7 +1117,7 @@ bool as_select_front(const c10::OperatorHandle& op, const torch::jit::Stack& sta
   if (!build_key(op, stack, key, arrays_scratch, storages_scratch, device, dynamic, false, &wholes_scratch)) {
     return false;
   }
-  fronts_scratch = {true, wholes_scratch[0].dim, wholes_scratch[0].length};
+  fronts_scratch = {true, wholes_scratch[0].dim, wholes_scratch[0].length, wholes_scratch[0].storage};
   return true;
 }
 
@@ -2021,8 +2024,9 @@ class RecordingKernel final : public c10::OperatorKernel {
         mark_appended(out.p, old.p, a, profiling ? sources.p : nullptr);
       } else if (on_fronts) {  // the front of the padded result (bounded.grown)
         const Append front{true, nullptr, fronts.d, fronts.n, 0};
+        OwnedRef reordered(fronts.source == nullptr ? nullptr : Py_NewRef(fronts.source));
         out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &front);
-        mark_grown(out.p, fronts.d);
+        mark_grown(out.p, fronts.d, reordered.p);
       } else if (list_in_) {  // a foreach update: each element of `self` replaced whole by its output
         if (!independent_writes(*stack, base, n, e)) return false;
         // held, and copied off the thread's scratch: recording may run bytecode (a new leaf's shape), which may
@@ -2305,13 +2309,14 @@ class RecordingKernel final : public c10::OperatorKernel {
     Py_DECREF(r);
   }
 
-  // growth.mark_grown(result, d): a pointwise result on fronts marked as grown along d, as bounded.grown marks it.
-  // Run with the runtime's lock held, like mark_appended.
-  static void mark_grown(PyObject* result, int64_t d) {
+  // growth.mark_grown(result, d, source): a result on fronts marked as grown along d, as bounded.grown marks it (in
+  // the sequence of `source`, a reordered front's Storage, when not null). Run with the runtime's lock held, like
+  // mark_appended.
+  static void mark_grown(PyObject* result, int64_t d, PyObject* source) {
     OwnedRef dim(PyLong_FromLongLong(d));
     if (dim.p == nullptr) throw python_error();
-    PyObject* args[] = {result, dim.p};
-    PyObject* r = PyObject_Vectorcall(rt.mark_grown, args, 2, nullptr);
+    PyObject* args[] = {result, dim.p, source != nullptr ? source : Py_None};
+    PyObject* r = PyObject_Vectorcall(rt.mark_grown, args, 3, nullptr);
     if (r == nullptr) throw python_error();
     Py_DECREF(r);
   }

@@ -395,7 +395,7 @@ def _select(op, args: tuple, kwargs: dict):
         return None
     if growth.front(index) is not None:
         return None
-    return growth.grown(_base(op(whole(x, f), dim, index)), f.dim, f.length)
+    return growth.grown(_base(op(whole(x, f), dim, index)), f.dim, f.length, tensor.adopt(x).tpu_storage)
 
 
 def _embedding(op, args: tuple, kwargs: dict):

@@ -230,17 +230,26 @@ def _room(view: views.View, found: int, step: int, capacity: int, total: int) ->
     return room
 
 
-def grown(t, dim: int, length: int):
+def grown(t, dim: int, length: int, source: Storage | None = None):
     """A view of the first ``length`` positions along ``dim`` of ``t`` (a base tensor: an op's output computed on
-    padded extents), its storage marked as grown along ``dim``: the result of an op run by runtime/bounded.py."""
+    padded extents), its storage marked as grown along ``dim``: the result of an op run by runtime/bounded.py
+    (``source``: the storage of a front it reorders, whose sequence it continues, :func:`_lineage_of`)."""
     t = tensor.adopt(t)
     storage = t.tpu_storage
     if t.tpu_view is not None or not length < storage.shape[dim]:
         raise ValueError(f"not a padded result: {tuple(storage.shape)} for {length} positions along dim {dim}")
     size = list(storage.shape)
     size[dim] = length
-    _mark(storage, dim)
+    _mark(storage, dim, _lineage_of(source))
     return tensor.make(storage, views.View(tuple(size), _strides(storage.shape), 0))
+
+
+def _lineage_of(source: Storage | None) -> int | None:
+    """The sequence ``source`` belongs to, for a result that continues it: beam search reorders each layer's cache
+    by beam (``index_select``) and appends to the result, so without it every token would start a new sequence
+    and a profile of the loop would find no token stream (profiling/generation.py)."""
+    known = None if source is None else _GROWN_IDS.get(id(source))
+    return None if known is None else known[2]
 
 
 def _mark(storage: Storage, dim: int, lineage: int | None = None) -> weakref.ref:
@@ -369,12 +378,13 @@ def appended(result, old: Storage, d: int, length: int, k: int, sources: tuple |
     _grew(result.tpu_storage, old, d, length, k, sources)
 
 
-def mark_grown(result, dim: int) -> None:
+def mark_grown(result, dim: int, source: Storage | None = None) -> None:
     """What a pointwise op on fronts the recording kernel recorded (csrc/recorder.cpp ``as_pointwise_fronts``: the
     op on the padded extents, its result the front of the padded output, as runtime/bounded.py's rewrite gives it)
     leaves to Python: ``result``'s storage marked as grown along ``dim``, as :func:`grown` marks it. Called with the
-    runtime's lock held, so an interrupt waits."""
-    _mark(result.tpu_storage, dim)
+    runtime's lock held, so an interrupt waits. ``source``: the storage of a front an ``index_select`` reordered
+    (csrc/recorder.cpp ``as_select_front``), whose sequence the result continues."""
+    _mark(result.tpu_storage, dim, _lineage_of(source))
 
 
 def _note_length(length: int, capacity: int, ref: weakref.ref) -> None:
