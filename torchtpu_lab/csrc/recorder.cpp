@@ -2276,7 +2276,9 @@ class RecordingKernel final : public c10::OperatorKernel {
     } else if (list_out_) {  // a foreach op: its outputs (a tuple here) as one list
       c10::List<at::Tensor> outs;
       outs.reserve(static_cast<size_t>(PyTuple_GET_SIZE(out)));
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(out); ++i) outs.push_back(THPVariable_Unpack(PyTuple_GET_ITEM(out, i)));
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(out); ++i) {
+        outs.push_back(THPVariable_Unpack(PyTuple_GET_ITEM(out, i)));
+      }
       torch::jit::drop(*stack, n);
       torch::jit::push(stack, std::move(outs));
     } else if (inplace_) {
@@ -2688,7 +2690,8 @@ PyObject* attr(PyObject* obj, const char* a) {
   return v;
 }
 
-// The output's shape (a tuple of ints) and torch dtype (both stolen; nullptr: a Python error), its sizes, strides and bytes.
+// The output's shape (a tuple of ints) and torch dtype (both stolen; nullptr: a Python error), its sizes, strides
+// and bytes.
 void set_output(Output& e, PyObject* shape, PyObject* dtype) {
   e.shape = shape;
   e.dtype = dtype;

@@ -618,9 +618,8 @@ def attention_mask(mask, length: int, capacity: int):
 #: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
 _REWRITES = {aten.arange.default: _arange, aten.ones.default: _filled, aten.zeros.default: _filled,
              aten.full.default: _filled, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
-             aten.clone.default: _copy,
-             aten.gather.default: _gather, aten.index_select.default: _select, aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise,
-             aten.embedding.default: _embedding,
+             aten.clone.default: _copy, aten.gather.default: _gather, aten.index_select.default: _select,
+             aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise, aten.embedding.default: _embedding,
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
              **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS | _BIASED, _product),
              **dict.fromkeys(_SCATTERS, _scatter)}
