@@ -1106,7 +1106,8 @@ bool as_select_front(const c10::OperatorHandle& op, const torch::jit::Stack& sta
   const c10::IValue &x = stack[base], &dim = stack[base + 1], &index = stack[base + 2];
   if (!x.isTensor() || !dim.isInt() || !index.isTensor()) return false;
   const at::Tensor& t = x.toTensor();
-  wholes_scratch.assign(3, Whole{});
+  wholes_scratch.resize(3);  // (kept buffers, as as_pointwise_fronts keeps them)
+  for (Whole& w : wholes_scratch) w.active = false;
   if (t.device().type() != c10::DeviceType::PrivateUse1 || !front_of(t, wholes_scratch[0])) return false;
   Whole ignored;
   if (index.toTensor().device().type() == c10::DeviceType::PrivateUse1 && front_of(index.toTensor(), ignored)) {

@@ -404,8 +404,9 @@ def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, source
     """Mark ``new``, an append of ``k`` positions with ``length`` in all along ``d``, as grown (in ``old``'s
     lineage, or a new one), note the length for factories (:func:`recent_capacity`) and, while a profile records,
     emit the append's op event (at ``sources``, the op's line and stack, when the caller has them)."""
-    known = None if old is None else _GROWN_IDS.get(id(old))
-    lineage = known[2] if known is not None and known[2] is not None else next(_LINEAGES)
+    lineage = _lineage_of(old)
+    if lineage is None:
+        lineage = next(_LINEAGES)
     _note_length(length, new.shape[d], _mark(new, d, lineage))
     if telemetry.recording():
         source, stack = sources if sources is not None else (None, None)
