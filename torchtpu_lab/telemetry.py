@@ -502,6 +502,7 @@ class SyncReason(enum.Enum):
     USER_SYNC = ("torchtpu_lab.sync()", False)
     SYNCHRONIZE = ("torch.tpu.synchronize()", False)
     GRAPH_LIMIT = ("graph size limit", False)
+    LOOP_ITERATION = ("end of a loop iteration that appends (no sync in the loop)", False)
     MEMORY_QUERY = ("memory query", False)
     COLLECTIVE = ("collective (torch.distributed)", False)
     MODE_SWITCH = ("eager mode switch", False)

@@ -194,6 +194,7 @@ struct Runtime {
   PyObject* bounded_native = nullptr;  // bounded.NATIVE: [True: the rewrites of one inner call are made here]
   PyObject* lengths = nullptr;         // growth._LENGTHS: length -> (capacity, weak ref, syncs then)
   long recent_syncs = 0;               // growth.RECENT_SYNCS
+  long min_capacity = 0;               // growth.MIN_CAPACITY
   PyObject* syncs_key = nullptr;       // "syncs"
   PyTypeObject* view_type = nullptr;   // views.View (a NamedTuple: size, stride, offset)
   unsigned long main_thread = 0;
@@ -1092,33 +1093,48 @@ bool as_pointwise_fronts(const c10::OperatorHandle& op, const torch::jit::Stack&
   return true;
 }
 
-// Whether an `index_select(x, dim, index)` call is one bounded._select runs on the padded extent: x a front (front_of)
-// selected along another dim (beam search reorders each layer's grown cache by beam every token), the index no
-// front. If so, `key` is the key of the same call on x's whole extent — the inner call bounded.py makes, whose
-// Python path teaches that key — and fronts_scratch holds x's grown dim and length, the result's.
-bool as_select_front(const c10::OperatorHandle& op, const torch::jit::Stack& stack, long device,
-                     const std::vector<char>& dynamic, std::string& key) {
+// Whether a call whose first argument x is a front (front_of) and whose other tensors are not is one of
+// bounded.py's rewrites on x's whole extent: an `index_select(x, dim, index)` across another dim (bounded._select:
+// beam search reorders each layer's grown cache by beam every token; `selects`), or a `linear(x, weight, bias)`
+// with the grown dim among x's leading dims (bounded._rowwise: a forward over a whole grown sequence). If so,
+// `key` is the key of the same call on x's whole extent — the inner call bounded.py makes, whose Python path
+// teaches that key — and fronts_scratch holds x's grown dim and length, the result's (and, for a reorder, x's
+// storage, whose sequence the result continues).
+bool as_first_front(const c10::OperatorHandle& op, const torch::jit::Stack& stack, long device,
+                    const std::vector<char>& dynamic, std::string& key, bool selects) {
   fronts_scratch.active = false;
   if (PyDict_GET_SIZE(rt.grown_ids) == 0 || !rewrites_here() || !data_in_storage(rt.tensor_type)) {
     return false;
   }
-  const size_t base = stack.size() - 3;
-  const c10::IValue &x = stack[base], &dim = stack[base + 1], &index = stack[base + 2];
-  if (!x.isTensor() || !dim.isInt() || !index.isTensor()) return false;
-  const at::Tensor& t = x.toTensor();
-  wholes_scratch.resize(3);  // (kept buffers, as as_pointwise_fronts keeps them)
+  const size_t n = op.schema().arguments().size();
+  const size_t base = stack.size() - n;
+  if (n == 0 || !stack[base].isTensor()) return false;
+  const at::Tensor& t = stack[base].toTensor();
+  wholes_scratch.resize(n);  // (kept buffers, as as_pointwise_fronts keeps them)
   for (Whole& w : wholes_scratch) w.active = false;
   if (t.device().type() != c10::DeviceType::PrivateUse1 || !front_of(t, wholes_scratch[0])) return false;
   Whole ignored;
-  if (index.toTensor().device().type() == c10::DeviceType::PrivateUse1 && front_of(index.toTensor(), ignored)) {
-    return false;
+  for (size_t i = 1; i < n; ++i) {
+    const c10::IValue& v = stack[base + i];
+    if (v.isTensorList()) return false;
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == c10::DeviceType::PrivateUse1 &&
+        front_of(v.toTensor(), ignored)) {
+      return false;
+    }
   }
-  const int64_t d = dim.toInt();
-  if (d < -t.dim() || d >= t.dim() || (d + t.dim()) % t.dim() == wholes_scratch[0].dim) return false;
+  const int64_t g = wholes_scratch[0].dim;
+  if (selects) {
+    const c10::IValue& dim = stack[base + 1];
+    if (n != 3 || !dim.isInt()) return false;
+    const int64_t d = dim.toInt();
+    if (d < -t.dim() || d >= t.dim() || (d + t.dim()) % t.dim() == g) return false;
+  } else if (g >= t.dim() - 1) {
+    return false;  // a linear that contracts the grown dim: the ordinary path
+  }
   if (!build_key(op, stack, key, arrays_scratch, storages_scratch, device, dynamic, false, &wholes_scratch)) {
     return false;
   }
-  fronts_scratch = {true, wholes_scratch[0].dim, wholes_scratch[0].length, wholes_scratch[0].storage};
+  fronts_scratch = {true, g, wholes_scratch[0].length, selects ? wholes_scratch[0].storage : nullptr};
   return true;
 }
 
@@ -1140,20 +1156,24 @@ bool broadcast_copy(const torch::jit::Stack& stack, size_t base) {
   return false;
 }
 
-// Whether an `arange(end)` call (already keyed by build_key) is one bounded._arange runs on a padded extent:
+// Whether an `arange(end)` or `arange(0, end)` call (`from_zero`; already keyed by build_key) is one
+// bounded._arange runs on a padded extent:
 // `end` an int of at least 2 that an append grew a live tensor to within the last few syncs
 // (growth.recent_capacity: `_LENGTHS[end]` is (capacity, a live weak reference, syncs then)). If so, `key` is the
 // key of the same call with `capacity` for `end` — the inner call bounded.py makes, whose Python path teaches that
 // key — and fronts_scratch holds the result's dim 0 and length `end`.
 bool as_arange_front(const c10::OperatorHandle& op, const torch::jit::Stack& stack, long device,
-                     const std::vector<char>& dynamic, std::string& key) {
+                     const std::vector<char>& dynamic, std::string& key, bool from_zero) {
   fronts_scratch.active = false;
   const size_t n = op.schema().arguments().size();
   const size_t base = stack.size() - n;
-  if (n == 0 || !stack[base].isInt() || dynamic[0] || PyDict_GET_SIZE(rt.lengths) == 0 || !rewrites_here()) {
+  const size_t at = from_zero ? 1 : 0;  // `end`'s position: arange.start's `(0, end)` is bounded._arange's too
+  if (n <= at || !stack[base + at].isInt() || dynamic[at] || PyDict_GET_SIZE(rt.lengths) == 0 ||
+      !rewrites_here()) {
     return false;  // (`end` sizes the output: keyed by value, never a graph input the call would pass as n)
   }
-  const int64_t end = stack[base].toInt();
+  if (from_zero && (!stack[base].isInt() || stack[base].toInt() != 0 || dynamic[0])) return false;
+  const int64_t end = stack[base + at].toInt();
   if (end < 2) return false;
   OwnedRef length(PyLong_FromLongLong(end));
   if (length.p == nullptr) throw python_error();
@@ -1175,8 +1195,10 @@ bool as_arange_front(const c10::OperatorHandle& op, const torch::jit::Stack& sta
   const long long capacity = PyLong_AsLongLong(PyTuple_GET_ITEM(known, 0));
   if (PyErr_Occurred()) throw python_error();
   if (since < 0 || since > static_cast<double>(rt.recent_syncs)) return false;
+  // growth.extent: the power of two above `end`, at least MIN_CAPACITY, within the capacity
+  const int64_t bucket = std::max<int64_t>(rt.min_capacity, int64_t{1} << (64 - __builtin_clzll(end)));
   torch::jit::Stack call(stack.begin() + static_cast<std::ptrdiff_t>(base), stack.end());
-  call[0] = c10::IValue(static_cast<int64_t>(capacity));
+  call[at] = c10::IValue(std::min<int64_t>(capacity, bucket));
   if (!build_key(op, call, key, arrays_scratch, storages_scratch, device, dynamic)) return false;
   fronts_scratch = {true, 0, end};
   return true;
@@ -1893,8 +1915,9 @@ class RecordingKernel final : public c10::OperatorKernel {
         on_fronts_(kind == Kind::kRecordOnFronts),
         copies_(name_ == "aten::clone" && overload_.empty()),
         selects_(on_fronts_ && name_ == "aten::index_select" && overload_.empty()),
+        rowwise_(on_fronts_ && name_ == "aten::linear" && overload_.empty()),
         transfers_(name_ == "aten::_to_copy" && overload_.empty()),
-        ranges_(name_ == "aten::arange" && overload_.empty()),
+        ranges_(name_ == "aten::arange" && (overload_.empty() || overload_ == "start")),
         learns_(std::move(learns)),
         learns_overload_(std::move(learns_overload)),
         dynamic_(std::move(dynamic)) {}
@@ -1978,10 +2001,12 @@ class RecordingKernel final : public c10::OperatorKernel {
     Table& table = append_scratch.active || padded_scratch.active ? unsized_ : table_;
     // a pointwise op on fronts, an arange of a growing length: the call bounded.py's rewrite makes (and teaches)
     // on the whole extents, its result a front; on a miss, the call's own key stays, for the Python path
-    const bool on_fronts = (selects_ && as_select_front(op, *stack, device, dynamic_, fronts_key_scratch)) ||
-                           (on_fronts_ && !selects_ && (!copies_ || broadcast_copy(*stack, base)) &&
+    const bool on_fronts = ((selects_ || rowwise_) &&
+                            as_first_front(op, *stack, device, dynamic_, fronts_key_scratch, selects_)) ||
+                           (on_fronts_ && !selects_ && !rowwise_ && (!copies_ || broadcast_copy(*stack, base)) &&
                             as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch)) ||
-                           (ranges_ && as_arange_front(op, *stack, device, dynamic_, fronts_key_scratch));
+                           (ranges_ &&
+                            as_arange_front(op, *stack, device, dynamic_, fronts_key_scratch, !overload_.empty()));
     auto found = table.find(on_fronts ? fronts_key_scratch : key_scratch);
     if (found == table.end()) return false;
     const Entry& e = *found->second;
@@ -2013,6 +2038,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     OwnedRef write_to;  // held: recording may run bytecode (a new leaf's shape) before the write
     OwnedRef out;
     const bool appending = append_scratch.active;
+    bool loop_cut = false;  // an append that ended a loop's iteration: the graph is cut after it
     const int64_t length = padded_scratch.active ? padded_scratch.n : -1;  // (recording may run bytecode)
     padded_scratch.active = false;
     {
@@ -2022,7 +2048,7 @@ class RecordingKernel final : public c10::OperatorKernel {
         append_scratch.active = false;
         OwnedRef old(Py_NewRef(a.storage));
         out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, nullptr, &a);
-        mark_appended(out.p, old.p, a, profiling ? sources.p : nullptr);
+        loop_cut = mark_appended(out.p, old.p, a, profiling ? sources.p : nullptr);
       } else if (on_fronts) {  // the front of the padded result (bounded.grown)
         const Append front{true, nullptr, fronts.d, fronts.n, 0};
         OwnedRef reordered(fronts.source == nullptr ? nullptr : Py_NewRef(fronts.source));
@@ -2059,7 +2085,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     } else if (profiling || outermost) {
       note_profiled(e, t0, sources.release(), outermost ? spans : nullptr);
     }
-    flush_if_needed(e);
+    flush_if_needed(e, loop_cut);
     return true;
   }
 
@@ -2301,7 +2327,8 @@ class RecordingKernel final : public c10::OperatorKernel {
   // growth.appended(result, old storage, d, n + k, k, sources): the append's result marked as grown in its
   // lineage, and its op event while a profile records (`sources`: the op's (source, stack), else null). Run with
   // the runtime's lock held, so an interrupt waits; a failure there is a Python error like any other.
-  static void mark_appended(PyObject* result, PyObject* old, const Append& a, PyObject* sources) {
+  // True: a loop that appends without syncing ended an iteration there (growth._loop_step): the graph is cut.
+  static bool mark_appended(PyObject* result, PyObject* old, const Append& a, PyObject* sources) {
     OwnedRef d(PyLong_FromLongLong(a.d));
     OwnedRef length(PyLong_FromLongLong(a.n + a.k));
     OwnedRef k(PyLong_FromLongLong(a.k));
@@ -2309,7 +2336,9 @@ class RecordingKernel final : public c10::OperatorKernel {
     PyObject* args[] = {result, old, d.p, length.p, k.p, sources != nullptr ? sources : Py_None};
     PyObject* r = PyObject_Vectorcall(rt.appended, args, 6, nullptr);
     if (r == nullptr) throw python_error();
+    const bool cut = r == Py_True;
     Py_DECREF(r);
+    return cut;
   }
 
   // growth.mark_grown(result, d, source): a result on fronts marked as grown along d, as bounded.grown marks it (in
@@ -2369,13 +2398,14 @@ class RecordingKernel final : public c10::OperatorKernel {
     }
   }
 
-  // fused.over_limit()'s cheap half: at the size limit, or at an op that ends a remembered cut point; the
-  // Python side decides and syncs (this may raise, like any sync).
-  static void flush_if_needed(const Entry& e) {
+  // fused.over_limit()'s cheap half: at the size limit, at an op that ends a remembered cut point, or after an
+  // append that ended a loop's iteration (`loop_cut`); the Python side decides and syncs (this may raise, like
+  // any sync).
+  static void flush_if_needed(const Entry& e, bool loop_cut) {
     const long recorded = as_long(rt.pw_recorded.get(rt.pending));
     const long limit = as_long(rt.state_value.get(rt.max_ops));
     PyObject* last_ids = rt.cut_last_ids.get(rt.cuts);
-    bool maybe = recorded >= limit;
+    bool maybe = loop_cut || recorded >= limit;
     if (!maybe && PySet_GET_SIZE(last_ids) != 0) {
       int has = PySet_Contains(last_ids, e.fn_id);
       if (has < 0) throw python_error();
@@ -2399,7 +2429,8 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
   bool on_fronts_;    // a pointwise op bounded.py rewrites: also records it on fronts (as_pointwise_fronts)
   bool copies_;       // aten::clone: on fronts only as bounded._copy rewrites it (broadcast_copy)
-  bool selects_;      // aten::index_select: on a front across its grown dim, as bounded._select (as_select_front)
+  bool selects_;      // aten::index_select: on a front across another dim, as bounded._select (as_first_front)
+  bool rowwise_;      // aten::linear: on a front grown along a leading dim, as bounded._rowwise (as_first_front)
   bool transfers_;    // aten::_to_copy: also a CPU tensor's copy to a tpu device (host_copy)
   bool ranges_;       // aten::arange: also records it over a growing length's capacity (as_arange_front)
   std::string learns_, learns_overload_;
@@ -2462,6 +2493,7 @@ void configure_recorder(PyObject* config) {
   rt.bounded_native = item(config, "bounded_native");
   rt.lengths = item(config, "lengths");
   rt.recent_syncs = as_long(item(config, "recent_syncs"));
+  rt.min_capacity = as_long(item(config, "min_capacity"));
   rt.main_thread = PyLong_AsUnsignedLong(PyDict_GetItemString(config, "main_thread"));
   if (PyErr_Occurred()) throw python_error();
   auto type = [&](const char* name) { return reinterpret_cast<PyTypeObject*>(item(config, name)); };

@@ -41,6 +41,12 @@ LIMIT_HINT = (
     "(steady steps compile nothing). To run it as one graph, raise the limit (longer compiles, more memory); "
     "a torchtpu_lab.sync() at the end of each step makes the step boundary explicit"
 )
+#: a loop that appends without syncing, cut at each iteration's end (runtime/growth.py ``_loop_step``)
+LOOP_HINT = (
+    "{count} iterations of a loop that appends to a sequence without reading a value back: each ran as a graph "
+    "of its own, cut after its append, so its shapes (bounded by the sequence's capacity) compile once per "
+    "bucket instead of one graph of every iteration so far compiling again for each length"
+)
 
 
 def device_seconds(prof) -> float:
@@ -362,6 +368,8 @@ def sync_groups(prof) -> list[SyncGroup]:
         fix = ""
         if kind is SyncReason.GRAPH_LIMIT:
             hint = LIMIT_HINT.format(count=count, limit=fused.MAX_GRAPH_OPS.value)
+        elif kind is SyncReason.LOOP_ITERATION:
+            hint = LOOP_HINT.format(count=count)
         elif loop:
             hint, fix = advice.sync_advice(events[0].detail.get("library"), line, count)
         else:

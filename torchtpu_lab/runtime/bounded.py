@@ -151,9 +151,10 @@ def pointwise(op) -> bool:
 def on_fronts(op) -> bool:
     """Whether the recording kernel also records ``op`` on fronts as one inner call on the whole extents: the
     pointwise ops, ``clone``, whose copy of a front with a broadcast dim :func:`_copy` makes so
-    (csrc/recorder.cpp ``broadcast_copy``), and ``index_select`` across the grown dim, as :func:`_select` makes it
-    (``as_select_front``: beam search reorders every layer's cache by beam every token)."""
-    return op is aten.clone.default or op is aten.index_select.default or pointwise(op)
+    (csrc/recorder.cpp ``broadcast_copy``), ``index_select`` across another dim, as :func:`_select` makes it
+    (``as_first_front``: beam search reorders every layer's cache by beam every token), and ``linear`` of a front
+    grown along a leading dim, as :func:`_rowwise` makes it (a forward over a whole grown sequence)."""
+    return op is aten.clone.default or op is aten.index_select.default or op is aten.linear.default or pointwise(op)
 
 
 def whole(t, f: growth.Front, capacity: int | None = None):
@@ -333,6 +334,51 @@ def _product(op, args: tuple, kwargs: dict):
     return growth.grown(_base(op(*operands, **kwargs)), d, f.length)
 
 
+def _rowwise(op, args: tuple, kwargs: dict):
+    """``linear`` and ``native_layer_norm``: each position along the dims before the trailing ones they contract or
+    normalize is computed from that position alone, so a grown dim among those leading dims is a batch dim and
+    every output (a layer norm's mean and rstd too) is grown along it again; weights and biases must not grow."""
+    x = args[0]
+    f = growth.front(x)
+    if f is None or any(growth.front(a) is not None for a in (*args[1:], *kwargs.values())):
+        return None
+    trailing = 1 if op is aten.linear.default else len(args[1])
+    if f.dim >= x.ndim - trailing:
+        return None
+    out = op(whole(x, f), *args[1:], **kwargs)
+    if isinstance(out, tuple):
+        return tuple(growth.grown(_base(o), f.dim, f.length) for o in out)
+    return growth.grown(_base(out), f.dim, f.length)
+
+
+def _concat(op, args: tuple, kwargs: dict):
+    """``cat`` of fronts all grown along the same dim to the same length, along another dim (rotary embeddings
+    join two halves along the head dim: ``cat((freqs, freqs), -1)``, ``rotate_half``): the whole extents joined,
+    the result grown along that dim again; or of fixed pieces and then one front, along its grown dim (a prepend:
+    ``torch.diff(position_ids, prepend=...)``, ``transformers``' packed-sequence check): the pieces and the whole
+    extent, the result a front of their lengths. Appends (along the grown dim, after a front) are :mod:`.growth`'s."""
+    tensors = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if not isinstance(tensors, (list, tuple)) or len(tensors) < 2 or not isinstance(dim, int):
+        return None
+    fronts = [growth.front(t) for t in tensors]
+    last = fronts[-1]
+    rank = tensors[0].ndim
+    if last is not None and last.dim == dim % rank and not any(fronts[:-1]) and \
+            all(tensor.on_tpu(t) and t.ndim == rank for t in tensors):
+        # a prepend (``torch.diff(x, prepend=...)`` along the grown dim): fixed pieces, then the whole extent
+        ahead = sum(t.shape[last.dim] for t in tensors[:-1])
+        out = op([*tensors[:-1], whole(tensors[-1], last)], dim)
+        return growth.grown(_base(out), last.dim, ahead + last.length)
+    if any(f is None for f in fronts):
+        return None
+    d, n = fronts[0].dim, fronts[0].length
+    if any(t.ndim != rank or f.dim != d or f.length != n for t, f in zip(tensors, fronts)) or d == dim % rank:
+        return None
+    capacity = min(f.capacity for f in fronts)
+    return growth.grown(_base(op([whole(t, f, capacity) for t, f in zip(tensors, fronts)], dim)), d, n)
+
+
 def _pad(op, args: tuple, kwargs: dict):
     """``F.pad`` of a grown tensor: padding the other dims keeps it grown; padding the grown dim on the right to
     a fixed size (``transformers`` pads a grown mask to a static cache's length) fills the padding with the pad
@@ -405,7 +451,8 @@ def _embedding(op, args: tuple, kwargs: dict):
     f = growth.front(indices)
     if f is None or growth.front(weight) is not None:
         return None
-    indices = whole(indices, f).masked_fill(_padding(indices, f), 0)
+    capacity = growth.extent(f.length, f.capacity)
+    indices = whole(indices, f, capacity).masked_fill(_padding(indices, f._replace(capacity=capacity)), 0)
     return growth.grown(_base(op(weight, indices, *args[2:], **kwargs)), f.dim, f.length)
 
 
@@ -480,9 +527,12 @@ def _into_padded(i, n: int, capacity: int):
 def _copy(op, args: tuple, kwargs: dict):
     """``clone`` of a grown tensor. With a broadcast (stride-0) dim of size above 1 — what ``reshape`` makes of an
     expanded grown KV cache: ``repeat_kv``'s grouped-query keys in eager attention, reshaped by ``matmul`` to 3-d —
-    the copy is made on the whole padded extent and grown again. Without one (``contiguous()``: PyTorch's result is
-    a contiguous tensor, so ours is too) the copy is the ordinary one, of ``n`` positions, remembered as a copy of
-    its source's padded extent: attention given it as a mask reads the source instead (:func:`attention_mask`;
+    the copy is made on the whole padded extent and grown again; so it is where that front is contiguous as
+    PyTorch's result is (every dim before the grown one has size 1: a batch of one's ids, which ``generate``
+    copies every token, or its attention output, ``y.transpose(1, 2).contiguous()``, in a forward over the whole
+    sequence). Otherwise
+    (``contiguous()``: PyTorch's result is a contiguous tensor, so ours is too) the copy is the ordinary one, of
+    ``n`` positions, remembered as a copy of its source's padded extent: attention given it as a mask reads the source instead (:func:`attention_mask`;
     ``transformers`` makes T5's position-bias mask ``contiguous()`` before sdpa), and the copy, dead by the sync,
     never reaches a program. The record keeps the source's padded storage alive as long as the copy lives."""
     x = args[0]
@@ -490,7 +540,8 @@ def _copy(op, args: tuple, kwargs: dict):
     if f is None or len(args) > 1 or kwargs.get("memory_format") not in (None, torch.contiguous_format,
                                                                             torch.preserve_format):
         return None
-    if any(s == 0 and n > 1 for n, s in zip(x.shape, x.stride())):
+    if any(s == 0 and n > 1 for n, s in zip(x.shape, x.stride())) or \
+            all(n == 1 for n in x.shape[:f.dim]):
         return growth.grown(_base(op(whole(x, f), **kwargs)), f.dim, f.length)
     out = _unlearned(op, x, **kwargs)
     x = tensor.adopt(x)
@@ -526,14 +577,23 @@ def _arange(op, args: tuple, kwargs: dict):
     """``arange(n)`` of a growing length: where an append grew a live tensor to ``n`` within the last few syncs
     (a decode loop's mask or position bias, built from the length of what it just appended). A sequence that
     stopped growing (a generated output kept while a training loop runs) leaves ``arange`` ordinary."""
-    end = args[0] if args else kwargs.get("end")
-    if type(end) is not int or len(args) > 1 or end < 2:
+    if op is aten.arange.start:  # ``arange(0, n)``, as nanoGPT numbers its positions
+        start, end = args[:2] if len(args) == 2 else (None, None)
+        if type(start) is not int or start != 0:
+            return None
+    else:
+        end = args[0] if args else kwargs.get("end")
+        if len(args) > 1:
+            return None
+    if type(end) is not int or end < 2:
         return None
     capacity = growth.recent_capacity(end)
     if capacity is None:
         return None
-    kwargs = {k: v for k, v in kwargs.items() if k != "end"}
-    return growth.grown(_base(op(capacity, **kwargs)), 0, end)
+    capacity = growth.extent(end, capacity)
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("start", "end")}
+    out = op(capacity, **kwargs) if op is aten.arange.default else op(0, capacity, **kwargs)
+    return growth.grown(_base(out), 0, end)
 
 
 def _filled(op, args: tuple, kwargs: dict):
@@ -559,7 +619,7 @@ def _filled(op, args: tuple, kwargs: dict):
         _FILLED[key] = (n, grows)
         if grows:
             padded = list(size)
-            padded[d] = capacity
+            padded[d] = growth.extent(n, capacity)
             rest = {k: v for k, v in kwargs.items() if k != "size"}
             return growth.grown(_base(op(padded, *args[1:], **rest)), d, n)
     return None
@@ -615,11 +675,26 @@ def attention_mask(mask, length: int, capacity: int):
     return torch.constant_pad_nd(whole(mask, f), [0, capacity - f.capacity], 0)
 
 
+def attention_fronts(query, key, value):
+    """``(query, key, value, n)`` over their whole padded extents when all three are fronts grown along the
+    sequence dim (dim 2) to the same length ``n``, as a forward over a whole grown sequence gives them (a
+    generation loop without a KV cache: nanoGPT's, ``use_cache=False``); else ``None``. Attention then reads
+    them whole, ``n`` masking the keys' padding (runtime/padded_attention.py): with ``is_causal`` a query
+    position never reads a key after it, and without it no query reads a key past ``n``."""
+    fronts = [growth.front(t) for t in (query, key, value)]
+    if any(f is None or f.dim != 2 for f in fronts) or len({f.length for f in fronts}) != 1:
+        return None
+    capacity = min(f.capacity for f in fronts)
+    return (*(whole(t, f, capacity) for t, f in zip((query, key, value), fronts)), fronts[0].length)
+
+
 #: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
-_REWRITES = {aten.arange.default: _arange, aten.ones.default: _filled, aten.zeros.default: _filled,
-             aten.full.default: _filled, aten.index.Tensor: _index, aten.constant_pad_nd.default: _pad,
-             aten.clone.default: _copy, aten.gather.default: _gather, aten.index_select.default: _select,
-             aten._to_copy.default: _pointwise, aten.full_like.default: _pointwise, aten.embedding.default: _embedding,
+_REWRITES = {aten.arange.default: _arange, aten.arange.start: _arange, aten.ones.default: _filled,
+             aten.zeros.default: _filled, aten.full.default: _filled, aten.index.Tensor: _index,
+             aten.constant_pad_nd.default: _pad, aten.clone.default: _copy, aten.gather.default: _gather,
+             aten.index_select.default: _select, aten._to_copy.default: _pointwise,
+             aten.full_like.default: _pointwise, aten.embedding.default: _embedding, aten.linear.default: _rowwise,
+             aten.native_layer_norm.default: _rowwise, aten.cat.default: _concat,
              **dict.fromkeys(_IDENTITY, _reduce), **dict.fromkeys(_CUMULATIVE, _cumulative),
              **dict.fromkeys(_SOFTMAXES, _softmax), **dict.fromkeys(_PRODUCTS | _BIASED, _product),
              **dict.fromkeys(_SCATTERS, _scatter)}

@@ -125,6 +125,9 @@ GRAPHS = caches.cache("graphs", 256, code=True)
 MAX_GRAPH_OPS = config.max_graph_ops
 #: where graphs past the size limit are cut
 CUTS = CutPoints()
+#: ``[True]`` when a loop that appends without syncing ended an iteration: the pending graph is cut there
+#: (runtime/growth.py ``_loop_step``)
+LOOP_CUT = [False]
 
 
 def record(key, fn, inputs: list, out_leaves: list, treedef, name: str, source=None, uid=None):
@@ -224,8 +227,12 @@ def over_limit() -> bool:
 
 @entry_point
 def flush_if_over_limit() -> None:
-    """Sync if :func:`over_limit` says so (the recording kernel's check after each op it records)."""
-    if over_limit():
+    """Sync if :func:`over_limit` says so (the recording kernel's check after each op it records), or where a loop
+    that appends without syncing ended an iteration (:data:`LOOP_CUT`)."""
+    if LOOP_CUT[0]:
+        LOOP_CUT[0] = False
+        sync(SyncReason.LOOP_ITERATION)
+    elif over_limit():
         sync(SyncReason.GRAPH_LIMIT)
 
 

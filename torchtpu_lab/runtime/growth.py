@@ -149,6 +149,11 @@ def _padded_length(t: tensor.TpuTensor, d: int) -> int | None:
     return view.size[d]
 
 
+def grown_storages() -> bool:
+    """Whether any live storage is grown (else no tensor is a :func:`front`, and nothing need be asked)."""
+    return bool(_GROWN_IDS)
+
+
 def grown_dim(storage: Storage) -> int | None:
     """The dim ``storage`` grows along (an append's result or a padded op result), else ``None``."""
     known = _GROWN_IDS.get(id(storage))
@@ -321,6 +326,15 @@ def _strides(shape: tuple) -> tuple:
     return views.contiguous_strides(shape)
 
 
+def extent(length: int, capacity: int) -> int:
+    """How many positions a computation built from a grown length runs on: the length's own bucket (the power of
+    two above it, at least :data:`MIN_CAPACITY`), within ``capacity``. A tensor with small rows is padded far past its
+    length (:data:`FREE_BYTES`: token ids get a thousand positions); what is *computed* from it — embeddings of
+    the ids, positions, a model's whole forward over them — must not be, or a loop that runs a forward over the
+    whole sequence every token (nanoGPT's; ``use_cache=False``) would compute ~20x its work."""
+    return min(capacity, max(MIN_CAPACITY, 1 << length.bit_length()))
+
+
 def _capacity(n: int, row_bytes: int) -> int:
     """Positions for ``n`` (a power of two, at least twice ``n`` rounded down): buckets double."""
     free = 1 << max((FREE_BYTES // max(row_bytes, 1)).bit_length() - 1, 0)
@@ -366,16 +380,18 @@ def _append(x: tensor.TpuTensor | None, piece: tensor.TpuTensor, d: int, padded:
     size = list(shape)
     size[d] = n + k
     result = tensor.make(new, views.View(tuple(size), _strides(shape), 0))
-    _grew(new, storage, d, n + k, k)
+    if _grew(new, storage, d, n + k, k):
+        fused.flush_if_over_limit()
     return result
 
 
-def appended(result, old: Storage, d: int, length: int, k: int, sources: tuple | None) -> None:
+def appended(result, old: Storage, d: int, length: int, k: int, sources: tuple | None) -> bool:
     """What an append the recording kernel recorded (csrc/recorder.cpp: an append into spare capacity seen
     before, whose lesson :func:`_append` gave it) leaves to Python: ``result``'s storage marked as grown, in
     ``old``'s lineage, and while a profile records (``sources``: the op's line and stack, which C++ read) the op
-    event :func:`_append` emits. Called with the runtime's lock held, so an interrupt waits."""
-    _grew(result.tpu_storage, old, d, length, k, sources)
+    event :func:`_append` emits. Called with the runtime's lock held, so an interrupt waits. ``True``: a loop's
+    iteration ended (:func:`_loop_step`), and the kernel asks :func:`.fused.flush_if_over_limit` to cut."""
+    return _grew(result.tpu_storage, old, d, length, k, sources)
 
 
 def mark_grown(result, dim: int, source: Storage | None = None) -> None:
@@ -383,7 +399,7 @@ def mark_grown(result, dim: int, source: Storage | None = None) -> None:
     op on the padded extents, its result the front of the padded output, as runtime/bounded.py's rewrite gives it)
     leaves to Python: ``result``'s storage marked as grown along ``dim``, as :func:`grown` marks it. Called with the
     runtime's lock held, so an interrupt waits. ``source``: the storage of a front an ``index_select`` reordered
-    (csrc/recorder.cpp ``as_select_front``), whose sequence the result continues."""
+    (csrc/recorder.cpp ``as_first_front``), whose sequence the result continues."""
     _mark(result.tpu_storage, dim, _lineage_of(source))
 
 
@@ -400,10 +416,11 @@ def _note_length(length: int, capacity: int, ref: weakref.ref) -> None:
         _LENGTHS[length] = (capacity, ref, syncs)
 
 
-def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, sources: tuple | None = None) -> None:
+def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, sources: tuple | None = None) -> bool:
     """Mark ``new``, an append of ``k`` positions with ``length`` in all along ``d``, as grown (in ``old``'s
     lineage, or a new one), note the length for factories (:func:`recent_capacity`) and, while a profile records,
-    emit the append's op event (at ``sources``, the op's line and stack, when the caller has them)."""
+    emit the append's op event (at ``sources``, the op's line and stack, when the caller has them). ``True`` when
+    the pending graph is to be cut after this append (:func:`_loop_step`)."""
     lineage = _lineage_of(old)
     if lineage is None:
         lineage = next(_LINEAGES)
@@ -411,6 +428,40 @@ def _grew(new: Storage, old: Storage | None, d: int, length: int, k: int, source
     if telemetry.recording():
         source, stack = sources if sources is not None else (None, None)
         telemetry.emit("op", APPEND, source=source, stack=stack, dim=d, length=length, appended=k, lineage=lineage)
+    return _loop_step(lineage)
+
+
+#: ``lineage -> syncs`` when it was last appended to
+_LAST_APPEND: dict = {}
+#: ``[syncs, lineage]``: the first sequence appended to since the last sync
+_FIRST_APPEND = [-1, None]
+#: ``[lineage, syncs]``: the loop the last cut was made in, and the sync count that cut left
+_LOOP = [None, -1]
+
+
+def _loop_step(lineage: int) -> bool:
+    """Whether a loop that appends without syncing should have its pending graph cut after this append, so that
+    each of its iterations is a graph of its own (and, its shapes bounded, one program per bucket) instead of one
+    graph of every iteration so far — compiled again for every number of iterations, at a cost that grows with
+    it (nanoGPT's ``generate``, 20 tokens: one 656-op graph, 14.7 s). A sequence appended to twice since the last
+    sync, and the first one appended to since then, marks the end of an iteration; the same sequence's next
+    append ends the next one, until another sync comes between. A loop that syncs every iteration
+    (``transformers``' ``generate`` reads its stop check) never appends twice between syncs: nothing changes."""
+    syncs = telemetry.counters["syncs"]
+    if _LOOP[0] == lineage and _LOOP[1] == syncs:
+        due = True
+    else:
+        due = _LAST_APPEND.get(lineage) == syncs and _FIRST_APPEND[1] == lineage and _FIRST_APPEND[0] == syncs
+    if len(_LAST_APPEND) > 256:
+        _LAST_APPEND.clear()
+    _LAST_APPEND[lineage] = syncs
+    if _FIRST_APPEND[0] != syncs:
+        _FIRST_APPEND[:] = [syncs, lineage]
+    if not due or not fused.has_pending():  # (strict mode: nothing is ever pending, nothing to cut)
+        return False
+    _LOOP[:] = [lineage, syncs + 1]
+    fused.LOOP_CUT[0] = True
+    return True
 
 
 @caches.memoize("append_programs", 1024, code=True)

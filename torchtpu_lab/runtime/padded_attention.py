@@ -46,7 +46,7 @@ import torch
 from .. import caches, dtypes
 from ..device import sizes, tensor, views
 from ..ops.nn.attention import attend
-from . import bounded, fused, recording
+from . import bounded, fused, growth, recording
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, _wrap, launch
 from .growth import padded_length
@@ -70,6 +70,10 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
     """The fused op for a call :func:`_covered` accepts: padded keys and values read whole, with their length
     as an input, when both are the front of storages grown by appends (and a mask, if any, is such a front too)."""
     query, key, value = tensor.adopt(query), tensor.adopt(key), tensor.adopt(value)
+    if attn_mask is None and growth.grown_storages():
+        fronts = bounded.attention_fronts(query, key, value)
+        if fronts is not None:  # a whole sequence's queries and keys, grown alike: the front of the whole result
+            return growth.grown(_fused_whole(*fronts, is_causal, scale), 2, fronts[3])
     n = padded_length(key, 2)
     if n is not None and padded_length(value, 2) != n:
         n = None
@@ -88,12 +92,8 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
         k_in, v_in = _operand(key, dyn), _operand(value, dyn)
     mask_read = None if attn_mask is None else tensor.adopt(attn_mask)
     mask_in = None if mask_read is None else _operand(mask_read, dyn)
-    out_shape = tuple(query.shape[:3]) + (value.shape[-1],)
-    sig = (q_in, k_in, v_in, mask_in, n is not None, bool(is_causal), scale, query.dtype, out_shape)
-    program = _program(*sig)
+    program, signature, out = _launch(query, value, dyn, (q_in, k_in, v_in, mask_in, n is not None), is_causal, scale)
     device = query.tpu_storage.device_index
-    signature = OpSignature("scaled_dot_product_attention", sig, (), torch.get_float32_matmul_precision())
-    out = launch(program, signature, dyn, device, True)
     if type(out) is fused.LazyValue:  # the next such calls: recorded in C++
         if n is not None:  # at any n
             recording.learn_padded_attention(program, signature, dyn, query, mask_read)
@@ -103,6 +103,29 @@ def _fused(query, key, value, attn_mask, is_causal: bool, scale):
                 recording.learn(_SDPA, program, dyn, (query, key, value, mask_read), {}, _NO_INPUTS, _NO_INPUTS, False,
                                 signature=signature)
     return _wrap(out, program.meta, device)
+
+
+def _fused_whole(query, key, value, n: int, is_causal: bool, scale):
+    """Attention on whole padded extents of queries, keys and values (views, each grown along dim 2 to ``n``),
+    keys past ``n`` masked as padding: every query position before ``n`` reads what it reads on the logical
+    tensors, so its output row is the same; rows past ``n`` are padding. ``n`` is a graph input, so every length
+    in the bucket runs one program. Not taught to the recording kernel: each call has a new length in its
+    queries' key, so the recording kernel hands it here."""
+    dyn: list = []
+    q_in, k_in, v_in = _operand(query, dyn), _operand(key, dyn), _operand(value, dyn)
+    dyn.append(n)
+    program, _, out = _launch(query, value, dyn, (q_in, k_in, v_in, None, True), is_causal, scale)
+    return _wrap(out, program.meta, query.tpu_storage.device_index)
+
+
+def _launch(query, value, dyn: list, reads: tuple, is_causal: bool, scale):
+    """``(program, signature, output)``: the attention program for ``reads`` (how each operand is read, and
+    whether the keys' length is an input) launched on ``dyn``."""
+    out_shape = tuple(query.shape[:3]) + (value.shape[-1],)
+    sig = (*reads, bool(is_causal), scale, query.dtype, out_shape)
+    program = _program(*sig)
+    signature = OpSignature("scaled_dot_product_attention", sig, (), torch.get_float32_matmul_precision())
+    return program, signature, launch(program, signature, dyn, query.tpu_storage.device_index, True)
 
 
 def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,

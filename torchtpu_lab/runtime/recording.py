@@ -126,6 +126,7 @@ def configure(core, set_array, growth: ModuleType, bounded: ModuleType, from_hos
         "bounded_native": bounded.NATIVE,
         "lengths": growth._LENGTHS,
         "recent_syncs": growth.RECENT_SYNCS,
+        "min_capacity": growth.MIN_CAPACITY,
         "from_host": from_host,
     })
     _core[0] = core
