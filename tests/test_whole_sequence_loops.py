@@ -15,7 +15,7 @@ from torch import nn
 import torchtpu_lab
 from bench.whole_sequence import NanoGPT, nanogpt_generate
 from torchtpu_lab import telemetry
-from torchtpu_lab.runtime import growth
+from torchtpu_lab.runtime import growth, recording
 
 
 def _programs() -> int:
@@ -83,18 +83,25 @@ def _front(device: str, n: int, width: int = 8, batch: int = 1):
 def test_linear_and_layer_norm_of_a_front_equal_cpu_and_stay_fronts():
     torch.manual_seed(0)
     lin, norm = nn.Linear(8, 5), nn.LayerNorm(8)
-    x_cpu, x = _front("cpu", 11, batch=2), _front("tpu", 11, batch=2)
-    assert growth.front(x) is not None
-    y = F.linear(x, lin.weight.to("tpu"), lin.bias.to("tpu"))
-    assert growth.front(y) is not None and y.shape == (2, 11, 5)
-    torch.testing.assert_close(y.cpu(), lin(x_cpu))
-    outs = torch.native_layer_norm(x, [8], norm.weight.to("tpu"), norm.bias.to("tpu"), 1e-5)
-    wants = torch.native_layer_norm(x_cpu, [8], norm.weight, norm.bias, 1e-5)
-    for got, want in zip(outs, wants):  # the output, mean and rstd: each the front of a padded result
-        assert growth.front(got) is not None and got.shape == want.shape
-        torch.testing.assert_close(got.cpu(), want)
+    weights = [t.to("tpu") for t in (lin.weight, lin.bias, norm.weight, norm.bias)]
+    handed = []
+    for n in range(9, 15):  # once taught, the native core records both on a front of any length
+        x_cpu, x = _front("cpu", n, batch=2), _front("tpu", n, batch=2)
+        assert growth.front(x) is not None
+        y = F.linear(x, *weights[:2])
+        assert growth.front(y) is not None and y.shape == (2, n, 5)
+        torch.testing.assert_close(y.cpu(), lin(x_cpu))
+        outs = torch.native_layer_norm(x, [8], *weights[2:], 1e-5)
+        wants = torch.native_layer_norm(x_cpu, [8], norm.weight, norm.bias, 1e-5)
+        for got, want in zip(outs, wants):  # the output, mean and rstd: each the front of a padded result
+            assert growth.front(got) is not None and got.shape == want.shape
+            torch.testing.assert_close(got.cpu(), want)
+        python = recording.stats().get("python_ops", {})
+        handed.append(python.get("aten::linear", 0) + python.get("aten::native_layer_norm", 0))
+    if recording.stats():
+        assert handed[-1] == handed[-3], handed  # no call handed to Python for the last lengths
     # the grown dim among the normalized ones: the ordinary path, same values
-    torch.testing.assert_close(F.layer_norm(x, [11, 8]).cpu(), F.layer_norm(x_cpu, [11, 8]))
+    torch.testing.assert_close(F.layer_norm(x, [n, 8]).cpu(), F.layer_norm(x_cpu, [n, 8]))
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -1096,7 +1096,8 @@ bool as_pointwise_fronts(const c10::OperatorHandle& op, const torch::jit::Stack&
 // Whether a call whose first argument x is a front (front_of) and whose other tensors are not is one of
 // bounded.py's rewrites on x's whole extent: an `index_select(x, dim, index)` across another dim (bounded._select:
 // beam search reorders each layer's grown cache by beam every token; `selects`), or a `linear(x, weight, bias)`
-// with the grown dim among x's leading dims (bounded._rowwise: a forward over a whole grown sequence). If so,
+// or `native_layer_norm(x, normalized_shape, ...)` with the grown dim among x's leading dims, those it neither
+// contracts nor normalizes (bounded._rowwise: a forward over a whole grown sequence). If so,
 // `key` is the key of the same call on x's whole extent — the inner call bounded.py makes, whose Python path
 // teaches that key — and fronts_scratch holds x's grown dim and length, the result's (and, for a reorder, x's
 // storage, whose sequence the result continues).
@@ -1128,8 +1129,10 @@ bool as_first_front(const c10::OperatorHandle& op, const torch::jit::Stack& stac
     if (n != 3 || !dim.isInt()) return false;
     const int64_t d = dim.toInt();
     if (d < -t.dim() || d >= t.dim() || (d + t.dim()) % t.dim() == g) return false;
-  } else if (g >= t.dim() - 1) {
-    return false;  // a linear that contracts the grown dim: the ordinary path
+  } else {
+    const c10::IValue& shape = stack[base + 1];  // a layer norm's normalized_shape (a linear's weight)
+    const int64_t trailing = shape.isIntList() ? static_cast<int64_t>(shape.toIntList().size()) : 1;
+    if (g >= t.dim() - trailing) return false;  // it contracts or normalizes the grown dim: the ordinary path
   }
   if (!build_key(op, stack, key, arrays_scratch, storages_scratch, device, dynamic, false, &wholes_scratch)) {
     return false;
@@ -1139,10 +1142,12 @@ bool as_first_front(const c10::OperatorHandle& op, const torch::jit::Stack& stac
 }
 
 // Whether a `clone(x, memory_format=...)` call is one bounded._copy makes on the padded extent (then it is recorded
-// on fronts as a pointwise op is): x has a broadcast dim (stride 0, more than one position: an expanded grown KV
-// cache, grouped-query attention's `repeat_interleave`), and the memory format is none, contiguous or preserve.
-// Any other copy of a front is bounded._copy's ordinary copy of n positions, which the Python path makes.
-bool broadcast_copy(const torch::jit::Stack& stack, size_t base) {
+// on fronts as a pointwise op is): the memory format is none, contiguous or preserve, and x has a broadcast dim
+// (stride 0, more than one position: an expanded grown KV cache, grouped-query attention's `repeat_interleave`)
+// or is a front whose dims before the grown one all have size 1 (a batch of one: the padded copy is contiguous as
+// PyTorch's is). Any other copy of a front is bounded._copy's ordinary copy of n positions, which the Python path
+// makes.
+bool padded_copy(const torch::jit::Stack& stack, size_t base) {
   const c10::IValue& format = stack[base + 1];
   if (!stack[base].isTensor() || !(format.isNone() || format.isInt())) return false;
   if (format.isInt()) {
@@ -1153,7 +1158,12 @@ bool broadcast_copy(const torch::jit::Stack& stack, size_t base) {
   for (int64_t i = 0; i < x.dim(); ++i) {
     if (x.stride(i) == 0 && x.size(i) > 1) return true;
   }
-  return false;
+  Whole w;
+  if (x.device().type() != c10::DeviceType::PrivateUse1 || !front_of(x, w)) return false;
+  for (int64_t i = 0; i < w.dim; ++i) {
+    if (x.size(i) != 1) return false;
+  }
+  return true;
 }
 
 // Whether an `arange(end)` or `arange(0, end)` call (`from_zero`; already keyed by build_key) is one
@@ -1779,8 +1789,8 @@ PyObject* record(const Entry& e, const torch::jit::Stack& stack, size_t base, co
       }
       OwnedRef index(PyLong_FromSize_t(leaf++));
       if (index.p == nullptr) throw python_error();
-      lazy = new_lazy(node, index.p, o);
-      PyTuple_SET_ITEM(outs.p, static_cast<Py_ssize_t>(i), output_tensor(o, lazy, device, alloc_source));
+      lazy = new_lazy(node, index.p, o);  // (a layer norm on a front: each output the front of its result)
+      PyTuple_SET_ITEM(outs.p, static_cast<Py_ssize_t>(i), output_tensor(o, lazy, device, alloc_source, front));
       Py_CLEAR(lazy);
     }
     also_compute_flags(e, node, leaf, source);
@@ -1915,7 +1925,7 @@ class RecordingKernel final : public c10::OperatorKernel {
         on_fronts_(kind == Kind::kRecordOnFronts),
         copies_(name_ == "aten::clone" && overload_.empty()),
         selects_(on_fronts_ && name_ == "aten::index_select" && overload_.empty()),
-        rowwise_(on_fronts_ && name_ == "aten::linear" && overload_.empty()),
+        rowwise_(on_fronts_ && (name_ == "aten::linear" || name_ == "aten::native_layer_norm") && overload_.empty()),
         transfers_(name_ == "aten::_to_copy" && overload_.empty()),
         ranges_(name_ == "aten::arange" && (overload_.empty() || overload_ == "start")),
         learns_(std::move(learns)),
@@ -2003,7 +2013,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     // on the whole extents, its result a front; on a miss, the call's own key stays, for the Python path
     const bool on_fronts = ((selects_ || rowwise_) &&
                             as_first_front(op, *stack, device, dynamic_, fronts_key_scratch, selects_)) ||
-                           (on_fronts_ && !selects_ && !rowwise_ && (!copies_ || broadcast_copy(*stack, base)) &&
+                           (on_fronts_ && !selects_ && !rowwise_ && (!copies_ || padded_copy(*stack, base)) &&
                             as_pointwise_fronts(op, *stack, device, dynamic_, fronts_key_scratch)) ||
                            (ranges_ &&
                             as_arange_front(op, *stack, device, dynamic_, fronts_key_scratch, !overload_.empty()));
@@ -2012,9 +2022,12 @@ class RecordingKernel final : public c10::OperatorKernel {
     const Entry& e = *found->second;
     const OnFronts fronts = fronts_scratch;  // (recording may run bytecode, which may record on this thread)
     fronts_scratch.active = false;
-    if (on_fronts && !(e.more.empty() && static_cast<int64_t>(e.sizes.size()) > fronts.d &&
-                       fronts.n < e.sizes[static_cast<size_t>(fronts.d)])) {
-      return false;  // not a padded result (bounded.grown's check): the Python path
+    if (on_fronts) {  // each output a padded result (bounded.grown's check), or the Python path
+      auto padded = [&](const Output& o) {
+        return o.absent || (static_cast<int64_t>(o.sizes.size()) > fronts.d &&
+                            fronts.n < o.sizes[static_cast<size_t>(fronts.d)]);
+      };
+      if (!padded(e) || !std::all_of(e.more.begin(), e.more.end(), padded)) return false;
     }
     const bool outermost = spans != Py_None && !lock_owned();
     if (view_) {
@@ -2428,9 +2441,9 @@ class RecordingKernel final : public c10::OperatorKernel {
   bool appends_;      // aten::cat: also records growth.py's appends into spare capacity (as_append)
   bool attends_;      // aten::scaled_dot_product_attention: also records it on padded keys (as_padded_attention)
   bool on_fronts_;    // a pointwise op bounded.py rewrites: also records it on fronts (as_pointwise_fronts)
-  bool copies_;       // aten::clone: on fronts only as bounded._copy rewrites it (broadcast_copy)
+  bool copies_;       // aten::clone: on fronts only as bounded._copy rewrites it (padded_copy)
   bool selects_;      // aten::index_select: on a front across another dim, as bounded._select (as_first_front)
-  bool rowwise_;      // aten::linear: on a front grown along a leading dim, as bounded._rowwise (as_first_front)
+  bool rowwise_;      // linear, native_layer_norm: on a front grown along a leading dim, as bounded._rowwise
   bool transfers_;    // aten::_to_copy: also a CPU tensor's copy to a tpu device (host_copy)
   bool ranges_;       // aten::arange: also records it over a growing length's capacity (as_arange_front)
   std::string learns_, learns_overload_;

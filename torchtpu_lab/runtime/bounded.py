@@ -150,11 +150,12 @@ def pointwise(op) -> bool:
 
 def on_fronts(op) -> bool:
     """Whether the recording kernel also records ``op`` on fronts as one inner call on the whole extents: the
-    pointwise ops, ``clone``, whose copy of a front with a broadcast dim :func:`_copy` makes so
-    (csrc/recorder.cpp ``broadcast_copy``), ``index_select`` across another dim, as :func:`_select` makes it
-    (``as_first_front``: beam search reorders every layer's cache by beam every token), and ``linear`` of a front
-    grown along a leading dim, as :func:`_rowwise` makes it (a forward over a whole grown sequence)."""
-    return op is aten.clone.default or op is aten.index_select.default or op is aten.linear.default or pointwise(op)
+    pointwise ops, ``clone``, whose copy of a front with a broadcast dim or of a batch of one :func:`_copy` makes
+    so (csrc/recorder.cpp ``padded_copy``), ``index_select`` across another dim, as :func:`_select` makes it
+    (``as_first_front``: beam search reorders every layer's cache by beam every token), and ``linear`` and
+    ``native_layer_norm`` of a front grown along a leading dim, as :func:`_rowwise` makes them (a forward over a
+    whole grown sequence)."""
+    return op in _ON_FRONTS or pointwise(op)
 
 
 def whole(t, f: growth.Front, capacity: int | None = None):
@@ -688,6 +689,8 @@ def attention_fronts(query, key, value):
     return (*(whole(t, f, capacity) for t, f in zip((query, key, value), fronts)), fronts[0].length)
 
 
+#: the ops besides the pointwise ones the recording kernel records on fronts (:func:`on_fronts`)
+_ON_FRONTS = {aten.clone.default, aten.index_select.default, aten.linear.default, aten.native_layer_norm.default}
 #: the ops with a rewrite of their own (the rest of the pointwise ops: :func:`_kind`)
 _REWRITES = {aten.arange.default: _arange, aten.arange.start: _arange, aten.ones.default: _filled,
              aten.zeros.default: _filled, aten.full.default: _filled, aten.index.Tensor: _index,

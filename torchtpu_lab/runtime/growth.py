@@ -399,7 +399,12 @@ def mark_grown(result, dim: int, source: Storage | None = None) -> None:
     op on the padded extents, its result the front of the padded output, as runtime/bounded.py's rewrite gives it)
     leaves to Python: ``result``'s storage marked as grown along ``dim``, as :func:`grown` marks it. Called with the
     runtime's lock held, so an interrupt waits. ``source``: the storage of a front an ``index_select`` reordered
-    (csrc/recorder.cpp ``as_first_front``), whose sequence the result continues."""
+    (csrc/recorder.cpp ``as_first_front``), whose sequence the result continues. ``result`` is a tuple for an op
+    with several outputs (a layer norm's output, mean and rstd), each grown along ``dim``."""
+    if type(result) is tuple:
+        for r in result:
+            _mark(r.tpu_storage, dim)
+        return
     _mark(result.tpu_storage, dim, _lineage_of(source))
 
 
