@@ -130,6 +130,9 @@ def test_a_contiguous_copy_of_a_front_is_a_front_where_pytorchs_would_be_contigu
     c = ids.clone(memory_format=torch.contiguous_format)  # generate copies a batch of one's ids every token
     assert growth.front(c) is not None and c.is_contiguous() and torch.equal(c.cpu(), ids.cpu())
     torch.testing.assert_close(a.cpu(), one.cpu().view(1, 9, 2, 3))
+    kept = one.view(1, 9, 2, 3).transpose(2, 3).clone()  # preserve_format of a non-contiguous front: not padded
+    assert growth.front(kept) is None
+    torch.testing.assert_close(kept.cpu(), one.cpu().view(1, 9, 2, 3).transpose(2, 3))
 
 
 def test_joins_of_fronts_and_a_prepend_equal_cpu_and_stay_fronts():

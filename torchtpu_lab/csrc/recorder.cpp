@@ -1144,9 +1144,9 @@ bool as_first_front(const c10::OperatorHandle& op, const torch::jit::Stack& stac
 // Whether a `clone(x, memory_format=...)` call is one bounded._copy makes on the padded extent (then it is recorded
 // on fronts as a pointwise op is): the memory format is none, contiguous or preserve, and x has a broadcast dim
 // (stride 0, more than one position: an expanded grown KV cache, grouped-query attention's `repeat_interleave`)
-// or is a front whose dims before the grown one all have size 1 (a batch of one: the padded copy is contiguous as
-// PyTorch's is). Any other copy of a front is bounded._copy's ordinary copy of n positions, which the Python path
-// makes.
+// or is a front whose dims before the grown one all have size 1, copied contiguous (asked for, or x contiguous):
+// a batch of one, whose padded copy is contiguous as PyTorch's is. Any other copy of a front is bounded._copy's
+// ordinary copy of n positions, which the Python path makes.
 bool padded_copy(const torch::jit::Stack& stack, size_t base) {
   const c10::IValue& format = stack[base + 1];
   if (!stack[base].isTensor() || !(format.isNone() || format.isInt())) return false;
@@ -1158,8 +1158,11 @@ bool padded_copy(const torch::jit::Stack& stack, size_t base) {
   for (int64_t i = 0; i < x.dim(); ++i) {
     if (x.stride(i) == 0 && x.size(i) > 1) return true;
   }
+  const bool contiguous =
+      (format.isInt() && static_cast<c10::MemoryFormat>(format.toInt()) == c10::MemoryFormat::Contiguous) ||
+      x.is_contiguous();
   Whole w;
-  if (x.device().type() != c10::DeviceType::PrivateUse1 || !front_of(x, w)) return false;
+  if (!contiguous || x.device().type() != c10::DeviceType::PrivateUse1 || !front_of(x, w)) return false;
   for (int64_t i = 0; i < w.dim; ++i) {
     if (x.size(i) != 1) return false;
   }

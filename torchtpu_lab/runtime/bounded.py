@@ -528,21 +528,23 @@ def _into_padded(i, n: int, capacity: int):
 def _copy(op, args: tuple, kwargs: dict):
     """``clone`` of a grown tensor. With a broadcast (stride-0) dim of size above 1 — what ``reshape`` makes of an
     expanded grown KV cache: ``repeat_kv``'s grouped-query keys in eager attention, reshaped by ``matmul`` to 3-d —
-    the copy is made on the whole padded extent and grown again; so it is where that front is contiguous as
-    PyTorch's result is (every dim before the grown one has size 1: a batch of one's ids, which ``generate``
-    copies every token, or its attention output, ``y.transpose(1, 2).contiguous()``, in a forward over the whole
-    sequence). Otherwise
-    (``contiguous()``: PyTorch's result is a contiguous tensor, so ours is too) the copy is the ordinary one, of
-    ``n`` positions, remembered as a copy of its source's padded extent: attention given it as a mask reads the source instead (:func:`attention_mask`;
-    ``transformers`` makes T5's position-bias mask ``contiguous()`` before sdpa), and the copy, dead by the sync,
-    never reaches a program. The record keeps the source's padded storage alive as long as the copy lives."""
+    the copy is made on the whole padded extent and grown again. So is a contiguous copy (asked for, or of a
+    contiguous front) where that front is contiguous as PyTorch's result is: every dim before the grown one has
+    size 1 (a batch of one's ids, which ``generate`` copies every token, or its attention output,
+    ``y.transpose(1, 2).contiguous()``, in a forward over the whole sequence). Otherwise (``contiguous()`` of a
+    batch: PyTorch's result is a contiguous tensor, so ours is too) the copy is the ordinary one, of ``n``
+    positions, remembered as a copy of its source's padded extent: attention given it as a mask reads the source
+    instead (:func:`attention_mask`; ``transformers`` makes T5's position-bias mask ``contiguous()`` before sdpa),
+    and the copy, dead by the sync, never reaches a program. The record keeps the source's padded storage alive as
+    long as the copy lives."""
     x = args[0]
     f = growth.front(x)
     if f is None or len(args) > 1 or kwargs.get("memory_format") not in (None, torch.contiguous_format,
                                                                             torch.preserve_format):
         return None
+    contiguous = kwargs.get("memory_format") is torch.contiguous_format or x.is_contiguous()
     if any(s == 0 and n > 1 for n, s in zip(x.shape, x.stride())) or \
-            all(n == 1 for n in x.shape[:f.dim]):
+            (contiguous and all(n == 1 for n in x.shape[:f.dim])):
         return growth.grown(_base(op(whole(x, f), **kwargs)), f.dim, f.length)
     out = _unlearned(op, x, **kwargs)
     x = tensor.adopt(x)
