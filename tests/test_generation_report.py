@@ -6,6 +6,7 @@ dimension and the fix."""
 import re
 
 from cells import run_cell as _run
+from torchtpu_lab.units import fmt_s
 
 LOOP = """%%tpu_profile --no-flame
 ids = torch.tensor([[3, 4, 5]], device='tpu')
@@ -123,10 +124,13 @@ with torch.no_grad():
     per_token = len(ip.user_ns["_tpu_profile"].ops) / stop.count
     assert f"host-bound: {per_token:.0f} ops/token" in host[0].title, (host[0].title, per_token)
     assert 'cache_implementation="static"' in host[0].fix
-    # the generation line says which side bounds a token: here the host (several times over on a quiet machine;
-    # with the other test worker busy, XLA:CPU's threads wait for a core and a run's device time grows)
+    # the generation line gives both sides' time per token, so it says which one bounds a token. Which one does
+    # depends on the machine's load (the host, several times over, on a quiet one; with the other test worker
+    # busy, XLA:CPU's threads wait for a core and a run's device time grows past it): the figures are checked to
+    # be measured and shown, not compared
     g = report.generation
     assert g.host_s_per_token is not None and g.device_s_per_token is not None, g
-    assert g.host_s_per_token > g.device_s_per_token, g
+    assert 0 < g.host_s_per_token <= g.wall_s / g.tokens and g.device_s_per_token > 0, g
     line = next(ln for ln in text.splitlines() if ln.startswith("generation:"))
-    assert "· host per token " in line and "· device per token " in line, line
+    assert f"· host per token {fmt_s(g.host_s_per_token)}" in line, line
+    assert f"· device per token {fmt_s(g.device_s_per_token)}" in line, line

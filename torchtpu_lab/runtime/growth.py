@@ -448,7 +448,7 @@ def _loop_step(lineage: int) -> bool:
     """Whether a loop that appends without syncing should have its pending graph cut after this append, so that
     each of its iterations is a graph of its own (and, its shapes bounded, one program per bucket) instead of one
     graph of every iteration so far — compiled again for every number of iterations, at a cost that grows with
-    it (nanoGPT's ``generate``, 20 tokens: one 656-op graph, 14.7 s). A sequence appended to twice since the last
+    it (nanoGPT's ``generate``, 20 tokens: one 656-op graph, 10.8 s). A sequence appended to twice since the last
     sync, and the first one appended to since then, marks the end of an iteration; the same sequence's next
     append ends the next one, until another sync comes between. A loop that syncs every iteration
     (``transformers``' ``generate`` reads its stop check) never appends twice between syncs: nothing changes."""
