@@ -70,6 +70,36 @@ def test_an_evaluation_loop_that_accumulates_without_syncing_runs_a_graph_per_ba
     assert _programs() == before
 
 
+def test_a_training_step_that_accumulates_a_recurrent_nets_outputs_stays_one_graph():
+    """With gradients on, the unrolled loop is one graph per step, compiled once for its length, as before: the
+    cut is for loops that generate or evaluate."""
+    torch.manual_seed(0)
+    cell, head = nn.GRUCell(4, 8), nn.Linear(8, 2)
+    xs, ys = torch.randn(12, 3, 4), torch.randn(3, 12, 2)
+
+    def train(device: str) -> list:
+        c, h_ = copy.deepcopy(cell).to(device), copy.deepcopy(head).to(device)
+        opt = torch.optim.SGD([*c.parameters(), *h_.parameters()], lr=0.1)
+        losses = []
+        for _ in range(3):
+            h, outs = torch.zeros(3, 8, device=device), torch.zeros(3, 0, 8, device=device)
+            for x in xs:
+                h = c(x.to(device), h)
+                outs = torch.cat([outs, h[:, None]], 1)
+            loss = ((h_(outs) - ys.to(device)) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    want = train("cpu")
+    syncs = telemetry.counters["syncs"]
+    got = train("tpu")
+    assert telemetry.counters["syncs"] - syncs <= 3 + 1  # one per step's loss.item(), not one per timestep
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
+
+
 def _front(device: str, n: int, width: int = 8, batch: int = 1):
     """A ``[batch, n, width]`` float tensor built by appends along dim 1 (on tpu: the front of a padded
     storage)."""

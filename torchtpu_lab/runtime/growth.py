@@ -451,7 +451,9 @@ def _loop_step(lineage: int) -> bool:
     it (nanoGPT's ``generate``, 20 tokens: one 656-op graph, 10.8 s). A sequence appended to twice since the last
     sync, and the first one appended to since then, marks the end of an iteration; the same sequence's next
     append ends the next one, until another sync comes between. A loop that syncs every iteration
-    (``transformers``' ``generate`` reads its stop check) never appends twice between syncs: nothing changes."""
+    (``transformers``' ``generate`` reads its stop check) never appends twice between syncs: nothing changes. Only
+    without gradients (generation, evaluation): a training step that accumulates a recurrent net's outputs with
+    ``torch.cat`` keeps its one graph (its length the same every step, it compiles once)."""
     syncs = telemetry.counters["syncs"]
     if _LOOP[0] == lineage and _LOOP[1] == syncs:
         due = True
@@ -462,7 +464,9 @@ def _loop_step(lineage: int) -> bool:
     _LAST_APPEND[lineage] = syncs
     if _FIRST_APPEND[0] != syncs:
         _FIRST_APPEND[:] = [syncs, lineage]
-    if not due or not fused.has_pending():  # (strict mode: nothing is ever pending, nothing to cut)
+    # (strict mode: nothing is ever pending, nothing to cut; with gradients on, a training step's unrolled loop
+    # stays one graph, compiled once for its length, as before)
+    if not due or not fused.has_pending() or torch.is_grad_enabled():
         return False
     _LOOP[:] = [lineage, syncs + 1]
     fused.LOOP_CUT[0] = True
