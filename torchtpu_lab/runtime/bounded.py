@@ -352,6 +352,19 @@ def _rowwise(op, args: tuple, kwargs: dict):
     return growth.grown(_base(out), f.dim, f.length)
 
 
+def _alike(tensors, fronts: list):
+    """``(whole extents, dim, length)`` when every one of ``tensors`` is a front (``fronts``, from
+    :func:`.growth.front`) grown along the same dim of its own to the same length: each over the smallest
+    capacity among them. ``None`` otherwise."""
+    if any(f is None for f in fronts):
+        return None
+    d, n = fronts[0].dim, fronts[0].length
+    if any(f.dim != d or f.length != n for f in fronts):
+        return None
+    capacity = min(f.capacity for f in fronts)
+    return [whole(t, f, capacity) for t, f in zip(tensors, fronts)], d, n
+
+
 def _concat(op, args: tuple, kwargs: dict):
     """``cat`` of fronts all grown along the same dim to the same length, along another dim (rotary embeddings
     join two halves along the head dim: ``cat((freqs, freqs), -1)``, ``rotate_half``): the whole extents joined,
@@ -371,13 +384,11 @@ def _concat(op, args: tuple, kwargs: dict):
         ahead = sum(t.shape[last.dim] for t in tensors[:-1])
         out = op([*tensors[:-1], whole(tensors[-1], last)], dim)
         return growth.grown(_base(out), last.dim, ahead + last.length)
-    if any(f is None for f in fronts):
+    alike = _alike(tensors, fronts)
+    if alike is None or any(t.ndim != rank for t in tensors) or alike[1] == dim % rank:
         return None
-    d, n = fronts[0].dim, fronts[0].length
-    if any(t.ndim != rank or f.dim != d or f.length != n for t, f in zip(tensors, fronts)) or d == dim % rank:
-        return None
-    capacity = min(f.capacity for f in fronts)
-    return growth.grown(_base(op([whole(t, f, capacity) for t, f in zip(tensors, fronts)], dim)), d, n)
+    wholes, d, n = alike
+    return growth.grown(_base(op(wholes, dim)), d, n)
 
 
 def _pad(op, args: tuple, kwargs: dict):
@@ -590,10 +601,9 @@ def _arange(op, args: tuple, kwargs: dict):
             return None
     if type(end) is not int or end < 2:
         return None
-    capacity = growth.recent_capacity(end)
+    capacity = growth.recent_extent(end)
     if capacity is None:
         return None
-    capacity = growth.extent(end, capacity)
     kwargs = {k: v for k, v in kwargs.items() if k not in ("start", "end")}
     out = op(capacity, **kwargs) if op is aten.arange.default else op(0, capacity, **kwargs)
     return growth.grown(_base(out), 0, end)
@@ -613,7 +623,7 @@ def _filled(op, args: tuple, kwargs: dict):
         _FILLED.clear()
     for d in range(len(size) - 1, -1, -1):
         n = size[d]
-        capacity = growth.recent_capacity(n) if type(n) is int and n >= 2 else None
+        capacity = growth.recent_extent(n) if type(n) is int and n >= 2 else None
         if capacity is None:
             continue
         key = (op, d, *size[:d], *size[d + 1:])
@@ -622,7 +632,7 @@ def _filled(op, args: tuple, kwargs: dict):
         _FILLED[key] = (n, grows)
         if grows:
             padded = list(size)
-            padded[d] = growth.extent(n, capacity)
+            padded[d] = capacity
             rest = {k: v for k, v in kwargs.items() if k != "size"}
             return growth.grown(_base(op(padded, *args[1:], **rest)), d, n)
     return None
@@ -684,11 +694,11 @@ def attention_fronts(query, key, value):
     generation loop without a KV cache: nanoGPT's, ``use_cache=False``); else ``None``. Attention then reads
     them whole, ``n`` masking the keys' padding (runtime/padded_attention.py): with ``is_causal`` a query
     position never reads a key after it, and without it no query reads a key past ``n``."""
-    fronts = [growth.front(t) for t in (query, key, value)]
-    if any(f is None or f.dim != 2 for f in fronts) or len({f.length for f in fronts}) != 1:
+    tensors = (query, key, value)
+    alike = _alike(tensors, [growth.front(t) for t in tensors])
+    if alike is None or alike[1] != 2:
         return None
-    capacity = min(f.capacity for f in fronts)
-    return (*(whole(t, f, capacity) for t, f in zip((query, key, value), fronts)), fronts[0].length)
+    return (*alike[0], alike[2])
 
 
 #: the ops besides the pointwise ones the recording kernel records on fronts (:func:`on_fronts`)

@@ -277,6 +277,14 @@ def recent_capacity(length: int) -> int | None:
     return known[0] if 0 <= telemetry.counters["syncs"] - known[2] <= RECENT_SYNCS else None
 
 
+def recent_extent(length: int) -> int | None:
+    """The positions a factory of a growing ``length`` is made with (``torch.arange(n)``, ``torch.ones(batch,
+    n)``): the length's :func:`extent` within the :func:`recent_capacity`, or ``None`` where no live tensor grew
+    to ``length`` recently (the core's ``as_arange_front`` computes the same)."""
+    capacity = recent_capacity(length)
+    return None if capacity is None else extent(length, capacity)
+
+
 def growing_prefix(storage: Storage, view: views.View) -> bool:
     """Mark ``storage`` as grown along ``d`` when ``view`` (a slice's result) reads its first ``n`` positions along
     ``d`` and nothing else is cut, and ``n`` grows: the last such slice of a storage of this shape and dtype along
