@@ -10,35 +10,41 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ... import platform
 from ..precision import matmul_precision
 from ..registry import aten, lower
+from . import conv_patches
 from ._common import _tup
 
 
 def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
     nd = w.ndim - 2
-    precision = matmul_precision()
     stride, padding, dilation = _tup(stride, nd), _tup(padding, nd), _tup(dilation, nd)
-    spatial = "DHW"[3 - nd:]
-    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial))
     if x.dtype != w.dtype:
         dt = jnp.result_type(x, w)
         x, w = x.astype(dt), w.astype(dt)
     if not transposed:
-        return lax.conv_general_dilated(
-            x, w, stride, [(p, p) for p in padding], rhs_dilation=dilation, dimension_numbers=dn,
-            feature_group_count=groups, precision=precision,
-        )
+        return _windowed(x, w, stride, [(p, p) for p in padding], (1,) * nd, dilation, groups)
     output_padding = _tup(output_padding, nd)
     cin, cout_g, k = w.shape[0], w.shape[1], w.shape[2:]
     # (G*Cin_g, Cout_g, k) -> (G*Cout_g, Cin_g, k), spatially flipped
     w = w.reshape(groups, cin // groups, cout_g, *k).swapaxes(1, 2).reshape(groups * cout_g, cin // groups, *k)
     w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
     pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op) for kk, p, d, op in zip(k, padding, dilation, output_padding)]
-    return lax.conv_general_dilated(
-        x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation, dimension_numbers=dn,
-        feature_group_count=groups, precision=precision,
-    )
+    return _windowed(x, w, (1,) * nd, pads, stride, dilation, groups)
+
+
+def _windowed(x, w, strides, pads, lhs_dilation, rhs_dilation, groups):
+    """The convolution of ``NC<spatial>`` ``x`` with ``OI<spatial>`` ``w``: XLA's, except on XLA:CPU for the
+    windows its convolution loop is slow on (:mod:`.conv_patches`)."""
+    precision = matmul_precision()
+    if platform.info().platform == "cpu" and conv_patches.window_is_large(
+            x.shape[2:], w.shape[2:], strides, pads, lhs_dilation, rhs_dilation):
+        return conv_patches.patch_conv(x, w, strides, pads, lhs_dilation, rhs_dilation, groups, precision)
+    spatial = "DHW"[3 - (w.ndim - 2):]
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial))
+    return lax.conv_general_dilated(x, w, strides, pads, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+                                    dimension_numbers=dn, feature_group_count=groups, precision=precision)
 
 
 @lower(aten.convolution)
