@@ -1,0 +1,48 @@
+"""``x ** y`` for a number ``y`` (ops/elementwise.py ``power_scalar``): PyTorch's shortcuts for the exponents its
+CPU kernel special-cases, picked when the program runs, so the exponent stays a graph input."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+
+import torchtpu_lab
+from torchtpu_lab import telemetry
+from torchtpu_lab.ops import elementwise
+
+# bases where a shortcut and ``pow`` could part: signed zeros, negatives, infinities, NaN, subnormal-adjacent
+_BASES = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-20, -1e-20, 3e12, float("inf"), float("-inf"), float("nan"), 0.3]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_every_exponent_equals_cpu_and_a_new_one_compiles_nothing(dtype):
+    x = torch.tensor(_BASES, dtype=dtype)
+    xt = x.to("tpu")
+    torchtpu_lab.sync()
+    # numbers are keyed by type, not value: one program for the ints, one for the floats
+    exponents = [2, 3, -1, -2, 0, 1, -3, 2.0, 3.0, 0.5, -0.5, 2.5, 4.0, 1.5, -1.0, 0.0]
+    compiles = []
+    with torchtpu_lab.eager_mode("fused"):
+        for e in exponents:
+            before = telemetry.counters.get("xla_compile_requests", 0)
+            got = (xt ** e).cpu()
+            compiles.append(telemetry.counters.get("xla_compile_requests", 0) - before)
+            torch.testing.assert_close(got, x ** e, equal_nan=True, msg=f"exponent {e}")
+    assert compiles == [1] + [0] * 6 + [1] + [0] * 8, compiles
+
+
+def test_integer_tensors_keep_integer_powers():
+    i = torch.tensor([-3, -1, 0, 2, 7])
+    torch.testing.assert_close((i.to("tpu") ** 2).cpu(), i ** 2)
+    torch.testing.assert_close((i.to("tpu") ** 0.5).cpu(), i ** 0.5, equal_nan=True)
+
+
+def test_the_exponent_is_an_input_that_selects_a_branch():
+    """The lowering of an input exponent is a switch (the shortcuts, then ``pow``), not ``pow`` alone: XLA's
+    general power of an input exponent is what GPT-2's GELU spent 6x its time in on XLA:CPU."""
+    x = jnp.ones((4,), jnp.float32)
+    text = jax.jit(elementwise.power_scalar).lower(x, jnp.float64(3.0)).as_text()
+    assert "case" in text and "multiply" in text
+    # a number known when traced takes its shortcut directly: no pow, no switch
+    constant = jax.jit(lambda a: elementwise.power_scalar(a, 3.0)).lower(x).as_text()
+    assert "case" not in constant and "power" not in constant
