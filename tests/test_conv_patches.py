@@ -47,6 +47,25 @@ def test_small_maps_lower_without_an_xla_convolution_forward_and_backward():
     assert "convolution" in _hlo(step, big, w)  # XLA's own where its Eigen path serves
 
 
+def test_depthwise_convolutions_lower_without_xla_convolution_at_every_size():
+    """XLA:CPU's grouped convolution is slow at every map size for one channel per group (ConvNeXt's 7x7): taps
+    where the map is larger than the window, patches where the window spans it."""
+    w = jnp.ones((16, 1, 7, 7), jnp.float32)
+
+    def step(a, b):
+        out, vjp = jax.vjp(lambda a, b: convolution._conv(a, b, 1, 3, 1, False, 0, 16), a, b)
+        return out, vjp(jnp.ones_like(out))
+
+    for size in (2, 32):
+        text = _hlo(step, jnp.ones((2, 16, size, size), jnp.float32), w)
+        assert "convolution" not in text
+        assert ("dot_general" in text) == (size == 2)  # patches times the kernel only where the window spans
+    # a grouped convolution with several channels per group keeps XLA's
+    grouped = jnp.ones((16, 4, 3, 3), jnp.float32)
+    assert "convolution" in _hlo(lambda a, b: convolution._conv(a, b, 1, 1, 1, False, 0, 4),
+                                 jnp.ones((2, 16, 16, 16), jnp.float32), grouped)
+
+
 def _reference(x, w, stride, padding, dilation, transposed, output_padding, groups, grad):
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     out = torch.convolution(tx, tw, None, stride, padding, dilation, transposed, output_padding, groups)
@@ -54,13 +73,19 @@ def _reference(x, w, stride, padding, dilation, transposed, output_padding, grou
     return out.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()
 
 
-def test_patches_equal_pytorch_for_every_geometry(monkeypatch):
-    """The patch form forced on (not only where the rule picks it): 1-3 spatial dims, strides, padding, dilation,
-    groups, transposed with output padding; values and both gradients against PyTorch's CPU kernels."""
+@pytest.mark.parametrize("form", ["patches", "taps"])
+def test_patches_and_taps_equal_pytorch_for_every_geometry(monkeypatch, form):
+    """The patch form forced on (not only where the rule picks it), and the depthwise taps form: 1-3 spatial dims,
+    strides, padding, dilation, groups (depthwise with and without a channel multiplier), transposed with output
+    padding; values and both gradients against PyTorch's CPU kernels."""
     monkeypatch.setattr(conv_patches, "window_is_large", lambda *a: True)
+    if form == "patches":
+        monkeypatch.setattr(conv_patches, "is_depthwise", lambda *a: False)
+        channels = ((4, 6, 1), (4, 6, 2), (6, 6, 6))
+    else:
+        channels = ((6, 6, 6), (4, 8, 4), (3, 9, 3))
     rng = np.random.default_rng(0)
-    cases = list(itertools.product((1, 2, 3), ((4, 6, 1), (4, 6, 2), (6, 6, 6)), (1, 3), (1, 2), (0, 1), (1, 2),
-                                   (False, True), (2, 5)))
+    cases = list(itertools.product((1, 2, 3), channels, (1, 3), (1, 2), (0, 1), (1, 2), (False, True), (2, 5)))
     random.Random(0).shuffle(cases)
     checked = 0
     for nd, (cin, cout, groups), k, s, p, d, transposed, size in cases:
@@ -87,7 +112,7 @@ def test_patches_equal_pytorch_for_every_geometry(monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["resnet_last_stage", "strided_into_2x2", "transposed_up", "conv1d_short",
-                                  "conv3d_small", "depthwise"])
+                                  "conv3d_small", "depthwise", "convnext_depthwise"])
 def test_small_map_layers_train_like_cpu_on_the_device(case):
     torch.manual_seed(0)
     layer, shape = {
@@ -97,6 +122,7 @@ def test_small_map_layers_train_like_cpu_on_the_device(case):
         "conv1d_short": (torch.nn.Conv1d(4, 8, 5, padding=2), (3, 4, 3)),
         "conv3d_small": (torch.nn.Conv3d(4, 4, 3, padding=1), (1, 4, 2, 2, 2)),
         "depthwise": (torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), (2, 8, 1, 1)),
+        "convnext_depthwise": (torch.nn.Conv2d(8, 8, 7, padding=3, groups=8), (2, 8, 12, 12)),
     }[case]
     x = torch.randn(shape)
     cpu = copy.deepcopy(layer)

@@ -35,12 +35,14 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
 
 
 def _windowed(x, w, strides, pads, lhs_dilation, rhs_dilation, groups):
-    """The convolution of ``NC<spatial>`` ``x`` with ``OI<spatial>`` ``w``: XLA's, except on XLA:CPU for the
-    windows its convolution loop is slow on (:mod:`.conv_patches`)."""
+    """The convolution of ``NC<spatial>`` ``x`` with ``OI<spatial>`` ``w``: XLA's, except on XLA:CPU for
+    depthwise convolutions and the windows its convolution loop is slow on (:mod:`.conv_patches`)."""
     precision = matmul_precision()
-    if platform.info().platform == "cpu" and conv_patches.window_is_large(
-            x.shape[2:], w.shape[2:], strides, pads, lhs_dilation, rhs_dilation):
-        return conv_patches.patch_conv(x, w, strides, pads, lhs_dilation, rhs_dilation, groups, precision)
+    if platform.info().platform == "cpu":
+        if conv_patches.window_is_large(x.shape[2:], w.shape[2:], strides, pads, lhs_dilation, rhs_dilation):
+            return conv_patches.patch_conv(x, w, strides, pads, lhs_dilation, rhs_dilation, groups, precision)
+        if conv_patches.is_depthwise(x, w, groups):
+            return conv_patches.depthwise_conv(x, w, strides, pads, lhs_dilation, rhs_dilation)
     spatial = "DHW"[3 - (w.ndim - 2):]
     dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial))
     return lax.conv_general_dilated(x, w, strides, pads, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
