@@ -1,6 +1,7 @@
-"""Where a fused training step of a real model spends its time: GPT-2 (tiny) and ResNet-18 from transformers.
+"""Where a fused training step of a real model spends its time: small GPT-2, Llama, ResNet-18 and ConvNeXt from
+transformers.
 
-    python bench/model_step.py [--steps 5] [--models gpt2,resnet18]
+    python bench/model_step.py [--steps 5] [--models gpt2,llama,resnet18,convnext]
 
 Per steady-state step (after warm-up, so nothing compiles), the median of ``--steps`` steps of:
 
@@ -52,7 +53,26 @@ def resnet18():
                                                   "labels": torch.randint(0, 10, (8,), generator=g)}
 
 
-MODELS = {"gpt2": gpt2, "resnet18": resnet18}
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=512, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=512, max_position_embeddings=128)
+    ids = torch.randint(1, 512, (8, 64), generator=torch.Generator().manual_seed(0))
+    return LlamaForCausalLM(config), {"input_ids": ids, "labels": ids}
+
+
+def convnext():
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    config = ConvNextConfig(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1], drop_path_rate=0.0,
+                            num_labels=10)
+    g = torch.Generator().manual_seed(0)
+    return ConvNextForImageClassification(config), {"pixel_values": torch.randn(8, 3, 64, 64, generator=g),
+                                                    "labels": torch.randint(0, 10, (8,), generator=g)}
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "resnet18": resnet18, "convnext": convnext}
 
 
 def _step(model, opt, batch):
