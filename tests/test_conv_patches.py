@@ -134,3 +134,19 @@ def test_small_map_layers_train_like_cpu_on_the_device(case):
     torch.testing.assert_close(out_t.cpu(), out_c, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dev[0].weight.grad.cpu(), cpu.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["patches", "taps"])
+def test_half_precision_sums_accumulate_in_float32(form):
+    """bfloat16 inputs: products summed in float32 and rounded once, as PyTorch's CPU kernel and XLA's own
+    convolution do (a bfloat16 running sum over 64 channels x 9 taps, or 49 taps, strays by several of its ulps)."""
+    torch.manual_seed(0)
+    if form == "patches":
+        x, w, groups = torch.randn(2, 64, 2, 2), torch.randn(32, 64, 3, 3), 1
+    else:
+        x, w, groups = torch.randn(2, 16, 12, 12), torch.randn(16, 1, 7, 7), 16
+    xb, wb = x.bfloat16(), w.bfloat16()
+    exact = F.conv2d(xb.float(), wb.float(), padding=w.shape[-1] // 2, groups=groups)
+    got = F.conv2d(xb.to("tpu"), wb.to("tpu"), padding=w.shape[-1] // 2, groups=groups).cpu().float()
+    scale = exact.abs().max()
+    assert (got - exact).abs().max() <= 2 ** -7 * scale  # one bfloat16 rounding of the float32 sum
