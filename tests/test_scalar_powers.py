@@ -1,4 +1,4 @@
-"""``x ** y`` for a number ``y`` (ops/elementwise.py ``power_scalar``): PyTorch's shortcuts for the exponents its
+"""``x ** y`` for a number ``y`` (ops/powers.py ``power_scalar``): PyTorch's shortcuts for the exponents its
 CPU kernel special-cases, picked when the program runs, so the exponent stays a graph input."""
 
 import jax
@@ -8,7 +8,7 @@ import torch
 
 import torchtpu_lab
 from torchtpu_lab import telemetry
-from torchtpu_lab.ops import elementwise
+from torchtpu_lab.ops import powers
 
 # bases where a shortcut and ``pow`` could part: signed zeros, negatives, infinities, NaN, subnormal-adjacent
 _BASES = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-20, -1e-20, 3e12, float("inf"), float("-inf"), float("nan"), 0.3]
@@ -20,7 +20,7 @@ def test_every_exponent_equals_cpu_and_a_new_one_compiles_nothing(dtype, size):
     """Both forms: every candidate selected (small tensors), and a switch that runs one (large ones)."""
     x = torch.tensor(_BASES, dtype=dtype)
     if size == "large":
-        x = x.repeat(elementwise._SELECTED_POWERS_UP_TO // len(_BASES) + 1)
+        x = x.repeat(powers._SELECTED_POWERS_UP_TO // len(_BASES) + 1)
     xt = x.to("tpu")
     torchtpu_lab.sync()
     # numbers are keyed by type, not value: one program for the ints, one for the floats
@@ -44,12 +44,12 @@ def test_integer_tensors_keep_integer_powers():
 def test_the_exponent_is_an_input_that_selects_a_branch():
     """The lowering of an input exponent is a switch (the shortcuts, then ``pow``), not ``pow`` alone: XLA's
     general power of an input exponent is what GPT-2's GELU spent 6x its time in on XLA:CPU."""
-    x = jnp.ones((elementwise._SELECTED_POWERS_UP_TO + 1,), jnp.float32)
-    text = jax.jit(elementwise.power_scalar).lower(x, jnp.float64(3.0)).as_text()
+    x = jnp.ones((powers._SELECTED_POWERS_UP_TO + 1,), jnp.float32)
+    text = jax.jit(powers.power_scalar).lower(x, jnp.float64(3.0)).as_text()
     assert "case" in text and "multiply" in text
     # a small tensor computes every candidate and selects one: no conditional between fused ops
-    small = jax.jit(elementwise.power_scalar).lower(jnp.ones((4,), jnp.float32), jnp.float64(3.0)).as_text()
+    small = jax.jit(powers.power_scalar).lower(jnp.ones((4,), jnp.float32), jnp.float64(3.0)).as_text()
     assert "case" not in small and "select" in small and "power" in small
     # a number known when traced takes its shortcut directly: no pow, no switch
-    constant = jax.jit(lambda a: elementwise.power_scalar(a, 3.0)).lower(x).as_text()
+    constant = jax.jit(lambda a: powers.power_scalar(a, 3.0)).lower(x).as_text()
     assert "case" not in constant and "power" not in constant

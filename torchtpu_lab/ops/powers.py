@@ -1,0 +1,74 @@
+"""Powers: ``pow`` of tensors and numbers (integer powers by squaring, PyTorch's shortcuts for the exponents
+its CPU kernel special-cases). Lowerings (pure JAX)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from .elementwise import _is_int, _promote
+from .registry import aten, lower
+
+
+def _int_pow(a, b):
+    """Integer power by squaring (wrapping on overflow); negative exponents give 0 except for bases 1 and -1."""
+    e = jnp.where(b < 0, 0, b)
+    one = jnp.ones_like(a)
+
+    def step(_, carry):
+        result, base, e = carry
+        result = jnp.where((e & 1) == 1, result * base, result)
+        return result, base * base, e >> 1
+
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    result, _, _ = lax.fori_loop(
+        0, jnp.iinfo(a.dtype).bits, step, (jnp.broadcast_to(one, shape), jnp.broadcast_to(a, shape), e)
+    )
+    neg = jnp.where(a == 1, one, jnp.where(a == -1, jnp.where((b & 1) == 1, -one, one), jnp.zeros_like(a)))
+    return jnp.where(b < 0, neg, result)
+
+
+@lower(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def power(x, y):
+    x, y = _promote(x, y)
+    if x.dtype == jnp.bool_:
+        return x | ~y
+    if _is_int(x):
+        return _int_pow(x, y)
+    return jnp.power(x, y)
+
+
+#: the exponents PyTorch computes without ``pow`` (``pow_Tensor_Scalar_out``'s 0 and 1, then its CPU kernel's
+#: ``pow_tensor_scalar_optimized_kernel``)
+_SPECIAL_POWERS = ((0, jnp.ones_like), (1, lambda x: x), (2, lambda x: x * x), (3, lambda x: x * x * x),
+                   (0.5, jnp.sqrt), (-0.5, lax.rsqrt), (-1, lambda x: 1 / x), (-2, lambda x: 1 / (x * x)))
+
+
+#: up to this many elements every candidate is computed and the exponent selects one (fused with its neighbours);
+#: above it a ``lax.switch`` runs only the one it picks, a conditional of its own (~20-30 µs on XLA:CPU: several
+#: per decode token of a small model, whose RMSNorms are a few hundred elements)
+_SELECTED_POWERS_UP_TO = 16384
+
+
+@lower(aten.pow.Tensor_Scalar)
+def power_scalar(x, y):
+    """``x ** y`` for a number ``y``, with PyTorch's shortcuts for the exponents it special-cases. ``y`` is a
+    graph input (a new value compiles nothing), so the shortcut is picked when the program runs: a ``lax.switch``
+    on the exponent. Models raise to fixed powers (``x.pow(2)`` in every RMSNorm, ``x ** 3`` in GPT-2's GELU),
+    and XLA's general ``pow`` of an input exponent is 6x slower than ``x * x * x`` on XLA:CPU; the switch costs
+    ~15 % over a constant exponent there. Small tensors select among all candidates instead (no conditional)."""
+    base, exponent = _promote(x, y)
+    if not jnp.issubdtype(base.dtype, jnp.floating):
+        return power(x, y)
+    if isinstance(y, (int, float)) and not isinstance(y, bool):  # known when traced (a decomposition's constant)
+        fn = next((fn for value, fn in _SPECIAL_POWERS if y == value), None)
+        return jnp.power(base, exponent) if fn is None else fn(base)
+    # compared before the cast to the base's dtype, as PyTorch compares the Scalar itself
+    if base.size <= _SELECTED_POWERS_UP_TO:
+        out = jnp.power(base, exponent)
+        for value, fn in _SPECIAL_POWERS:
+            out = jnp.where(y == value, fn(base), out)
+        return out
+    index = sum(jnp.where(y == value, k + 1, 0) for k, (value, _) in enumerate(_SPECIAL_POWERS))
+    branches = [lambda b, e: jnp.power(b, e)] + [lambda b, e, fn=fn: fn(b) for _, fn in _SPECIAL_POWERS]
+    return lax.switch(index, branches, base, exponent)
