@@ -409,11 +409,9 @@ def mark_grown(result, dim: int, source: Storage | None = None) -> None:
     runtime's lock held, so an interrupt waits. ``source``: the storage of a front an ``index_select`` reordered
     (csrc/recorder.cpp ``as_first_front``), whose sequence the result continues. ``result`` is a tuple for an op
     with several outputs (a layer norm's output, mean and rstd), each grown along ``dim``."""
-    if type(result) is tuple:
-        for r in result:
-            _mark(r.tpu_storage, dim)
-        return
-    _mark(result.tpu_storage, dim, _lineage_of(source))
+    lineage = _lineage_of(source)
+    for r in result if type(result) is tuple else (result,):
+        _mark(r.tpu_storage, dim, lineage)
 
 
 def _note_length(length: int, capacity: int, ref: weakref.ref) -> None:

@@ -23,6 +23,8 @@ import math
 from jax import lax
 import jax.numpy as jnp
 
+from ._common import _acc
+
 
 def _geometry(in_sizes, kernel, strides, pads, lhs_dilation, rhs_dilation):
     """Per spatial dim: ``(dilated input size, dilated kernel extent, output size)``."""
@@ -67,14 +69,10 @@ def patch_conv(x, w, strides, pads, lhs_dilation, rhs_dilation, groups: int, pre
     c_g, k_g, positions = c // groups, k_out // groups, math.prod(sizes)
     patches = patches.reshape(n, groups, c_g * taps, positions)
     weights = w.reshape(groups, k_g, c_g * taps)  # (C_g, *kernel) flattens in the patches' (C_g, taps) order
-    out = lax.dot_general(patches, weights, (((2,), (2,)), ((1,), (0,))), precision=precision,
-                          preferred_element_type=_accumulator(x.dtype))  # (G, N, P, K_g)
+    # half types summed in float32 and rounded once, as PyTorch's CPU kernels and XLA's convolution do
+    out = lax.dot_general(_acc(patches), _acc(weights), (((2,), (2,)), ((1,), (0,))),
+                          precision=precision)  # (G, N, P, K_g)
     return jnp.transpose(out, (1, 0, 3, 2)).reshape(n, k_out, *sizes).astype(x.dtype)
-
-
-def _accumulator(dtype):
-    """float32 for half types, whose sums PyTorch's CPU kernels (and XLA's convolution) accumulate in float32."""
-    return jnp.float32 if dtype in (jnp.bfloat16, jnp.float16) else None
 
 
 def is_depthwise(x, w, groups: int) -> bool:
@@ -93,13 +91,12 @@ def depthwise_conv(x, w, strides, pads, lhs_dilation, rhs_dilation):
     # and computes it once per tap
     columns, sizes = _taps(lax.optimization_barrier(x), w.shape[2:], strides, pads, lhs_dilation, rhs_dilation)
     multiplier = w.shape[0] // x.shape[1]
-    wide = _accumulator(x.dtype) or x.dtype
-    per_tap = w.reshape(w.shape[0], len(columns)).astype(wide)
+    per_tap = _acc(w.reshape(w.shape[0], len(columns)))  # (summed in float32 for half types, as in patch_conv)
     out = None
     for t, column in enumerate(columns):
         if multiplier > 1:  # output channel c * m + j reads input channel c
             column = jnp.repeat(column, multiplier, axis=1)
-        term = column.astype(wide) * per_tap[:, t].reshape((1, -1) + (1,) * len(sizes))
+        term = _acc(column) * per_tap[:, t].reshape((1, -1) + (1,) * len(sizes))
         out = term if out is None else out + term
     # its gradient, which every tap's transpose reads, materialized once as well (the barrier's transpose)
     return lax.optimization_barrier(out.astype(x.dtype))
