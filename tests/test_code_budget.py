@@ -54,6 +54,7 @@ def test_near_the_limit_old_programs_are_dropped_values_stay_right_and_they_comp
         monkeypatch.setitem(code_budget._state, "limit", int((now + 4 * per_program) / code_budget.HIGH))
         monkeypatch.setitem(code_budget._state, "maps", now)
         monkeypatch.setitem(code_budget._state, "made", 0)
+        monkeypatch.setitem(code_budget._state, "per", 1)
         monkeypatch.setitem(code_budget._state, "warned", False)
         monkeypatch.setattr(code_budget, "MAPS_PER_PROGRAM", 1)
         monkeypatch.setattr(code_budget, "LOW", 10.0)  # the first stage alone (the second drops every program)
@@ -80,6 +81,35 @@ def test_near_the_limit_old_programs_are_dropped_values_stay_right_and_they_comp
         assert len(told) == 1 and told[0].category is RuntimeWarning  # once
         for n in range(3, 30):  # whether dropped or not (the test's first ones may be, earlier tests' are first)
             assert _graph(n) == pytest.approx(_want(n)), n
+
+
+@pytest.mark.parametrize("per_program", [10, 400, 1300, 3000])
+def test_maps_are_counted_before_programs_of_any_size_pass_the_mark(monkeypatch, per_program):
+    """Whatever a program adds (a decode step ~280 maps, a small model's training step ~600–1,300), the maps are
+    counted and evicted before they pass the high-water mark by more than one program: a fixed guess from a count
+    of zero let thirty small models trained in one process reach the limit and abort uncounted."""
+    cap = 65530
+    process = {"maps": 5000, "counts": 0}
+
+    def counted() -> int:
+        process["counts"] += 1
+        return process["maps"]
+
+    def evict(now: int, _cap: int) -> None:
+        process["maps"] = int(0.3 * cap)  # the older half's code unmapped
+        code_budget._state["maps"] = process["maps"]
+
+    monkeypatch.setattr(code_budget, "maps", counted)
+    monkeypatch.setattr(code_budget, "_evict", evict)
+    for key, value in {"limit": cap, "maps": None, "made": 0, "per": code_budget.MAPS_PER_PROGRAM}.items():
+        monkeypatch.setitem(code_budget._state, key, value)
+    highest = 0
+    for _ in range(400):
+        process["maps"] += per_program
+        code_budget.note_new_program()
+        highest = max(highest, process["maps"])
+    assert highest < code_budget.HIGH * cap + per_program, highest
+    assert process["counts"] <= 400 // 2 or per_program > 1000  # small programs are not counted one by one
 
 
 def test_when_half_is_not_enough_every_program_goes(monkeypatch):

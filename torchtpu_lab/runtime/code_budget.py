@@ -8,7 +8,11 @@ notebook's kernel and every tensor in it down. The caches that keep executables 
 token (beam search; any shape that keeps changing) crashed after about 230 of them.
 
 So each new executable (compiled, or loaded from the persistent cache) is counted. When the maps could be near a
-high-water mark (:data:`HIGH` of the limit) they are counted for real (``/proc/self/maps``); above it, the least
+high-water mark (:data:`HIGH` of the limit) they are counted for real (``/proc/self/maps``). Between counts each
+program is assumed to add what the programs since the previous count added, at least :data:`MAPS_PER_PROGRAM`: a
+training step's program of a small model takes ~600–1,300 maps, and a fixed guess of 400 from a count of zero let
+a session that trained thirty small models one after another reach the limit before its first count. Above the
+mark, the least
 recently used half of every cache holding programs (:func:`.caches.code_caches`) is evicted — they compile again,
 or load from the persistent cache, when next needed — and if that is not enough, the rest of them. (The native
 core's learned strict calls keep their executables; ``%tpu cache clear`` drops those.) Each eviction is counted
@@ -26,11 +30,15 @@ from .. import caches, telemetry
 HIGH = 0.6
 #: ... down to this share (else every program in those caches goes)
 LOW = 0.45
-#: maps a new program is assumed to add, until they are counted (a generous bound: counting is ~10 ms at 60k)
+#: the fewest maps a new program is assumed to add between counts (counting is ~10 ms at 60k maps)
 MAPS_PER_PROGRAM = 400
+#: programs made between two counts, at most, however far the high-water mark seems (a count costs well under a
+#: compile; eight programs of a few thousand maps each stay within the headroom above the mark)
+MAX_UNCOUNTED = 8
 
-#: ``limit`` (``None``: unknown, no budget; read once), ``maps`` at the last count, ``made`` since it
-_state: dict = {"limit": -1, "maps": 0, "made": 0, "warned": False}
+#: ``limit`` (``None``: unknown, no budget; read once), ``maps`` at the last count (``None``: not counted yet),
+#: ``made`` since it, ``per``: maps a program is assumed to add until the next count
+_state: dict = {"limit": -1, "maps": None, "made": 0, "per": MAPS_PER_PROGRAM, "warned": False}
 
 
 def limit() -> int | None:
@@ -59,9 +67,12 @@ def note_new_program() -> None:
     if cap is None:
         return
     _state["made"] += 1
-    if _state["maps"] + _state["made"] * MAPS_PER_PROGRAM < HIGH * cap:
+    last, made = _state["maps"], _state["made"]
+    if last is not None and made < MAX_UNCOUNTED and last + made * _state["per"] < HIGH * cap:
         return
     now = maps()
+    if last is not None:  # what the programs since the last count added, each (other growth counted with them)
+        _state["per"] = max(MAPS_PER_PROGRAM, (now - last) / made)
     _state["maps"], _state["made"] = now, 0
     if now >= HIGH * cap:
         _evict(now, cap)
