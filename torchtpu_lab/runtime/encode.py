@@ -139,6 +139,8 @@ def cast(op, out, meta):
     if meta is None:
         return out
     if isinstance(meta, torch.Tensor):
+        if out is None:  # a gradient its output_mask left out, which PyTorch's meta kernel still describes
+            return jnp.zeros(meta.shape, dtypes.to_jax(meta.dtype))
         if tuple(out.shape) != tuple(meta.shape):
             raise RuntimeError(
                 f"torchtpu_lab bug: the lowering of {op} produced shape {tuple(out.shape)} "

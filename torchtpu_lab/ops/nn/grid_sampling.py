@@ -104,7 +104,8 @@ def _grid_sample_backward(grad, x, grid, mode, padding_mode, align_corners, outp
     xf, gf = _acc(x), _acc(grid)
     _, vjp = jax.vjp(lambda v, g: _grid_sample(v, g, mode, padding_mode, align_corners), xf, gf)
     gx, gg = vjp(_acc(grad).astype(xf.dtype))
-    return (gx if output_mask[0] else None), (gg if output_mask[1] else None)
+    # PyTorch leaves only the input's gradient out when it is not wanted: the grid's is always a tensor
+    return (gx if output_mask[0] else None), gg
 
 
 @lower(aten.grid_sampler_2d, aten.grid_sampler_3d)
