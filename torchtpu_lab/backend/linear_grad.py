@@ -39,6 +39,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from ..device.tensor import TpuTensor, has_data
+from ..ops.linalg import biased_product
 from ..ops.precision import matmul_precision
 from ..ops.registry import Lowering
 
@@ -108,9 +109,11 @@ class _Linear(torch.autograd.Function):
 
 
 def _product(x, w, b=None):
-    """``x @ w.T + b`` in one lowering: a ``dot_general`` contracting the last dims (the transpose is folded)."""
-    y = jnp.matmul(x, w.T, precision=matmul_precision())
-    return y if b is None else y + b
+    """``x @ w.T + b`` in one lowering: a ``dot_general`` contracting the last dims (the transpose is folded); the
+    bias added before the one rounding in half types, as PyTorch's CPU gemm adds it."""
+    if b is None:
+        return jnp.matmul(x, w.T, precision=matmul_precision())
+    return biased_product(b, x, w.T)
 
 
 #: not in the op table (``linear`` is CompositeImplicitAutograd): only :func:`linear` (and inference mode, which

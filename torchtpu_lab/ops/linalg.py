@@ -40,18 +40,40 @@ def dot(a, b):
     return jnp.dot(a, b, precision=matmul_precision())
 
 
+def biased_product(bias, a, b, beta=1, alpha=1):
+    """``beta * bias + alpha * (a @ b)``; in half types the product and the bias are added in float32 and rounded
+    once, as PyTorch's CPU gemm adds the bias inside its float32 accumulation (rounding the product first is up to
+    an ulp off: a bfloat16 ``Linear`` under autocast)."""
+    if a.dtype not in (jnp.bfloat16, jnp.float16):
+        return _scaled(beta, bias, alpha, _mm(a, b))
+    prod = jnp.matmul(a, b, precision=matmul_precision(), preferred_element_type=jnp.float32)
+    return _scaled(beta, bias.astype(jnp.float32), alpha, prod).astype(a.dtype)
+
+
 @lower(aten.addmm.default, aten.addmv.default, aten.baddbmm.default)
 def addmm(bias, a, b, *, beta=1, alpha=1):
-    return _scaled(beta, bias, alpha, _mm(a, b))
+    return biased_product(bias, a, b, beta, alpha)
 
 
 @lower(aten.addbmm.default)
 def addbmm(bias, a, b, *, beta=1, alpha=1):
-    return _scaled(beta, bias, alpha, jnp.sum(_mm(a, b), axis=0))
+    """In half types as PyTorch's CPU kernel adds it: the first batch's product to the scaled bias, then each
+    other one to the total, each by an ``addmm_`` that rounds once."""
+    if a.dtype not in (jnp.bfloat16, jnp.float16) or a.shape[0] == 0:
+        return _scaled(beta, bias, alpha, jnp.sum(_mm(a, b), axis=0))
+    first = biased_product(jnp.broadcast_to(bias, (a.shape[1], b.shape[2])), a[0], b[0], beta, alpha)
+
+    def add(total, pair):
+        return biased_product(total, pair[0], pair[1], 1, alpha), None
+
+    return lax.scan(add, first, (a[1:], b[1:]))[0]
 
 
 @lower(aten.addr.default)
 def addr(bias, u, v, *, beta=1, alpha=1):
+    """``beta * bias + alpha * u * v`` in PyTorch's order (``alpha * u`` first), which rounds in half types."""
+    if jnp.issubdtype(u.dtype, jnp.inexact):
+        return _scaled(beta, bias, 1, (u * alpha)[:, None] * v[None, :])
     return _scaled(beta, bias, alpha, u[:, None] * v[None, :])
 
 
