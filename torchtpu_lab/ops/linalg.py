@@ -344,7 +344,12 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
 
 @lower(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(a):
-    return jsl.expm(a) if a.shape[-1] else a
+    """Half types in float32 (JAX's ``expm`` has no half-type form), rounded once."""
+    if not a.shape[-1]:
+        return a
+    if a.dtype in (jnp.bfloat16, jnp.float16):
+        return jsl.expm(a.astype(jnp.float32)).astype(a.dtype)
+    return jsl.expm(a)
 
 
 # ---- least squares, Householder products, eig -------------------------------------------------------------------

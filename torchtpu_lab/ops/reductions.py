@@ -45,6 +45,12 @@ def _float(x):
     return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
 
 
+def _opmath(x):
+    """``x`` in float32 if it is a half type: PyTorch's CPU kernels carry running sums, products and powers in
+    float32 and round each result once (a float16 ``|x| ** 6`` overflows long before the norm does)."""
+    return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
+
+
 # ---- sums, means, products ----------------------------------------------------------------------------------
 
 
@@ -240,13 +246,13 @@ def std_mean(x, dim=None, *, correction=None, keepdim=False):
 @lower(aten.cumsum.default)
 def cumsum(x, dim, *, dtype=None):
     x = _acc(x, dtype)
-    return x if x.ndim == 0 else jnp.cumsum(x, axis=_axis(dim, x.ndim))
+    return x if x.ndim == 0 else jnp.cumsum(_opmath(x), axis=_axis(dim, x.ndim)).astype(x.dtype)
 
 
 @lower(aten.cumprod.default)
 def cumprod(x, dim, *, dtype=None):
     x = _acc(x, dtype)
-    return x if x.ndim == 0 else jnp.cumprod(x, axis=_axis(dim, x.ndim))
+    return x if x.ndim == 0 else jnp.cumprod(_opmath(x), axis=_axis(dim, x.ndim)).astype(x.dtype)
 
 
 def _cum_extreme(x, dim, largest):
@@ -343,7 +349,7 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """``ord``: inf/-inf are max/min of |x|, 0 counts nonzeros, else (sum |x|^ord)^(1/ord)."""
     if dtype is not None:
         x = x.astype(dtypes.to_jax(dtype))
-    a = jnp.abs(_float(x))
+    a = jnp.abs(_opmath(_float(x)))
     axes = _axes(dim, x.ndim)
     ord = float(ord)
     if ord == float("inf"):

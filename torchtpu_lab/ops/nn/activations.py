@@ -40,7 +40,7 @@ def log_softmax(x, dim, half_to_float):
 @lower(aten._softmax_backward_data)
 def softmax_backward_data(grad, out, dim, input_dtype):
     def fn(g, a):
-        y = out.reshape(g.shape)
+        g, y = _acc(g), _acc(out.reshape(g.shape))  # in float32 for half types, rounded once (as on CPU)
         return y * (g - jnp.sum(g * y, axis=a, keepdims=True))
 
     return _along(fn, grad, dim)
@@ -49,7 +49,8 @@ def softmax_backward_data(grad, out, dim, input_dtype):
 @lower(aten._log_softmax_backward_data)
 def log_softmax_backward_data(grad, out, dim, input_dtype):
     def fn(g, a):
-        return g - jnp.exp(out.reshape(g.shape)) * jnp.sum(g, axis=a, keepdims=True)
+        g = _acc(g)
+        return g - jnp.exp(_acc(out.reshape(g.shape))) * jnp.sum(g, axis=a, keepdims=True)
 
     return _along(fn, grad, dim)
 
