@@ -111,3 +111,18 @@ def test_matrix_exp_of_half_types_is_float32s_rounded(dtype):
     got = torch.linalg.matrix_exp(a.to("tpu")).cpu()
     assert got.dtype == dtype
     torch.testing.assert_close(got, torch.linalg.matrix_exp(a.double()).to(dtype), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_variance_in_float32(dtype):
+    x = (_operands((5, 5, 5), dtype=torch.float32)[0] * 3 + 1).to(dtype)
+    for correction in (0, 1, 1.3, 2):
+        for fn in (torch.var, torch.std):
+            want = fn(x, dim=1, correction=correction)
+            got = fn(x.to("tpu"), dim=1, correction=correction).cpu()
+            assert got.dtype == dtype
+            torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+        var, mean = torch.var_mean(x.to("tpu"), dim=(0, 2), correction=correction)
+        want_var, want_mean = torch.var_mean(x, dim=(0, 2), correction=correction)
+        torch.testing.assert_close(var.cpu(), want_var, rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(mean.cpu(), want_mean, rtol=1e-3, atol=1e-3)

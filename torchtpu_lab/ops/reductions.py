@@ -205,8 +205,9 @@ def aminmax(x, *, dim=None, keepdim=False):
 
 
 def _var_mean(x, dim, correction, keepdim):
-    """PyTorch divides by ``max(0, N - correction)`` (0 gives inf/nan, as on CPU)."""
-    x = _float(x)
+    """PyTorch divides by ``max(0, N - correction)`` (0 gives inf/nan, as on CPU); half types in float32, rounded
+    once (CPU's Welford runs in float32)."""
+    x = _opmath(_float(x))
     axes = _axes(dim, x.ndim)
     n = 1
     for a in axes:
