@@ -764,3 +764,20 @@ def test_an_op_with_no_integer_kernel_on_cpu_raises_its_error_on_integers(fn, mo
         cpu_message = re.escape(str(pytest.raises(NotImplementedError, fn, x, y).value))
         assert re.search(cpu_message, str(error)), error
         assert_same(fn(x.float().to("tpu"), y.float().to("tpu")), fn(x.float(), y.float()))
+
+
+@pytest.mark.parametrize("shape, groups", [((0, 2), 1), ((0, 4, 3, 3), 2), ((2, 4, 0), 2)])
+def test_group_norm_of_an_empty_batch_or_map(shape, groups):
+    """Sizes are spelled out where a ``reshape`` of zero elements has no ``-1`` to infer (op_db's batch of 0
+    raised ZeroDivisionError), and an empty map runs though the meta kernel divides by its size. (CPU's weight
+    gradient over an empty map is NaN, ours the empty sum's 0: only the batch-of-0 cases compare it.)"""
+    def run(device):
+        x = torch.zeros(shape).to(device).requires_grad_()
+        w = torch.ones(shape[1]).to(device).requires_grad_()
+        y = torch.nn.functional.group_norm(x, groups, w, torch.zeros(shape[1]).to(device))
+        y.sum().backward()
+        return y.detach().cpu(), x.grad.cpu(), w.grad.cpu()
+
+    compared = 3 if shape[0] == 0 else 2
+    for got, want in list(zip(run("tpu"), run("cpu")))[:compared]:
+        assert got.shape == want.shape and torch.equal(got, want)

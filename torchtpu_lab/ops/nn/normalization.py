@@ -118,11 +118,12 @@ def native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_
 
 @lower(aten.native_group_norm)
 def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
-    xf = _acc(x).reshape(N, group, -1)
+    per_group = (N, group, C // group * HxW)  # explicit sizes: a batch of 0 has no -1 to infer
+    xf = _acc(x).reshape(per_group)
     mean = jnp.mean(xf, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
     rstd = lax.rsqrt(var + eps)
-    out = ((xf - mean) * rstd).reshape(N, C, -1)
+    out = ((xf - mean) * rstd).reshape(N, C, HxW)
     if weight is not None:
         out = out * weight.reshape(1, C, 1)
     if bias is not None:
@@ -132,13 +133,14 @@ def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
 
 @lower(aten.native_group_norm_backward)
 def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, output_mask):
-    grad3, x3 = _acc(grad).reshape(N, C, -1), _acc(x).reshape(N, C, -1)
+    per_group = (N, group, C // group * HxW)
+    grad3, x3 = _acc(grad).reshape(N, C, HxW), _acc(x).reshape(N, C, HxW)
     mean, rstd = mean.reshape(N, group, 1), rstd.reshape(N, group, 1)
-    xhat = ((x3.reshape(N, group, -1) - mean) * rstd).reshape(N, C, -1)
+    xhat = ((x3.reshape(per_group) - mean) * rstd).reshape(N, C, HxW)
     gi = gw = gb = None
     if output_mask[0]:
-        g = (grad3 * weight.reshape(1, C, 1) if weight is not None else grad3).reshape(N, group, -1)
-        xh = xhat.reshape(N, group, -1)
+        g = (grad3 * weight.reshape(1, C, 1) if weight is not None else grad3).reshape(per_group)
+        xh = xhat.reshape(per_group)
         gi = rstd * (g - jnp.mean(g, axis=-1, keepdims=True) - xh * jnp.mean(g * xh, axis=-1, keepdims=True))
         gi = gi.reshape(x.shape)
     if output_mask[1]:
