@@ -45,7 +45,8 @@ def biased_product(bias, a, b, beta=1, alpha=1):
     once, as PyTorch's CPU gemm adds the bias inside its float32 accumulation (rounding the product first is up to
     an ulp off: a bfloat16 ``Linear`` under autocast)."""
     if a.dtype not in (jnp.bfloat16, jnp.float16):
-        return _scaled(beta, bias, alpha, _mm(a, b))
+        plain = type(beta) is int and type(alpha) is int and beta == alpha == 1 and jnp.issubdtype(a.dtype, jnp.inexact)
+        return bias + _mm(a, b) if plain else _scaled(beta, bias, alpha, _mm(a, b))
     prod = jnp.matmul(a, b, precision=matmul_precision(), preferred_element_type=jnp.float32)
     return _scaled(beta, bias.astype(jnp.float32), alpha, prod).astype(a.dtype)
 
