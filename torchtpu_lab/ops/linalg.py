@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import lax
 
-from .precision import EXACT, matmul_precision
+from .precision import EXACT, HALF_TYPES, matmul_precision, opmath
 from .registry import aten, lower
 
 
@@ -44,11 +44,11 @@ def biased_product(bias, a, b, beta=1, alpha=1):
     """``beta * bias + alpha * (a @ b)``; in half types the product and the bias are added in float32 and rounded
     once, as PyTorch's CPU gemm adds the bias inside its float32 accumulation (rounding the product first is up to
     an ulp off: a bfloat16 ``Linear`` under autocast)."""
-    if a.dtype not in (jnp.bfloat16, jnp.float16):
+    if a.dtype not in HALF_TYPES:
         plain = type(beta) is int and type(alpha) is int and beta == alpha == 1 and jnp.issubdtype(a.dtype, jnp.inexact)
         return bias + _mm(a, b) if plain else _scaled(beta, bias, alpha, _mm(a, b))
     prod = jnp.matmul(a, b, precision=matmul_precision(), preferred_element_type=jnp.float32)
-    return _scaled(beta, bias.astype(jnp.float32), alpha, prod).astype(a.dtype)
+    return _scaled(beta, opmath(bias), alpha, prod).astype(a.dtype)
 
 
 @lower(aten.addmm.default, aten.addmv.default, aten.baddbmm.default)
@@ -60,7 +60,7 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
 def addbmm(bias, a, b, *, beta=1, alpha=1):
     """In half types as PyTorch's CPU kernel adds it: the first batch's product to the scaled bias, then each
     other one to the total, each by an ``addmm_`` that rounds once."""
-    if a.dtype not in (jnp.bfloat16, jnp.float16) or a.shape[0] == 0:
+    if a.dtype not in HALF_TYPES or a.shape[0] == 0:
         return _scaled(beta, bias, alpha, jnp.sum(_mm(a, b), axis=0))
     first = biased_product(jnp.broadcast_to(bias, (a.shape[1], b.shape[2])), a[0], b[0], beta, alpha)
 
@@ -348,9 +348,7 @@ def linalg_matrix_exp(a):
     """Half types in float32 (JAX's ``expm`` has no half-type form), rounded once."""
     if not a.shape[-1]:
         return a
-    if a.dtype in (jnp.bfloat16, jnp.float16):
-        return jsl.expm(a.astype(jnp.float32)).astype(a.dtype)
-    return jsl.expm(a)
+    return jsl.expm(opmath(a)).astype(a.dtype)
 
 
 # ---- least squares, Householder products, eig -------------------------------------------------------------------

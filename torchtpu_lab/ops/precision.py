@@ -21,11 +21,21 @@ of upsampling, adaptive average pooling, the column updates inside a Cholesky fa
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import torch
 from jax import lax
 
 #: For products that are an implementation device, not a user-visible matmul: never lowered in precision.
 EXACT = lax.Precision.HIGHEST
+
+#: the half types, which PyTorch's CPU kernels carry in float32 (``at::opmath_type``) and round once at the end
+HALF_TYPES = (jnp.bfloat16, jnp.float16)
+
+
+def opmath(x):
+    """``x`` in the dtype PyTorch's CPU kernels compute it in: float32 for a half type (running sums and
+    products, powers, variances), else its own."""
+    return x.astype(jnp.float32) if x.dtype in HALF_TYPES else x
 
 _PRECISIONS = {
     "highest": lax.Precision.HIGHEST,

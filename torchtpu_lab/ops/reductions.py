@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import dtypes
+from .precision import opmath
 from .registry import aten, lower, wrap_dim
 
 
@@ -43,12 +44,6 @@ def _acc(x, dtype):
 
 def _float(x):
     return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
-
-
-def _opmath(x):
-    """``x`` in float32 if it is a half type: PyTorch's CPU kernels carry running sums, products and powers in
-    float32 and round each result once (a float16 ``|x| ** 6`` overflows long before the norm does)."""
-    return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
 
 
 # ---- sums, means, products ----------------------------------------------------------------------------------
@@ -207,7 +202,7 @@ def aminmax(x, *, dim=None, keepdim=False):
 def _var_mean(x, dim, correction, keepdim):
     """PyTorch divides by ``max(0, N - correction)`` (0 gives inf/nan, as on CPU); half types in float32, rounded
     once (CPU's Welford runs in float32)."""
-    x = _opmath(_float(x))
+    x = opmath(_float(x))
     axes = _axes(dim, x.ndim)
     n = 1
     for a in axes:
@@ -247,13 +242,13 @@ def std_mean(x, dim=None, *, correction=None, keepdim=False):
 @lower(aten.cumsum.default)
 def cumsum(x, dim, *, dtype=None):
     x = _acc(x, dtype)
-    return x if x.ndim == 0 else jnp.cumsum(_opmath(x), axis=_axis(dim, x.ndim)).astype(x.dtype)
+    return x if x.ndim == 0 else jnp.cumsum(opmath(x), axis=_axis(dim, x.ndim)).astype(x.dtype)
 
 
 @lower(aten.cumprod.default)
 def cumprod(x, dim, *, dtype=None):
     x = _acc(x, dtype)
-    return x if x.ndim == 0 else jnp.cumprod(_opmath(x), axis=_axis(dim, x.ndim)).astype(x.dtype)
+    return x if x.ndim == 0 else jnp.cumprod(opmath(x), axis=_axis(dim, x.ndim)).astype(x.dtype)
 
 
 def _cum_extreme(x, dim, largest):
@@ -350,7 +345,7 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """``ord``: inf/-inf are max/min of |x|, 0 counts nonzeros, else (sum |x|^ord)^(1/ord)."""
     if dtype is not None:
         x = x.astype(dtypes.to_jax(dtype))
-    a = jnp.abs(_opmath(_float(x)))
+    a = jnp.abs(opmath(_float(x)))
     axes = _axes(dim, x.ndim)
     ord = float(ord)
     if ord == float("inf"):

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
+
+from ..precision import opmath as _acc  # noqa: F401  (the ops/nn modules import it from here)
 
 
 def _tup(v, n):
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return tuple(v * n if len(v) == 1 else v)
-
-
-def _acc(x):
-    """``x`` in the dtype PyTorch accumulates it in (float32 for half types)."""
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
 def _linear_backward(forward, grad, x):
