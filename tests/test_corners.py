@@ -781,3 +781,25 @@ def test_group_norm_of_an_empty_batch_or_map(shape, groups):
     compared = 3 if shape[0] == 0 else 2
     for got, want in list(zip(run("tpu"), run("cpu")))[:compared]:
         assert got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.filterwarnings("ignore:torchtpu_lab.*not lowered:RuntimeWarning")  # the fallback's, once a process
+def test_a_nested_or_sparse_result_says_the_device_has_no_such_layout():
+    """tpu tensors are dense: an op that only the CPU fallback runs and that returns a nested or sparse tensor
+    raises NotImplementedError naming the op and the layout (it used to fail later, on a copy, naming neither),
+    and nn.TransformerEncoder's nested fast path says how to avoid it; without it the encoder matches CPU."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, dropout=0.0)
+    x = torch.randn(2, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    nested = torch.nn.TransformerEncoder(layer, 2).eval().to("tpu")
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="_nested_tensor_from_mask returns a nested "
+                                                                   "tensor.*enable_nested_tensor=False"):
+        nested(x.to("tpu"), src_key_padding_mask=pad.to("tpu"))
+    dense = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    with torch.no_grad():
+        want = dense(x, src_key_padding_mask=pad)
+        got = dense.to("tpu")(x.to("tpu"), src_key_padding_mask=pad.to("tpu")).cpu()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="_to_sparse returns a torch.sparse_coo"):
+        torch.ones(3, 3).to("tpu").to_sparse()

@@ -95,6 +95,8 @@ def run(op, args: tuple, kwargs: dict, error: BaseException | None = None):
 
     def back(v):
         if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+            if v.is_nested or v.layout != torch.strided:
+                raise NotImplementedError(_unsupported_layout(name, v))
             if id(v) in mutated:  # an in-place/out op returns its (now written back) argument
                 for orig, cpu_v in zip(list(args) + list(kwargs.values()), list(cpu_args) + list(cpu_kwargs.values())):
                     if cpu_v is v:
@@ -103,6 +105,14 @@ def run(op, args: tuple, kwargs: dict, error: BaseException | None = None):
         return v
 
     return tree_map(back, out)
+
+
+def _unsupported_layout(name: str, v: torch.Tensor) -> str:
+    """Why a CPU result cannot come back: tpu tensors are dense and strided (no nested or sparse layouts)."""
+    kind = "a nested tensor" if v.is_nested else f"a {v.layout} tensor"
+    hint = (" (nn.TransformerEncoder takes this path in evaluation mode with a src_key_padding_mask: build it with "
+            "enable_nested_tensor=False)") if v.is_nested else ""
+    return f"torchtpu_lab: {name} returns {kind}, which the tpu device does not have{hint}"
 
 
 def summary() -> dict:
