@@ -20,10 +20,17 @@ def _scaled(beta, bias, alpha, prod):
     for integer tensors first converts beta and alpha to the integer type (0.6 becomes 0)."""
     if prod.dtype == jnp.bool_:
         return (bias & (beta != 0)) | (prod & (alpha != 0))
+    if _is_one(beta) and _is_one(alpha):  # the usual call (a Linear's bias): no scaling in the program
+        return bias + prod
     if jnp.issubdtype(prod.dtype, jnp.integer):
         beta, alpha = jnp.asarray(beta).astype(prod.dtype), jnp.asarray(alpha).astype(prod.dtype)
     scaled_bias = jnp.where(beta == 0, jnp.zeros((), bias.dtype), bias * beta)
     return scaled_bias + prod * alpha
+
+
+def _is_one(scale) -> bool:
+    """A scale known when traced to be 1 (not a graph input)."""
+    return type(scale) in (int, float) and scale == 1
 
 
 # ---- products ---------------------------------------------------------------------------------------------------
@@ -45,8 +52,7 @@ def biased_product(bias, a, b, beta=1, alpha=1):
     once, as PyTorch's CPU gemm adds the bias inside its float32 accumulation (rounding the product first is up to
     an ulp off: a bfloat16 ``Linear`` under autocast)."""
     if a.dtype not in HALF_TYPES:
-        plain = type(beta) is int and type(alpha) is int and beta == alpha == 1 and jnp.issubdtype(a.dtype, jnp.inexact)
-        return bias + _mm(a, b) if plain else _scaled(beta, bias, alpha, _mm(a, b))
+        return _scaled(beta, bias, alpha, _mm(a, b))
     prod = jnp.matmul(a, b, precision=matmul_precision(), preferred_element_type=jnp.float32)
     return _scaled(beta, opmath(bias), alpha, prod).astype(a.dtype)
 

@@ -37,6 +37,7 @@ def opmath(x):
     products, powers, variances), else its own."""
     return x.astype(jnp.float32) if x.dtype in HALF_TYPES else x
 
+
 _PRECISIONS = {
     "highest": lax.Precision.HIGHEST,
     "high": lax.Precision.HIGH,
