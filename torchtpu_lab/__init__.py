@@ -111,12 +111,16 @@ def global_changes() -> dict:
       ``TpuTensor`` added, so optimizers (``foreach=None``) and ``clip_grad_norm_`` take their foreach path on
       tpu tensors as on CUDA (see :mod:`torchtpu_lab.backend.foreach_types`).
     * ``sys.meta_path``: finders that wait for the import of ``torch._dynamo`` (to register the ``"tpu"`` backend
-      right after it, Dynamo told to call, never trace, torchtpu_lab and JAX code) and of ``accelerate.state``;
+      right after it, Dynamo told to call, never trace, torchtpu_lab and JAX code), of ``accelerate.state`` and of
+      ``transformers.generation.utils``;
       each wraps that one loader's ``exec_module`` and removes itself (see :mod:`torchtpu_lab.backend.after_import`).
     * ``native core``: whether the device's C++ core (guard, hooks, generators, pinned memory) is loaded, or why
       the device runs in pure-Python mode and what that mode lacks (see :mod:`torchtpu_lab.native`).
     * ``accelerate``'s ``PartialState.default_device``, wrapped when accelerate is imported: it is the current
       tpu device while ``tpu`` is the current accelerator, so ``transformers.Trainer`` trains on tpu unasked.
+    * ``transformers``' ``DeferredStopCheck.is_supported``, wrapped when ``transformers.generation.utils`` is
+      imported: ``generate()`` on tpu reads its stop flag a token late, as on MPS, so the host records the next
+      token while the device runs this one (see :mod:`torchtpu_lab.backend.hf_generation`).
     * ``torch.accelerator`` wrappers: synchronize and memory functions route to ``torch.tpu`` while ``tpu`` is the
       current accelerator (PyTorch's own versions need C++ hooks a Python backend cannot provide).
     * The SIGINT handler: ours, in front of Python's default one or a handler of the user's, which it calls at a
@@ -137,6 +141,7 @@ def global_changes() -> dict:
     from .backend import accelerator as _accelerator
     from .backend import after_import, fake, foreach_types, serialization
     from .backend import hf_accelerate as _hf_accelerate
+    from .backend import hf_generation as _hf_generation
     from .platform import x64_enabled
 
     return {
@@ -157,6 +162,7 @@ def global_changes() -> dict:
         **distributed.changes(),
         "native core": _native.status().describe(),
         "accelerate (wrapped)": _hf_accelerate.wrapped(),
+        "transformers generation (wrapped)": _hf_generation.wrapped(),
     }
 
 

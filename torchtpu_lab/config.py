@@ -128,6 +128,16 @@ def _env_flag(raw: str) -> bool:
     return raw != "0"
 
 
+def _on_off_auto(v):
+    if v not in (True, False, "auto"):
+        raise ValueError(f"expected True, False or 'auto', got {v!r}")
+    return v
+
+
+def _parse_on_off_auto(raw: str):
+    return "auto" if raw == "auto" else raw != "0"
+
+
 eager_mode = State("eager_mode", "fused", "debug, strict or fused (see torchtpu_lab.runtime.modes)",
                    _eager_mode, env="TORCHTPU_LAB_EAGER_MODE")
 check_finite = State("check_finite", False, "debug mode raises at the first op whose output has a NaN or Inf",
@@ -149,13 +159,18 @@ native_recording = State("native_recording", True, "repeated fused ops are recor
 prefetch_executables = State("prefetch_executables", True, "a fresh process loads the persistent cache entries its "
                              "previous run used on a background thread (runtime/prefetch.py)", bool,
                              env="TORCHTPU_LAB_PREFETCH", parse=_env_flag)
+deferred_stop_check = State("deferred_stop_check", "auto", "transformers' generate() on tpu reads its stop flag a "
+                            "token late, so the host records the next token while the device runs this one "
+                            "(backend/hf_generation.py); 'auto': where the device is not XLA:CPU", _on_off_auto,
+                            env="TORCHTPU_LAB_DEFERRED_STOP_CHECK", parse=_parse_on_off_auto)
 matmul_precision = _TorchMatmulPrecision("matmul_precision", torch.get_float32_matmul_precision(),
                                          "torch.get_float32_matmul_precision(), read by the matmul lowerings",
                                          _one_of(("highest", "high", "medium")))
 
 STATES: dict[str, State] = {s.name: s for s in (eager_mode, check_finite, cpu_fallback, track_sources,
                                                 track_allocation_sources, max_graph_ops, data_checks,
-                                                native_recording, prefetch_executables, matmul_precision)}
+                                                native_recording, prefetch_executables, deferred_stop_check,
+                                                matmul_precision)}
 
 
 def snapshot() -> dict[str, Any]:

@@ -495,6 +495,8 @@ class SyncReason(enum.Enum):
     is worth a hint); the others are step boundaries or bookkeeping the user asked for."""
 
     TO_HOST = ("copy to host (.cpu() / .to('cpu'))", True)
+    NON_BLOCKING_COPY = ("non-blocking copy to host (launched; the host does not wait)", False)
+    COPY_LANDS = ("a non-blocking copy to host lands (Event.synchronize, or a wait for the device)", False)
     ITEM = ("item() / bool() / int() of a tensor", True)
     PRINT = ("print / repr of a tensor", True)
     READ = ("read of a tensor's value", True)

@@ -19,10 +19,12 @@ from ..device import storage, tensor
 from ..runtime import bounded, core_kernels, growth, recording, values
 from . import (
     accelerator,
+    device_wait,
     dispatch,
     fake,
     foreach_types,
     hf_accelerate,
+    hf_generation,
     linear_grad,
     serialization,
     shallow_copy,
@@ -66,7 +68,9 @@ def _register_native(core) -> None:
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module(_BACKEND, tpu_module)
     core.register()
-    core.set_synchronize(tpu_module.synchronize)  # torch.accelerator/Stream/Event synchronize wait for real
+    core.set_synchronize(tpu_module.synchronize)  # torch.accelerator/Stream synchronize wait for real
+    if hasattr(core, "set_event_hook"):  # torch.Event synchronize/query land non-blocking copies to the host
+        core.set_event_hook(device_wait.event_reached)
     if hasattr(core, "configure_ledger"):  # memory accounting's writes in C (device/storage.py)
         storage.use_native_ledger(core)
     if hasattr(core, "new_tensor"):  # every op's output tensor made in one C++ call (device/tensor.py)
@@ -109,3 +113,4 @@ def register() -> None:
     accelerator.install()
     serialization.install()  # torch.load(map_location="tpu"); storage calls that cannot work raise, never crash
     hf_accelerate.install()
+    hf_generation.install()

@@ -3,8 +3,10 @@ CUDA-shaped code call, on a device that has one ordered queue.
 
 XLA runs a device's programs in the order they were issued and tracks buffer readiness itself, so there is
 one stream per device and every ordering request between streams (``wait_stream``, ``wait_event``) already
-holds. What can be waited for is real: ``Stream.synchronize`` and ``Event.synchronize`` wait for the device
-(:func:`torch.tpu.synchronize`). TorchTPU exposes the same placeholders.
+holds. What can be waited for is real: ``Stream.synchronize`` waits for the device
+(:func:`torch.tpu.synchronize`), ``Event.synchronize`` for the non-blocking copies to the host issued before the
+event (or the device, where none is left: :func:`.device_wait.event_reached`). TorchTPU exposes the same
+placeholders.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import time
 
 import torch
 
-from .device_wait import wait_for_device
+from ..runtime import host_copies
+from .device_wait import event_reached, wait_for_device
 
 
 def _index(device) -> int:
@@ -64,17 +67,20 @@ class Stream:
 
 
 class Event:
-    """A point in the device's queue; ``synchronize`` waits for the device. With ``enable_timing=True``,
-    ``record`` waits for the work before it (so the mark is real) and ``elapsed_time`` gives host-measured
-    milliseconds between two recorded events; without it, ``record`` costs nothing (FSDP2 records many)."""
+    """A point in the device's queue; ``synchronize`` waits for what came before it (see the module's text).
+    With ``enable_timing=True``, ``record`` waits for the work before it (so the mark is real) and
+    ``elapsed_time`` gives host-measured milliseconds between two recorded events; without it, ``record`` costs
+    nothing (FSDP2 records many)."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.enable_timing = enable_timing
         self._stream: Stream | None = None
         self._t: float | None = None
+        self._copies = 0  # the non-blocking copies to the host issued before the record
 
     def record(self, stream: Stream | None = None) -> None:
         self._stream = stream or current_stream()
+        self._copies = host_copies.issued()
         if self.enable_timing:
             self._stream.synchronize()
             self._t = time.perf_counter()
@@ -83,10 +89,11 @@ class Event:
         """Already ordered: one queue."""
 
     def query(self) -> bool:
-        return self._stream is not None
+        return self._stream is not None and event_reached(self._stream.device.index, self._copies, False)
 
     def synchronize(self) -> None:
-        (self._stream or current_stream()).synchronize()
+        stream = self._stream or current_stream()
+        event_reached(stream.device.index, self._copies, True)
 
     def elapsed_time(self, end_event: "Event") -> float:
         if not (self.enable_timing and end_event.enable_timing):

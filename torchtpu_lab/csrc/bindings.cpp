@@ -58,6 +58,14 @@ PyObject* write_placeholders(PyObject* /*module*/, PyObject* const* args, Py_ssi
   return torchtpu::write_placeholders(args[0], args[1]);
 }
 
+PyObject* issue_host_copy(PyObject* /*module*/, PyObject* /*unused*/) {
+  return PyLong_FromUnsignedLongLong(torchtpu::issue_host_copy());
+}
+
+PyObject* host_copies_issued(PyObject* /*module*/, PyObject* /*unused*/) {
+  return PyLong_FromUnsignedLongLong(torchtpu::host_copies_issued());
+}
+
 PyMethodDef fast_methods[] = {
     {"segment_add", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&segment_add)), METH_FASTCALL,
      "segment_add(segment, node) -> bool: graph_key.Segment.add in C (False: inputs only Python keys)."},
@@ -98,11 +106,17 @@ PyMethodDef fast_methods[] = {
      "_alias_order (sync_plan.h)."},
     {"commit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::commit_py)), METH_FASTCALL,
      "commit(targets, results): target.value = result for each pair (sync_plan.h)."},
+    {"issue_host_copy", &issue_host_copy, METH_NOARGS,
+     "issue_host_copy() -> int: the number of a new non-blocking copy to the host (events recorded after it "
+     "cover it; runtime/host_copies.py)."},
+    {"host_copies_issued", &host_copies_issued, METH_NOARGS,
+     "host_copies_issued() -> int: how many non-blocking copies to the host were issued."},
     {nullptr, nullptr, 0, nullptr}};
 
-// The Python callable the guard's synchronize calls run; leaked on purpose (it must outlive interpreter
-// shutdown, when destroying a Python object from a static destructor would crash).
+// The Python callables the guard's synchronize and event calls run; leaked on purpose (they must outlive
+// interpreter shutdown, when destroying a Python object from a static destructor would crash).
 py::object* synchronize_fn = nullptr;
+py::object* event_fn = nullptr;
 
 void call_synchronize(c10::DeviceIndex index) {
   py::gil_scoped_acquire gil;
@@ -110,6 +124,16 @@ void call_synchronize(c10::DeviceIndex index) {
     (*synchronize_fn)(static_cast<int>(index));
   } catch (py::error_already_set& e) {
     e.restore();  // the Python exception (a Ctrl-C too) reaches the caller unchanged
+    throw python_error();
+  }
+}
+
+bool call_event(c10::DeviceIndex index, uint64_t upto, bool wait) {
+  py::gil_scoped_acquire gil;
+  try {
+    return (*event_fn)(static_cast<int>(index), upto, wait).cast<bool>();
+  } catch (py::error_already_set& e) {
+    e.restore();
     throw python_error();
   }
 }
@@ -130,7 +154,12 @@ PYBIND11_MODULE(_C, m) {
     if (synchronize_fn == nullptr) synchronize_fn = new py::object();
     *synchronize_fn = std::move(fn);
     torchtpu::set_sync_hook(&call_synchronize);
-  }, "fn(device_index): what torch.accelerator/Stream/Event synchronize run for a tpu device.");
+  }, "fn(device_index): what torch.accelerator/Stream synchronize run for a tpu device.");
+  m.def("set_event_hook", [](py::object fn) {
+    if (event_fn == nullptr) event_fn = new py::object();
+    *event_fn = std::move(fn);
+    torchtpu::set_event_hook(&call_event);
+  }, "fn(device_index, upto, wait) -> bool: what torch.Event synchronize (wait) and query run for a tpu event.");
   if (PyModule_AddFunctions(m.ptr(), fast_methods) < 0) throw py::error_already_set();
   if (torchtpu::add_lock_type(m.ptr()) < 0) throw py::error_already_set();
   if (torchtpu::add_op_log_type(m.ptr()) < 0) throw py::error_already_set();

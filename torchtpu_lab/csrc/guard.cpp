@@ -3,11 +3,13 @@
 //
 // XLA runs one device's programs in issue order and tracks buffer readiness itself, so each device has one
 // stream (id 0) and ordering between streams already holds: `block` has nothing to do. An event records the
-// host time at which it was recorded; `elapsedTime` is the time between two records. Waiting for the device
-// (synchronizeDevice/Stream/Event: torch.accelerator.synchronize, torch.Stream/torch.Event.synchronize) runs
-// the synchronize hook, torch.tpu.synchronize, set from the bindings. Those three are the only callbacks that
-// enter Python: PyTorch calls them from Python bindings that pass a Python exception (a Ctrl-C) on; every
-// noexcept callback stays in C++.
+// host time at which it was recorded (`elapsedTime` is the time between two records) and how many non-blocking
+// copies to the host were issued before it. Waiting for the device (synchronizeDevice/Stream:
+// torch.accelerator.synchronize, torch.Stream.synchronize) runs the synchronize hook, torch.tpu.synchronize;
+// an event's synchronize and query run the event hook, which lands the copies issued before the event (what the
+// host can observe of the work before it; runtime/host_copies.py). Both hooks are set from the bindings. Those
+// four are the only callbacks that enter Python: PyTorch calls them from Python bindings that pass a Python
+// exception (a Ctrl-C) on; every noexcept callback stays in C++.
 #include <atomic>
 #include <chrono>
 
@@ -26,9 +28,12 @@ c10::Stream default_stream(c10::Device d) { return c10::Stream(c10::Stream::DEFA
 struct Event {
   std::chrono::steady_clock::time_point when;
   c10::DeviceIndex device;
+  uint64_t copies;  // host copies issued before the record
 };
 
 std::atomic<SyncHook> sync_hook{nullptr};
+std::atomic<EventHook> event_hook{nullptr};
+std::atomic<uint64_t> copies_issued{0};
 
 void wait_for(c10::DeviceIndex index) {
   if (auto hook = sync_hook.load()) hook(index < 0 ? current_device() : index);
@@ -74,16 +79,28 @@ struct TpuGuard final : c10::impl::DeviceGuardImplInterface {
     auto* e = static_cast<Event*>(*event);
     e->when = std::chrono::steady_clock::now();
     e->device = stream.device_index();
+    e->copies = copies_issued.load();
   }
   void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
-  bool queryEvent(void* /*event*/) const override { return true; }
+  bool queryEvent(void* event) const override {
+    auto hook = event_hook.load();
+    if (event == nullptr || hook == nullptr) return true;
+    auto* e = static_cast<Event*>(event);
+    return hook(e->device, e->copies, false);
+  }
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
     delete static_cast<Event*>(event);
   }
   bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
   void synchronizeStream(const c10::Stream& stream) const override { wait_for(stream.device_index()); }
   void synchronizeEvent(void* event) const override {
-    if (event != nullptr) wait_for(static_cast<Event*>(event)->device);
+    if (event == nullptr) return;
+    auto* e = static_cast<Event*>(event);
+    if (auto hook = event_hook.load()) {
+      hook(e->device, e->copies, true);
+    } else {
+      wait_for(e->device);
+    }
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override { wait_for(device_index); }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
@@ -96,6 +113,9 @@ struct TpuGuard final : c10::impl::DeviceGuardImplInterface {
 }  // namespace
 
 void set_sync_hook(SyncHook hook) { sync_hook.store(hook); }
+void set_event_hook(EventHook hook) { event_hook.store(hook); }
+uint64_t issue_host_copy() noexcept { return copies_issued.fetch_add(1) + 1; }
+uint64_t host_copies_issued() noexcept { return copies_issued.load(); }
 
 void register_guard() {
   static TpuGuard guard;

@@ -18,7 +18,7 @@ from IPython.display import display
 from .. import telemetry
 from ..device import memory
 from ..records import Status
-from ..runtime import compile_cache, fused, modes
+from ..runtime import compile_cache, fused, host_copies, modes
 from . import comm
 from .status import CELL_SECONDS, banner_lines, status
 
@@ -45,12 +45,14 @@ def _start_of_cell(info=None) -> None:
 
 
 def _end_of_cell(result=None) -> None:
-    """Flush the cell's pending fused work. A failure becomes the cell's error (its execution result, so the
+    """Flush the cell's pending fused work and land its non-blocking copies to the host (the next cell may read
+    them: a cell is as far as a copy stays in flight). A failure becomes the cell's error (its execution result, so the
     kernel replies "error" and "Run All", nbclient and papermill stop) with its traceback shown; the kernel
     and every tensor computed before stay usable. The cell's wall time is counted (the status's compile
     share is of it)."""
     try:
         fused.sync(telemetry.SyncReason.END_OF_CELL, source=telemetry.END_OF_CELL)
+        host_copies.land()
     except Exception as e:  # noqa: BLE001
         from IPython import get_ipython
 

@@ -18,7 +18,7 @@ from ..telemetry import SyncReason
 from ..device import context, sizes, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor, fused, program_cost, transfer, values
+from . import executor, fused, host_copies, program_cost, transfer, values
 
 aten = torch.ops.aten
 
@@ -31,7 +31,9 @@ def _tpu_index(device) -> int:
 
 
 def to_host(t: tensor.TpuTensor, reason: SyncReason = SyncReason.TO_HOST) -> torch.Tensor:
-    """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason."""
+    """A CPU copy of a tpu tensor's values: a sync point (it waits for the device), recorded with its reason.
+    Non-blocking copies issued before it land first, as they would on a CUDA stream."""
+    host_copies.land()
     reason = telemetry.sync_reason.get() or reason
     with telemetry.sync_event(reason, fused.pending_ops()):
         host = dtypes.host_tensor(program_cost.host_values(values.value(t, reason, record=False)), t.dtype)
@@ -112,11 +114,15 @@ def copy_(self, src, non_blocking=False):
         values.assign(self, src)
         return self
     # a CPU (or other device) destination, a tpu source
-    self.copy_(to_host(src))
+    if non_blocking and self.device.type == "cpu":
+        host_copies.issue(self, src)  # lands at an event's synchronize, or any wait for the device
+    else:
+        self.copy_(to_host(src))
     return self
 
 
 def local_scalar_dense(self):
+    host_copies.land()
     reason = telemetry.sync_reason.get() or SyncReason.ITEM
     with telemetry.sync_event(reason, fused.pending_ops()):
         return program_cost.host_values(values.value(self, reason, record=False)).item()
