@@ -25,7 +25,7 @@ import torch
 from .. import dtypes, native, telemetry
 from ..device import tensor
 from ..telemetry import SyncReason
-from . import fused, program_cost, values
+from . import program_cost, values
 
 #: number a copy covered by every event: what a device-wide wait lands
 ALL = 2 ** 64 - 1
@@ -66,8 +66,7 @@ def issue(host: torch.Tensor, src: tensor.TpuTensor) -> None:
     # PyTorch's own error for shapes that do not broadcast
     torch.empty(host.shape, dtype=host.dtype, device="meta").copy_(torch.empty(src.shape, dtype=src.dtype,
                                                                                device="meta"))
-    with telemetry.sync_event(SyncReason.NON_BLOCKING_COPY, fused.pending_ops()):
-        array = values.value(src, SyncReason.NON_BLOCKING_COPY, record=False)  # launched, not waited for
+    array = values.value(src, SyncReason.NON_BLOCKING_COPY)  # pending work is launched (a sync event), not waited for
     # its own storage: a later graph must not donate (and delete) the buffer this copy still reads
     held = tensor.from_array(array, src.dtype, src.tpu_storage.device_index)
     _QUEUE.append(_Copy(_next_number(), host, held, src.numel() * src.element_size()))
