@@ -5,9 +5,12 @@
 // three attribute writes, one of them on the storage's own Python object) costs 8-9 us per tensor on the
 // project's machine, the largest part of an op's floor (docs/perf.md). Here it is one METH_FASTCALL call.
 //
-// The storage holds no data (tpu values live in JAX arrays): a null pointer and zero bytes on PrivateUse1, as
-// the pure-Python factory's storage reports, so code that reads `data_ptr()` or `nbytes()` (tied-weight checks,
-// FSDP's storage helpers) sees the same in both modes. Python's `device/tensor.py` keeps the protocol:
+// The storage holds no data (tpu values live in JAX arrays). Its data pointer is an address that stands for the
+// data model's Storage (storage_address): distinct storages report distinct pointers and every view of one
+// reports its base's, so code that compares `data_ptr()` to find shared memory (transformers' save_pretrained and
+// tied-weight checks, safetensors, torch.save) sees what it would on CUDA. Nothing reads through it, and a read
+// would fault rather than return another object's bytes. Its byte size stays 0 for a base tensor (what FSDP's
+// storage helpers read, wrapped by distributed/). Python's `device/tensor.py` keeps the protocol:
 // `tpu_storage`/`tpu_view` on the tensor, and the pair `(storage, view)` with the torch storage, where
 // autograd's shallow copies (new TensorImpls sharing it) find it. The pure-Python factory puts the pair on the
 // torch storage's Python object (`_tpu_ref`); here it is the storage's DataPtr context (`storage_ref`), so no
@@ -15,6 +18,7 @@
 // every op's result, and ~5% of a recorded op.
 #include <Python.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include <ATen/core/Tensor.h>
@@ -77,11 +81,18 @@ PyObject* pair_context(PyObject* storage_obj, PyObject* view) {
   return view == Py_None ? Py_NewRef(storage_obj) : PyTuple_Pack(2, storage_obj, view);
 }
 
+// The data pointer a tpu storage reports: the address of the data model's Storage object with bits 52-55 set,
+// which no process maps (non-canonical on x86-64; beyond the address space under AArch64's top-byte-ignore), so
+// it is unique while the Storage lives, shared by its views, and never readable.
+void* storage_address(PyObject* storage_obj) {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(storage_obj) | (uintptr_t{0xF} << 52));
+}
+
 // A data-less DataPtr on `device` whose context is the pair.
 c10::DataPtr ref_ptr(PyObject* storage_obj, PyObject* view, c10::Device device) {
   PyObject* context = pair_context(storage_obj, view);
   if (context == nullptr) throw python_error();
-  return c10::DataPtr(nullptr, context, &drop_ref, device);
+  return c10::DataPtr(storage_address(storage_obj), context, &drop_ref, device);
 }
 
 // The torch storage of `t` when it is one this file made (its DataPtr's deleter is drop_ref), else nullptr.
@@ -116,7 +127,7 @@ int repoint(c10::TensorImpl* tensor, PyObject* storage, PyObject* view) {
   const c10::Storage& current = tensor->unsafe_storage();
   PyObject* context = pair_context(storage, view);
   if (context == nullptr) return -1;
-  c10::DataPtr ptr(nullptr, context, &drop_ref, current.device());
+  c10::DataPtr ptr(storage_address(storage), context, &drop_ref, current.device());
   if (current.use_count() == 1 || !tensor->allow_tensor_metadata_change()) {
     current.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(ptr));  // drops the old pair
     return 0;
