@@ -137,6 +137,33 @@ def test_resize_keeps_leading_values_and_out_resizes():
     assert out.shape == (2, 2) and out.cpu().tolist() == [[2.0, 2.0], [2.0, 2.0]]
 
 
+def test_a_resize_within_the_storage_keeps_sharing_it_with_the_base_and_views():
+    """PyTorch keeps the storage when the new size fits in it from the tensor's offset: writes after the resize
+    reach the base (an ``out=`` into a strided view that must be resized relies on it)."""
+    import warnings
+
+    def f(d):
+        base = torch.zeros(8, device=d)
+        head = base[:4]
+        head.resize_(2)
+        head.fill_(1)
+        grid = torch.arange(12.0, device=d)
+        tail = grid[2:]
+        tail.resize_(3, 2)
+        tail.mul_(-1)
+        whole = torch.arange(6.0, device=d)
+        alias = whole[3:]
+        whole.resize_(2, 2)
+        whole.add_(100)
+        out = torch.zeros(2, 2, 6, device=d)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PyTorch's deprecation of resizing a non-empty out
+            torch.abs(torch.arange(-6.0, 6.0, device=d).reshape(2, 2, 3), out=out[:, :, 0:6:3])
+        return base, grid, tail, whole, alias, out
+
+    same_on_both_devices(f)
+
+
 def test_backward_of_ops_that_save_their_output():
     def f(d):
         x = torch.linspace(-2, 2, 7, device=d).requires_grad_()

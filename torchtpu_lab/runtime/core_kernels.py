@@ -132,7 +132,9 @@ def local_scalar_dense(self):
 
 def resize_(self, size, memory_format=None):
     """PyTorch semantics: the first ``min(old, new)`` elements (in row-major order) keep their values; new
-    elements are uninitialized (here: zero)."""
+    elements are uninitialized (here: zero). A resize that fits in the tensor's storage from its offset keeps
+    that storage (the tensor becomes its contiguous elements there), so views of it, and its base, keep seeing
+    its writes; one that needs more gets a storage of its own (PyTorch would grow the shared one)."""
     self = tensor.adopt(self)
     size = tuple(int(n) for n in size)
     if tuple(self.shape) == size:
@@ -140,6 +142,11 @@ def resize_(self, size, memory_format=None):
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
     old = self.tpu_storage
+    offset = self.tpu_view.offset if self.tpu_view is not None else 0
+    if isinstance(offset, int) and offset + math.prod(size) <= math.prod(old.shape):
+        stride = views.contiguous_strides(size)
+        tensor.set_geometry(self, old, views.canonical(old.shape, size, stride, offset))
+        return self
     new = Storage(size, self.dtype, old.device_index)
     keep = min(math.prod(size), self.numel())
     if keep:
