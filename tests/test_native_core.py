@@ -286,7 +286,8 @@ def test_an_interrupt_inside_the_synchronize_hook_reaches_the_caller_and_the_ses
 
 
 def _locks():
-    kinds = [pytest.param(threading.RLock, id="threading.RLock")]
+    kinds = [pytest.param(threading.RLock, id="threading.RLock"),
+             pytest.param(native.RefusableLock, id="pure-Python mode's lock")]
     core = native.module()
     kinds.append(pytest.param(core.Lock if core is not None else None, id="core Lock",
                               marks=pytest.mark.skipif(core is None, reason="no native core")))
@@ -380,4 +381,4 @@ def test_the_runtime_lock_is_the_cores_when_the_core_is_loaded():
     from torchtpu_lab.runtime import fused
 
     core = native.module()
-    assert type(fused.LOCK) is (core.Lock if core is not None else type(threading.RLock()))
+    assert type(fused.LOCK) is (core.Lock if core is not None else native.RefusableLock)

@@ -114,6 +114,9 @@ def global_changes() -> dict:
       right after it, Dynamo told to call, never trace, torchtpu_lab and JAX code), of ``accelerate.state`` and of
       ``transformers.generation.utils``;
       each wraps that one loader's ``exec_module`` and removes itself (see :mod:`torchtpu_lab.backend.after_import`).
+    * An ``os.register_at_fork`` handler: a child forked after the device started refuses tpu work with PyTorch's
+      "Cannot re-initialize tpu in forked subprocess" instead of hanging (see
+      :mod:`torchtpu_lab.backend.fork_guard`).
     * ``native core``: whether the device's C++ core (guard, hooks, generators, pinned memory) is loaded, or why
       the device runs in pure-Python mode and what that mode lacks (see :mod:`torchtpu_lab.native`).
     * ``accelerate``'s ``PartialState.default_device``, wrapped when accelerate is imported: it is the current
@@ -141,6 +144,7 @@ def global_changes() -> dict:
     from .backend import accelerator as _accelerator
     from .backend import after_import, fake, foreach_types, serialization
     from .backend import hf_accelerate as _hf_accelerate
+    from .backend import fork_guard as _fork_guard
     from .backend import hf_generation as _hf_generation
     from .platform import x64_enabled
 
@@ -163,6 +167,8 @@ def global_changes() -> dict:
         "native core": _native.status().describe(),
         "accelerate (wrapped)": _hf_accelerate.wrapped(),
         "transformers generation (wrapped)": _hf_generation.wrapped(),
+        "os.register_at_fork handler (a child forked after the device started refuses tpu work)":
+            _fork_guard.installed(),
     }
 
 

@@ -75,12 +75,17 @@ def info() -> PlatformInfo:
     return found
 
 
+def started() -> bool:
+    """Whether the platform is decided, so JAX's backends (client, thread pools) are running in this process."""
+    return bool(info.cache_info().currsize)
+
+
 def when_known(callback) -> None:
     """Call ``callback(info)`` once the platform is decided: now if it is, else at the end of the first
     :func:`info`. For work a higher layer starts with the device (the persistent cache's prefetch) without
     deciding the platform itself, which would start JAX's backends early. ``callback`` must not raise or call
     :func:`info` (it runs inside it)."""
-    if info.cache_info().currsize:
+    if started():
         callback(info())
     else:
         _waiting.append(callback)

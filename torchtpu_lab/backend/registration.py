@@ -23,6 +23,7 @@ from . import (
     dispatch,
     fake,
     foreach_types,
+    fork_guard,
     hf_accelerate,
     hf_generation,
     linear_grad,
@@ -77,7 +78,7 @@ def _register_native(core) -> None:
         tensor.use_native_factory(core.new_tensor, (core.storage_ref, core.set_storage_ref))
     if hasattr(core, "install_tensor_class"):  # data attributes read from the torch storage (device/tensor.py)
         tensor.use_attributes_in_storage(core.install_tensor_class(tensor.TpuTensor))
-    if platform.info.cache_info().currsize:  # the platform is already known: tell the guard its device count
+    if platform.started():  # the platform is already known: tell the guard its device count
         native.set_device_count(len(platform.info().devices))
 
 
@@ -114,3 +115,4 @@ def register() -> None:
     serialization.install()  # torch.load(map_location="tpu"); storage calls that cannot work raise, never crash
     hf_accelerate.install()
     hf_generation.install()
+    fork_guard.install()  # a child forked after the device started refuses tpu work instead of hanging

@@ -21,6 +21,7 @@ from .. import native, platform, telemetry
 from ..units import fmt_bytes
 from ..device import context, memory, rng
 from ..runtime import fused
+from . import fork_guard
 from .device_wait import wait_for_device
 from .streams import Event, Stream, current_stream, default_stream, stream  # noqa: F401
 
@@ -66,15 +67,21 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return True
+    return not fork_guard.in_bad_fork()
 
 
 def init() -> None:
+    """Start the device (JAX's backends); in a child forked after it started, PyTorch's re-initialization error
+    (:mod:`.fork_guard`)."""
+    fork_guard.check()
     platform.info()
 
 
+_lazy_init = init
+
+
 def _is_in_bad_fork() -> bool:
-    return False
+    return fork_guard.in_bad_fork()
 
 
 def device_count() -> int:

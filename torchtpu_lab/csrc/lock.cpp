@@ -16,6 +16,7 @@ struct LockObject {
   PyThread_type_lock lock;
   unsigned long owner;
   unsigned long depth;  // 0: nobody holds it
+  PyObject* refusal;    // set by refuse(): every acquire fails with RuntimeError(refusal)
 };
 
 bool owned_here(const LockObject* self) { return self->depth > 0 && self->owner == PyThread_get_thread_ident(); }
@@ -85,6 +86,10 @@ PyObject* acquire(PyObject* obj, PyObject* const* args, Py_ssize_t nargs, PyObje
     PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
     return nullptr;
   }
+  if (self->refusal != nullptr) {
+    PyErr_SetObject(PyExc_RuntimeError, self->refusal);
+    return nullptr;
+  }
   if (owned_here(self) && self->depth == ULONG_MAX) {
     PyErr_SetString(PyExc_OverflowError, "Internal lock count overflowed");
     return nullptr;
@@ -112,6 +117,15 @@ PyObject* enter(PyObject* obj, PyObject* /*unused*/) { return acquire(obj, nullp
 
 PyObject* exit_(PyObject* obj, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) { return release(obj, nullptr); }
 
+// refuse(message): from now on every acquire raises RuntimeError(message) and the recording kernel's plain C
+// acquire fails (its call goes to the Python kernel, whose acquire raises). For a process that must not reach the
+// runtime at all: a child forked after the device started (backend/fork_guard.py).
+PyObject* refuse(PyObject* obj, PyObject* message) {
+  auto* self = reinterpret_cast<LockObject*>(obj);
+  Py_XSETREF(self->refusal, Py_NewRef(message));
+  Py_RETURN_NONE;
+}
+
 PyObject* is_owned(PyObject* obj, PyObject* /*unused*/) {
   return PyBool_FromLong(owned_here(reinterpret_cast<LockObject*>(obj)));
 }
@@ -138,11 +152,13 @@ PyObject* new_lock(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   }
   self->owner = 0;
   self->depth = 0;
+  self->refusal = nullptr;
   return reinterpret_cast<PyObject*>(self);
 }
 
 void dealloc(PyObject* obj) {
   auto* self = reinterpret_cast<LockObject*>(obj);
+  Py_CLEAR(self->refusal);
   if (self->lock != nullptr) {
     if (self->depth > 0) PyThread_release_lock(self->lock);
     PyThread_free_lock(self->lock);
@@ -158,6 +174,7 @@ PyMethodDef methods[] = {
     {"__enter__", &enter, METH_NOARGS, "acquire()"},
     {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&exit_)), METH_FASTCALL, "release()"},
     {"_is_owned", &is_owned, METH_NOARGS, "Whether this thread holds the lock (threading.RLock's name)."},
+    {"refuse", &refuse, METH_O, "refuse(message): every later acquire raises RuntimeError(message)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyTypeObject lock_type = [] {
@@ -181,6 +198,7 @@ bool is_lock(PyObject* obj) { return Py_TYPE(obj) == &lock_type; }
 
 bool lock_try_acquire(PyObject* obj) {
   auto* self = reinterpret_cast<LockObject*>(obj);
+  if (self->refusal != nullptr) return false;  // the Python path raises the refusal
   if (owned_here(self)) {
     if (self->depth == ULONG_MAX) return false;  // the Python path raises RLock's OverflowError
     ++self->depth;

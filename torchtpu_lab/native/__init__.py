@@ -96,7 +96,33 @@ def set_device_count(count: int) -> None:
 
 def reentrant_lock():
     """A new re-entrant lock for the runtime's entry points: the core's ``Lock`` when the core loads (its recording
-    kernel takes it with plain C calls instead of ``RLock``'s Python methods, ~5% of a recorded op), else
-    ``threading.RLock()``. Both have ``acquire(blocking, timeout)``, ``release()``, ``with`` and ``_is_owned()``."""
+    kernel takes it with plain C calls instead of ``RLock``'s Python methods, ~5% of a recorded op), else a
+    :class:`RefusableLock`. Both have ``acquire(blocking, timeout)``, ``release()``, ``with``, ``_is_owned()`` and
+    ``refuse(message)``."""
     core = load()
-    return core.Lock() if core is not None else threading.RLock()
+    return core.Lock() if core is not None else RefusableLock()
+
+
+class RefusableLock:
+    """``threading.RLock`` with the core Lock's ``refuse(message)``: once refused, every acquire raises
+    ``RuntimeError(message)`` (a child forked after the device started: backend/fork_guard.py)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._refusal: str | None = None
+        self.release = self._lock.release
+        self._is_owned = self._lock._is_owned
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._refusal is not None:
+            raise RuntimeError(self._refusal)
+        return self._lock.acquire(blocking, timeout)
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def refuse(self, message: str) -> None:
+        self._refusal = message
