@@ -42,6 +42,8 @@ SAID_BY = {
     "torch.UntypedStorage.__new__": "torch.UntypedStorage.__new__",
     "torch.storage._StorageBase.tpu": "torch.UntypedStorage.tpu",
     "torch.TypedStorage.tpu": "torch.UntypedStorage.tpu",
+    "torch.storage._StorageBase.is_tpu": "torch.UntypedStorage.tpu",
+    "torch.TypedStorage.is_tpu": "torch.UntypedStorage.tpu",
     "torch.distributed backends": "torch.distributed backends",
     "torch.distributed default_device_backend_map": "torch.distributed backends",
 }

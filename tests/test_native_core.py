@@ -126,6 +126,17 @@ def test_pin_memory_and_dataloader_pin_memory():
 
 
 @needs_core
+def test_a_slice_of_pinned_memory_is_pinned_and_a_stream_without_an_index_is_the_current_devices():
+    """As on CUDA (OpenReg's test_rewrapped_storage and test_stream_create): pinned memory is a block the core
+    hands out, and any pointer inside it is pinned; ``torch.Stream(device="tpu")`` is the current device's."""
+    pinned = torch.randn(10).pin_memory()
+    assert pinned.untyped_storage()[2:].is_pinned() and pinned[2:5].is_pinned()
+    assert not torch.randn(10).untyped_storage()[2:].is_pinned()
+    assert torch.Stream(device="tpu").device_index == torch.tpu.current_device()
+    assert torch.Stream(device="tpu") == torch.accelerator.current_stream()
+
+
+@needs_core
 def test_events_time_and_streams_are_the_device_default():
     start, end = torch.Event("tpu", enable_timing=True), torch.Event("tpu", enable_timing=True)
     start.record()

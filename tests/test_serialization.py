@@ -123,3 +123,18 @@ def test_storage_level_calls_raise_naming_the_call_never_crash():
     assert len(cases) == 12
     failed = {name: c["detail"] for name, c in cases.items() if not c["ok"]}
     assert not failed, failed
+
+
+def test_storages_say_whether_they_are_on_tpu():
+    """``storage.is_tpu``, as ``storage.is_cuda`` (OpenReg's test_backend_generate_methods)."""
+    import warnings
+
+    import torch
+
+    import torchtpu_lab  # noqa: F401
+
+    on_tpu, on_cpu = torch.ones(2, device="tpu"), torch.ones(2)
+    assert on_tpu.untyped_storage().is_tpu and not on_cpu.untyped_storage().is_tpu
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TypedStorage's deprecation
+        assert on_tpu.storage().is_tpu and not on_cpu.storage().is_tpu

@@ -130,7 +130,7 @@ def global_changes() -> dict:
       safe point; ``sys.unraisablehook`` chained, so a Ctrl-C cut short in ``__del__`` is not lost (see
       :mod:`torchtpu_lab.interrupts`).
     * Serialization: a ``torch.serialization`` deserializer for ``tpu`` locations, ``UntypedStorage.__new__``
-      refusing tpu allocations with an error (PyTorch would crash), ``.tpu()`` on storages (see
+      refusing tpu allocations with an error (PyTorch would crash), ``.tpu()`` and ``is_tpu`` on storages (see
       :mod:`torchtpu_lab.backend.serialization`).
     * ``torch.distributed``: the ``tpu``/``tpu_dist`` backends; with the first tpu process group, DTensor's meta
       rebuild and FSDP2's storage free/alloc wrapped (see :mod:`torchtpu_lab.distributed`).

@@ -173,8 +173,14 @@ def _storage_tpu(self, device=None, non_blocking: bool = False):
     return to_device(self, device)
 
 
+def _storage_is_tpu(self) -> bool:
+    """``storage.is_tpu``, as ``storage.is_cuda``."""
+    return self.device.type == "tpu"
+
+
 def install() -> None:
-    """Register the deserializer, the ``.tpu()`` method of storages and the allocation guard (idempotent)."""
+    """Register the deserializer, the ``.tpu()`` method and ``is_tpu`` property of storages and the allocation
+    guard (idempotent)."""
     if _installed:
         return
     torch.serialization.register_package(_PRIORITY, _tag, _deserialize)
@@ -182,6 +188,8 @@ def install() -> None:
     for cls in (torch.storage._StorageBase, torch.TypedStorage):
         if not hasattr(cls, "tpu"):
             cls.tpu = _storage_tpu
+        if not hasattr(cls, "is_tpu"):
+            cls.is_tpu = property(_storage_is_tpu)
     _installed.append(True)
 
 
@@ -192,6 +200,6 @@ def changes() -> dict:
         "torch.serialization.register_package (tpu locations load onto the device)": registered,
         "torch.UntypedStorage.__new__ (refuses tpu allocations with an error, not a crash)":
             torch.UntypedStorage.__new__ is _storage_new,
-        "torch.UntypedStorage.tpu / TypedStorage.tpu (added)": torch.storage._StorageBase.__dict__.get("tpu")
-        is _storage_tpu,
+        "torch.UntypedStorage.tpu / TypedStorage.tpu and is_tpu (added)":
+            torch.storage._StorageBase.__dict__.get("tpu") is _storage_tpu,
     }

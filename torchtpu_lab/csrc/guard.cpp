@@ -23,7 +23,10 @@ namespace {
 
 constexpr auto kType = c10::DeviceType::PrivateUse1;
 
-c10::Stream default_stream(c10::Device d) { return c10::Stream(c10::Stream::DEFAULT, d); }
+// The device's one stream; a device without an index (torch.Stream(device="tpu")) means the current one.
+c10::Stream default_stream(c10::Device d) {
+  return c10::Stream(c10::Stream::DEFAULT, d.index() < 0 ? c10::Device(kType, current_device()) : d);
+}
 
 struct Event {
   std::chrono::steady_clock::time_point when;

@@ -3,10 +3,12 @@
 // Python hooks.
 //
 // Pinned memory: XLA copies from any host buffer, so "pinned" host memory is ordinary page-aligned host memory
-// that we allocate and remember, which is what `is_pinned()` and DataLoader's pin-memory thread need.
+// that we allocate and remember, which is what `is_pinned()` and DataLoader's pin-memory thread need. A pointer
+// anywhere inside such a block is pinned (a slice of a pinned storage is, as on CUDA).
+#include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <mutex>
-#include <unordered_set>
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
@@ -26,7 +28,7 @@ class PinnedAllocator final : public c10::Allocator {
       TORCH_CHECK_WITH(OutOfMemoryError, posix_memalign(&p, kAlignment, n) == 0, "tpu: could not allocate ",
                        n, " bytes of pinned host memory");
       std::lock_guard<std::mutex> lock(mutex_);
-      live_.insert(p);
+      live_[reinterpret_cast<uintptr_t>(p)] = n;
     }
     return {p, p, &PinnedAllocator::release, c10::Device(c10::DeviceType::CPU)};
   }
@@ -35,8 +37,12 @@ class PinnedAllocator final : public c10::Allocator {
     default_copy_data(dest, src, count);
   }
   bool owns(const void* p) const {
+    const auto at = reinterpret_cast<uintptr_t>(p);
     std::lock_guard<std::mutex> lock(mutex_);
-    return live_.count(p) != 0;
+    auto block = live_.upper_bound(at);  // the first block starting after p; the one before may hold it
+    if (block == live_.begin()) return false;
+    --block;
+    return at < block->first + block->second;
   }
 
   static PinnedAllocator& instance() {
@@ -51,12 +57,12 @@ class PinnedAllocator final : public c10::Allocator {
     {
       auto& self = instance();
       std::lock_guard<std::mutex> lock(self.mutex_);
-      self.live_.erase(p);
+      self.live_.erase(reinterpret_cast<uintptr_t>(p));
     }
     std::free(p);
   }
   mutable std::mutex mutex_;
-  std::unordered_set<const void*> live_;
+  std::map<uintptr_t, size_t> live_;  // start -> size of each block handed out
 };
 
 struct TpuHooks final : at::PrivateUse1HooksInterface {
