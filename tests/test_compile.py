@@ -355,6 +355,22 @@ def test_a_collective_on_an_unknown_group_runs_eagerly_saying_why(one_rank_group
     assert "no-such-group" in str(event.detail["cause"]) and "cannot resolve" in str(event.detail["cause"])
 
 
+def test_a_copy_to_the_cpu_inside_a_compiled_function_runs_that_graph_eagerly_saying_why():
+    """``.cpu()`` in a compiled function (not ``fullgraph``) leaves the program: the graph runs op by op, with its
+    gradient, instead of failing when XLA traces it (OpenReg's test_device_transfer_traces_fully)."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: ((t * 3).cpu() + 1, t.sin()), backend="tpu")
+    x = torch.randn(5, device="tpu", requires_grad=True)
+    with torchtpu_lab.profile() as prof:
+        on_cpu, on_tpu = f(x)
+    on_tpu.sum().backward()
+    assert on_cpu.device.type == "cpu" and on_tpu.device.type == "tpu"
+    torch.testing.assert_close(on_cpu, x.detach().cpu() * 3 + 1)
+    torch.testing.assert_close(x.grad.cpu(), x.detach().cpu().cos())
+    causes = [str(e.detail["cause"]) for e in prof.compiles if e.detail.get("kind") == "eager-graph"]
+    assert causes and all("aten::_to_copy to cpu" in c for c in causes), causes
+
+
 def test_scaled_dot_product_attention_under_torch_compile_is_lowered_not_run_eagerly():
     """sdpa's tpu kernel (runtime/padded_attention.py) is for eager tpu tensors: Dynamo and AOTAutograd still
     see PyTorch's decomposition, so a no_grad graph with attention is one lowered program, not op by op."""

@@ -111,10 +111,16 @@ def _plain(t) -> bool:
             and t.stride() == views.contiguous_strides(tuple(t.shape)))
 
 
-def _to_copy(x, meta, kwargs):
+def _check_stays_on_tpu(kwargs) -> None:
+    """A ``_to_copy`` to another device (``.cpu()`` in a compiled function) leaves the program: the graph runs op
+    by op instead (its caller's fallback)."""
     device = kwargs.get("device")
     if device is not None and torch.device(device).type != "tpu":
         raise NotLowerable(f"aten::_to_copy to {device} inside a compiled graph")
+
+
+def _to_copy(x, meta, kwargs):
+    _check_stays_on_tpu(kwargs)
     return x.astype(dtypes.to_jax(meta.dtype))
 
 
@@ -233,6 +239,8 @@ def trace(gm: torch.fx.GraphModule) -> tuple[callable, GraphPlan]:
                     plan.collectives.append(op_name(op))
             elif op not in LOWERINGS and op not in _VIEW_OPS and op not in _OTHER_OPS:
                 raise NotLowerable(f"{op_name(op)} has no lowering for the tpu device")
+            if op is torch.ops.aten._to_copy.default:
+                _check_stays_on_tpu(node.kwargs)
             if _is_random(op):
                 plan.uses_rng = True
                 plan.n_rng += 1
