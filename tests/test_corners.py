@@ -803,3 +803,13 @@ def test_a_nested_or_sparse_result_says_the_device_has_no_such_layout():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     with pytest.raises(NotImplementedError, match="_to_sparse returns a torch.sparse_coo"):
         torch.ones(3, 3).to("tpu").to_sparse()
+
+
+def test_a_tensor_imported_through_dlpack_says_it_has_no_device_values():
+    """A DLPack capsule of a tpu tensor carries no values (they live in JAX arrays): the tensor PyTorch makes from
+    it raises naming what happened and what to use, not an internal error (OpenReg's test_utils)."""
+    x = torch.randn(2, 3, device="tpu")
+    y = torch.from_dlpack(torch.utils.dlpack.to_dlpack(x))
+    with pytest.raises(RuntimeError, match="torchtpu_lab did not make it.*from_dlpack.*cpu"):
+        y.cpu()
+    assert x.cpu().shape == (2, 3)  # the original is untouched

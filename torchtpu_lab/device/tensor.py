@@ -218,6 +218,12 @@ def _attach(t: torch.Tensor, storage: Storage, view) -> None:
         t.untyped_storage()._tpu_ref = (storage, view)
 
 
+_NO_DATA = ("a tpu tensor without device data reached a kernel: torchtpu_lab did not make it. tpu values live in "
+            "JAX arrays, so a tensor made around a raw pointer (torch.from_dlpack of a capsule from "
+            "torch.utils.dlpack.to_dlpack, torch.from_blob) has none; use .cpu() for a host copy, and "
+            "torchtpu_lab.jax_op to hand tpu tensors to JAX code")
+
+
 def adopt(t: torch.Tensor) -> TpuTensor:
     """The tpu tensor ``t`` as a :class:`TpuTensor` (a plain ``torch.Tensor`` on tpu — e.g. a tensor autograd
     saved for backward — gets its class and data back)."""
@@ -225,7 +231,7 @@ def adopt(t: torch.Tensor) -> TpuTensor:
         return t
     ref = storage_ref(t)
     if ref is None:
-        raise RuntimeError("torchtpu_lab bug: a tpu tensor without device data reached a kernel")
+        raise RuntimeError(_NO_DATA)
     if type(t) is torch.nn.Parameter:
         # a CPU Parameter that Module._apply moved with ``param.data = moved`` (ties kept, as on CUDA); a
         # Parameter of our class is marked the way Parameter(tpu_tensor) marks it
