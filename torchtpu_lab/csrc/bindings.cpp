@@ -19,6 +19,7 @@
 namespace torchtpu {
 void register_guard();
 void register_hooks();
+void register_profiler_stubs();
 PyObject* new_tensor(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 PyObject* storage_ref(PyObject* module, PyObject* t);
 PyObject* install_tensor_class(PyObject* module, PyObject* cls);
@@ -145,7 +146,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("register", [] {
     torchtpu::register_guard();
     torchtpu::register_hooks();
-  }, "Register the tpu guard and hooks with PyTorch (once per process).");
+    torchtpu::register_profiler_stubs();
+  }, "Register the tpu guard, hooks and profiler stubs with PyTorch (once per process).");
   m.def("set_device_count", [](int n) { torchtpu::set_device_count(static_cast<c10::DeviceIndex>(n)); });
   m.def("device_count", [] { return static_cast<int>(torchtpu::device_count()); });
   m.def("current_device", [] { return static_cast<int>(torchtpu::current_device()); });
