@@ -471,3 +471,20 @@ def test_a_size_input_and_a_captured_item_specialize_too():
             torch.testing.assert_close(f(x.to("tpu")).cpu(), x * x.sum().item() + n, rtol=1e-5, atol=1e-5)
     assert not [e for e in prof.compiles if e.detail.get("kind") == "eager-graph"]
     assert len(_compiled_graphs(prof)) == 3  # one program per size: 3 (static), then 5 and 6 (specialized)
+
+
+def test_dynamos_device_interface_for_tpu_is_this_device():
+    """``get_interface_for_device("tpu")`` was PyTorch's torch_xla stub: no devices, device 0 always, no float64,
+    NotImplementedError for device_count and synchronize (OpenReg's TestDeviceInterface)."""
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    interface = get_interface_for_device("tpu")
+    assert interface.device_count() == torch.tpu.device_count() >= 1
+    assert interface.current_device() == torch.tpu.current_device()
+    assert interface.is_available() and interface.is_dtype_supported(torch.float64)
+    assert interface.is_dtype_supported(torch.bfloat16) and not interface.is_dtype_supported(torch.complex32)
+    x = torch.ones(3, device="tpu") * 2
+    interface.synchronize()
+    assert interface.current_stream() == torch.accelerator.current_stream()
+    assert get_interface_for_device("tpu:0") is interface
+    assert x.sum().item() == 6

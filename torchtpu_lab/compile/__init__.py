@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..backend.after_import import when_imported
-from . import batch_norm, default_backend, fused_optimizers, plain_tensor, whole_step
+from . import batch_norm, default_backend, device_interface, fused_optimizers, plain_tensor, whole_step
 
 BACKEND_NAME = "tpu"
 
@@ -47,6 +47,7 @@ def _register_with_dynamo() -> None:
     plain_tensor.install()
     whole_step.install()
     fused_optimizers.install()
+    device_interface.install()
 
 
 def changes() -> dict:
@@ -73,6 +74,8 @@ def changes() -> dict:
         "aten._fused_sgd_ and the tensor_lr overloads of _fused_adam_/_fused_adamw_: Meta kernels registered where "
         "PyTorch has none (a fake tpu tensor reached the eager kernel while Dynamo traced a fused=True step)":
             bool(fused_optimizers.meta_kernels()),
+        "torch._dynamo.device_interface: 'tpu' and 'tpu:i' are torchtpu_lab's device (PyTorch's torch_xla "
+        "TpuInterface reported no devices and raised for device_count/synchronize)": device_interface.installed(),
     }
 
 
