@@ -108,16 +108,23 @@ def _interface():
 
 
 def install() -> None:
-    """Register the interface for ``tpu`` and ``tpu:0`` ... (idempotent; Dynamo must be imported)."""
+    """Register the interface for ``tpu`` now and for ``tpu:0`` ... once the platform is decided (importing Dynamo
+    must not start JAX's backends); idempotent, Dynamo must be imported."""
     if _installed:
         return
     from torch._dynamo import device_interface
 
+    from .. import platform
+
     device_interface.get_registered_device_interfaces()  # PyTorch's own registrations first (they run once)
     interface = _interface()
     device_interface.register_interface_for_device("tpu", interface)
-    for i in range(torch.tpu.device_count()):
-        device_interface.register_interface_for_device(f"tpu:{i}", interface)
+
+    def each_device(info) -> None:
+        for i in range(len(info.devices)):
+            device_interface.register_interface_for_device(f"tpu:{i}", interface)
+
+    platform.when_known(each_device)
     _installed.append(True)
 
 
