@@ -212,3 +212,41 @@ def test_a_size_one_dims_stride_does_not_make_a_new_program():
         assert torch.equal((got == 7).cpu(), x_cpu[:, None, -2:] == 7)
         counts.append(programs() - before)
     assert sum(counts[2:]) == 0, counts
+
+
+@pytest.mark.parametrize("src,dst", [(torch.float32, torch.int32), (torch.float32, torch.uint8),
+                                     (torch.uint8, torch.float32), (torch.int64, torch.float16),
+                                     (torch.bfloat16, torch.int16), (torch.complex64, torch.float32),
+                                     (torch.float64, torch.complex64), (torch.bool, torch.int8),
+                                     (torch.int16, torch.bfloat16)])
+def test_view_as_another_dtype_reads_the_same_bytes(src, dst):
+    """``x.view(dtype)`` reinterprets memory (PyTorch's generic kernel read the tpu storage's values cast
+    instead: ``[1.0, -2.5].view(int32)`` gave ``[1, -2]``). Found by PyTorch's test_view_dtype_new."""
+    g = torch.Generator().manual_seed(0)
+    if src == torch.bool:
+        x = torch.randint(0, 2, (3, 8), generator=g).bool()
+    elif src.is_complex or src.is_floating_point:
+        x = torch.randn(3, 8, generator=g).to(src)
+    else:
+        x = torch.randint(-100, 100, (3, 8), generator=g).to(src)
+    want = x.view(dst)
+    got = x.to("tpu").view(dst).cpu()
+    assert got.shape == want.shape
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_assigning_the_real_or_imaginary_part_writes_the_tensor():
+    """``x.real = v`` writes through PyTorch's component view; on tpu that view is a copy, so the setter writes
+    the complex tensor itself (it used to write the copy: nothing changed)."""
+
+    def f(d):
+        x = torch.zeros(2, 3, dtype=torch.complex64, device=d)
+        x.real = torch.tensor([1.0, 2.0, 3.0], device=d)
+        x.imag = 5
+        y = torch.ones(3, device=d)
+        y.real = torch.tensor([7.0, 8.0, 9.0], device=d)
+        return x, y
+
+    same_on_both_devices(f, exact=True)
+    with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):
+        torch.ones(2, device="tpu").imag = 1

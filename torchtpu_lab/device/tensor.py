@@ -63,6 +63,24 @@ class TpuTensor(torch.Tensor):
             return self
         return None
 
+    # ``x.real = v`` / ``x.imag = v``: PyTorch writes through the component view ``x.real`` is. A view that changes
+    # the dtype is a copy on tpu (README, known limitations), so the setters write the whole complex value instead.
+    @property
+    def real(self) -> torch.Tensor:
+        return _TENSOR_REAL.__get__(self)
+
+    @real.setter
+    def real(self, value) -> None:
+        _set_component(self, value, imaginary=False)
+
+    @property
+    def imag(self) -> torch.Tensor:
+        return _TENSOR_IMAG.__get__(self)
+
+    @imag.setter
+    def imag(self, value) -> None:
+        _set_component(self, value, imaginary=True)
+
     @property
     def data(self) -> torch.Tensor:
         return _TENSOR_DATA.__get__(self)
@@ -216,6 +234,23 @@ def _attach(t: torch.Tensor, storage: Storage, view) -> None:
         t.tpu_view = view
     if not written:
         t.untyped_storage()._tpu_ref = (storage, view)
+
+
+_TENSOR_REAL = torch._C.TensorBase.real
+_TENSOR_IMAG = torch._C.TensorBase.imag
+
+
+def _set_component(t: torch.Tensor, value, imaginary: bool) -> None:
+    """``t.real = value`` (``imag``): ``value`` broadcast to ``t``'s shape becomes that part of every element."""
+    if not t.is_complex():
+        if imaginary:
+            _TENSOR_IMAG.__get__(t)  # PyTorch's error for the imaginary part of a real tensor
+        t.copy_(value)
+        return
+    part_dtype = _TENSOR_REAL.__get__(t).dtype
+    part = torch.as_tensor(value, dtype=part_dtype, device=t.device).expand(t.shape)
+    keep = (_TENSOR_REAL if imaginary else _TENSOR_IMAG).__get__(t)
+    t.copy_(torch.complex(keep, part) if imaginary else torch.complex(part, keep))
 
 
 _NO_DATA = ("a tpu tensor without device data reached a kernel: torchtpu_lab did not make it. tpu values live in "
