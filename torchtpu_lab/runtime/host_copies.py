@@ -25,7 +25,7 @@ import torch
 from .. import dtypes, native, telemetry
 from ..device import tensor
 from ..telemetry import SyncReason
-from . import program_cost, values
+from . import fused, program_cost, values
 
 #: number a copy covered by every event: what a device-wide wait lands
 ALL = 2 ** 64 - 1
@@ -77,10 +77,12 @@ def pending(upto: int = ALL) -> bool:
     return bool(_QUEUE) and _QUEUE[0].number <= upto
 
 
+@fused.entry_point
 def land(upto: int = ALL, wait: bool = True) -> bool:
     """Land the copies numbered up to ``upto``, oldest first; ``wait=False`` lands only those already computed
     and stops at the first that is not. Returns whether every copy up to ``upto`` has landed. A sync event is
-    recorded only where the host waits: copies the device has finished land without one."""
+    recorded only where the host waits: copies the device has finished land without one. Under the runtime's
+    lock, as :func:`issue` runs (inside the ``copy_`` kernel): two threads never land one copy twice."""
     while pending(upto) and _QUEUE[0].held.tpu_storage.array.is_ready():
         _write(_QUEUE.popleft())
     if not pending(upto) or not wait:
