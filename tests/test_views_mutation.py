@@ -135,6 +135,9 @@ def test_resize_keeps_leading_values_and_out_resizes():
     out = torch.empty(0, device="tpu")
     torch.add(torch.ones(2, 2, device="tpu"), 1, out=out)
     assert out.shape == (2, 2) and out.cpu().tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    y = torch.arange(6.0, device="tpu")
+    y.resize_as_(torch.zeros(2, 3, device="tpu"))  # refused every shape change before (a broadcast check)
+    assert y.shape == (2, 3) and y.cpu().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
 def test_a_resize_within_the_storage_keeps_sharing_it_with_the_base_and_views():

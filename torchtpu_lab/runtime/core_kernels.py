@@ -159,6 +159,12 @@ def resize_(self, size, memory_format=None):
     return self
 
 
+def resize_as_(self, the_template, memory_format=None):
+    """``resize_`` to the template's sizes (an in-place op derived from a functional one would broadcast-check
+    the result against ``self`` instead, and refuse every shape change)."""
+    return resize_(self, tuple(the_template.shape), memory_format)
+
+
 def equal(a, b) -> bool:
     if a.shape != b.shape:
         return False
@@ -177,6 +183,7 @@ NON_LOWERING_KERNELS = {
     aten.copy_.default: copy_,
     aten._local_scalar_dense.default: local_scalar_dense,
     aten.resize_.default: resize_,
+    aten.resize_as_.default: resize_as_,
     aten.equal.default: equal,
     aten.is_pinned.default: is_pinned,
 }
