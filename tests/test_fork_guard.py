@@ -47,26 +47,3 @@ def test_a_child_forked_after_the_device_started_refuses_tpu_work_and_does_not_h
     assert not torch.tpu._is_in_bad_fork()
     assert (torch.ones(2, device="tpu") * 3).cpu().tolist() == [3.0, 3.0]  # the parent goes on
 
-
-def _refusable():
-    from torchtpu_lab import native
-
-    kinds = [pytest.param(native.RefusableLock, id="pure-Python mode's lock")]
-    core = native.module()
-    kinds.append(pytest.param(core.Lock if core is not None else None, id="core Lock",
-                              marks=pytest.mark.skipif(core is None, reason="no native core")))
-    return kinds
-
-
-@pytest.mark.parametrize("make", _refusable())
-def test_a_refused_lock_raises_at_every_acquire(make):
-    lock = make()
-    with lock:
-        assert lock._is_owned()
-    lock.refuse("no more")
-    with pytest.raises(RuntimeError, match="no more"):
-        lock.acquire()
-    with pytest.raises(RuntimeError, match="no more"):
-        with lock:
-            pass
-    assert not lock._is_owned()

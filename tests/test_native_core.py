@@ -321,6 +321,22 @@ def _locks():
     return kinds
 
 
+@pytest.mark.parametrize("make", _locks()[1:])
+def test_a_refused_lock_raises_at_every_acquire(make):
+    """``refuse(message)``: what a child forked after the device started does to the runtime lock
+    (backend/fork_guard.py, tests/test_fork_guard.py)."""
+    lock = make()
+    with lock:
+        assert lock._is_owned()
+    lock.refuse("no more")
+    with pytest.raises(RuntimeError, match="no more"):
+        lock.acquire()
+    with pytest.raises(RuntimeError, match="no more"):
+        with lock:
+            pass
+    assert not lock._is_owned()
+
+
 @pytest.mark.parametrize("make", _locks())
 def test_the_runtime_lock_keeps_threading_rlocks_semantics(make):
     """fused.LOCK is the core's Lock when the core is loaded; it must behave as the RLock it replaced (the same

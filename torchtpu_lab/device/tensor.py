@@ -25,6 +25,30 @@ from .impl_factory import dummy_address, new_impl
 from .storage import Storage
 
 
+_TENSOR_REAL = torch._C.TensorBase.real
+_TENSOR_IMAG = torch._C.TensorBase.imag
+
+
+def _set_component(t: torch.Tensor, value, imaginary: bool) -> None:
+    """``t.real = value`` (``imag``): ``value`` broadcast to ``t``'s shape becomes that part of every element."""
+    if not t.is_complex():
+        if imaginary:
+            _TENSOR_IMAG.__get__(t)  # PyTorch's error for the imaginary part of a real tensor
+        t.copy_(value)
+        return
+    part_dtype = _TENSOR_REAL.__get__(t).dtype
+    part = torch.as_tensor(value, dtype=part_dtype, device=t.device).expand(t.shape)
+    keep = (_TENSOR_REAL if imaginary else _TENSOR_IMAG).__get__(t)
+    t.copy_(torch.complex(keep, part) if imaginary else torch.complex(part, keep))
+
+
+def _component(imaginary: bool) -> property:
+    """``x.real`` / ``x.imag`` as PyTorch reads them, with a setter that writes ``x`` itself: PyTorch's writes
+    through the component view, which changes the dtype and so is a copy on tpu (README, known limitations)."""
+    read = _TENSOR_IMAG if imaginary else _TENSOR_REAL
+    return property(read.__get__, lambda self, value: _set_component(self, value, imaginary), doc=read.__doc__)
+
+
 class TpuTensor(torch.Tensor):
     """A tensor on the ``tpu`` device. Users never construct it: ``torch.ones(3, device="tpu")`` does."""
 
@@ -63,23 +87,8 @@ class TpuTensor(torch.Tensor):
             return self
         return None
 
-    # ``x.real = v`` / ``x.imag = v``: PyTorch writes through the component view ``x.real`` is. A view that changes
-    # the dtype is a copy on tpu (README, known limitations), so the setters write the whole complex value instead.
-    @property
-    def real(self) -> torch.Tensor:
-        return _TENSOR_REAL.__get__(self)
-
-    @real.setter
-    def real(self, value) -> None:
-        _set_component(self, value, imaginary=False)
-
-    @property
-    def imag(self) -> torch.Tensor:
-        return _TENSOR_IMAG.__get__(self)
-
-    @imag.setter
-    def imag(self, value) -> None:
-        _set_component(self, value, imaginary=True)
+    real = _component(imaginary=False)
+    imag = _component(imaginary=True)
 
     @property
     def data(self) -> torch.Tensor:
@@ -234,23 +243,6 @@ def _attach(t: torch.Tensor, storage: Storage, view) -> None:
         t.tpu_view = view
     if not written:
         t.untyped_storage()._tpu_ref = (storage, view)
-
-
-_TENSOR_REAL = torch._C.TensorBase.real
-_TENSOR_IMAG = torch._C.TensorBase.imag
-
-
-def _set_component(t: torch.Tensor, value, imaginary: bool) -> None:
-    """``t.real = value`` (``imag``): ``value`` broadcast to ``t``'s shape becomes that part of every element."""
-    if not t.is_complex():
-        if imaginary:
-            _TENSOR_IMAG.__get__(t)  # PyTorch's error for the imaginary part of a real tensor
-        t.copy_(value)
-        return
-    part_dtype = _TENSOR_REAL.__get__(t).dtype
-    part = torch.as_tensor(value, dtype=part_dtype, device=t.device).expand(t.shape)
-    keep = (_TENSOR_REAL if imaginary else _TENSOR_IMAG).__get__(t)
-    t.copy_(torch.complex(keep, part) if imaginary else torch.complex(part, keep))
 
 
 _NO_DATA = ("a tpu tensor without device data reached a kernel: torchtpu_lab did not make it. tpu values live in "
