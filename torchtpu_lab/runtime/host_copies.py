@@ -77,12 +77,18 @@ def pending(upto: int = ALL) -> bool:
     return bool(_QUEUE) and _QUEUE[0].number <= upto
 
 
-@fused.entry_point
 def land(upto: int = ALL, wait: bool = True) -> bool:
     """Land the copies numbered up to ``upto``, oldest first; ``wait=False`` lands only those already computed
     and stops at the first that is not. Returns whether every copy up to ``upto`` has landed. A sync event is
-    recorded only where the host waits: copies the device has finished land without one. Under the runtime's
-    lock, as :func:`issue` runs (inside the ``copy_`` kernel): two threads never land one copy twice."""
+    recorded only where the host waits: copies the device has finished land without one. Every host read calls
+    this: with nothing in flight it is one check."""
+    return True if not pending(upto) else _land(upto, wait)
+
+
+@fused.entry_point
+def _land(upto: int, wait: bool) -> bool:
+    """:func:`land` under the runtime's lock, as :func:`issue` runs (inside ``copy_``): two threads never land
+    one copy twice."""
     while pending(upto) and _QUEUE[0].held.tpu_storage.array.is_ready():
         _write(_QUEUE.popleft())
     if not pending(upto) or not wait:
