@@ -24,6 +24,9 @@ from dataclasses import dataclass
 _ENV = "TORCHTPU_LAB_NATIVE"
 #: What pure-Python mode lacks, in the words the status lines use.
 MISSING_WITHOUT_CORE = ("training on tpu:k for k > 0", "torch.Generator('tpu')", "pin_memory()",
+                        "torch.Event('tpu') and PyTorch's profiler on tpu",
+                        "data_ptr() (0 for every tpu tensor, so transformers' save_pretrained takes all weights "
+                        "for shared: save from the CPU)",
                         "the C++ output-tensor factory, recording kernel and memory ledger (every op takes its "
                         "Python kernel: fused eager's host path is ~3x slower)")
 
