@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchtpu_lab  # noqa: F401
-from compare import assert_same, raises_like_cpu
+from compare import assert_same, raises_like_cpu, same_on_both_devices
 from compare import same as _same
 
 #: bitwise unless a test says ``exact=False``, and then this close
@@ -813,3 +813,17 @@ def test_a_tensor_imported_through_dlpack_says_it_has_no_device_values():
     with pytest.raises(RuntimeError, match="torchtpu_lab did not make it.*from_dlpack.*cpu"):
         y.cpu()
     assert x.cpu().shape == (2, 3)  # the original is untouched
+
+
+def test_flip_of_a_0d_tensor_and_accumulating_bools_into_a_bool_tensor():
+    """PyTorch's device-generic tests: ``tensor(3.).flip(0)`` is itself (it failed at the next sync naming
+    ``axis 0 is out of bounds``), and ``index_put_(accumulate=True)`` on bools is an or (JAX's add refused bool)."""
+
+    def f(d):
+        flipped = torch.tensor(3.0, device=d).flip(0)
+        marks = torch.zeros(4, dtype=torch.bool, device=d)
+        marks.index_put_((torch.tensor([0, 0, 2], device=d),), torch.tensor([True, False, False], device=d),
+                         accumulate=True)
+        return flipped, marks
+
+    same_on_both_devices(f, exact=True)

@@ -65,7 +65,9 @@ def _scatter(x, present, accumulate, values, *idx):
     it = iter(idx)
     ref = x.at[_key(next(it) if p else None for p in present)]
     values = values.astype(x.dtype)
-    return ref.add(values) if accumulate else ref.set(values)
+    if not accumulate:
+        return ref.set(values)
+    return ref.max(values) if x.dtype == jnp.bool_ else ref.add(values)  # bools accumulate as CPU's or
 
 
 def _no_masks(args, kwargs) -> bool:

@@ -88,7 +88,8 @@ lower(
 
 @lower(aten.flip.default)
 def flip(x, dims):
-    return jnp.flip(x, axis=tuple(_dim(d, x.ndim) for d in dims)) if dims else x
+    """A 0-d tensor is its own flip (PyTorch takes dim 0 or -1 of it)."""
+    return jnp.flip(x, axis=tuple(_dim(d, x.ndim) for d in dims)) if dims and x.ndim else x
 
 
 @lower(aten.roll.default)
