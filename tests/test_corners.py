@@ -827,3 +827,33 @@ def test_flip_of_a_0d_tensor_and_accumulating_bools_into_a_bool_tensor():
         return flipped, marks
 
     same_on_both_devices(f, exact=True)
+
+
+# -------------------------------------------------------------------------------- the default dtype
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_changed_default_dtype_reaches_ops_already_compiled(mode):
+    """``torch.set_default_dtype`` after an op ran: integer division, a float scalar on an integer tensor, a
+    complex scalar and a factory without a dtype give the new default, as on CPU (they kept float32: the op
+    signature lacked the default dtype), and the recompile says why."""
+    def ops(dev):
+        a = torch.tensor([1, 3], dtype=torch.int32, device=dev)
+        return [a / a.flip(0), a.to(torch.uint8) + 5.5, 1j * torch.ones(2, device=dev),
+                torch.arange(False, True, 0.5, device=dev), torch.ones(2, device=dev) / 3]
+
+    before = torch.get_default_dtype()
+    try:
+        with torchtpu_lab.eager_mode(mode):
+            for default in (torch.float32, torch.float64, torch.float32):
+                torch.set_default_dtype(default)
+                with torchtpu_lab.profile() as prof:
+                    got = [t.cpu() for t in ops("tpu")]
+                for g, want in zip(got, ops("cpu")):
+                    assert g.dtype == want.dtype, (default, g.dtype, want.dtype)
+                    assert torch.equal(g, want), (default, g, want)
+                if default == torch.float64:
+                    causes = [str(e.detail.get("cause")) for e in prof.compiles]
+                    assert any("default dtype changed torch.float32 -> torch.float64" in c for c in causes), causes
+    finally:
+        torch.set_default_dtype(before)

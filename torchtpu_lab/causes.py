@@ -46,6 +46,7 @@ class CauseKind(enum.Enum):
     STRUCTURE = ("structure", False)  # the nesting of an op's arguments changed
     ARG_COUNT = ("arg_count", False)
     PRECISION = ("precision", False)  # torch.set_float32_matmul_precision changed
+    DEFAULT_DTYPE = ("default_dtype", False)  # torch.set_default_dtype changed
     DEVICE = ("device", False)  # a torch.compile graph ran on another device
     DYNAMO_RECOMPILE = ("dynamo_recompile", False)  # Dynamo's guard failure, in ``detail``
     UNKNOWN = ("unknown", False)  # differs from every cached signature, in no way we name
@@ -183,6 +184,8 @@ _TEXT = {
     CauseKind.ARG_COUNT: lambda c: f"{c.op} was called with {c.new} arguments, previously {c.old}",
     CauseKind.PRECISION: lambda c: (f"float32 matmul precision changed {c.old!r} -> {c.new!r} "
                                     f"(torch.set_float32_matmul_precision{_in(c)})"),
+    CauseKind.DEFAULT_DTYPE: lambda c: (f"the default dtype changed {c.old} -> {c.new} "
+                                        f"(torch.set_default_dtype{_in(c)})"),
     CauseKind.DEVICE: lambda c: f"the graph ran on tpu:{c.new} ({c.detail})",
     CauseKind.DYNAMO_RECOMPILE: lambda c: f"Dynamo recompiled: {c.detail}",
     CauseKind.UNKNOWN: lambda c: "signature differs from every cached one",

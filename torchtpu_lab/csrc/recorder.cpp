@@ -45,6 +45,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
@@ -635,6 +636,7 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
               dynamic.size(), " flags");
   key.clear();
   put(key, static_cast<int8_t>(at::globalContext().float32MatmulPrecision()));
+  put(key, static_cast<int8_t>(c10::get_default_dtype_as_scalartype()));  // the executor keys both alike
   arrays.assign(n, nullptr);
   storages.assign(n, nullptr);
   views_scratch.assign(n, 0);

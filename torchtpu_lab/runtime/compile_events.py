@@ -82,6 +82,8 @@ def _diff_signatures(old: OpSignature, new: OpSignature) -> Cause | None:
         return Cause(CauseKind.SEQUENCE, name, old=op_name(old.op), new=name)
     if old.precision != new.precision:
         return Cause(CauseKind.PRECISION, name, old=old.precision, new=new.precision)
+    if old.default_dtype != new.default_dtype:
+        return Cause(CauseKind.DEFAULT_DTYPE, name, old=old.default_dtype, new=new.default_dtype)
     old_items = list(_flatten(old.args)) + [(("kw", k),) + (v,) for k, v in old.kwargs]
     new_items = list(_flatten(new.args)) + [(("kw", k),) + (v,) for k, v in new.kwargs]
     for (p_old, v_old), (p_new, v_new) in zip(old_items, new_items):

@@ -36,6 +36,7 @@ from .signatures import OpSignature, Slot, Static
 
 # part of every op signature (lowerings read it when traced); torch's own getter is a Python wrapper of this
 _precision = getattr(torch._C, "_get_float32_matmul_precision", torch.get_float32_matmul_precision)
+_default_dtype = torch.get_default_dtype  # also part of every op signature
 _MODE = config.eager_mode  # read per op: a module global and a slot, no call
 _TRACK_SOURCES = config.track_sources
 
@@ -297,11 +298,12 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         plan = _PLANS[id(op)] = op_plan(op)
     positions, names, host = plan
     precision = _precision()
+    default_dtype = _default_dtype()
     fast = None if low.rng else fast_keys.key(id(op), positions, names, not low.static_scalars, args, kwargs)
     compiled = None
     if fast is not None:
         fast_key, dyn, device_index = fast
-        fast_key = (fast_key, precision)
+        fast_key = (fast_key, precision, default_dtype)
         compiled = _FAST.get(fast_key)
     fresh = False
     if compiled is None:  # the general path: the argument template names the executable
@@ -317,14 +319,14 @@ def execute(low: Lowering, args: tuple, kwargs: dict):
         dyn = enc.dyn
         # the in-memory key names the op by identity (OpOverloads live as long as the process, and hashing one
         # is a Python call); the OpSignature is built once, on a miss
-        compiled = OPS.get((id(op), targs, tkwargs, precision))
+        compiled = OPS.get((id(op), targs, tkwargs, precision, default_dtype))
         fresh = compiled is None
         if fresh:
             t0 = time.perf_counter()
             OPS_SEEN.add(op)
             compiled = _compile(low, targs, tkwargs, dyn, low.jit_for(args, kwargs))
-            compiled.signature = OpSignature(op, targs, tkwargs, precision)
-            OPS.put((id(op), targs, tkwargs, precision), compiled)
+            compiled.signature = OpSignature(op, targs, tkwargs, precision, default_dtype)
+            OPS.put((id(op), targs, tkwargs, precision, default_dtype), compiled)
         if fast is not None:
             _FAST.put(fast_key, compiled)
         has_tensors = enc.device_index is not None

@@ -2,7 +2,7 @@
 
 An :class:`OpSignature` identifies one compiled op: the op, an argument *template* (tensors replaced by
 :class:`Slot` s naming dtype, shape and view geometry; configuration kept as :class:`Static` values; dynamic
-scalars as slots) and the matmul precision in force. A :class:`GraphSignature` identifies one fused graph: its
+scalars as slots) and the matmul precision and default dtype in force. A :class:`GraphSignature` identifies one fused graph: its
 nodes (op signatures plus their wiring), its leaf inputs' shapes and dtypes, the outputs it must produce, and
 which inputs it donates. Values never appear in a signature, so a step that repeats compiles once.
 """
@@ -35,6 +35,9 @@ class OpSignature(NamedTuple):
     args: tuple
     kwargs: tuple  # ((name, template), ...)
     precision: str = "highest"  # torch.get_float32_matmul_precision() when it was traced
+    #: torch.get_default_dtype() when it was traced: what a factory without a dtype, or an integer division,
+    #: produces (PyTorch's meta kernels and our lowerings read it), so a change makes another program
+    default_dtype: Any = None
 
 
 class NodeSignature(NamedTuple):
