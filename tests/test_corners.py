@@ -857,3 +857,25 @@ def test_a_changed_default_dtype_reaches_ops_already_compiled(mode):
                     assert any("default dtype changed torch.float32 -> torch.float64" in c for c in causes), causes
     finally:
         torch.set_default_dtype(before)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("key, values", [
+    (lambda x: x[:, 0, 0] > -1, []),  # the report: a[mask] = torch.tensor([])
+    (lambda x: x[:, 0, 0] > -1, [[1.0, 2.0, 3.0]]),
+    (lambda x: (slice(None), torch.tensor([0, 1], device=x.device)), [[1.0, 2.0, 3.0]]),
+    (lambda x: (torch.tensor([0, 2], device=x.device), slice(None), torch.tensor([1, 1], device=x.device)),
+     [[1.0, 2.0]] * 4),  # non-adjacent indices: the indexed dims lead the result
+])
+def test_index_put_of_values_that_do_not_fit_raises_cpus_shape_mismatch(key, values, mode):
+    """``a[mask] = wrong_shape`` raised JAX's ValueError ("Incompatible types for broadcasting"), which code and
+    tests written against PyTorch do not catch; CPU's is a RuntimeError naming both shapes."""
+
+    def f(x):
+        x = x.clone()
+        x[key(x)] = torch.tensor(values, device=x.device)
+        return x
+
+    with torchtpu_lab.eager_mode(mode):
+        err = raises_like_cpu(f, torch.zeros(3, 4, 2))
+    assert re.match(r"shape mismatch: value tensor of shape \[.*\] cannot be broadcast to indexing result", str(err))

@@ -2,8 +2,11 @@
 same dicts, the same deferred frees, the same listener events; and dropping a tensor runs no Python frame."""
 
 import gc
+import os
+import subprocess
 import sys
 import threading
+import weakref
 
 import jax.numpy as jnp
 import pytest
@@ -16,6 +19,7 @@ from torchtpu_lab.device import memory, storage
 needs_core = pytest.mark.skipif(native.module() is None or not hasattr(native.module(), "configure_ledger"),
                                 reason=f"no native ledger: {native.status().describe()}")
 DEVICE = 7  # a device index no other test counts on: the scenario's figures are its own
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _scenario(acquire, release, settle) -> list:
@@ -137,7 +141,8 @@ def test_a_dropped_tensor_runs_no_python_frame_and_frees_its_bytes():
 @needs_core
 def test_the_native_ledger_entries_stay_off_the_garbage_collector_lists():
     """A step makes a ledger entry per result and per released-but-alive buffer: none is tracked by the cyclic
-    collector (they cannot close a cycle), so collections neither walk nor promote them."""
+    collector (they cannot close a cycle), so collections neither walk nor promote them. The one exception is a
+    deferred entry's weak reference, which has a callback: the collector must see it (pyobjects.h)."""
     base = torch.randn(16, 16)
     x = base.to("tpu")
     torchtpu_lab.sync()
@@ -145,12 +150,62 @@ def test_the_native_ledger_entries_stay_off_the_garbage_collector_lists():
     with torchtpu_lab.eager_mode("fused"):
         x.add_(1.0)  # releases the old array, which the pending graph still reads
         deferred = memory._deferred[id(old)]
-        assert not gc.is_tracked(deferred) and not gc.is_tracked(deferred[0])  # the entry and its weak reference
+        assert not gc.is_tracked(deferred)  # the entry; its weak reference has a callback, so it stays tracked
+        assert gc.is_tracked(deferred[0])  # (test_a_deferred_array_freed_by_the_cyclic_collector_...)
         del old
         torchtpu_lab.sync()  # the result is acquired by the sync's commit
     live = memory._live[id(x.tpu_storage.held)]
     assert not gc.is_tracked(live) and not gc.is_tracked(live[4])  # the entry and its origin tuple
     assert torch.equal(x.cpu(), base + 1)
+
+
+_CYCLE_SCRIPT = """
+import gc
+import jax.numpy as jnp
+import torch
+import torchtpu_lab
+from torchtpu_lab.device import memory
+c = jnp.arange(4.0) + 3
+memory.acquire(c, 7, 16)
+memory.release(c)  # still alive: deferred, with a weak reference whose callback frees its bytes
+cycle = [c]
+cycle.append(cycle)  # the array is held by a reference cycle alone
+del c, cycle
+gc.collect()  # the array is cyclic garbage: the collector calls the weak reference's callback
+print("freed", memory.allocated(7), len(memory._deferred))
+a = torch.arange(0, 4, device="tpu")
+try:  # the original report: pytest kept the failing assignment's traceback, and its gc.collect() crashed
+    a[a > -1] = torch.tensor([]).to("tpu")
+except RuntimeError as e:
+    kept = e
+del kept
+gc.collect()
+print("collected")
+"""
+
+
+@needs_core
+def test_a_deferred_array_freed_by_the_cyclic_collector_calls_back_and_does_not_crash():
+    """A released array still alive is deferred with a weak reference whose callback frees its bytes. That weak
+    reference was untracked by the collector, and when the array became cyclic garbage (the frames of a failed
+    assignment's traceback, which pytest keeps) gc.collect() moved the untracked reference onto its callback list
+    and died with SIGSEGV. In a subprocess: the bug kills the interpreter."""
+    env = dict(os.environ, TORCHTPU_LAB_PLATFORM="cpu")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-c", _CYCLE_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    assert out.stdout.split("\n")[:2] == ["freed 0 0", "collected"], out.stdout
+
+
+@needs_core
+def test_the_cores_untrack_keeps_a_weak_reference_with_a_callback_tracked():
+    """The collector needs a weak reference with a callback on its lists (see pyobjects.h); one without stays
+    untrackable, as the pending graph's are."""
+    target = type("Target", (), {})()  # any weak-referenceable object
+    with_callback, plain = weakref.ref(target, lambda r: None), weakref.ref(target)
+    native.module().untrack(with_callback, plain)
+    assert gc.is_tracked(with_callback) and not gc.is_tracked(plain)
 
 
 @needs_core

@@ -453,8 +453,10 @@ int ledger_release(PyObject* array) {
         }
         PyObject* ref = nullptr;
         if (dead == 0) {  // still alive: counted until the array object is gone
+          // The callback is untracked (it holds an int); the weak reference is not and must not be: the
+          // collector moves it between its lists when the array is cyclic garbage (see pyobjects.h).
           PyObject* callback = untracked(PyCFunction_New(&gone_def, key));
-          ref = callback == nullptr ? nullptr : untracked(PyWeakref_NewRef(array, callback));
+          ref = callback == nullptr ? nullptr : PyWeakref_NewRef(array, callback);
           Py_XDECREF(callback);
           if (ref == nullptr && PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();  // not weak-referenceable: count it free now

@@ -31,12 +31,20 @@ struct OwnedRef {  // a new reference, dropped at scope exit unless released
 // that can never close a cycle: the pending graph's own (a node to its inputs, a placeholder to its node, key
 // tuples to numbers, weak references to storages without a callback), which refer to nothing newer than
 // themselves, and the memory ledger's entries (a list of an array, numbers and its origin tuple of a shape, a
-// dtype and a source; a weak reference whose callback holds an int), which only the ledger's dicts hold. A
-// recorded graph keeps thousands of them alive until its sync, and a step makes a few hundred ledger entries:
-// while tracked, each counted towards the next collection and every collection walked them, and they were
-// promoted until a full collection (~200 ms with torch and JAX loaded) came due.
+// dtype and a source; the callback of its weak reference, which holds an int), which only the ledger's dicts
+// hold. A recorded graph keeps thousands of them alive until its sync, and a step makes a few hundred ledger
+// entries: while tracked, each counted towards the next collection and every collection walked them, and they
+// were promoted until a full collection (~200 ms with torch and JAX loaded) came due.
+//
+// A weak reference WITH a callback stays tracked, whoever asks: when its referent is cyclic garbage, the
+// collector (handle_weakrefs in CPython's gcmodule.c) moves the live weak reference from its generation's list
+// onto the list of callbacks to call, and an untracked one has no list links: the process dies with SIGSEGV in
+// gc.collect(). The ledger's deferred weak references met that whenever a released array was last held by a
+// reference cycle, e.g. the frames of an exception's traceback that a test runner kept.
 inline PyObject* untracked(PyObject* obj) {
-  if (obj != nullptr && PyObject_IS_GC(obj)) PyObject_GC_UnTrack(obj);
+  if (obj == nullptr || !PyObject_IS_GC(obj)) return obj;
+  if (PyWeakref_Check(obj) && reinterpret_cast<PyWeakReference*>(obj)->wr_callback != nullptr) return obj;
+  PyObject_GC_UnTrack(obj);
   return obj;
 }
 

@@ -83,11 +83,46 @@ def index(x, indices):
     return _gather(x, tuple(i is not None for i in idx), *[i for i in idx if i is not None])
 
 
+def _indexed_shape(shape: tuple, idx: tuple) -> tuple | None:
+    """The shape of ``x[idx]`` (NumPy's advanced-indexing rule: the broadcast index shape replaces adjacent indexed
+    dims in place, else leads), from shapes alone; None when the indices themselves do not broadcast."""
+    present = [d for d, i in enumerate(idx) if i is not None]
+    if not present:
+        return tuple(shape)
+    try:
+        joint = tuple(np.broadcast_shapes(*(i.shape for i in idx if i is not None)))
+    except ValueError:
+        return None
+    if present == list(range(present[0], present[-1] + 1)):
+        return tuple(shape[:present[0]]) + joint + tuple(shape[present[-1] + 1:])
+    return joint + tuple(n for d, n in enumerate(shape) if d not in present)
+
+
+def _check_values_fit(values, idx: tuple, shape: tuple) -> None:
+    """CPU's RuntimeError for values that cannot fill the indexed positions (``a[mask] = []``); without it JAX's
+    scatter raised a ValueError about types ("Incompatible types for broadcasting"), which no PyTorch code
+    expects. Leading size-1 dims of the values are dropped first, as PyTorch's ``__setitem__`` does."""
+    result = _indexed_shape(shape, idx)
+    if result is None:
+        return
+    vshape = tuple(values.shape)
+    while len(vshape) > len(result) and vshape[0] == 1:
+        vshape = vshape[1:]
+    try:
+        fits = tuple(np.broadcast_shapes(vshape, result)) == result
+    except ValueError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(result)}")
+
+
 @lower(aten.index_put.default, aten._unsafe_index_put.default, jit=_no_masks)
 @reports
 def index_put(x, indices, values, accumulate=False):
     """``accumulate=True`` sums duplicate indices."""
     idx = _integer_indices(x, indices)
+    _check_values_fit(values, idx, tuple(x.shape))
     return _scatter(x, tuple(i is not None for i in idx), bool(accumulate), values, *[i for i in idx if i is not None])
 
 
