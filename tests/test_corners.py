@@ -879,3 +879,50 @@ def test_index_put_of_values_that_do_not_fit_raises_cpus_shape_mismatch(key, val
     with torchtpu_lab.eager_mode(mode):
         err = raises_like_cpu(f, torch.zeros(3, 4, 2))
     assert re.match(r"shape mismatch: value tensor of shape \[.*\] cannot be broadcast to indexing result", str(err))
+
+
+# -------------------------------------------------------------------------------- dtypes a write must respect
+
+
+def _error(fn, dev):
+    try:
+        fn(dev)
+    except RuntimeError as e:  # raised at the call, not at a later read
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.neg(torch.tensor(1.0, device=d), out=torch.empty(0, dtype=torch.float64, device=d)),
+    lambda d: torch.floor(torch.tensor([1], dtype=torch.int32, device=d), out=torch.empty(0, device=d)),
+    lambda d: torch.nonzero(torch.tensor([0, 1, 1], device=d), out=torch.empty([], device=d)),
+    lambda d: torch.ones(5, 2, dtype=torch.double, device=d).__setitem__(
+        (slice(None), [1]), torch.zeros(5, 1, dtype=torch.int, device=d)),
+    lambda d: torch.ones(2, 2, device=d).index_fill_(1, torch.tensor([0], device=d), 1 + 1j),
+    lambda d: torch.ones(2, 2, device=d).fill_(1 + 1j),
+    lambda d: torch.full((2,), 2 - 1j, dtype=torch.float64, device=d),
+], ids=["neg_out", "floor_out", "nonzero_out", "index_put", "index_fill", "fill", "full"])
+def test_a_write_that_would_change_a_dtype_raises_cpus_error_at_the_call(fn, mode):
+    """PyTorch refuses these where our kernels cast: an ``out=`` whose dtype the op's own rule refuses (``neg``
+    wants it exact, ``nonzero`` wants Long; ``add`` would cast), values of another dtype put by index, and a
+    complex number written into a real tensor (which kept its real part: a silent wrong value)."""
+    with torchtpu_lab.eager_mode(mode):
+        got = _error(fn, "tpu")
+    assert got is not None and got == _error(fn, "cpu"), got
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_an_out_of_another_dtype_that_cpu_casts_into_still_casts(mode):
+    """The other side of the rule: ``add`` and ``sin`` of an int write into a wider out, as on CPU."""
+    def f(d):
+        o1, o2 = torch.empty(0, dtype=torch.float64, device=d), torch.empty(0, dtype=torch.float64, device=d)
+        torch.add(torch.tensor([1.5, 2.0], device=d), 1, out=o1)
+        torch.sin(torch.tensor([1, 2], dtype=torch.int32, device=d), out=o2)
+        return o1, o2
+
+    with torchtpu_lab.eager_mode(mode):
+        got = [t.cpu() for t in f("tpu")]
+    for g, want in zip(got, f("cpu")):
+        assert g.dtype == want.dtype == torch.float64
+        torch.testing.assert_close(g, want)

@@ -29,6 +29,12 @@ _TORCH_TO_JAX = {
     torch.float8_e5m2: jnp.float8_e5m2,
 }
 _JAX_TO_TORCH = {np.dtype(v): k for k, v in _TORCH_TO_JAX.items()}
+#: PyTorch's C++ names for dtypes (``c10::toString(ScalarType)``), which its error messages use
+_SCALAR_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
 _WIDE = {torch.float64, torch.int64, torch.uint64, torch.complex128}
 
 
@@ -52,6 +58,13 @@ def to_torch(dtype) -> torch.dtype:
         return _JAX_TO_TORCH[np.dtype(dtype)]
     except KeyError:
         raise TypeError(f"JAX dtype {dtype} has no torch equivalent") from None
+
+
+def scalar_name(dtype) -> str:
+    """PyTorch's C++ name for a torch or JAX dtype ("Double"), as its error messages print it."""
+    if not isinstance(dtype, torch.dtype):
+        dtype = to_torch(dtype)
+    return _SCALAR_NAMES.get(dtype, str(dtype))
 
 
 def host_array(t: torch.Tensor) -> np.ndarray:

@@ -198,7 +198,7 @@ def _collect() -> dict:
                 continue
             names = mutation.out_names(op._schema)
             if names:
-                kernels[op] = mutation.make_out_kernel(functional, names, op._schema)
+                kernels[op] = mutation.make_out_kernel(functional, names, op)
             elif mutation.is_inplace(op._schema):
                 kernels[op] = mutation.make_inplace_kernel(functional, op._schema, _pointwise(op))
                 INPLACE_OF[op] = functional_ops[mutation.signature(op._schema)]

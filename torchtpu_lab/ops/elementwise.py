@@ -424,6 +424,8 @@ def fmin(x, y):
 @lower(aten.clamp.default, aten.clamp.Tensor)
 def clamp(x, min=None, max=None):
     """NaN-propagating; where ``min > max`` every element becomes ``max``."""
+    if any(jnp.iscomplexobj(a) for a in (x, min, max) if a is not None):
+        raise RuntimeError("clamp is not supported for complex types")
     args = [a for a in (x, min, max) if a is not None]
     args = _promote(*args) if len(args) > 1 else (args[0],)
     x = args[0]

@@ -9,13 +9,15 @@ import numpy as np
 import torch
 
 from .. import dtypes
-from .registry import aten, lower
+from .registry import aten, lower, real_fill_value
 
 
 @lower(aten.full.default)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     """``fill_value`` is a graph input (only ``size`` shapes the program): ``torch.full(shape, step)`` in a loop
     compiles once."""
+    if dtype is not None:
+        real_fill_value(fill_value, dtypes.to_jax(dtype))
     return jnp.full(tuple(size), fill_value)
 
 
@@ -35,11 +37,13 @@ def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 @lower(aten.full_like.default)
 def full_like(x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    real_fill_value(fill_value, x.dtype if dtype is None else dtypes.to_jax(dtype))
     return jnp.full(x.shape, fill_value)
 
 
 @lower(aten.fill.Scalar, aten.fill.Tensor)
 def fill(x, value):
+    real_fill_value(value, x.dtype)
     return jnp.full(x.shape, value, dtype=x.dtype)
 
 

@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import dtypes
 from .error_flags import report, reports
-from .registry import aten, lower
+from .registry import aten, lower, real_fill_value
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -121,6 +122,10 @@ def _check_values_fit(values, idx: tuple, shape: tuple) -> None:
 @reports
 def index_put(x, indices, values, accumulate=False):
     """``accumulate=True`` sums duplicate indices."""
+    if values.dtype != x.dtype:  # CPU's check: values are never cast (``double[:, [1]] = int_tensor`` raises)
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{dtypes.scalar_name(x.dtype)} for the destination and "
+                           f"{dtypes.scalar_name(values.dtype)} for the source.")
     idx = _integer_indices(x, indices)
     _check_values_fit(values, idx, tuple(x.shape))
     return _scatter(x, tuple(i is not None for i in idx), bool(accumulate), values, *[i for i in idx if i is not None])
@@ -297,6 +302,7 @@ def index_copy(x, dim, index, source):
 @lower(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 @reports
 def index_fill(x, dim, index, value):
+    real_fill_value(value, x.dtype, "index_fill_")
     x1, key = _along(x, dim, index)
     return x1.at[key].set(jnp.asarray(value).astype(x.dtype)).reshape(x.shape)
 
@@ -315,6 +321,7 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(x, mask, value):
+    real_fill_value(value, x.dtype)
     return jnp.where(mask, jnp.asarray(value).astype(x.dtype), x)
 
 

@@ -97,6 +97,27 @@ def wrap_dim(dim: int, ndim: int) -> int:
     return dim % n
 
 
+#: C++'s names for the types a Scalar converts to, as CPU's "value cannot be converted to type float" prints them
+_CPP_TYPES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+              "int64": "int64_t", "int32": "int", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
+              "bool": "bool"}
+
+
+def real_fill_value(value, dtype, op: str | None = None) -> None:
+    """CPU's error for a complex number written into a real tensor (``x.fill_(1j)``, ``index_fill_(d, i, 1+1j)``):
+    a lowering's cast would drop the imaginary part, a silent wrong value. ``op`` names CPU's own wording for
+    that op; otherwise it is Scalar's checked conversion's. ``value`` may be traced (a graph input): its dtype is
+    known, its value not, so a complex number with no imaginary part is refused too (CPU lets it through)."""
+    import jax.numpy as jnp
+
+    if not jnp.issubdtype(jnp.result_type(value), jnp.complexfloating) or jnp.issubdtype(dtype, jnp.complexfloating):
+        return
+    if op is not None:
+        raise RuntimeError(f"{op}(): Converting complex Scalar to non-complex type is not supported")
+    name = jnp.dtype(dtype).name
+    raise RuntimeError(f"value cannot be converted to type {_CPP_TYPES.get(name, name)} without overflow")
+
+
 class NoKernel(NotImplementedError):
     """PyTorch has no kernel for these arguments either (an integer ``lerp``): raised to the caller as PyTorch's
     error, a plain ``NotImplementedError`` (backend/dispatch.py, or the failed op of a fused graph), where another

@@ -199,12 +199,12 @@ def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> N
     metadata where it describes them; else the persistent cache's record of an earlier trace (an op with checks:
     :mod:`.op_facts`); else a trace.
 
-    Zero-size inputs always trace, so a lowering's own error for them (an empty reduction) is raised here, at the
-    op, as in strict mode (PyTorch's meta kernels do not always check). An op with checks returns its error flags
+    Zero-size inputs and complex numbers always trace (:func:`_traces_first`), so a lowering's own error for
+    them is raised here, at the op, as in strict mode (PyTorch's meta kernels do not always check). An op with checks returns its error flags
     next to its outputs, which PyTorch's metadata does not describe."""
-    empty = _has_empty_slot(key)
-    out = _meta_avals(compiled.meta) if compiled.checks is None and not empty else _NO_AVALS
-    stored = compiled.checks is not None and not empty and compiled.signature is not None
+    traced = _traces_first(key)
+    out = _meta_avals(compiled.meta) if compiled.checks is None and not traced else _NO_AVALS
+    stored = compiled.checks is not None and not traced and compiled.signature is not None
     if out is _NO_AVALS and stored:
         known = op_facts.known(compiled.signature, platform.jax_device(device_index))
         if known is not None:
@@ -226,15 +226,18 @@ def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> N
         op_facts.remember(compiled.signature, platform.jax_device(device_index), leaves, treedef, compiled.checks)
 
 
-def _has_empty_slot(key) -> bool:
-    """Whether an op signature has a tensor input with no elements."""
-    def empty(t) -> bool:
+def _traces_first(key) -> bool:
+    """Whether an op signature has a tensor input with no elements, or a complex Python number: lowerings check
+    both (an empty reduction; a complex value written into a real tensor) where PyTorch's meta kernels do not."""
+    def traced(t) -> bool:
         if isinstance(t, Slot):
-            return t.kind != "S" and 0 in t.shape
-        return isinstance(t, tuple) and not isinstance(t, Static) and any(empty(x) for x in t)
+            return 0 in t.shape if t.kind != "S" else t.dtype is complex
+        if isinstance(t, Static):
+            return t.type is complex
+        return isinstance(t, tuple) and any(traced(x) for x in t)
 
-    return isinstance(key, OpSignature) and (any(empty(a) for a in key.args)
-                                             or any(empty(v) for _, v in key.kwargs))
+    return isinstance(key, OpSignature) and (any(traced(a) for a in key.args)
+                                             or any(traced(v) for _, v in key.kwargs))
 
 
 def _meta_avals(meta):

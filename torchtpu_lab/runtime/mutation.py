@@ -11,18 +11,8 @@ from __future__ import annotations
 import torch
 
 from ..device import sizes, tensor, views
+from ..dtypes import scalar_name as _name
 from . import values
-
-_SCALAR_NAMES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
-
-
-def _name(dtype: torch.dtype) -> str:
-    return _SCALAR_NAMES.get(dtype, str(dtype))
-
 
 def signature(schema) -> tuple:
     """What makes a functional op and its in-place/out variants the same op."""
@@ -178,8 +168,54 @@ class _NotAlike(Exception):
     """An operand of an in-place op on a reshaped storage that is not the same reshape of a storage alike."""
 
 
-def make_out_kernel(functional, names: list[str], schema=None):
-    defaults = None if schema is None else _defaults(schema)
+#: (op, argument kinds, out dtypes) -> CPU's error message for that out= call, or None where it casts
+_OUT_DTYPE_RULES: dict = {}
+
+
+def _kind(v):
+    if isinstance(v, torch.Tensor):
+        return v.dtype, v.dim()
+    if isinstance(v, (list, tuple)):
+        return tuple(_kind(x) for x in v)
+    return type(v)
+
+
+def _stand_in(v):
+    """A one-element CPU tensor of ``v``'s dtype and rank in place of each tensor in ``v``."""
+    if isinstance(v, torch.Tensor):
+        return torch.zeros((1,) * v.dim(), dtype=v.dtype)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_stand_in(x) for x in v)
+    return v
+
+
+def _cpu_refuses_out_dtype(op, args, kwargs: dict, outs: dict) -> str | None:
+    """CPU's error for writing ``op``'s result into ``outs`` of another dtype, or None where CPU casts.
+
+    The rule is the op's own (TensorIterator's per-op policy: ``neg`` wants its out's dtype exact, ``add`` casts
+    safely, ``floor`` of an integer wants the input's dtype; ``nonzero`` wants Long), so it is asked of CPU's
+    kernel itself, on one-element stand-ins of the same dtypes and ranks, once per combination. Only an error
+    about types is taken: a stand-in's sizes may trip a check about sizes the real call passes."""
+    key = (op, _kind(args), _kind(tuple(kwargs.items())), _kind(tuple(outs.values())))
+    if key not in _OUT_DTYPE_RULES:
+        message = None
+        try:
+            with torch.no_grad():
+                op(*_stand_in(args), **_stand_in(kwargs),
+                   **{n: _stand_in(o) if not isinstance(o, torch.Tensor) else torch.empty(0, dtype=o.dtype)
+                      for n, o in outs.items()})
+        except RuntimeError as e:
+            text = str(e)
+            message = text if "type" in text.lower() else None
+        except Exception:  # noqa: BLE001 — no CPU kernel for these stand-ins: the cast stands
+            pass
+        _OUT_DTYPE_RULES[key] = message
+    return _OUT_DTYPE_RULES[key]
+
+
+def make_out_kernel(functional, names: list[str], op=None):
+    """The ``out=`` variant ``op`` of ``functional``: PyTorch's dtype rule for the outs is ``op``'s on CPU."""
+    defaults = None if op is None else _defaults(op._schema)
 
     def kernel(*args, **kwargs):
         if defaults is not None:
@@ -188,11 +224,17 @@ def make_out_kernel(functional, names: list[str], schema=None):
         result = functional(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
         if len(outs) == 1 and isinstance(outs[0], (list, tuple)):  # a Tensor[] out (split_with_sizes_copy)
-            for o, r in zip(outs[0], results):
-                write_result(o, r, inplace=False)
-            return None
-        for o, r in zip(outs, results):
+            pairs = list(zip(outs[0], results))
+        else:
+            pairs = list(zip(outs, results))
+        if op is not None and any(isinstance(o, torch.Tensor) and o.dtype != r.dtype for o, r in pairs):
+            refused = _cpu_refuses_out_dtype(op, args, kwargs, dict(zip(names, outs)))
+            if refused is not None:
+                raise RuntimeError(refused)
+        for o, r in pairs:
             write_result(o, r, inplace=False)
+        if len(outs) == 1 and isinstance(outs[0], (list, tuple)):
+            return None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return kernel
