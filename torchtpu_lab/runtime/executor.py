@@ -200,8 +200,8 @@ def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> N
     :mod:`.op_facts`); else a trace.
 
     Zero-size inputs and complex numbers always trace (:func:`_traces_first`), so a lowering's own error for
-    them is raised here, at the op, as in strict mode (PyTorch's meta kernels do not always check). An op with checks returns its error flags
-    next to its outputs, which PyTorch's metadata does not describe."""
+    them is raised here, at the op, as in strict mode (PyTorch's meta kernels do not always check). An op with
+    checks returns its error flags next to its outputs, which PyTorch's metadata does not describe."""
     traced = _traces_first(key)
     out = _meta_avals(compiled.meta) if compiled.checks is None and not traced else _NO_AVALS
     stored = compiled.checks is not None and not traced and compiled.signature is not None

@@ -2,9 +2,9 @@
 
 An :class:`OpSignature` identifies one compiled op: the op, an argument *template* (tensors replaced by
 :class:`Slot` s naming dtype, shape and view geometry; configuration kept as :class:`Static` values; dynamic
-scalars as slots) and the matmul precision and default dtype in force. A :class:`GraphSignature` identifies one fused graph: its
-nodes (op signatures plus their wiring), its leaf inputs' shapes and dtypes, the outputs it must produce, and
-which inputs it donates. Values never appear in a signature, so a step that repeats compiles once.
+scalars as slots) and the matmul precision and default dtype in force. A :class:`GraphSignature` identifies
+one fused graph: its nodes (op signatures plus their wiring), its leaf inputs' shapes and dtypes, the outputs
+it must produce, and which inputs it donates. Values never appear in a signature, so a step that repeats compiles once.
 """
 
 from __future__ import annotations
