@@ -38,14 +38,20 @@ _SCALAR_NAMES = {
 _WIDE = {torch.float64, torch.int64, torch.uint64, torch.complex128}
 
 
+class UnsupportedDtype(RuntimeError):
+    """A dtype the tpu device cannot hold. A RuntimeError, as PyTorch's own refusals of a dtype are: a TypeError
+    raised inside ``x + y`` is turned by torch's operator wrappers into "unsupported operand type(s) for +",
+    which hides the dtype (``float16 + 1j`` is complex32)."""
+
+
 def to_jax(dtype: torch.dtype) -> np.dtype:
-    """The JAX dtype for a torch dtype; raises for dtypes the device cannot hold."""
+    """The JAX dtype for a torch dtype; raises :class:`UnsupportedDtype` for dtypes the device cannot hold."""
     try:
         jdt = _TORCH_TO_JAX[dtype]
     except KeyError:
-        raise TypeError(f"dtype {dtype} is not supported on the tpu device") from None
+        raise UnsupportedDtype(f"dtype {dtype} is not supported on the tpu device") from None
     if dtype in _WIDE and not platform.x64_enabled():
-        raise TypeError(
+        raise UnsupportedDtype(
             f"dtype {dtype} needs JAX's x64 mode, which TORCHTPU_LAB_X64=0 turned off; "
             "unset it or use a 32-bit dtype"
         )

@@ -100,7 +100,7 @@ def _interface():
 
             try:
                 dtypes.to_jax(dtype)
-            except TypeError:
+            except dtypes.UnsupportedDtype:
                 return False
             return True
 

@@ -20,7 +20,7 @@ from torch._prims_common import elementwise_dtypes
 
 from .. import dtypes
 from .error_flags import report, reports
-from .registry import NoKernel, aten, lower
+from .registry import NoKernel, aten, checks_args, lower
 
 # ---- promotion helpers -------------------------------------------------------------------------------------
 
@@ -54,6 +54,14 @@ def _is_int(x) -> bool:
 
 
 # ---- arithmetic ---------------------------------------------------------------------------------------------
+
+
+@checks_args(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
+def _alpha_fits(op, x, y, alpha=1) -> None:
+    """CPU's ``alpha_check`` (PyTorch's Python reference raises a ValueError of its own wording instead)."""
+    if isinstance(alpha, float) and not torch.result_type(x, y).is_floating_point \
+            and not torch.result_type(x, y).is_complex:
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
 @lower(aten.add.Tensor, aten.add.Scalar)
@@ -216,6 +224,18 @@ def lerp(x, end, weight):
 def addcmul(x, t1, t2, *, value=1):
     x, t1, t2, value = _promote(x, t1, t2, value)
     return x + value * t1 * t2
+
+
+@checks_args(aten.addcdiv)
+def _no_integer_addcdiv(op, x, t1, t2, *, value=1) -> None:
+    """CPU's error (PyTorch's meta kernel raises it with a tuple for its message)."""
+    if not (t1.is_floating_point() or t1.is_complex()) and not (t2.is_floating_point() or t2.is_complex()):
+        raise RuntimeError(
+            "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a "
+            "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + "
+            "value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as (input + value * "
+            "tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the latter implementation: "
+            "(input + value * tensor1 / tensor2), for all dtypes.")
 
 
 @lower(aten.addcdiv)
@@ -419,6 +439,12 @@ def fmax(x, y):
 @lower(aten.fmin)
 def fmin(x, y):
     return jnp.fmin(*_promote(x, y))
+
+
+@checks_args(aten.clamp.default, aten.clamp.Tensor)
+def _a_bound(op, x, min=None, max=None) -> None:
+    if min is None and max is None:  # CPU's wording (PyTorch's Python reference raises a ValueError)
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
 
 
 @lower(aten.clamp.default, aten.clamp.Tensor)

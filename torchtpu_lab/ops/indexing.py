@@ -17,7 +17,7 @@ from jax import lax
 
 from .. import dtypes
 from .error_flags import report, reports
-from .registry import aten, lower, real_fill_value
+from .registry import aten, checks_args, lower, real_fill_value
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -77,6 +77,28 @@ def _no_masks(args, kwargs) -> bool:
     return not any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
 
 
+@checks_args(aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default, aten._unsafe_index_put.default,
+             aten._index_put_impl.default)
+def _index_args(op, x, indices, *_, **__) -> None:
+    """CPU's IndexErrors for integer indices (PyTorch's meta kernel raises RuntimeErrors, or JAX's gather a
+    TypeError): index dtypes, indices that do not broadcast together (``x[False, [0, 1]]`` included: PyTorch
+    makes ``False`` an empty index), and any index into a dim of size 0."""
+    present = [i for i in indices if i is not None]
+    for i in present:
+        if i.dtype not in (torch.int64, torch.int32, torch.uint8, torch.bool):
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    if any(i.dtype in (torch.bool, torch.uint8) for i in present):
+        return  # masks: their nonzero counts, which meta tensors do not have, make the shapes
+    try:
+        torch.broadcast_shapes(*(i.shape for i in present))
+    except RuntimeError:
+        shapes = ", ".join(str(list(i.shape)) for i in present)
+        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}")
+    for d, i in enumerate(indices):
+        if i is not None and d < x.dim() and x.shape[d] == 0 and i.numel() > 0:
+            raise IndexError("index is out of bounds for dimension with size 0")
+
+
 @lower(aten.index.Tensor, aten._unsafe_index.Tensor, jit=_no_masks)
 @reports
 def index(x, indices):
@@ -102,13 +124,12 @@ def _indexed_shape(shape: tuple, idx: tuple) -> tuple | None:
 def _check_values_fit(values, idx: tuple, shape: tuple) -> None:
     """CPU's RuntimeError for values that cannot fill the indexed positions (``a[mask] = []``); without it JAX's
     scatter raised a ValueError about types ("Incompatible types for broadcasting"), which no PyTorch code
-    expects. Leading size-1 dims of the values are dropped first, as PyTorch's ``__setitem__`` does."""
+    expects. (``__setitem__`` drops the values' leading size-1 dims before it calls ``index_put_``; the op
+    itself does not: a 0-dim ``x.index_put([], tensor([1.]))`` raises on CPU.)"""
     result = _indexed_shape(shape, idx)
     if result is None:
         return
     vshape = tuple(values.shape)
-    while len(vshape) > len(result) and vshape[0] == 1:
-        vshape = vshape[1:]
     try:
         fits = tuple(np.broadcast_shapes(vshape, result)) == result
     except ValueError:
@@ -122,12 +143,12 @@ def _check_values_fit(values, idx: tuple, shape: tuple) -> None:
 @reports
 def index_put(x, indices, values, accumulate=False):
     """``accumulate=True`` sums duplicate indices."""
+    idx = _integer_indices(x, indices)
+    _check_values_fit(values, idx, tuple(x.shape))
     if values.dtype != x.dtype:  # CPU's check: values are never cast (``double[:, [1]] = int_tensor`` raises)
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
                            f"{dtypes.scalar_name(x.dtype)} for the destination and "
                            f"{dtypes.scalar_name(values.dtype)} for the source.")
-    idx = _integer_indices(x, indices)
-    _check_values_fit(values, idx, tuple(x.shape))
     return _scatter(x, tuple(i is not None for i in idx), bool(accumulate), values, *[i for i in idx if i is not None])
 
 

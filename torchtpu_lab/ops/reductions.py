@@ -7,7 +7,7 @@ from jax import lax
 
 from .. import dtypes
 from .precision import opmath
-from .registry import aten, lower, wrap_dim
+from .registry import aten, checks_args, lower, wrap_dim
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------
@@ -90,6 +90,23 @@ def prod_dim(x, dim, keepdim=False, *, dtype=None):
 
 
 # ---- min / max --------------------------------------------------------------------------------------------------
+
+
+@checks_args(aten.amax.default, aten.amin.default, aten.argmax.default, aten.argmin.default)
+def _reduced_dims_not_empty(op, x, dim=None, keepdim=False) -> None:
+    """CPU's IndexError for a max/min/arg-reduction over a dim of size 0, or over all of an empty tensor without a
+    dim (arg-reductions: amax/amin's is a RuntimeError, which PyTorch's meta kernel raises alike); its meta
+    kernel raises a RuntimeError of its own before our lowering is reached."""
+    if x.numel() != 0:
+        return
+    name = op._schema.name.split("::")[-1]
+    dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    if not dims and name.startswith("arg"):
+        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    for d in dims:
+        d = wrap_dim(d, x.dim())
+        if x.dim() > 0 and x.shape[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
 
 
 @lower(aten.amax.default)

@@ -60,6 +60,22 @@ DECOMP_SKIP: set = set()
 PY_KERNELS: dict = {}
 
 
+#: Checks of an op's arguments that CPU makes and PyTorch's meta kernel makes otherwise or not at all (a different
+#: exception type, or no check): called with the op and the meta kernel's arguments (meta tensors) just before it.
+ARG_CHECKS: dict = {}
+
+
+def checks_args(*ops):
+    """Register the decorated function as the argument check of ``ops`` (see :data:`ARG_CHECKS`)."""
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            ARG_CHECKS[op.default if isinstance(op, torch._ops.OpOverloadPacket) else op] = fn
+        return fn
+
+    return register
+
+
 def kernel(*ops):
     """Register the decorated function as the tpu kernel of ``ops`` (for ops a lowering cannot express)."""
 

@@ -15,6 +15,8 @@ import torch
 
 from .. import caches, dtypes
 from ..device import context, tensor, views
+from ..ops import cpu_rules
+from ..ops.registry import ARG_CHECKS
 from .signatures import Slot, Static
 
 #: what a meta kernel raises where it cannot describe a call it accepts (a Python decomposition standing in as the
@@ -127,9 +129,16 @@ def _offset(view, dyn, index: int):
 
 
 def meta_outputs(op: torch._ops.OpOverload, targs: tuple, tkwargs: tuple, dyn: list):
-    """PyTorch's own output metadata for this call, or ``None`` where no meta kernel can say."""
+    """PyTorch's own output metadata for this call, or ``None`` where no meta kernel can say; CPU's checks of the
+    arguments first, where the meta kernel's differ (:data:`~torchtpu_lab.ops.registry.ARG_CHECKS`) and where
+    CPU refuses complex numbers (:func:`~torchtpu_lab.ops.cpu_rules.check_complex`)."""
+    args, kwargs = [decode(a, dyn, True) for a in targs], {k: decode(v, dyn, True) for k, v in tkwargs}
+    check = ARG_CHECKS.get(op)
+    if check is not None:
+        check(op, *args, **kwargs)
+    cpu_rules.check_complex(op, args, kwargs)
     try:
-        return op(*[decode(a, dyn, True) for a in targs], **{k: decode(v, dyn, True) for k, v in tkwargs})
+        return op(*args, **kwargs)
     except _META_SKIP:
         return None
 

@@ -12,6 +12,7 @@ import torch
 
 from ..device import sizes, tensor, views
 from ..dtypes import scalar_name as _name
+from ..ops import cpu_rules
 from . import values
 
 def signature(schema) -> tuple:
@@ -168,49 +169,10 @@ class _NotAlike(Exception):
     """An operand of an in-place op on a reshaped storage that is not the same reshape of a storage alike."""
 
 
-#: (op, argument kinds, out dtypes) -> CPU's error message for that out= call, or None where it casts
-_OUT_DTYPE_RULES: dict = {}
-
-
-def _kind(v):
-    if isinstance(v, torch.Tensor):
-        return v.dtype, v.dim()
-    if isinstance(v, (list, tuple)):
-        return tuple(_kind(x) for x in v)
-    return type(v)
-
-
-def _stand_in(v):
-    """A one-element CPU tensor of ``v``'s dtype and rank in place of each tensor in ``v``."""
-    if isinstance(v, torch.Tensor):
-        return torch.zeros((1,) * v.dim(), dtype=v.dtype)
-    if isinstance(v, (list, tuple)):
-        return type(v)(_stand_in(x) for x in v)
-    return v
-
-
-def _cpu_refuses_out_dtype(op, args, kwargs: dict, outs: dict) -> str | None:
-    """CPU's error for writing ``op``'s result into ``outs`` of another dtype, or None where CPU casts.
-
-    The rule is the op's own (TensorIterator's per-op policy: ``neg`` wants its out's dtype exact, ``add`` casts
-    safely, ``floor`` of an integer wants the input's dtype; ``nonzero`` wants Long), so it is asked of CPU's
-    kernel itself, on one-element stand-ins of the same dtypes and ranks, once per combination. Only an error
-    about types is taken: a stand-in's sizes may trip a check about sizes the real call passes."""
-    key = (op, _kind(args), _kind(tuple(kwargs.items())), _kind(tuple(outs.values())))
-    if key not in _OUT_DTYPE_RULES:
-        message = None
-        try:
-            with torch.no_grad():
-                op(*_stand_in(args), **_stand_in(kwargs),
-                   **{n: _stand_in(o) if not isinstance(o, torch.Tensor) else torch.empty(0, dtype=o.dtype)
-                      for n, o in outs.items()})
-        except RuntimeError as e:
-            text = str(e)
-            message = text if "type" in text.lower() else None
-        except Exception:  # noqa: BLE001 — no CPU kernel for these stand-ins: the cast stands
-            pass
-        _OUT_DTYPE_RULES[key] = message
-    return _OUT_DTYPE_RULES[key]
+def _about_types(e: BaseException) -> bool:
+    """Whether CPU's error for an ``out=`` of another dtype is about dtypes ("Found dtype Double but expected
+    Float", "result type Float can't be cast", "expected scalar type Long")."""
+    return isinstance(e, RuntimeError) and "type" in str(e).lower()
 
 
 def make_out_kernel(functional, names: list[str], op=None):
@@ -228,9 +190,10 @@ def make_out_kernel(functional, names: list[str], op=None):
         else:
             pairs = list(zip(outs, results))
         if op is not None and any(isinstance(o, torch.Tensor) and o.dtype != r.dtype for o, r in pairs):
-            refused = _cpu_refuses_out_dtype(op, args, kwargs, dict(zip(names, outs)))
+            # the op's own rule for an out of another dtype (neg wants it exact, add casts): CPU's kernel says
+            refused = cpu_rules.refusal(op, args, {**kwargs, **dict(zip(names, outs))}, _about_types, tuple(names))
             if refused is not None:
-                raise RuntimeError(refused)
+                raise refused
         for o, r in pairs:
             write_result(o, r, inplace=False)
         if len(outs) == 1 and isinstance(outs[0], (list, tuple)):
