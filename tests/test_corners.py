@@ -977,3 +977,21 @@ def test_an_unsupported_dtype_is_named_inside_an_operator():
     Python's "unsupported operand type(s) for +")."""
     with pytest.raises(RuntimeError, match="complex32 is not supported on the tpu device"):
         torch.ones(2, dtype=torch.float16, device="tpu") + 1j
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.arange(1, 9, dtype=torch.int8, device=d)[1:7].view(torch.int16),
+    lambda d: torch.arange(16, dtype=torch.int8, device=d).view(4, 4)[:, ::2].view(torch.int16),
+    lambda d: torch.arange(6, dtype=torch.int8, device=d).view(2, 3).view(torch.int16),
+    lambda d: torch.zeros(4, 4, 2, device=d).as_strided((4, 4, 2), (2, 1, 1)).view(torch.float64),
+    lambda d: torch.view_as_complex(torch.zeros(3, 2, 2, device=d).transpose(1, 2)),
+], ids=["offset", "stride-1", "size-1", "stride1", "view_as_complex"])
+def test_dtype_views_check_the_views_geometry(fn):
+    """PyTorch's meta kernels check a view's storage offset and strides; they ran on contiguous stand-ins, so a
+    view at an odd offset, or with a last stride of 2, was read as values where CPU raises."""
+    def error(dev):
+        with pytest.raises(RuntimeError) as e:
+            fn(dev)
+        return str(e.value)
+
+    assert error("tpu") == error("cpu")

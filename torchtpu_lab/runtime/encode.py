@@ -10,6 +10,8 @@ the traced function, and :func:`cast` makes a lowering's outputs match PyTorch's
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import torch
 
@@ -110,7 +112,7 @@ def decode(t, dyn: list | tuple, meta: bool = False):
         if t.kind == "S":
             return dyn[t.index]
         if meta:
-            return torch.empty(t.shape, dtype=t.dtype, device="meta")
+            return _meta_tensor(t, dyn)
         if t.kind == "H":
             return dyn[t.index]
         return views.read(dyn[t.index], t.base_shape, t.view, _offset(t.view, dyn, t.index))
@@ -121,6 +123,16 @@ def decode(t, dyn: list | tuple, meta: bool = False):
     if meta and isinstance(t, torch.device) and t.type == "tpu":
         return torch.device("meta")
     return t
+
+
+def _meta_tensor(t: Slot, dyn) -> torch.Tensor:
+    """A meta tensor for a tensor slot, with the view's sizes, strides and offset over its base: meta kernels that
+    check geometry (``x.view(dtype)`` of a view at an odd offset) see what CPU's kernel would."""
+    if t.view is None or t.kind != "T":
+        return torch.empty(t.shape, dtype=t.dtype, device="meta")
+    offset = _offset(t.view, dyn, t.index)
+    base = torch.empty(math.prod(t.base_shape), dtype=t.dtype, device="meta")
+    return base.as_strided(t.view.size, t.view.stride, 0 if offset is None else int(offset))
 
 
 def _offset(view, dyn, index: int):
