@@ -46,7 +46,7 @@ from ..device.storage import FailedValue, holding, store_all
 from ..telemetry import SyncReason
 from ..device import memory
 from ..ops.registry import NoKernel
-from . import graph_key, packed_numbers, program_cost
+from . import graph_key, loop_rolling, packed_numbers, program_cost
 from .graph_cuts import CutPoints
 from .graph_key import Segment
 from .signatures import GraphSignature, NodeSignature
@@ -437,20 +437,8 @@ def _check_avals(node: Node, outs: list) -> None:
 
 
 def _graph_fn(nodes: list[Node], key: GraphSignature):
-    fns = [n.fn for n in nodes]
-    wiring = [refs for _, refs in key.nodes]
-    treedefs = [n.treedef for n in nodes]
-
-    def run(*leaf_values):
-        outputs: list[list] = []
-        for fn, refs, treedef, recorded in zip(fns, wiring, treedefs, nodes):
-            args = [leaf_values[i] if node == -1 else outputs[node][i] for node, i in refs]
-            outs = jax.tree_util.tree_leaves(fn(*args)) if treedef.num_leaves else []
-            _check_avals(recorded, outs)
-            outputs.append(outs)
-        return [outputs[n][i] for n, i in key.targets]
-
-    return run
+    """The graph's traceable function, long runs of a repeated block as one loop (:mod:`.loop_rolling`)."""
+    return loop_rolling.graph_fn(nodes, key, _check_avals)
 
 
 @entry_point

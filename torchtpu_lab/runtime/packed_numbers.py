@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -75,20 +76,40 @@ def traced(fn: Callable, packing: Packing) -> Callable:
     """``fn`` (a function of the graph's leaves) as a function of the packed arguments."""
     passed, floats, ints, count = packing.passed, packing.floats, packing.ints, packing.count
 
+    at = {i: (g, j) for g, positions in enumerate((floats, ints)) for j, i in enumerate(positions)}
+    stacks = getattr(fn, "stacks_numbers", False)
+
     def run(*args):
         leaves: list = [None] * count
         for i, v in zip(passed, args):
             leaves[i] = v
         k = len(passed)
-        for positions in (floats, ints):
+        arrays: list = [None, None]
+        for g, positions in enumerate((floats, ints)):
             if positions:
-                packed = args[k]
+                packed = arrays[g] = args[k]
                 k += 1
                 for j, i in enumerate(positions):
                     leaves[i] = _convert_element_type(lax.index_in_dim(packed, j, keepdims=False), weak_type=True)
-        return fn(*leaves)
+        if not stacks:
+            return fn(*leaves)
+        return fn(*leaves, column=lambda wanted: _column(arrays, at, wanted))
 
     return run
+
+
+def _column(arrays: list, at: dict, wanted: Sequence[int]):
+    """The numbers of leaves ``wanted`` as one array, read from their packed array in one op, or ``None`` when they
+    are not all in the same one. For a graph traced as a loop (:mod:`.loop_rolling`): stacked from the per-leaf
+    elements, ``n`` numbers were ``n`` slices, each a kernel XLA:CPU compiles on its own."""
+    places = [at.get(i) for i in wanted]
+    if not places or None in places or len({g for g, _ in places}) != 1:
+        return None
+    packed, index = arrays[places[0][0]], [j for _, j in places]
+    step = index[1] - index[0] if len(index) > 1 else 1
+    if step > 0 and all(b - a == step for a, b in zip(index, index[1:])):
+        return lax.slice(packed, (index[0],), (index[-1] + 1,), (step,))
+    return jnp.take(packed, np.asarray(index, np.int32))
 
 
 def arguments(packing: Packing, leaves: Sequence) -> list:

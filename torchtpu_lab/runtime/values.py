@@ -71,8 +71,18 @@ def assign(dst: tensor.TpuTensor, src) -> None:
     src_key = dynamic_input(tuple(src_base_shape), src_view, dyn)
     sig = (storage.shape, dst_key, storage.dtype, tuple(src_base_shape), src_key, dst_view is None)
     program = _assign_program(*sig)
-    set_array(storage, launch(program, OpSignature("assign", sig + (leaf_dtype(src_array),), ()), dyn,
-                              storage.device_index, True))
+    out = launch(program, OpSignature("assign", sig + (leaf_dtype(src_array),), ()), dyn, storage.device_index, True)
+    set_array(storage, out)
+    _cut_if_over_limit(out)
+
+
+def _cut_if_over_limit(out) -> None:
+    """Flush the pending graph at its size limit once a recorded write or read is in its tensor, as every op the
+    executor records does. ``launch`` cannot (its caller has not stored the placeholder yet, and a sync computes
+    only what storages hold): without this a loop of slice assignments (``x[i] = y[i]``, 40,000 in PyTorch's
+    ``test_index_copy_deterministic``) was one graph however long it grew."""
+    if type(out) is fused.LazyValue and fused.over_limit():
+        fused.sync(SyncReason.GRAPH_LIMIT)
 
 
 @fused.entry_point
@@ -157,4 +167,5 @@ def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     result = tensor.from_array(out, t.dtype, storage.device_index)
     if isinstance(out, fused.LazyValue):
         fused.track(result.tpu_storage)
+        _cut_if_over_limit(out)
     return result
