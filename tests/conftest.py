@@ -38,6 +38,20 @@ def ip():
 
 
 @pytest.fixture
+def limit():
+    """Restore the fused graph size limit and forget cut points after the test (tests that lower the limit)."""
+    from torchtpu_lab import config
+    from torchtpu_lab.runtime import fused
+
+    saved = config.max_graph_ops.value
+    fused.CUTS.clear()
+    yield
+    torchtpu_lab.sync()
+    config.max_graph_ops.set(saved)
+    fused.CUTS.clear()
+
+
+@pytest.fixture
 def seeded():
     torch.manual_seed(0)
     yield

@@ -10,17 +10,6 @@ from torchtpu_lab import config, telemetry
 from torchtpu_lab.runtime import fused
 
 
-@pytest.fixture
-def limit():
-    """Restore the size limit and forget cut points after the test."""
-    saved = config.max_graph_ops.value
-    fused.CUTS.clear()
-    yield
-    torchtpu_lab.sync()
-    config.max_graph_ops.set(saved)
-    fused.CUTS.clear()
-
-
 def _trainer(width: int):
     torch.manual_seed(0)
     layers = [m for _ in range(5) for m in (nn.Linear(width, width), nn.Tanh())] + [nn.Linear(width, 3)]

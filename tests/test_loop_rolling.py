@@ -13,17 +13,6 @@ from torchtpu_lab.runtime import fused, loop_rolling
 
 
 @pytest.fixture
-def limit():
-    """Restore the size limit and forget cut points after the test."""
-    saved = config.max_graph_ops.value
-    fused.CUTS.clear()
-    yield
-    torchtpu_lab.sync()
-    config.max_graph_ops.set(saved)
-    fused.CUTS.clear()
-
-
-@pytest.fixture
 def unrolled(monkeypatch):
     """Trace graphs op after op (no run is long enough to roll), in fresh caches: the reference program."""
     def use():
