@@ -995,3 +995,14 @@ def test_dtype_views_check_the_views_geometry(fn):
         return str(e.value)
 
     assert error("tpu") == error("cpu")
+
+
+def test_asking_cpu_about_dtypes_leaves_the_cpu_random_stream_alone():
+    """A random op's first complex call or out= of another dtype asks CPU's kernel (ops/cpu_rules.py) on
+    stand-ins: that draw must not move the user's CPU generator."""
+    torch.manual_seed(0)
+    want = torch.rand(2)
+    torch.manual_seed(0)
+    torch.randn_like(torch.ones(3, dtype=torch.complex64, device="tpu"))
+    torch.bernoulli(torch.full((3,), 0.5, dtype=torch.float64, device="tpu"), out=torch.empty(0, device="tpu"))
+    assert torch.equal(torch.rand(2), want)

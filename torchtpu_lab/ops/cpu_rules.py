@@ -56,8 +56,8 @@ def refusal(op, args, kwargs: dict, about_types: Callable[[BaseException], bool]
 
 
 def _ask(op, args, kwargs: dict, about_types, empty: tuple) -> tuple | None:
-    try:
-        with torch.no_grad():
+    try:  # the user's CPU random stream stays as it was (a random op draws from it)
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
             op(*_stand_in(args), **{k: torch.empty(0, dtype=v.dtype) if k in empty else _stand_in(v)
                                     for k, v in kwargs.items()})
     except Exception as e:  # noqa: BLE001 — any exception is an answer; the caller says which ones count
