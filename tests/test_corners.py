@@ -997,6 +997,16 @@ def test_dtype_views_check_the_views_geometry(fn):
     assert error("tpu") == error("cpu")
 
 
+def test_a_dtype_view_at_an_odd_offset_raises_after_one_at_an_even_offset():
+    """The same geometry at another offset is the same recorded call (the offset is a graph input): the check of
+    the offset runs on every call, not once per compiled signature."""
+    for dev in ("cpu", "tpu"):
+        b = torch.arange(1, 9, dtype=torch.int8, device=dev)
+        assert b[2:8].view(torch.int16).cpu().tolist() == [1027, 1541, 2055]
+        with pytest.raises(RuntimeError, match=r"storage_offset\(\) must be divisible by 2"):
+            b[1:7].view(torch.int16)
+
+
 def test_asking_cpu_about_dtypes_leaves_the_cpu_random_stream_alone():
     """A random op's first complex call or out= of another dtype asks CPU's kernel (ops/cpu_rules.py) on
     stand-ins: that draw must not move the user's CPU generator."""

@@ -176,6 +176,7 @@ def _collect() -> dict:
     kernels.setdefault(aten.detach_.default, view_kernels.detach_)
     for op, low in LOWERINGS.items():
         kernels.setdefault(op, tpu_kernel(low))
+    kernels[aten.view.dtype] = view_kernels.checked_dtype_view(kernels[aten.view.dtype])
     for op, fn in torch._decomp.decomposition_table.items():
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             continue

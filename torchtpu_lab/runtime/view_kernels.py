@@ -18,7 +18,7 @@ import torch
 
 from .. import caches
 from ..device import tensor, views
-from . import growth, recording
+from . import fused, growth, recording
 
 aten = torch.ops.aten
 
@@ -98,6 +98,26 @@ def _compute_plan(op, base_shape: tuple, geom: views.View, a: list, k: dict):
     out = op(shadow, *a, **k)
     outs = out if isinstance(out, (list, tuple)) else (out,)
     return tuple(views.canonical(base_shape, o.size(), o.stride(), o.storage_offset()) for o in outs)
+
+
+def checked_dtype_view(kernel):
+    """``x.view(dtype)``'s kernel: PyTorch's checks of ``x``'s geometry for a dtype of another element size (its
+    storage offset, last stride and other strides divisible by the ratio), on a meta tensor of that geometry,
+    then ``kernel`` (the op's lowering: a copy, a tpu storage having one dtype). Every call: a recorded call
+    would key a view's offset as a graph input, and an odd offset then passed where an even one had."""
+    def view_dtype(x, dtype):
+        if x.dtype.itemsize != dtype.itemsize:
+            t = tensor.adopt(x)
+            geom, base_shape = _geometry(t), tuple(t.tpu_storage.shape)
+            key = (aten.view.dtype, base_shape, geom, x.dtype, dtype)
+            if _PLANS.get(key) is None:
+                shadow = torch.empty(math.prod(base_shape), dtype=x.dtype, device="meta")
+                shadow.as_strided(geom.size, geom.stride, geom.offset).view(dtype)  # CPU's error, if any
+                _PLANS.put(key, True)
+        return kernel(x, dtype)
+
+    view_dtype.owns = fused.LOCK  # the lowering's kernel takes the runtime's lock itself
+    return view_dtype
 
 
 def make_view_kernel(op):
