@@ -977,6 +977,8 @@ def test_an_unsupported_dtype_is_named_inside_an_operator():
     Python's "unsupported operand type(s) for +")."""
     with pytest.raises(RuntimeError, match="complex32 is not supported on the tpu device"):
         torch.ones(2, dtype=torch.float16, device="tpu") + 1j
+    with pytest.raises(RuntimeError, match="complex32 is not supported on the tpu device"):
+        torch.tensor([2], dtype=torch.complex32, device="tpu")  # numpy's "Got unsupported ScalarType ComplexHalf"
 
 
 @pytest.mark.parametrize("fn", [

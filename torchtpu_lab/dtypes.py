@@ -82,6 +82,8 @@ def host_array(t: torch.Tensor) -> np.ndarray:
         return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
     if t.dtype == torch.float8_e5m2:
         return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e5m2)
+    if t.dtype not in _TORCH_TO_JAX:  # complex32 and the rest: the device's refusal, not numpy's TypeError
+        to_jax(t.dtype)
     return t.numpy()
 
 
