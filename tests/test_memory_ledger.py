@@ -289,6 +289,7 @@ def test_a_syncs_commit_and_settle_are_one_sample_each_at_their_levels():
 
 
 def test_threads_allocating_and_reading_the_counts_agree_at_the_end():
+    gc.collect()  # an earlier test's tensors held by reference cycles (a kept traceback) must not go mid-count
     torchtpu_lab.sync()
     start = memory.allocated(0)
     errors = []
