@@ -1018,3 +1018,19 @@ def test_asking_cpu_about_dtypes_leaves_the_cpu_random_stream_alone():
     torch.randn_like(torch.ones(3, dtype=torch.complex64, device="tpu"))
     torch.bernoulli(torch.full((3,), 0.5, dtype=torch.float64, device="tpu"), out=torch.empty(0, device="tpu"))
     assert torch.equal(torch.rand(2), want)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_uint8_mask_warns_as_on_cpu(mode):
+    """PyTorch deprecates uint8 masks with a warning at every such index or index_put (its tests count them)."""
+    import warnings
+
+    v = torch.randn(5, 7, 3, device="tpu")
+    mask = torch.tensor([1, 0, 1, 1, 0], dtype=torch.uint8, device="tpu")
+    with torchtpu_lab.eager_mode(mode):
+        for fn in (lambda: v[mask], lambda: v.__setitem__(mask, torch.ones(3, 7, 3, device="tpu"))):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                fn()
+            assert [str(x.message) for x in w] == [
+                "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead."]

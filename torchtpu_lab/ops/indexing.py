@@ -8,6 +8,7 @@ part remains (advanced indexing once masks are integer indices), it runs as one 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import torch
@@ -34,6 +35,9 @@ def _integer_indices(x, indices) -> tuple:
     for i, idx in enumerate(indices):
         d = len(out)
         if idx is not None and idx.dtype in (jnp.bool_, jnp.uint8):
+            if idx.dtype == jnp.uint8:  # CPU's warning, per call (a mask runs eagerly: its shape is its data's)
+                warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                              "instead.", UserWarning, stacklevel=2)
             if idx.ndim == 0:
                 raise NotImplementedError("torchtpu_lab: indexing with a 0-dim boolean mask")
             for k, n in enumerate(idx.shape):
