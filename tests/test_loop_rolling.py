@@ -132,8 +132,8 @@ def test_plan_rolls_only_repetitions_nothing_outside_reads(limit):
     torchtpu_lab.sync()
     kept, expected, y = [], [], torch.zeros(8)
     for i in range(400):
-        x.mul_(0.5).add_(i)
-        y.mul_(0.5).add_(i)
+        x[1:].mul_(0.5).add_(i)  # in place through a view: a write of part of x, as x[i] = v is
+        y[1:].mul_(0.5).add_(i)
         if i % 40 == 39:
             kept.append(x.clone())
             expected.append(y.clone())
@@ -142,3 +142,19 @@ def test_plan_rolls_only_repetitions_nothing_outside_reads(limit):
     assert any("while(" in p.fn.as_text() for p in _new_programs(before))
     for k, e in zip(values, expected, strict=True):
         torch.testing.assert_close(k, e)
+
+
+def test_an_elementwise_loop_stays_one_fused_program(limit):
+    """Without a write of part of an array, a repeated block is left to XLA, which fuses the whole chain into one
+    kernel that reads and writes memory once (a loop would read and write it every repetition)."""
+    config.max_graph_ops.set(10**6)
+    x = torch.ones(64, device="tpu")
+    torchtpu_lab.sync()
+    before = {id(v) for v in fused.GRAPHS.values()}
+    for i in range(100):
+        x = x * 0.5 + i
+    y = torch.ones(64)
+    for i in range(100):
+        y = y * 0.5 + i
+    torch.testing.assert_close(x.cpu(), y)
+    assert not any("while(" in p.fn.as_text() for p in _new_programs(before))
