@@ -29,6 +29,7 @@ import math
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import torch
 from jax import lax
 
 from .. import caches
@@ -40,6 +41,12 @@ class View(NamedTuple):
     size: tuple
     stride: tuple
     offset: int
+
+
+def shadow(base_shape: tuple, size: tuple, stride: tuple, offset: int, dtype: torch.dtype = torch.float32):
+    """A meta tensor of this geometry over a flat storage of the base's size: what PyTorch's meta kernels are asked
+    about a view (its geometry as a view op computes it, its checks as ``x.view(dtype)`` makes them)."""
+    return torch.empty(math.prod(base_shape), dtype=dtype, device="meta").as_strided(size, stride, offset)
 
 
 def contiguous_strides(shape) -> tuple:

@@ -59,8 +59,8 @@ def _is_int(x) -> bool:
 @checks_args(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
 def _alpha_fits(op, x, y, alpha=1) -> None:
     """CPU's ``alpha_check`` (PyTorch's Python reference raises a ValueError of its own wording instead)."""
-    if isinstance(alpha, float) and not torch.result_type(x, y).is_floating_point \
-            and not torch.result_type(x, y).is_complex:
+    result = torch.result_type(x, y) if isinstance(alpha, float) else None
+    if result is not None and not (result.is_floating_point or result.is_complex):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 

@@ -10,8 +10,6 @@ the traced function, and :func:`cast` makes a lowering's outputs match PyTorch's
 
 from __future__ import annotations
 
-import math
-
 import jax.numpy as jnp
 import torch
 
@@ -131,8 +129,7 @@ def _meta_tensor(t: Slot, dyn) -> torch.Tensor:
     if t.view is None or t.kind != "T":
         return torch.empty(t.shape, dtype=t.dtype, device="meta")
     offset = _offset(t.view, dyn, t.index)
-    base = torch.empty(math.prod(t.base_shape), dtype=t.dtype, device="meta")
-    return base.as_strided(t.view.size, t.view.stride, 0 if offset is None else int(offset))
+    return views.shadow(t.base_shape, t.view.size, t.view.stride, 0 if offset is None else int(offset), t.dtype)
 
 
 def _offset(view, dyn, index: int):

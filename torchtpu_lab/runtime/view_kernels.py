@@ -12,8 +12,6 @@ strides and an absolute offset in the base's storage, as on CPU.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .. import caches
@@ -94,8 +92,7 @@ def _plan(op, base_shape: tuple, geom: views.View, args: tuple, kwargs: dict):
 
 
 def _compute_plan(op, base_shape: tuple, geom: views.View, a: list, k: dict):
-    shadow = torch.empty(math.prod(base_shape), device="meta").as_strided(geom.size, geom.stride, geom.offset)
-    out = op(shadow, *a, **k)
+    out = op(views.shadow(base_shape, geom.size, geom.stride, geom.offset), *a, **k)
     outs = out if isinstance(out, (list, tuple)) else (out,)
     return tuple(views.canonical(base_shape, o.size(), o.stride(), o.storage_offset()) for o in outs)
 
@@ -111,8 +108,7 @@ def checked_dtype_view(kernel):
             geom, base_shape = _geometry(t), tuple(t.tpu_storage.shape)
             key = (aten.view.dtype, base_shape, geom, x.dtype, dtype)
             if _PLANS.get(key) is None:
-                shadow = torch.empty(math.prod(base_shape), dtype=x.dtype, device="meta")
-                shadow.as_strided(geom.size, geom.stride, geom.offset).view(dtype)  # CPU's error, if any
+                views.shadow(base_shape, geom.size, geom.stride, geom.offset, x.dtype).view(dtype)  # CPU's error
                 _PLANS.put(key, True)
         return kernel(x, dtype)
 
