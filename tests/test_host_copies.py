@@ -4,6 +4,7 @@ it, a device-wide wait, a blocking read, the end of a cell), with the values ``x
 transformers' deferred stop check, which reads its flag that way a token late, gives CPU's tokens."""
 
 import time
+import warnings
 
 import pytest
 import torch
@@ -194,3 +195,29 @@ def test_auto_defers_on_an_accelerator_and_not_on_xla_cpu():
     assert DeferredStopCheck.is_supported(torch.device("tpu"), None, False, False) is expected
     assert DeferredStopCheck.is_supported(torch.device("tpu"), None, False, True) is False  # an assistant
     assert DeferredStopCheck.is_supported(torch.device("cpu"), None, False, False) is False  # transformers' own
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64])
+def test_host_tensors_on_either_side_of_a_transfer_stay_resizable(dtype):
+    """PyTorch marks a storage handed to numpy (``Tensor.numpy()``) as never resizable again: a transfer must
+    neither do that to the user's tensor nor return a tensor that refuses ``resize_``, as CUDA's do not."""
+    x = torch.arange(6).reshape(2, 3).to(dtype)
+    on_tpu = x.t().to("tpu")
+    back = on_tpu.cpu()
+    assert torch.equal(back, x.t())
+    x.resize_(10)
+    back.resize_(2, 5)
+    assert x.shape == (10,) and back.shape == (2, 5)
+
+
+def test_out_arguments_the_cpu_fallback_resizes():
+    """Ops without a lowering run on the CPU; an ``out=`` they resize is a copy of the tpu tensor, which must
+    take the new size (it failed with "Trying to resize storage that is not resizable")."""
+    out, r = torch.empty(0, device="tpu"), torch.empty(2, device="tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's own warning (once per op), torch.range's deprecation
+        torch.eye(3, out=out)
+        torch.range(0, 4, out=r)
+        expected = torch.range(0, 4)
+    assert torch.equal(out.cpu(), torch.eye(3))
+    assert torch.equal(r.cpu(), expected)

@@ -73,24 +73,33 @@ def scalar_name(dtype) -> str:
     return _SCALAR_NAMES.get(dtype, str(dtype))
 
 
+#: dtypes numpy lacks, read as integers of their width and reinterpreted as ml_dtypes' types
+_AS_BITS = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+            torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
+            torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2)}
+
+
 def host_array(t: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor's values, reinterpreting dtypes numpy lacks (bfloat16, float8)."""
+    """A numpy view of a CPU tensor's values, reinterpreting dtypes numpy lacks (bfloat16, float8).
+
+    Read through DLPack, not ``Tensor.numpy()``: PyTorch marks a storage it hands to numpy as never resizable
+    again, so a user's tensor moved to the device (``x.to("tpu")``) would refuse ``x.resize_(n)`` afterwards."""
     t = t.detach().resolve_conj().resolve_neg()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    if t.dtype == torch.float8_e4m3fn:
-        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
-    if t.dtype == torch.float8_e5m2:
-        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e5m2)
+    bits = _AS_BITS.get(t.dtype)
+    if bits is not None:
+        return np.from_dlpack(t.view(bits[0])).view(bits[1])
     if t.dtype not in _TORCH_TO_JAX:  # complex32 and the rest: the device's refusal, not numpy's TypeError
         to_jax(t.dtype)
-    return t.numpy()
+    return np.from_dlpack(t)
 
 
 def host_tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor owning a copy of a host array that came back from the device."""
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(np.array(a).view(np.int16)).view(torch.bfloat16)
-    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        return torch.from_numpy(np.array(a).view(np.uint8)).view(dtype)
-    return torch.from_numpy(np.array(a))
+    """A CPU tensor owning a copy of a host array that came back from the device.
+
+    The copy goes into memory PyTorch allocated, not numpy's (``torch.from_numpy``): such a tensor's storage is
+    resizable, as any CPU tensor PyTorch makes, so ``x.cpu().resize_(n)`` and an ``out=`` argument the CPU
+    fallback resizes work as after ``.cpu()`` of a CUDA tensor."""
+    out = torch.empty(np.shape(a), dtype=dtype)
+    if out.numel():
+        host_array(out)[...] = a
+    return out

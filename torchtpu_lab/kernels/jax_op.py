@@ -191,8 +191,7 @@ def _to_torch(out):
     if isinstance(out, (tuple, list)):
         res = [_to_torch(o) for o in out]
         return tuple(res) if isinstance(out, tuple) else res
-    arr = np.asarray(jax.device_get(out))
-    return dtypes.host_tensor(np.array(arr, copy=True), dtypes.to_torch(out.dtype))
+    return dtypes.host_tensor(np.asarray(jax.device_get(out)), dtypes.to_torch(out.dtype))
 
 
 def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence[int] | int | None = None,
