@@ -958,7 +958,12 @@ def test_indexing_errors_are_cpus(fn, mode):
     lambda d: torch.add(torch.tensor([1, 2], device=d), torch.tensor([1, 2], device=d), alpha=1.5),
     lambda d: torch.tensor([1, 2], device=d).sub_(1, alpha=0.5),
     lambda d: torch.tensor([1.0, 2.0], device=d).clamp(),
-], ids=["floor", "round", "sign", "maximum", "atan2", "addcdiv_int", "add_alpha", "sub_alpha", "clamp_none"])
+    lambda d: torch.arange(8, device=d).reshape(2, 4).roll(shifts=(1,), dims=(1, 2)),
+    lambda d: torch.arange(8, device=d).roll(shifts=(1, 2), dims=()),
+    lambda d: torch.repeat_interleave(torch.arange(4, device=d).reshape(2, 2)),
+    lambda d: torch.repeat_interleave(torch.tensor([1, 2, -1, 3], device=d)),
+], ids=["floor", "round", "sign", "maximum", "atan2", "addcdiv_int", "add_alpha", "sub_alpha", "clamp_none",
+        "roll_align", "roll_flat_align", "repeat_interleave_2d", "repeat_interleave_negative"])
 def test_refusals_are_cpus_at_the_call(fn, mode):
     """Type and text as on CPU, raised by the call itself. Complex inputs to round, sign, maximum and atan2 gave
     values (JAX computes them); floor's refusal came at the next sync as JAX's TypeError; the others were PyTorch's
@@ -970,6 +975,13 @@ def test_refusals_are_cpus_at_the_call(fn, mode):
 
     with torchtpu_lab.eager_mode(mode):
         assert error("tpu") == error("cpu")
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_float_repeats_are_refused_as_on_cpu(mode):
+    """CPU's kernel has no float repeats (JAX would have refused them as an index, with a TypeError)."""
+    with torchtpu_lab.eager_mode(mode), pytest.raises(NotImplementedError, match="not implemented for 'Float'"):
+        torch.repeat_interleave(torch.arange(4.0, device="tpu"))
 
 
 def test_an_unsupported_dtype_is_named_inside_an_operator():

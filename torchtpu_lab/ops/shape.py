@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .registry import aten, lower
+from .registry import aten, checks_args, lower
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -90,6 +90,13 @@ lower(
 def flip(x, dims):
     """A 0-d tensor is its own flip (PyTorch takes dim 0 or -1 of it)."""
     return jnp.flip(x, axis=tuple(_dim(d, x.ndim) for d in dims)) if dims and x.ndim else x
+
+
+@checks_args(aten.roll.default)
+def _shifts_align(op, x, shifts, dims=()) -> None:
+    """CPU checks this before the dims' range (PyTorch's Python reference the other way round)."""
+    if shifts and (dims or len(shifts) > 1) and len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
 
 
 @lower(aten.roll.default)
@@ -207,7 +214,15 @@ def block_diag(tensors):
 
 @lower(aten.repeat_interleave.Tensor, jit=False)
 def repeat_interleave(repeats, *, output_size=None):
-    """Data-dependent length unless ``output_size`` is given; runs eagerly."""
+    """Data-dependent length unless ``output_size`` is given; runs eagerly, so CPU's checks of the values hold."""
+    if repeats.ndim != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (jnp.int32, jnp.int64):
+        from .. import dtypes
+
+        raise NotImplementedError(f'"repeat_interleave_tpu" not implemented for \'{dtypes.scalar_name(repeats.dtype)}\'')
+    if output_size is None and repeats.size and int(jnp.min(repeats)) < 0:
+        raise RuntimeError("repeats can not be negative")
     total = int(jnp.sum(repeats)) if output_size is None else output_size
     return jnp.repeat(jnp.arange(repeats.shape[0], dtype=repeats.dtype), repeats, total_repeat_length=total)
 
