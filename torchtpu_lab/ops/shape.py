@@ -220,7 +220,8 @@ def repeat_interleave(repeats, *, output_size=None):
     if repeats.dtype not in (jnp.int32, jnp.int64):
         from .. import dtypes
 
-        raise NotImplementedError(f'"repeat_interleave_tpu" not implemented for \'{dtypes.scalar_name(repeats.dtype)}\'')
+        name = dtypes.scalar_name(repeats.dtype)
+        raise NotImplementedError(f'"repeat_interleave_tpu" not implemented for \'{name}\'')
     if output_size is None and repeats.size and int(jnp.min(repeats)) < 0:
         raise RuntimeError("repeats can not be negative")
     total = int(jnp.sum(repeats)) if output_size is None else output_size
