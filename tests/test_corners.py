@@ -962,8 +962,12 @@ def test_indexing_errors_are_cpus(fn, mode):
     lambda d: torch.arange(8, device=d).roll(shifts=(1, 2), dims=()),
     lambda d: torch.repeat_interleave(torch.arange(4, device=d).reshape(2, 2)),
     lambda d: torch.repeat_interleave(torch.tensor([1, 2, -1, 3], device=d)),
+    lambda d: torch.complex(torch.tensor([1, 2], device=d), torch.tensor([3, 4], device=d)),
+    lambda d: torch.complex(torch.tensor([1.0], device=d), torch.tensor([2.0], device=d, dtype=torch.float64)),
+    lambda d: torch.polar(torch.tensor([1.0], device=d), torch.tensor([2.0], device=d, dtype=torch.float64)),
 ], ids=["floor", "round", "sign", "maximum", "atan2", "addcdiv_int", "add_alpha", "sub_alpha", "clamp_none",
-        "roll_align", "roll_flat_align", "repeat_interleave_2d", "repeat_interleave_negative"])
+        "roll_align", "roll_flat_align", "repeat_interleave_2d", "repeat_interleave_negative", "complex_int",
+        "complex_mixed", "polar_mixed"])
 def test_refusals_are_cpus_at_the_call(fn, mode):
     """Type and text as on CPU, raised by the call itself. Complex inputs to round, sign, maximum and atan2 gave
     values (JAX computes them); floor's refusal came at the next sync as JAX's TypeError; the others were PyTorch's

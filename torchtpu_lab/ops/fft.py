@@ -20,7 +20,10 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from .registry import aten, kernel, lower
+import torch
+
+from .. import dtypes
+from .registry import aten, checks_args, kernel, lower
 
 
 def _axes(dim, ndim: int) -> list[int]:
@@ -107,6 +110,18 @@ def _pair(a, b):
     a, b = jnp.broadcast_arrays(a, b)
     dtype = jnp.result_type(a, b)
     return a.astype(dtype), b.astype(dtype)
+
+
+@checks_args(aten.complex.default, aten.polar.default)
+def _float_parts(op, a, b) -> None:
+    """CPU's refusals: no type promotion between the parts (JAX would have promoted them) and no integer parts."""
+    if a.dtype not in (torch.float16, torch.float32, torch.float64) or b.dtype not in (
+            torch.float16, torch.float32, torch.float64):
+        raise RuntimeError("Expected both inputs to be Half, Float or Double tensors but got "
+                           f"{dtypes.scalar_name(a.dtype)} and {dtypes.scalar_name(b.dtype)}")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"Expected object of scalar type {dtypes.scalar_name(a.dtype)} but got scalar type "
+                           f"{dtypes.scalar_name(b.dtype)} for second argument")
 
 
 @lower(aten.complex.default)
