@@ -324,6 +324,29 @@ def test_float_to_int_conversion_truncates():
     same(lambda a: a.round(), x)  # half to even
 
 
+# ------------------------------------------------------------------------------------------------ ranges
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+@pytest.mark.parametrize("start,end,steps", [(1, 127, 50), (1, 127, 25), (-5, 20, 96), (84, 0, 207), (0, 255, 7)])
+def test_integer_linspace_rounds_as_cpu(dtype, start, end, steps):
+    """CPU divides the span by ``steps - 1`` exactly; XLA's reciprocal of the constant put element 21 of
+    ``linspace(1, 127, 50)`` at 54 where CPU (and NumPy) have 55."""
+    if dtype == torch.int8 and max(start, end) > 127:
+        end = 127
+    same_on_both_devices(lambda d: torch.linspace(start, end, steps, dtype=dtype, device=d), exact=True)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5, 257])
+@pytest.mark.parametrize("fn", [torch.linspace, torch.logspace], ids=["linspace", "logspace"])
+def test_complex_ends_give_complex_linspace_and_logspace(fn, steps):
+    """With no dtype, complex ends make a complex result; its imaginary parts were dropped (computed in float32,
+    then cast)."""
+    start, end = complex(0.3, -0.28), complex(8.1, 0.5)
+    same_on_both_devices(lambda d: fn(start, end, steps, device=d), rtol=2e-6, atol=1e-5)
+    same_on_both_devices(lambda d: fn(start, end, steps, dtype=torch.complex128, device=d), rtol=1e-12, atol=0)
+
+
 # ------------------------------------------------------------------------------------------ NaN propagation
 
 

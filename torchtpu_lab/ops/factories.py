@@ -7,6 +7,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 
 from .. import dtypes
 from .registry import aten, lower, real_fill_value
@@ -79,13 +80,56 @@ def arange(*scalars, dtype=None, layout=None, device=None, pin_memory=None):
     return float(start) + float(step) * jnp.arange(n, dtype=jnp.float64)
 
 
-def _space_dtype(dtype):
-    return dtype or torch.get_default_dtype()
+def _space_dtype(dtype, start, end):
+    """The result dtype PyTorch infers for ``linspace``/``logspace``: the default dtype, or its complex counterpart
+    when an end is complex (``torch.linspace(0, 1j, 5)`` is complex64): computing in the real default would drop
+    the imaginary parts before the executor's cast."""
+    if dtype is not None:
+        return dtype
+    if any(jnp.iscomplexobj(v) for v in (start, end)):
+        return torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
+    return torch.get_default_dtype()
+
+
+def _step(span, steps: int, ctype):
+    """``span / (steps - 1)`` divided exactly, as CPU divides: XLA turns a division by a constant into a
+    multiplication by its reciprocal, one ulp off (126 / 49 became 2.571428571428571), which moves an integer
+    ``linspace(1, 127, 50)`` element across an integer (54 for CPU's 55). The divisor behind an optimization
+    barrier is no constant to rewrite. A complex span is divided part by part, as c10::complex divides by a
+    real number."""
+    n = lax.optimization_barrier(jnp.asarray(steps - 1, jnp.real(span).dtype))
+    if jnp.iscomplexobj(span):
+        return lax.complex(jnp.real(span) / n, jnp.imag(span) / n).astype(ctype)
+    return (span / n).astype(ctype)
+
+
+def _fused(base, step, k):
+    """``base + step * k`` rounded once, as a fused multiply-add (CPU's compiled integer linspace contracts to
+    one; XLA:CPU does only when LLVM optimizes, and a truncation to an integer sees the difference:
+    ``linspace(-5, 20, 96)[38]`` is 4, not 5). ``step`` split into its top 26 bits and the rest makes both
+    products with ``k < 2**26`` exact; a two-sum then adds them to ``base`` with one final rounding (short of
+    a rare double rounding of the small parts)."""
+    bits = lax.bitcast_convert_type(step, jnp.int64)
+    high = lax.bitcast_convert_type(bits & ~jnp.int64((1 << 27) - 1), jnp.float64)
+    p, q = high * k, (step - high) * k
+    s = base + p
+    t = s - base
+    return s + (((base - (s - t)) + (p - t)) + q)
+
+
+def _halves(start, end, step, steps: int, ctype, fused: bool = False):
+    """CPU's points: ``start + step * i`` for the first half, ``end - step * (steps - 1 - i)`` for the rest
+    (``fused``: each rounded once, see :func:`_fused`)."""
+    i = jnp.arange(steps, dtype=ctype)
+    if fused and steps <= 1 << 26:
+        first, second = _fused(start, step, i), -_fused(-end, step, steps - 1 - i)
+    else:
+        first, second = start + step * i, end - step * (steps - 1 - i)
+    return jnp.where(jnp.arange(steps) < steps // 2, first, second)
 
 
 def _spaced(start, end, steps, dtype):
-    """PyTorch's CPU linspace: ``start + step * i`` for the first half, ``end - step * (steps - 1 - i)`` for
-    the rest, in the result dtype (in double, from integer-cast ends, for integer results)."""
+    """PyTorch's CPU linspace in the result dtype (in double, from integer-cast ends, for integer results)."""
     if _is_integral(dtype):
         jdt = dtypes.to_jax(dtype)
         start = jnp.asarray(start).astype(jdt).astype(jnp.float64)
@@ -96,29 +140,29 @@ def _spaced(start, end, steps, dtype):
         start, end = jnp.asarray(start).astype(ctype), jnp.asarray(end).astype(ctype)
     if steps == 1:
         return start.reshape(1)
-    step = (end - start) / jnp.asarray(steps - 1, ctype)
-    i = jnp.arange(steps, dtype=ctype)
-    return jnp.where(jnp.arange(steps) < steps // 2, start + step * i, end - step * (steps - 1 - i))
+    return _halves(start, end, _step(end - start, steps, ctype), steps, ctype, fused=_is_integral(dtype))
 
 
 @lower(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _spaced(start, end, steps, _space_dtype(dtype))
+    return _spaced(start, end, steps, _space_dtype(dtype, start, end))
 
 
 @lower(aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Scalar_Tensor)
 def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    """PyTorch's CPU logspace: ends cast to the result dtype, their difference taken there, then the step,
-    exponents (halfway rule as in linspace) and ``pow`` in double."""
+    """PyTorch's CPU logspace: real results take the ends cast to the result dtype, their difference there, then
+    the step, exponents (halfway rule as in linspace) and ``pow`` in double; complex results compute all of it,
+    ``pow`` included, in the complex dtype (one point: ``pow`` in complex double)."""
+    dtype = _space_dtype(dtype, start, end)
+    jdt = dtypes.to_jax(dtype)
+    ctype = jdt if dtype.is_complex else jnp.float64
     if steps == 1:
-        return jnp.power(jnp.float64(base), jnp.asarray(start).astype(jnp.float64)).reshape(1)
-    jdt = dtypes.to_jax(_space_dtype(dtype))
+        wide = jnp.complex128 if dtype.is_complex else jnp.float64
+        return jnp.power(jnp.asarray(base, wide), jnp.asarray(start).astype(wide)).reshape(1)
     start, end = jnp.asarray(start).astype(jdt), jnp.asarray(end).astype(jdt)
-    step = (end - start).astype(jnp.float64) / max(steps - 1, 1)
-    start, end = start.astype(jnp.float64), end.astype(jnp.float64)
-    i = jnp.arange(steps, dtype=jnp.float64)
-    exps = jnp.where(jnp.arange(steps) < steps // 2, start + step * i, end - step * (steps - 1 - i))
-    return jnp.power(jnp.float64(base), exps)
+    step = _step((end - start).astype(ctype), steps, ctype)
+    exps = _halves(start.astype(ctype), end.astype(ctype), step, steps, ctype)
+    return jnp.power(jnp.asarray(base, ctype), exps)
 
 
 @lower(aten.eye.default, aten.eye.m)
