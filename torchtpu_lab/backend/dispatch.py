@@ -32,6 +32,7 @@ from ..runtime import (
     growth,
     mutation,
     optimizer_step,
+    overlap,
     padded_attention,
     recording,
     training_attention,
@@ -203,7 +204,24 @@ def _collect() -> dict:
             elif mutation.is_inplace(op._schema):
                 kernels[op] = mutation.make_inplace_kernel(functional, op._schema, _pointwise(op))
                 INPLACE_OF[op] = functional_ops[mutation.signature(op._schema)]
+    for op, kernel in kernels.items():
+        if _writes_memory(op):
+            kernels[op] = overlap.checked(op, kernel)
     return kernels
+
+
+#: ops that write a tensor's metadata or storage pointer, not its elements
+_METADATA_WRITES = {"resize_", "resize_as_", "set_", "detach_", "as_strided_", "_resize_output_"}
+
+
+def _writes_memory(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` writes elements of a tensor argument (not a list: foreach updates and fused optimizers
+    write parameters that never overlap), so CPU's overlap refusals apply (:mod:`..runtime.overlap`)."""
+    if op in view_kernels.INPLACE_VIEW_OPS or op._schema.name.split("::")[-1] in _METADATA_WRITES:
+        return False
+    written = [a for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    return bool(written) and all(isinstance(a.type, torch.TensorType) or
+                                 str(a.type) in ("Tensor?", "Tensor(a!)") for a in written)
 
 
 def _records(op, kernel) -> bool:

@@ -47,21 +47,28 @@ def refusal(op, args, kwargs: dict, about_types: Callable[[BaseException], bool]
     ``about_types`` says whether an exception is about the dtypes (others are the stand-ins' doing and ignored);
     ``empty`` names keyword arguments (``out=``) passed as empty tensors of their dtype, for the kernel to resize."""
     key = (op, about_types, empty, _kind(args), _kind(kwargs))
+    return verdict(key, lambda: op(*_stand_in(args), **{k: torch.empty(0, dtype=v.dtype) if k in empty
+                                                        else _stand_in(v) for k, v in kwargs.items()}), about_types)
+
+
+def verdict(key, call: Callable[[], object], about: Callable[[BaseException], bool]) -> BaseException | None:
+    """The exception ``call()`` (a CPU kernel on stand-ins) raises, if ``about`` accepts it, else None: asked once
+    per ``key`` (hashable; it names what the answer depends on), without gradients, keeping the user's CPU
+    random stream (a random op draws from it)."""
     if key not in _VERDICTS:
         if len(_VERDICTS) >= _VERDICTS_MAX:
             _VERDICTS.clear()
-        _VERDICTS[key] = _ask(op, args, kwargs, about_types, empty)
-    verdict = _VERDICTS[key]
-    return None if verdict is None else verdict[0](*verdict[1])  # a fresh exception: each raise has its traceback
+        _VERDICTS[key] = _ask(call, about)
+    answer = _VERDICTS[key]
+    return None if answer is None else answer[0](*answer[1])  # a fresh exception: each raise has its traceback
 
 
-def _ask(op, args, kwargs: dict, about_types, empty: tuple) -> tuple | None:
-    try:  # the user's CPU random stream stays as it was (a random op draws from it)
+def _ask(call, about) -> tuple | None:
+    try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            op(*_stand_in(args), **{k: torch.empty(0, dtype=v.dtype) if k in empty else _stand_in(v)
-                                    for k, v in kwargs.items()})
+            call()
     except Exception as e:  # noqa: BLE001 — any exception is an answer; the caller says which ones count
-        return (type(e), e.args) if about_types(e) else None
+        return (type(e), e.args) if about(e) else None
     return None
 
 
