@@ -1073,3 +1073,25 @@ def test_a_uint8_mask_warns_as_on_cpu(mode):
                 fn()
             assert [str(x.message) for x in w] == [
                 "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead."]
+
+
+_OUT_OF_RANGE = [2.0 ** 40 + 7, 2.0 ** 33 + 5, -2.0 ** 33 - 3, 2.0 ** 31 + 9, -1.5, 1e30, 70000.5, -2.0 ** 63,
+                 2.0 ** 63, float("nan"), float("inf"), -float("inf"), 255.9, 300.0, -128.7, -129.2, -0.0, 2.0 ** 31,
+                 -2.0 ** 31 - 1, 32767.9, 65535.9]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("src", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_floats_out_of_an_integer_range_cast_as_on_cpu(src, mode):
+    """CPU wraps where XLA saturates: ``300.0`` to uint8 is 44 and ``-1.5`` is 255 (XLA: 255 and 0), NaN to int32
+    is ``-2**31`` (XLA: 0); by ``.to``, ``copy_`` into an integer tensor and a slice assignment (ops/casts.py)."""
+    values = torch.tensor(_OUT_OF_RANGE, dtype=torch.float64).to(src)
+    with torchtpu_lab.eager_mode(mode):
+        for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool):
+            expected = values.to(dtype)
+            on_tpu = values.to("tpu")
+            copied = torch.zeros(len(values), dtype=dtype, device="tpu").copy_(on_tpu)
+            rows = torch.zeros(2, len(values), dtype=dtype, device="tpu")
+            rows[1] = on_tpu
+            for got in (on_tpu.to(dtype), copied, rows[1]):
+                assert torch.equal(got.cpu(), expected), (dtype, got.cpu().tolist(), expected.tolist())

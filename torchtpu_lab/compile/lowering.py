@@ -36,6 +36,7 @@ import torch.fx
 from .. import dtypes
 from ..device import views
 from ..ops import LOWERINGS, foreach
+from ..ops.casts import convert
 from ..ops.registry import op_name
 from ..runtime import encode, view_kernels
 from . import spmd
@@ -121,11 +122,11 @@ def _check_stays_on_tpu(kwargs) -> None:
 
 def _to_copy(x, meta, kwargs):
     _check_stays_on_tpu(kwargs)
-    return x.astype(dtypes.to_jax(meta.dtype))
+    return convert(x, dtypes.to_jax(meta.dtype))
 
 
 def _copy(dst_meta, src):
-    return jnp.broadcast_to(src, tuple(dst_meta.shape)).astype(dtypes.to_jax(dst_meta.dtype))
+    return convert(jnp.broadcast_to(src, tuple(dst_meta.shape)), dtypes.to_jax(dst_meta.dtype))
 
 
 class _Tracer:
@@ -198,7 +199,7 @@ class _Tracer:
         if op is aten._to_copy.default:
             return _to_copy(args[0], meta, kwargs)
         if op is _CONVERT:  # Dynamo's rewrite of a captured .item() into tensor ops casts with this prim
-            return args[0].astype(dtypes.to_jax(meta.dtype))
+            return convert(args[0], dtypes.to_jax(meta.dtype))
         if op in (aten.copy.default, aten.copy_.default):
             return _copy(meta, args[1])
         if op in (aten.empty.memory_format, aten.empty_strided.default, aten.new_empty.default,

@@ -16,6 +16,7 @@ import torch
 from .. import caches, dtypes
 from ..device import context, tensor, views
 from ..ops import cpu_rules
+from ..ops.casts import convert
 from ..ops.registry import ARG_CHECKS
 from .signatures import Slot, Static
 
@@ -167,7 +168,7 @@ def cast(op, out, meta):
                 f"where PyTorch expects {tuple(meta.shape)}"
             )
         want = dtypes.to_jax(meta.dtype)
-        return out if out.dtype == want else out.astype(want)
+        return out if out.dtype == want else convert(out, want)
     if isinstance(meta, (list, tuple)):
         if not isinstance(out, (list, tuple)) or len(out) != len(meta):
             raise RuntimeError(f"torchtpu_lab bug: the lowering of {op} returned {type(out).__name__} "

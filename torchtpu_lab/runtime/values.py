@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import torch
 
 from .. import caches, dtypes
+from ..ops.casts import convert
 from ..telemetry import SyncReason
 from ..device import tensor, views
 from ..device.storage import Storage, store_all
@@ -30,12 +31,12 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
 
     # inputs: [dst base, dst offset if it moves,] src base[, src offset if it moves] (see _assign_inputs)
     def whole(src_base, *src_offset):
-        v = views.read(src_base, src_base_shape, src_view, *src_offset).astype(jdt)
+        v = convert(views.read(src_base, src_base_shape, src_view, *src_offset), jdt)
         return jnp.broadcast_to(v, dst_size)
 
     def partial(dst_base, *rest):
         dst_offset, rest = (rest[:1], rest[1:]) if dst_view is not None and dst_view.moves else ((), rest)
-        v = views.read(rest[0], src_base_shape, src_view, *rest[1:]).astype(jdt)
+        v = convert(views.read(rest[0], src_base_shape, src_view, *rest[1:]), jdt)
         return views.write(dst_base, dst_base_shape, dst_view, v, *dst_offset)
 
     # its output's metadata, so fused mode records it without tracing (checked when the graph is traced)
