@@ -21,7 +21,7 @@ import torch._decomp
 
 from ..device import sizes
 from ..ops import DECOMP_SKIP, LOWERINGS, PY_KERNELS
-from ..ops.registry import Lowering, NoKernel, op_name
+from ..ops.registry import CALL_CHECKS, Lowering, NoKernel, op_name
 from ..runtime import (
     bounded,
     core_kernels,
@@ -67,8 +67,11 @@ def tpu_kernel(impl: Lowering | Callable) -> Callable:
 def _lowered(low: Lowering) -> Callable:
     # not wrapped again: execute and the CPU fallback are entry points themselves, so an op takes the lock once
     execute, fallback = executor.execute, cpu_fallback.run
+    check = CALL_CHECKS.get(low.op)
 
     def kernel(*args, **kwargs):
+        if check is not None:  # CPU's checks of every call (a warning each time), before anything is drawn
+            check(low.op, *args, **kwargs)
         try:
             return execute(low, args, kwargs)
         except NoKernel as e:  # PyTorch has no kernel for these either: its error, as its own type
@@ -226,11 +229,12 @@ def _writes_memory(op: torch._ops.OpOverload) -> bool:
 
 def _records(op, kernel) -> bool:
     """Whether the recording kernel can record ``op`` (run by ``kernel``): a lowered, non-random op with tensor
-    outputs, or a foreach op (:mod:`..runtime.foreach_kernels`: a list of them)."""
+    outputs and no per-call check (``CALL_CHECKS``), or a foreach op (:mod:`..runtime.foreach_kernels`: a list of
+    them)."""
     if getattr(kernel, "foreach", False):
         return recording.returns_list(op)
     low = getattr(kernel, "lowering", None)
-    return low is not None and not low.rng and recording.recordable(op)
+    return low is not None and not low.rng and op not in CALL_CHECKS and recording.recordable(op)
 
 
 def _dynamic_numbers(kernel) -> bool:

@@ -1,47 +1,103 @@
-"""random ops."""
+"""random ops.
+
+Draws need not equal CPU's stream (another generator), but their ranges, dtypes and distributions do, and so do
+CPU's checks of the arguments: those run at the call (``checks_args``/``checks_calls``), never inside a graph's
+trace, where an error would surface at some later, unrelated op."""
 
 from __future__ import annotations
+
+import math
+import sys
+import warnings
 
 import jax.numpy as jnp
 from jax import lax
 
 from .error_flags import report, reports
-from .registry import aten, lower
+from .registry import NoKernel, aten, checks_args, checks_calls, lower
 
 import jax
 import torch
 
-from .. import dtypes
+from .. import dtypes, telemetry
 
 
-def _float_dtype(dtype):
-    return dtypes.to_jax(dtype) if dtype is not None and dtype.is_floating_point else jnp.float32
+def _factory_dtype(dtype):
+    """The JAX dtype a factory draws in: its ``dtype=``, else PyTorch's default dtype."""
+    return dtypes.to_jax(dtype or torch.get_default_dtype())
+
+
+def _uniform(key, shape, dtype, low=0.0, high=1.0):
+    """Uniform in ``[low, high)``, drawn in ``dtype`` (float32 for a non-float one). Complex: both parts so, as
+    CPU's kernel fills ``view_as_real`` of the tensor (``rand`` of a complex dtype is not real)."""
+    jdt = jnp.dtype(dtype)
+    if jnp.issubdtype(jdt, jnp.complexfloating):
+        re, im = _uniform(key, (2, *shape), jnp.finfo(jdt).dtype, low, high)
+        return lax.complex(re, im)
+    return jax.random.uniform(key, shape, dtype=_sample_dtype(jdt)) * (high - low) + low
+
+
+def _normal(key, shape, dtype, mean=0.0, std=1.0):
+    """Normal draws of ``mean`` and ``std`` in ``dtype`` (float32 for a non-float one). Complex: each part
+    N(mean, std**2 / 2), as CPU's kernel fills ``view_as_real`` of the tensor with ``std / sqrt(2)``."""
+    jdt = jnp.dtype(dtype)
+    if jnp.issubdtype(jdt, jnp.complexfloating):
+        re, im = _normal(key, (2, *shape), jnp.finfo(jdt).dtype, mean, std / math.sqrt(2))
+        return lax.complex(re, im)
+    return jax.random.normal(key, shape, dtype=_sample_dtype(jdt)) * std + mean
+
+
+@checks_args(aten.uniform.default)
+def _uniform_args(op, x, low=0.0, high=1.0, *, generator=None) -> None:
+    """CPU's checks of ``uniform_``'s bounds against the tensor's dtype (a complex one's parts), which PyTorch's
+    meta kernel does not make: without them an inverted or overflowing range draws silently wrong numbers."""
+    dtype = x.dtype.to_real() if x.dtype.is_complex else x.dtype
+    if not dtype.is_floating_point:
+        raise NoKernel(f'"check_uniform_bounds" not implemented for \'{dtypes.scalar_name(dtype)}\'')
+    if x.dtype.is_complex and x.numel() == 0:
+        return
+    lowest, highest = torch.finfo(dtype).min, torch.finfo(dtype).max
+    for value, name in ((low, "from"), (high, "to")):
+        if not lowest <= value <= highest:
+            raise RuntimeError(f"{name} is out of bounds for {_CPP_NAMES[dtype]}")
+    if low > high:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={low:g} > to={high:g}")
+    if high - low > highest:
+        raise RuntimeError(f"uniform_ expects to-from <= std::numeric_limits<{dtypes.scalar_name(dtype)}>::max(), "
+                           f"but found to={high:g} and from={low:g} which result in to-from to exceed the limit")
 
 
 @lower(aten.uniform.default, rng=True)
 def uniform(x, low=0.0, high=1.0, *, generator=None, key):
-    u = jax.random.uniform(key, x.shape, dtype=x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32)
-    return u * (high - low) + low
+    return _uniform(key, x.shape, x.dtype, low, high)
 
 
 @lower(aten.normal_functional.default, rng=True)
 def normal_functional(x, mean=0.0, std=1.0, *, generator=None, key):
-    return jax.random.normal(key, x.shape, dtype=x.dtype) * std + mean
+    return _normal(key, x.shape, x.dtype, mean, std)
 
 
 @lower(aten.randn.default, aten.randn.generator, rng=True)
 def randn(size, *args, dtype=None, layout=None, device=None, pin_memory=None, generator=None, key):
-    return jax.random.normal(key, tuple(size), dtype=_float_dtype(dtype or torch.get_default_dtype()))
+    return _normal(key, tuple(size), _factory_dtype(dtype))
 
 
 @lower(aten.rand.default, aten.rand.generator, rng=True)
 def rand(size, *args, dtype=None, layout=None, device=None, pin_memory=None, generator=None, key):
-    return jax.random.uniform(key, tuple(size), dtype=_float_dtype(dtype or torch.get_default_dtype()))
+    return _uniform(key, tuple(size), _factory_dtype(dtype))
 
 
 @lower(aten.bernoulli.default, rng=True)
 def bernoulli(x, *, generator=None, key):
     return jax.random.uniform(key, x.shape, dtype=jnp.float32) < x
+
+
+@checks_args(aten.bernoulli.p)
+def _bernoulli_p_args(op, x, p=0.5, *, generator=None) -> None:
+    """CPU's check of a float ``p``, which PyTorch's meta kernel does not make: outside ``[0, 1]`` the draws would
+    silently be all ones or all zeros."""
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")
 
 
 @lower(aten.bernoulli.p, rng=True)
@@ -66,10 +122,9 @@ def _uniform_open(key, shape, dtype):
 
 
 def _integers(key, shape, low: int, high: int):
-    """Uniform integers in ``[low, high)`` as int64, for any range up to 2**64 (wrapping like PyTorch)."""
+    """Uniform integers in ``[low, high)`` as int64, for any range up to 2**64 (wrapping like PyTorch). The
+    bounds were checked at the call (:func:`random_bounds`)."""
     span = high - low
-    if span <= 0:
-        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     if span <= 2**62:
         return jax.random.randint(key, shape, low, high, dtype=jnp.int64)
     bits = jax.random.bits(key, shape, dtype=jnp.uint64)
@@ -77,37 +132,159 @@ def _integers(key, shape, low: int, high: int):
     return lax.bitcast_convert_type(offset + jnp.uint64(low % 2**64), jnp.int64)
 
 
-def _dtype_top(dtype) -> int:
-    """One past the largest value ``random_()`` without ``to`` draws for ``dtype`` (PyTorch's rule)."""
-    jdt = jnp.dtype(dtype)
-    if jdt == jnp.bool_:
-        return 2
-    if jnp.issubdtype(jdt, jnp.floating):
-        return 2 ** jnp.finfo(jdt).nmant + 2  # [0, 2**digits] inclusive
-    return int(jnp.iinfo(jdt).max) + 1
+# ---- random_'s bounds: CPU's random_from_to_impl (ATen/native/DistributionTemplates.h) -------------------------
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: The dtypes' C++ type names, as CPU's bound checks print them (``caffe2::TypeMeta``)
+_CPP_NAMES = {torch.bool: "bool", torch.uint8: "unsigned char", torch.int8: "signed char", torch.int16: "short int",
+              torch.int32: "int", torch.int64: "long int", torch.float16: "c10::Half",
+              torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double"}
+
+
+def _digits(dtype: torch.dtype) -> int:
+    """``std::numeric_limits<T>::digits`` of a float dtype: its significand's bits, the hidden one included."""
+    return int(jnp.finfo(dtypes.to_jax(dtype)).nmant) + 1
+
+
+def _rounded(value: int, dtype: torch.dtype) -> int:
+    """``value`` cast to ``dtype`` and back, as C++'s ``static_cast`` does (nearest, ties to even); a value that
+    overflows the dtype is returned as is, for the range check to refuse."""
+    digits, magnitude = _digits(dtype), abs(value)
+    shift = magnitude.bit_length() - digits
+    if shift <= 0:
+        return value
+    q, r = divmod(magnitude, 1 << shift)
+    q += r > 1 << (shift - 1) or (r == 1 << (shift - 1) and q & 1)
+    out = q << shift
+    return value if out > torch.finfo(dtype).max else out if value >= 0 else -out
+
+
+def _update_from(from_: int, dtype: torch.dtype) -> int:
+    """CPU's ``update_from``: the least ``from`` whose draws, rounded to ``dtype``, stay at or above it."""
+    up = _rounded(from_ + 1, dtype)
+    if up < from_:
+        from_ = up + (1 << (abs(from_ + 1).bit_length() - 1 - _digits(dtype) + 1))
+    return from_
+
+
+def _update_to(to: int, dtype: torch.dtype) -> int:
+    """CPU's ``update_to``: the greatest ``to`` whose draws, rounded to ``dtype``, stay below it."""
+    down = _rounded(to - 1, dtype)
+    if down >= to:
+        to = down - (1 << (abs(to - 1).bit_length() - 1 - _digits(dtype) + 1))
+    return to
+
+
+def _in_range(dtype: torch.dtype, from_: int, to_inc: int, warn: bool) -> None:
+    """CPU's ``check_from_to_in_range``: both ends must fit ``dtype``; a float dtype warns past ``2**digits``,
+    beyond which it cannot hold every integer of the range."""
+    if dtype.is_floating_point:
+        lowest, highest = torch.finfo(dtype).min, torch.finfo(dtype).max
+    else:
+        lowest, highest = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    for value, name in ((from_, "from"), (to_inc, "to - 1")):
+        if not lowest <= value <= highest:
+            raise RuntimeError(f"{name} is out of bounds for {_CPP_NAMES[dtype]}")
+    if not (warn and dtype.is_floating_point):
+        return
+    digits = _digits(dtype)
+    for value, name in ((from_, "from"), (to_inc, "to - 1")):
+        if not -(1 << digits) <= value <= 1 << digits:
+            _warn_at_caller(f"{name} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
+                            f"{_CPP_NAMES[dtype]} can support discrete uniform distribution only within this range. "
+                            "This warning will become an error in version 1.7 release, please fix the code in advance")
+
+
+def _warn_at_caller(message: str) -> None:
+    """A ``UserWarning`` at the user's line that called the op, as CPU's ``TORCH_WARN`` gives it (so Python's
+    default filter shows it once per calling line), not at a line of ours or torch's."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and telemetry.is_internal_file(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level if frame is not None else 2)
+
+
+def random_bounds(dtype: torch.dtype, from_: int, to: int | None, warn: bool = False) -> tuple[int, int]:
+    """``[low, high)`` that ``random_(from_, to)`` draws for a tensor of ``dtype`` (``high - low`` up to 2**64),
+    with CPU's errors (and, with ``warn``, its precision warnings). A float dtype's bounds move inward to values
+    that rounding to it cannot push out of the range; ``to=None`` means up to the dtype's largest value (for a
+    float dtype, ``2**digits``: every integer up to it is exact), and from the int64 minimum, all 2**64 values."""
+    if to is not None:
+        if from_ >= to:
+            raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}")
+        if dtype.is_floating_point:
+            from_, to = _update_from(from_, dtype), _update_to(to, dtype)
+            if from_ >= to:
+                raise RuntimeError("random_ expects 'from' casted to dtype to be less than 'to' casted to dtype, "
+                                   f"but got from={from_} >= to={to}")
+        to_inc = to - 1
+    elif from_ == _INT64_MIN:
+        if dtype not in (torch.int64, torch.float64, torch.float32, torch.bfloat16):
+            raise RuntimeError("random_full_64_bits_range_kernel_cpu handles only int64, double, float and bfloat16")
+        return from_, from_ + 2**64
+    elif dtype.is_floating_point:
+        to_inc = min(1 << _digits(dtype), _INT64_MAX)
+        from_ = _update_from(from_, dtype)
+        if from_ >= to_inc:
+            raise RuntimeError("random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted "
+                               f"to dtype, but got from={from_} > to_inc={to_inc}")
+    else:
+        to_inc = 1 if dtype == torch.bool else torch.iinfo(dtype).max
+    _in_range(dtype, from_, to_inc, warn)
+    return from_, to_inc + 1
+
+
+def _random_draws(key, shape, dtype, from_: int, to: int | None):
+    """A lowering's ``random_(from_, to)`` draws for a result of (JAX or torch) ``dtype``, as int64."""
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else dtypes.to_torch(dtype)
+    return _integers(key, shape, *random_bounds(torch_dtype, from_, to))
+
+
+@checks_calls(aten.random.to)
+def _random_to_args(op, x, to, *, generator=None) -> None:
+    random_bounds(x.dtype, 0, to, warn=True)
+
+
+@checks_calls(getattr(aten.random, "from"))
+def _random_from_args(op, x, from_, to=None, *, generator=None) -> None:
+    random_bounds(x.dtype, from_, to, warn=True)
+
+
+@checks_calls(aten.randint.default, aten.randint.generator, aten.randint.low, aten.randint.low_generator)
+def _randint_args(op, *args, dtype=None, **_) -> None:
+    """``randint`` is ``random_`` of a new tensor on CPU: the same checks, for its ``dtype`` (int64 by default)."""
+    low, high = (0, args[0]) if op in (aten.randint.default, aten.randint.generator) else args[:2]
+    random_bounds(dtype or torch.int64, low, high, warn=True)
+
+
+@checks_calls(aten.randint_like.default, aten.randint_like.generator, aten.randint_like.low_dtype,
+              aten.randint_like.low_generator_dtype)
+def _randint_like_args(op, x, *args, dtype=None, **_) -> None:
+    low, high = (0, args[0]) if op in (aten.randint_like.default, aten.randint_like.generator) else args[:2]
+    random_bounds(dtype or x.dtype, low, high, warn=True)
 
 
 @lower(aten.randint.default, aten.randint.generator, rng=True)
 def randint(high, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, key):
-    return _integers(key, tuple(size), 0, high)
+    return _random_draws(key, tuple(size), dtype or torch.int64, 0, high)
 
 
 @lower(aten.randint.low, aten.randint.low_generator, rng=True)
 def randint_low(low, high, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
                 key):
-    return _integers(key, tuple(size), low, high)
+    return _random_draws(key, tuple(size), dtype or torch.int64, low, high)
 
 
 @lower(aten.randint_like.default, aten.randint_like.generator, rng=True)
 def randint_like(x, high, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
                  memory_format=None, key):
-    return _integers(key, x.shape, 0, high)
+    return _random_draws(key, x.shape, dtype or x.dtype, 0, high)
 
 
 @lower(aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype, rng=True)
 def randint_like_low(x, low, high, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
                      memory_format=None, key):
-    return _integers(key, x.shape, low, high)
+    return _random_draws(key, x.shape, dtype or x.dtype, low, high)
 
 
 @lower(aten.randint_like.Tensor, aten.randint_like.Tensor_generator, rng=True)
@@ -119,51 +296,60 @@ def randint_like_tensor(x, high, *, generator=None, dtype=None, layout=None, dev
 @lower(aten.rand_like.default, aten.rand_like.generator, rng=True)
 def rand_like(x, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
               key):
-    return jax.random.uniform(key, x.shape, dtype=_sample_dtype(dtypes.to_jax(dtype) if dtype else x.dtype))
+    return _uniform(key, x.shape, dtypes.to_jax(dtype) if dtype else x.dtype)
 
 
 @lower(aten.randn_like.default, aten.randn_like.generator, rng=True)
 def randn_like(x, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
                key):
-    return jax.random.normal(key, x.shape, dtype=_sample_dtype(dtypes.to_jax(dtype) if dtype else x.dtype))
+    return _normal(key, x.shape, dtypes.to_jax(dtype) if dtype else x.dtype)
 
 
 @lower(aten.random.default, rng=True)
 def random(x, *, generator=None, key):
-    return _integers(key, x.shape, 0, _dtype_top(x.dtype))
+    return _random_draws(key, x.shape, x.dtype, 0, None)  # CPU's random_() draws what random_(0) does
 
 
 @lower(aten.random.to, rng=True)
 def random_to(x, to, *, generator=None, key):
-    return _integers(key, x.shape, 0, to)
+    return _random_draws(key, x.shape, x.dtype, 0, to)
 
 
 @lower(getattr(aten.random, "from"), rng=True)
 def random_from(x, from_, to=None, *, generator=None, key):
-    return _integers(key, x.shape, from_, _dtype_top(x.dtype) if to is None else to)
+    return _random_draws(key, x.shape, x.dtype, from_, to)
+
+
+def _std_not_negative(std) -> None:
+    """CPU's check of a tensor ``std``: a data-dependent error, reported (raised at the next sync), where drawing
+    with a negative scale would silently give numbers of the wrong sign."""
+    report(std < 0, error=RuntimeError, message="normal expects all elements of std >= 0.0")
 
 
 @lower(aten.normal.Tensor_float, rng=True)
 def normal_tensor_float(mean, std=1.0, *, generator=None, key):
-    return mean + std * jax.random.normal(key, mean.shape, dtype=_sample_dtype(mean.dtype))
+    return mean + _normal(key, mean.shape, mean.dtype, 0.0, std)
 
 
 @lower(aten.normal.float_Tensor, rng=True)
+@reports
 def normal_float_tensor(mean, std, *, generator=None, key):
-    return mean + std * jax.random.normal(key, std.shape, dtype=_sample_dtype(std.dtype))
+    _std_not_negative(std)
+    return mean + std * _normal(key, std.shape, std.dtype)
 
 
 @lower(aten.normal.Tensor_Tensor, rng=True)
+@reports
 def normal_tensor_tensor(mean, std, *, generator=None, key):
+    _std_not_negative(std)
     shape = jnp.broadcast_shapes(mean.shape, std.shape)
-    return mean + std * jax.random.normal(key, shape, dtype=_sample_dtype(jnp.result_type(mean, std)))
+    return mean + std * _normal(key, shape, jnp.result_type(mean, std))
 
 
 @lower(aten.normal.float_float, rng=True)
 def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None,
                        pin_memory=None, key):
-    jdt = _float_dtype(dtype or torch.get_default_dtype())
-    return mean + std * jax.random.normal(key, tuple(size), dtype=jdt)
+    return _normal(key, tuple(size), _factory_dtype(dtype), mean, std)
 
 
 @lower(aten.exponential.default, rng=True)

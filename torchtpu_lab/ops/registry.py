@@ -65,15 +65,30 @@ PY_KERNELS: dict = {}
 ARG_CHECKS: dict = {}
 
 
-def checks_args(*ops):
-    """Register the decorated function as the argument check of ``ops`` (see :data:`ARG_CHECKS`)."""
+#: Checks CPU makes at *every* call of an op, called with the op and the call's own arguments (tpu tensors and
+#: Python values) before it runs, in every eager mode: for what a check run once per compiled signature
+#: (:data:`ARG_CHECKS`) cannot do, such as a warning CPU gives each time (``random_``'s precision warning). An
+#: op with one is never recorded by the native recording kernel, which would skip it on repeated calls.
+CALL_CHECKS: dict = {}
 
+
+def _registers_in(table: dict, ops: tuple) -> Callable:
     def register(fn: Callable) -> Callable:
         for op in ops:
-            ARG_CHECKS[op.default if isinstance(op, torch._ops.OpOverloadPacket) else op] = fn
+            table[op.default if isinstance(op, torch._ops.OpOverloadPacket) else op] = fn
         return fn
 
     return register
+
+
+def checks_args(*ops):
+    """Register the decorated function as the argument check of ``ops`` (see :data:`ARG_CHECKS`)."""
+    return _registers_in(ARG_CHECKS, ops)
+
+
+def checks_calls(*ops):
+    """Register the decorated function as the per-call check of ``ops`` (see :data:`CALL_CHECKS`)."""
+    return _registers_in(CALL_CHECKS, ops)
 
 
 def kernel(*ops):
