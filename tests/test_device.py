@@ -128,6 +128,17 @@ def test_cpu_fallback_writes_mutated_arguments_back():
     assert x.cpu().tolist() == [0.0, 1.0, 1.0]
 
 
+def test_cpu_fallback_resizes_an_empty_out_tensor():
+    # linalg_eigvals.out has no lowering: CPU's kernel grows the host copy of `out`, which must own its storage
+    import warnings
+
+    out = torch.tensor([], dtype=torch.complex64, device="tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the fallback's own notice
+        result = torch.linalg.eigvals(torch.diag(torch.tensor([2.0, 3.0], device="tpu")), out=out)
+    assert result is out and sorted(out.cpu().real.tolist()) == [2.0, 3.0]
+
+
 def test_bad_input_error_keeps_earlier_tensors_usable():
     a = torch.arange(4.0, device="tpu")
     with pytest.raises(RuntimeError):
