@@ -141,3 +141,12 @@ def test_normal_with_a_negative_std_element_raises_cpus_error():
         with pytest.raises(RuntimeError, match="normal expects all elements of std >= 0.0"):
             torch.normal(mean, std).cpu()  # a data-dependent check: raised at the read, naming the call's line
     assert torch.normal(0.0, std.abs()).cpu().shape == (2,)
+
+
+def test_randperm_into_out_draws_from_the_tpu_generator():
+    for dtype in (torch.int64, torch.float32):
+        with torch.random.fork_rng(devices=["tpu"]):
+            res1 = torch.randperm(50, dtype=dtype, device="tpu")
+        res2 = torch.empty(0, dtype=dtype, device="tpu")
+        assert torch.randperm(50, out=res2, dtype=dtype, device="tpu") is res2
+        assert torch.equal(res1.cpu(), res2.cpu())
