@@ -150,3 +150,20 @@ def test_randperm_into_out_draws_from_the_tpu_generator():
         res2 = torch.empty(0, dtype=dtype, device="tpu")
         assert torch.randperm(50, out=res2, dtype=dtype, device="tpu") is res2
         assert torch.equal(res1.cpu(), res2.cpu())
+
+
+@pytest.mark.parametrize("dtype, fits, too_many", [(torch.uint8, 2**8, 2**8 + 1), (torch.int8, 128, 129),
+                                                  (torch.float16, 2**11 + 1, 2**11 + 2),
+                                                  (torch.float32, 2**24 + 1, 2**24 + 2)])
+def test_randperm_refuses_n_its_dtype_cannot_hold_like_cpu(dtype, fits, too_many):
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    if fits < 2**12:
+        torch.randperm(fits, out=out)
+        assert out.shape == (fits,)
+    for make in (lambda: torch.randperm(too_many, out=out), lambda: torch.randperm(too_many, dtype=dtype,
+                                                                                    device="tpu")):
+        with pytest.raises(RuntimeError) as tpu:
+            make()
+        with pytest.raises(RuntimeError) as cpu:
+            torch.randperm(too_many, dtype=dtype)
+        assert str(cpu.value) in str(tpu.value)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .error_flags import report, reports
-from .registry import NoKernel, aten, checks_args, checks_calls, kernel, lower
+from .registry import _CPP_TYPES, NoKernel, aten, checks_args, checks_calls, kernel, lower
 
 import jax
 import torch
@@ -387,6 +387,25 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None, key):
         return jnp.moveaxis(draws, 0, -1).astype(jnp.int64)
     perturbed = logits + jax.random.gumbel(key, logits.shape, dtype=logits.dtype)
     return lax.top_k(perturbed, num_samples)[1].astype(jnp.int64)
+
+
+#: The largest ``n`` CPU's ``randperm`` permutes into a float dtype, as its message spells it: past it, some of
+#: ``0..n-1`` would round onto others (CPU makes no such check for bfloat16)
+_RANDPERM_LIMITS = {torch.float16: (2**11 + 1, "2049"), torch.float32: (2**24 + 1, "2^24+1"),
+                    torch.float64: (2**53 + 1, "2^53+1")}
+
+
+@checks_args(aten.randperm.default, aten.randperm.generator)
+def _randperm_args(op, n, *, dtype=None, **_) -> None:
+    """CPU's check that ``0..n-1`` fit the result's dtype, which PyTorch's meta kernel does not make: without it
+    an integer dtype wraps and a float one rounds, and the "permutation" repeats values."""
+    dtype = dtype or torch.int64
+    limit = _RANDPERM_LIMITS.get(dtype)
+    if limit is not None and n > limit[0]:
+        raise RuntimeError(f"n cannot be greater than {limit[1]} for {dtypes.scalar_name(dtype)} type.")
+    if not dtype.is_floating_point and dtype != torch.bool and n - 1 > torch.iinfo(dtype).max:
+        raise RuntimeError(f"value cannot be converted to type {_CPP_TYPES[str(dtype).split('.')[-1]]} "
+                           "without overflow")
 
 
 @lower(aten.randperm.default, aten.randperm.generator, rng=True)
