@@ -167,3 +167,17 @@ def test_randperm_refuses_n_its_dtype_cannot_hold_like_cpu(dtype, fits, too_many
         with pytest.raises(RuntimeError) as cpu:
             torch.randperm(too_many, dtype=dtype)
         assert str(cpu.value) in str(tpu.value)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.rand(2, 0, dtype=torch.int32, device=d),
+    lambda d: torch.rand(3, dtype=torch.bool, device=d),
+    lambda d: torch.rand_like(torch.zeros(3, dtype=torch.int64, device=d)),
+], ids=["rand_int_empty", "rand_bool", "rand_like_long"])
+def test_uniform_draws_of_an_integer_dtype_are_refused_as_on_cpu(mode, fn):
+    """PyTorch's meta kernel makes them; CPU's kernel has none (test_tensor_factories_empty)."""
+    with pytest.raises(NotImplementedError) as cpu:
+        fn("cpu")
+    with pytest.raises(NotImplementedError) as tpu:
+        fn("tpu")
+    assert str(tpu.value) == str(cpu.value)

@@ -82,6 +82,14 @@ def randn(size, *args, dtype=None, layout=None, device=None, pin_memory=None, ge
     return _normal(key, tuple(size), _factory_dtype(dtype))
 
 
+@checks_args(aten.rand.default, aten.rand.generator, aten.rand_like.default, aten.rand_like.generator)
+def _rand_args(op, first, *args, dtype=None, **kwargs) -> None:
+    """CPU has no uniform draws of an integer or bool dtype (PyTorch's meta kernel makes them)."""
+    dtype = dtype or (first.dtype if isinstance(first, torch.Tensor) else torch.get_default_dtype())
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise NoKernel(f'"check_uniform_bounds" not implemented for \'{dtypes.scalar_name(dtype)}\'')
+
+
 @lower(aten.rand.default, aten.rand.generator, rng=True)
 def rand(size, *args, dtype=None, layout=None, device=None, pin_memory=None, generator=None, key):
     return _uniform(key, tuple(size), _factory_dtype(dtype))
