@@ -1095,3 +1095,29 @@ def test_floats_out_of_an_integer_range_cast_as_on_cpu(src, mode):
             rows[1] = on_tpu
             for got in (on_tpu.to(dtype), copied, rows[1]):
                 assert torch.equal(got.cpu(), expected), (dtype, got.cpu().tolist(), expected.tolist())
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("call, dtype", [
+    (lambda **k: torch.arange(0.5, 10, 1.5, **k), torch.int64),
+    (lambda **k: torch.arange(7, **k), torch.float32),
+    (lambda **k: torch.linspace(0.1, 0.9, 137, **k), torch.float64),
+    (lambda **k: torch.linspace(-5, 20, 96, **k), torch.int32),
+    (lambda **k: torch.logspace(0.1, 2.9, 37, **k), torch.float32),
+    (lambda **k: torch.eye(3, 5, **k), torch.int32),
+    (lambda **k: torch.full((2, 3), 1.5, **k), torch.float32),
+    (lambda **k: torch.zeros(2, 3, **k), torch.bool),
+], ids=["arange_int", "arange_end", "linspace", "linspace_int", "logspace", "eye", "full", "zeros"])
+def test_a_factory_into_out_is_the_factory_on_tpu(call, dtype, mode):
+    """``torch.linspace(..., out=t)`` has no functional twin of its signature (no ``dtype``): it ran on the CPU
+    (a warning, a host round trip, values a bit off the factory's own on tpu). It is the factory in ``t``'s dtype,
+    ``t`` resized as CPU resizes it."""
+    from torchtpu_lab import telemetry
+
+    with torchtpu_lab.eager_mode(mode):
+        fallbacks = telemetry.counters["cpu_fallbacks"]
+        out = torch.empty(2, dtype=dtype, device="tpu")
+        assert call(out=out) is out
+        assert telemetry.counters["cpu_fallbacks"] == fallbacks
+        assert torch.equal(out.cpu(), call(dtype=dtype, device="tpu").cpu())
+        assert torch.allclose(out.cpu().double(), call(out=torch.empty(0, dtype=dtype)).double())

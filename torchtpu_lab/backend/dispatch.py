@@ -207,6 +207,15 @@ def _collect() -> dict:
             elif mutation.is_inplace(op._schema):
                 kernels[op] = mutation.make_inplace_kernel(functional, op._schema, _pointwise(op))
                 INPLACE_OF[op] = functional_ops[mutation.signature(op._schema)]
+    factories = {mutation.factory_signature(op._schema): k for op, k in kernels.items()
+                 if not op._schema.is_mutable and mutation.is_factory(op._schema)}
+    for base in {s[0] for s in factories}:
+        for op in _overloads(base):
+            names = mutation.out_names(op._schema)
+            if op not in kernels and len(names) == 1 and not _is_composite_implicit(op):
+                factory = factories.get(mutation.factory_signature(op._schema))
+                if factory is not None:
+                    kernels[op] = mutation.make_factory_out_kernel(factory, names[0])
     for op, kernel in kernels.items():
         if _writes_memory(op):
             kernels[op] = overlap.checked(op, kernel)

@@ -28,6 +28,20 @@ def signature(schema) -> tuple:
     return base, args
 
 
+#: a factory's keyword arguments, which its ``out=`` variant takes from the out tensor instead
+FACTORY_KWARGS = ("dtype", "layout", "device", "pin_memory")
+
+
+def factory_signature(schema) -> tuple:
+    """What makes a factory (``arange``, ``linspace``, ``eye``, ``rand``) and its ``out=`` variant the same op."""
+    base, args = signature(schema)
+    return base, tuple(a for a in args if a[0] not in FACTORY_KWARGS)
+
+
+def is_factory(schema) -> bool:
+    return all(any(a.name == k for a in schema.arguments) for k in FACTORY_KWARGS)
+
+
 def out_names(schema) -> list[str]:
     return [a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
 
@@ -63,6 +77,20 @@ def write_result(dst, result, inplace: bool) -> None:
     if tuple(result.shape) != tuple(dst.shape):
         dst.resize_(result.shape)
     values.assign(dst, result)
+
+
+def make_factory_out_kernel(factory, name: str):
+    """The ``out=`` variant of ``factory`` (``torch.arange(n, out=t)``): the factory's result in the out tensor's
+    dtype and device, written into it (resized as CPU resizes it). It has no functional twin of its signature
+    (no ``dtype``), and ran on the CPU: a host round trip, CPU's generator for a random one, and values that
+    differed in the last bit from the factory's own on tpu."""
+
+    def kernel(*args, **kwargs):
+        out = kwargs.pop(name)
+        write_result(out, factory(*args, **kwargs, dtype=out.dtype, device=out.device), inplace=False)
+        return out
+
+    return kernel
 
 
 def _defaults(schema) -> tuple:
