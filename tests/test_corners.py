@@ -988,9 +988,15 @@ def test_indexing_errors_are_cpus(fn, mode):
     lambda d: torch.complex(torch.tensor([1, 2], device=d), torch.tensor([3, 4], device=d)),
     lambda d: torch.complex(torch.tensor([1.0], device=d), torch.tensor([2.0], device=d, dtype=torch.float64)),
     lambda d: torch.polar(torch.tensor([1.0], device=d), torch.tensor([2.0], device=d, dtype=torch.float64)),
+    lambda d: torch.arange(-5, float("nan"), device=d),
+    lambda d: torch.arange(0.5, float("-inf"), -1, device=d),
+    lambda d: torch.linspace(0, 1j, 5, dtype=torch.float32, device=d),
+    lambda d: torch.logspace(0, 1j, 5, dtype=torch.float32, device=d),
+    lambda d: torch.randint(6, (2,), dtype=torch.complex64, device=d),
 ], ids=["floor", "round", "sign", "maximum", "atan2", "addcdiv_int", "add_alpha", "sub_alpha", "clamp_none",
         "roll_align", "roll_flat_align", "repeat_interleave_2d", "repeat_interleave_negative", "complex_int",
-        "complex_mixed", "polar_mixed"])
+        "complex_mixed", "polar_mixed", "arange_nan", "arange_inf", "linspace_complex_into_real",
+        "logspace_complex_into_real", "randint_complex"])
 def test_refusals_are_cpus_at_the_call(fn, mode):
     """Type and text as on CPU, raised by the call itself. Complex inputs to round, sign, maximum and atan2 gave
     values (JAX computes them); floor's refusal came at the next sync as JAX's TypeError; the others were PyTorch's

@@ -10,7 +10,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from .registry import aten, lower, real_fill_value
+from .registry import aten, checks_args, lower, real_fill_value
 
 
 @lower(aten.full.default)
@@ -60,6 +60,14 @@ def zeros_of_size(size, *args, dtype=None, layout=None, device=None, pin_memory=
 
 def _is_integral(dtype) -> bool:
     return dtype is not None and not dtype.is_floating_point and not dtype.is_complex
+
+
+@checks_args(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _finite_range(op, *scalars, **_) -> None:
+    """CPU refuses a NaN or infinite end before it compares the ends with the step's sign."""
+    ends = (0, scalars[0]) if len(scalars) == 1 else scalars[:2]
+    if any(isinstance(v, float) and not math.isfinite(v) for v in scalars[:3]):
+        raise RuntimeError(f"unsupported range: {ends[0]:g} -> {ends[1]:g}")
 
 
 @lower(aten.arange.default, aten.arange.start, aten.arange.start_step, static_scalars=True)
@@ -141,6 +149,25 @@ def _spaced(start, end, steps, dtype):
     if steps == 1:
         return start.reshape(1)
     return _halves(start, end, _step(end - start, steps, ctype), steps, ctype, fused=_is_integral(dtype))
+
+
+_SPACES = (aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor,
+           aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Scalar_Tensor)
+_CPP_COMPLEX = {torch.complex64: "c10::complex<float>", torch.complex128: "c10::complex<double>"}
+
+
+@checks_args(*_SPACES)
+def _space_cast(op, start, end, *args, dtype=None, **_) -> None:
+    """CPU's wording of a complex range into a real ``dtype`` (PyTorch's meta kernel says it as linspace's, for
+    logspace too, and with Python's dtype names)."""
+    if dtype is None or dtype.is_complex:
+        return
+    ends = [v.dtype if isinstance(v, torch.Tensor) else v for v in (start, end)]
+    if any(isinstance(v, complex) or (isinstance(v, torch.dtype) and v.is_complex) for v in ends):
+        inferred = torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
+        name = op._schema.name.split("::")[-1]
+        raise RuntimeError(f"torch.{name}(): inferred dtype {_CPP_COMPLEX[inferred]} can't be safely cast to passed "
+                           f"dtype {dtypes.scalar_name(dtype)}")
 
 
 @lower(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)

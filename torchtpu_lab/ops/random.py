@@ -217,6 +217,8 @@ def random_bounds(dtype: torch.dtype, from_: int, to: int | None, warn: bool = F
     with CPU's errors (and, with ``warn``, its precision warnings). A float dtype's bounds move inward to values
     that rounding to it cannot push out of the range; ``to=None`` means up to the dtype's largest value (for a
     float dtype, ``2**digits``: every integer up to it is exact), and from the int64 minimum, all 2**64 values."""
+    if dtype.is_complex:
+        raise RuntimeError("check_random_bounds handles only integral, floating-point and boolean types")
     if to is not None:
         if from_ >= to:
             raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}")
