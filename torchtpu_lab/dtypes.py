@@ -66,6 +66,14 @@ def to_torch(dtype) -> torch.dtype:
         raise TypeError(f"JAX dtype {dtype} has no torch equivalent") from None
 
 
+#: The dtypes' C++ type names as ``caffe2::TypeMeta`` prints them in CPU's messages ("from is out of bounds for
+#: signed char", "inferred dtype c10::complex<float>")
+TYPE_META_NAMES = {torch.bool: "bool", torch.uint8: "unsigned char", torch.int8: "signed char",
+                   torch.int16: "short int", torch.int32: "int", torch.int64: "long int", torch.float16: "c10::Half",
+                   torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double",
+                   torch.complex64: "c10::complex<float>", torch.complex128: "c10::complex<double>"}
+
+
 def scalar_name(dtype) -> str:
     """PyTorch's C++ name for a torch or JAX dtype ("Double"), as its error messages print it."""
     if not isinstance(dtype, torch.dtype):

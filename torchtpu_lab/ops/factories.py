@@ -153,7 +153,6 @@ def _spaced(start, end, steps, dtype):
 
 _SPACES = (aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor,
            aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Scalar_Tensor)
-_CPP_COMPLEX = {torch.complex64: "c10::complex<float>", torch.complex128: "c10::complex<double>"}
 
 
 @checks_args(*_SPACES)
@@ -166,7 +165,7 @@ def _space_cast(op, start, end, *args, dtype=None, **_) -> None:
     if any(isinstance(v, complex) or (isinstance(v, torch.dtype) and v.is_complex) for v in ends):
         inferred = torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
         name = op._schema.name.split("::")[-1]
-        raise RuntimeError(f"torch.{name}(): inferred dtype {_CPP_COMPLEX[inferred]} can't be safely cast to passed "
+        raise RuntimeError(f"torch.{name}(): inferred dtype {dtypes.TYPE_META_NAMES[inferred]} can't be safely cast to passed "
                            f"dtype {dtypes.scalar_name(dtype)}")
 
 

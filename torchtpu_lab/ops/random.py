@@ -59,7 +59,7 @@ def _uniform_args(op, x, low=0.0, high=1.0, *, generator=None) -> None:
     lowest, highest = torch.finfo(dtype).min, torch.finfo(dtype).max
     for value, name in ((low, "from"), (high, "to")):
         if not lowest <= value <= highest:
-            raise RuntimeError(f"{name} is out of bounds for {_CPP_NAMES[dtype]}")
+            raise RuntimeError(f"{name} is out of bounds for {dtypes.TYPE_META_NAMES[dtype]}")
     if low > high:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={low:g} > to={high:g}")
     if high - low > highest:
@@ -143,10 +143,6 @@ def _integers(key, shape, low: int, high: int):
 # ---- random_'s bounds: CPU's random_from_to_impl (ATen/native/DistributionTemplates.h) -------------------------
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-#: The dtypes' C++ type names, as CPU's bound checks print them (``caffe2::TypeMeta``)
-_CPP_NAMES = {torch.bool: "bool", torch.uint8: "unsigned char", torch.int8: "signed char", torch.int16: "short int",
-              torch.int32: "int", torch.int64: "long int", torch.float16: "c10::Half",
-              torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double"}
 
 
 def _digits(dtype: torch.dtype) -> int:
@@ -192,14 +188,14 @@ def _in_range(dtype: torch.dtype, from_: int, to_inc: int, warn: bool) -> None:
         lowest, highest = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
     for value, name in ((from_, "from"), (to_inc, "to - 1")):
         if not lowest <= value <= highest:
-            raise RuntimeError(f"{name} is out of bounds for {_CPP_NAMES[dtype]}")
+            raise RuntimeError(f"{name} is out of bounds for {dtypes.TYPE_META_NAMES[dtype]}")
     if not (warn and dtype.is_floating_point):
         return
     digits = _digits(dtype)
     for value, name in ((from_, "from"), (to_inc, "to - 1")):
         if not -(1 << digits) <= value <= 1 << digits:
             _warn_at_caller(f"{name} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
-                            f"{_CPP_NAMES[dtype]} can support discrete uniform distribution only within this range. "
+                            f"{dtypes.TYPE_META_NAMES[dtype]} can support discrete uniform distribution only within this range. "
                             "This warning will become an error in version 1.7 release, please fix the code in advance")
 
 
