@@ -165,8 +165,8 @@ def _space_cast(op, start, end, *args, dtype=None, **_) -> None:
     if any(isinstance(v, complex) or (isinstance(v, torch.dtype) and v.is_complex) for v in ends):
         inferred = torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
         name = op._schema.name.split("::")[-1]
-        raise RuntimeError(f"torch.{name}(): inferred dtype {dtypes.TYPE_META_NAMES[inferred]} can't be safely cast to passed "
-                           f"dtype {dtypes.scalar_name(dtype)}")
+        raise RuntimeError(f"torch.{name}(): inferred dtype {dtypes.TYPE_META_NAMES[inferred]} can't be safely cast "
+                           f"to passed dtype {dtypes.scalar_name(dtype)}")
 
 
 @lower(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)

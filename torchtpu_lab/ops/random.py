@@ -194,8 +194,9 @@ def _in_range(dtype: torch.dtype, from_: int, to_inc: int, warn: bool) -> None:
     digits = _digits(dtype)
     for value, name in ((from_, "from"), (to_inc, "to - 1")):
         if not -(1 << digits) <= value <= 1 << digits:
+            cpp = dtypes.TYPE_META_NAMES[dtype]
             _warn_at_caller(f"{name} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
-                            f"{dtypes.TYPE_META_NAMES[dtype]} can support discrete uniform distribution only within this range. "
+                            f"{cpp} can support discrete uniform distribution only within this range. "
                             "This warning will become an error in version 1.7 release, please fix the code in advance")
 
 
