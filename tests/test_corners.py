@@ -1127,3 +1127,10 @@ def test_a_factory_into_out_is_the_factory_on_tpu(call, dtype, mode):
         assert telemetry.counters["cpu_fallbacks"] == fallbacks
         assert torch.equal(out.cpu(), call(dtype=dtype, device="tpu").cpu())
         assert torch.allclose(out.cpu().double(), call(out=torch.empty(0, dtype=dtype)).double())
+
+
+def test_block_diag_names_the_devices_as_cpu_does():
+    """CPU's own wording (PyTorch's test_block_diag), not the executor's generic one."""
+    with pytest.raises(RuntimeError, match=re.escape("torch.block_diag: input tensors must all be on the same device. "
+                                                     "Input 0 is on device cpu and input 1 is on device tpu:0")):
+        torch.block_diag(torch.ones(2, 2), torch.ones(2, 2, device="tpu"))

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .registry import aten, checks_args, lower
+from .registry import aten, checks_args, checks_calls, lower
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -198,6 +198,15 @@ def as_strided_scatter(x, src, size, stride, storage_offset=None):
         index = index + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
     flat = x.reshape(-1).at[index.reshape(-1)].set(src.reshape(-1).astype(x.dtype))
     return flat.reshape(x.shape)
+
+
+@checks_calls(aten.block_diag.default)
+def _one_device(op, tensors) -> None:
+    """CPU's own wording for inputs on several devices (the executor's generic one would come first)."""
+    for i, t in enumerate(tensors):
+        if t.device != tensors[0].device:
+            raise RuntimeError(f"torch.block_diag: input tensors must all be on the same device. Input 0 is on device "
+                               f"{tensors[0].device} and input {i} is on device {t.device}")
 
 
 @lower(aten.block_diag.default)
