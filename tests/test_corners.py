@@ -993,10 +993,16 @@ def test_indexing_errors_are_cpus(fn, mode):
     lambda d: torch.linspace(0, 1j, 5, dtype=torch.float32, device=d),
     lambda d: torch.logspace(0, 1j, 5, dtype=torch.float32, device=d),
     lambda d: torch.randint(6, (2,), dtype=torch.complex64, device=d),
+    lambda d: torch.median(torch.zeros(2, 0, 4, device=d), dim=1),
+    lambda d: torch.nanmedian(torch.zeros(2, 0, 4, device=d), 1),
+    lambda d: torch.mode(torch.zeros(2, 0, 4, device=d), dim=1),
+    lambda d: torch.kthvalue(torch.zeros(2, 0, 4, device=d), 1, dim=1),
+    lambda d: torch.all(torch.ones(2, 2, device=d), 0, out=torch.empty(2, device=d)),
 ], ids=["floor", "round", "sign", "maximum", "atan2", "addcdiv_int", "add_alpha", "sub_alpha", "clamp_none",
         "roll_align", "roll_flat_align", "repeat_interleave_2d", "repeat_interleave_negative", "complex_int",
         "complex_mixed", "polar_mixed", "arange_nan", "arange_inf", "linspace_complex_into_real",
-        "logspace_complex_into_real", "randint_complex"])
+        "logspace_complex_into_real", "randint_complex", "median_empty_dim", "nanmedian_empty_dim", "mode_empty_dim",
+        "kthvalue_empty_dim", "all_into_float"])
 def test_refusals_are_cpus_at_the_call(fn, mode):
     """Type and text as on CPU, raised by the call itself. Complex inputs to round, sign, maximum and atan2 gave
     values (JAX computes them); floor's refusal came at the next sync as JAX's TypeError; the others were PyTorch's
@@ -1134,3 +1140,16 @@ def test_block_diag_names_the_devices_as_cpu_does():
     with pytest.raises(RuntimeError, match=re.escape("torch.block_diag: input tensors must all be on the same device. "
                                                      "Input 0 is on device cpu and input 1 is on device tpu:0")):
         torch.block_diag(torch.ones(2, 2), torch.ones(2, 2, device="tpu"))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.median(torch.tensor([], device=d)),
+    lambda d: torch.nanmedian(torch.tensor([], device=d)),
+    lambda d: torch.median(torch.tensor([], dtype=torch.int64, device=d)),
+    lambda d: torch.logsumexp(torch.zeros(2, 0, 4, device=d), dim=1),
+    lambda d: torch.logsumexp(torch.zeros(2, 0, dtype=torch.int64, device=d), 1),
+], ids=["median", "nanmedian", "median_int", "logsumexp", "logsumexp_int"])
+def test_reductions_of_nothing_are_cpus(fn):
+    """median of nothing is NaN (an integer's minimum), logsumexp over nothing -inf (JAX raised a ValueError;
+    nanmedian gave 0): PyTorch's test_median_corner_cases, test_tensor_reduce_ops_empty."""
+    same_on_both_devices(fn, exact=True)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import dtypes
+from .casts import convert
 from .precision import opmath
 from .registry import aten, checks_args, lower, wrap_dim
 
@@ -107,6 +108,18 @@ def _reduced_dims_not_empty(op, x, dim=None, keepdim=False) -> None:
         d = wrap_dim(d, x.dim())
         if x.dim() > 0 and x.shape[d] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
+@checks_args(aten.median.dim, aten.nanmedian.dim, aten.mode.default, aten.kthvalue.default)
+def _selected_dim_not_empty(op, x, *args, **kwargs) -> None:
+    """CPU's IndexError for selecting along a dim of size 0 (PyTorch's meta kernels let it through, or raise a
+    RuntimeError about ``k``); nanmedian's says median, as CPU's does."""
+    name = op._schema.name.split("::")[-1]
+    at = 1 if name == "kthvalue" else 0
+    dim = args[at] if len(args) > at else kwargs.get("dim", -1)
+    if x.dim() > 0 and x.shape[wrap_dim(dim, x.dim())] == 0:
+        name = "median" if name == "nanmedian" else name
+        raise IndexError(f"{name}(): Expected reduction dim {wrap_dim(dim, x.dim())} to have non-zero size.")
 
 
 @lower(aten.amax.default)
@@ -323,7 +336,7 @@ def logsumexp(x, dim, keepdim=False):
     axes = _axes(dim, x.ndim)
     if not axes:
         return x
-    m = jnp.max(x, axis=axes, keepdims=True)
+    m = jnp.max(x, axis=axes, keepdims=True, initial=-jnp.inf)  # over nothing: -inf, as CPU's is
     m = jnp.where(jnp.isinf(m), jnp.zeros((), m.dtype), m)
     out = jnp.log(jnp.sum(jnp.exp(x - m), axis=axes, keepdims=True)) + m
     return out if keepdim else jnp.squeeze(out, axes)
@@ -465,14 +478,19 @@ def _median_dim(x, dim, keepdim, ignore_nan):
     return v, i
 
 
+def _nothing(x):
+    """The median of an empty tensor, as CPU gives it: NaN, cast to ``x``'s dtype (an integer's minimum)."""
+    return convert(jnp.full((), jnp.nan), x.dtype)
+
+
 @lower(aten.median.default)
 def median(x):
-    return _median(x.reshape(-1), 0, False)[0]
+    return _nothing(x) if x.size == 0 else _median(x.reshape(-1), 0, False)[0]
 
 
 @lower(aten.nanmedian.default)
 def nanmedian(x):
-    return _median(x.reshape(-1), 0, True)[0]
+    return _nothing(x) if x.size == 0 else _median(x.reshape(-1), 0, True)[0]
 
 
 @lower(aten.median.dim)

@@ -8,6 +8,8 @@ must have ``self``'s shape, and its dtype must be castable to ``self``'s.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from ..device import sizes, tensor, views
@@ -197,10 +199,15 @@ class _NotAlike(Exception):
     """An operand of an in-place op on a reshaped storage that is not the same reshape of a storage alike."""
 
 
+#: a dtype named as PyTorch's C++ names it ("got: Float")
+_DTYPE_NAME = re.compile(r"\b(Bool|Byte|Char|Short|Int|Long|Half|BFloat16|Float|Double|ComplexFloat|ComplexDouble)\b")
+
+
 def _about_types(e: BaseException) -> bool:
     """Whether CPU's error for an ``out=`` of another dtype is about dtypes ("Found dtype Double but expected
-    Float", "result type Float can't be cast", "expected scalar type Long")."""
-    return isinstance(e, RuntimeError) and "type" in str(e).lower()
+    Float", "result type Float can't be cast", "expected scalar type Long", "all only supports bool tensor for
+    result, got: Float")."""
+    return isinstance(e, RuntimeError) and ("type" in str(e).lower() or _DTYPE_NAME.search(str(e)) is not None)
 
 
 def make_out_kernel(functional, names: list[str], op=None):
