@@ -998,11 +998,13 @@ def test_indexing_errors_are_cpus(fn, mode):
     lambda d: torch.mode(torch.zeros(2, 0, 4, device=d), dim=1),
     lambda d: torch.kthvalue(torch.zeros(2, 0, 4, device=d), 1, dim=1),
     lambda d: torch.all(torch.ones(2, 2, device=d), 0, out=torch.empty(2, device=d)),
+    lambda d: torch.sum(torch.ones(3, 3, 3, 3, device=d), dim=(0, -4)),
+    lambda d: torch.std(torch.ones(3, 3, 3, 3, device=d), dim=(1, 2, 1)),
 ], ids=["floor", "round", "sign", "maximum", "atan2", "addcdiv_int", "add_alpha", "sub_alpha", "clamp_none",
         "roll_align", "roll_flat_align", "repeat_interleave_2d", "repeat_interleave_negative", "complex_int",
         "complex_mixed", "polar_mixed", "arange_nan", "arange_inf", "linspace_complex_into_real",
         "logspace_complex_into_real", "randint_complex", "median_empty_dim", "nanmedian_empty_dim", "mode_empty_dim",
-        "kthvalue_empty_dim", "all_into_float"])
+        "kthvalue_empty_dim", "all_into_float", "sum_repeated_dim", "std_repeated_dim"])
 def test_refusals_are_cpus_at_the_call(fn, mode):
     """Type and text as on CPU, raised by the call itself. Complex inputs to round, sign, maximum and atan2 gave
     values (JAX computes them); floor's refusal came at the next sync as JAX's TypeError; the others were PyTorch's

@@ -151,6 +151,24 @@ def meta_outputs(op: torch._ops.OpOverload, targs: tuple, tkwargs: tuple, dyn: l
         return op(*args, **kwargs)
     except _META_SKIP:
         return None
+    except RuntimeError as e:
+        if str(e) == "duplicate value in the list of dims":  # PyTorch's Python meta kernels' wording
+            raise _repeated_dim(op, args, kwargs) from None
+        raise
+
+
+def _repeated_dim(op, args: list, kwargs: dict) -> RuntimeError:
+    """CPU's error for a reduction's ``dim`` list naming a dim twice (``x.sum((0, -4))`` of a 4-d ``x``)."""
+    names = [a.name for a in op._schema.arguments]
+    dims = kwargs.get("dim", args[names.index("dim")] if "dim" in names and names.index("dim") < len(args) else ())
+    ndim = max(next((a.dim() for a in args if isinstance(a, torch.Tensor)), 1), 1)
+    seen = set()
+    for d in [dims] if isinstance(dims, int) else dims:
+        d = d % ndim
+        if d in seen:
+            return RuntimeError(f"dim {d} appears multiple times in the list of dims")
+        seen.add(d)
+    return RuntimeError("duplicate value in the list of dims")
 
 
 def cast(op, out, meta):
