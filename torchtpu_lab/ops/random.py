@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .error_flags import report, reports
-from .registry import _CPP_TYPES, NoKernel, aten, checks_args, checks_calls, kernel, lower
+from .registry import _CPP_TYPES, NoKernel, aten, checks_args, checks_calls, lower
 
 import jax
 import torch
@@ -418,15 +418,6 @@ def _randperm_args(op, n, *, dtype=None, **_) -> None:
 @lower(aten.randperm.default, aten.randperm.generator, rng=True)
 def randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, key):
     return jax.random.permutation(key, n).astype(jnp.int64)
-
-
-@kernel(aten.randperm.out, aten.randperm.generator_out)
-def randperm_out(n: int, *, generator=None, out: torch.Tensor) -> torch.Tensor:
-    """``randperm(n, out=...)``, drawn from the tpu generator as ``randperm`` is: run on the CPU (it has no
-    functional twin of its signature), it drew from CPU's stream, so a seed did not reproduce it."""
-    out.resize_(n)
-    out.copy_(aten.randperm.generator(n, generator=generator, dtype=out.dtype, device=out.device))
-    return out
 
 
 @lower(aten.native_dropout.default, rng=True)
