@@ -232,8 +232,7 @@ def _writes_memory(op: torch._ops.OpOverload) -> bool:
     if op in view_kernels.INPLACE_VIEW_OPS or op._schema.name.split("::")[-1] in _METADATA_WRITES:
         return False
     written = [a for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-    return bool(written) and all(isinstance(a.type, torch.TensorType) or
-                                 str(a.type) in ("Tensor?", "Tensor(a!)") for a in written)
+    return bool(written) and not any(isinstance(a.type, torch.ListType) for a in written)
 
 
 def _records(op, kernel) -> bool:
