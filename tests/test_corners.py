@@ -1155,3 +1155,16 @@ def test_reductions_of_nothing_are_cpus(fn):
     """median of nothing is NaN (an integer's minimum), logsumexp over nothing -inf (JAX raised a ValueError;
     nanmedian gave 0): PyTorch's test_median_corner_cases, test_tensor_reduce_ops_empty."""
     same_on_both_devices(fn, exact=True)
+
+
+@pytest.mark.parametrize("make", [lambda o: torch.linspace(0, 3, 4, out=o), lambda o: torch.arange(4, out=o)],
+                         ids=["linspace", "arange"])
+def test_a_range_into_an_out_of_as_many_elements_keeps_its_shape(make):
+    """CPU resizes a range's ``out=`` only when the counts differ: a 2x2 view is filled in order
+    (PyTorch's test_linspace)."""
+    def fill(d):
+        x = torch.zeros(2, 3, device=d)
+        make(x.narrow(1, 1, 2))
+        return x
+
+    same_on_both_devices(fill, exact=True)

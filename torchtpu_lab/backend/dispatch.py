@@ -215,7 +215,7 @@ def _collect() -> dict:
             if op not in kernels and len(names) == 1 and not _is_composite_implicit(op):
                 factory = factories.get(mutation.factory_signature(op._schema))
                 if factory is not None:
-                    kernels[op] = mutation.make_factory_out_kernel(factory, names[0])
+                    kernels[op] = mutation.make_factory_out_kernel(factory, names[0], base)
     for op, kernel in kernels.items():
         if _writes_memory(op):
             kernels[op] = overlap.checked(op, kernel)

@@ -81,15 +81,24 @@ def write_result(dst, result, inplace: bool) -> None:
     values.assign(dst, result)
 
 
-def make_factory_out_kernel(factory, name: str):
-    """The ``out=`` variant of ``factory`` (``torch.arange(n, out=t)``): the factory's result in the out tensor's
-    dtype and device, written into it (resized as CPU resizes it). It has no functional twin of its signature
-    (no ``dtype``), and ran on the CPU: a host round trip, CPU's generator for a random one, and values that
-    differed in the last bit from the factory's own on tpu."""
+#: factories whose ``out=`` keeps its shape when it has as many elements as the range (CPU resizes it only when
+#: the counts differ): ``torch.linspace(0, 3, 4, out=x.narrow(1, 1, 2))`` fills a 2x2 view in order
+_RANGES = {"arange", "linspace", "logspace", "range"}
+
+
+def make_factory_out_kernel(factory, name: str, base: str):
+    """The ``out=`` variant of ``factory`` (``torch.arange(n, out=t)``, ``base`` its name): the factory's result in
+    the out tensor's dtype and device, written into it (resized as CPU resizes it). It has no functional twin of
+    its signature (no ``dtype``), and ran on the CPU: a host round trip, CPU's generator for a random one, and
+    values that differed in the last bit from the factory's own on tpu."""
+    keeps_shape = base in _RANGES
 
     def kernel(*args, **kwargs):
         out = kwargs.pop(name)
-        write_result(out, factory(*args, **kwargs, dtype=out.dtype, device=out.device), inplace=False)
+        result = factory(*args, **kwargs, dtype=out.dtype, device=out.device)
+        if keeps_shape and out.numel() == result.numel() and out.shape != result.shape:
+            result = result.reshape(out.shape)
+        write_result(out, result, inplace=False)
         return out
 
     return kernel
