@@ -1168,3 +1168,13 @@ def test_a_range_into_an_out_of_as_many_elements_keeps_its_shape(make):
         return x
 
     same_on_both_devices(fill, exact=True)
+
+
+def test_arange_into_an_out_of_another_count_warns_as_cpu_does():
+    """CPU's warning, at the user's line (PyTorch's test_arange)."""
+    out = torch.empty(2, 2, device="tpu")
+    with pytest.warns(UserWarning, match=r"out tensor of shape \[2, 2\] is 4 which does not match the computed "
+                                         r"number of elements 7") as caught:
+        torch.arange(7, out=out)
+    assert caught[0].filename == __file__
+    assert torch.equal(out.cpu(), torch.arange(7.0))

@@ -61,6 +61,17 @@ def is_internal_file(filename: str) -> bool:
     return filename.startswith(_skip_prefixes())
 
 
+def warn_at_user_line(message: str, category: type = UserWarning) -> None:
+    """A warning at the user's line that called into torch (as CPU's ``TORCH_WARN`` gives it, so Python's default
+    filter shows it once per calling line), not at a line of ours or torch's."""
+    import warnings
+
+    frame, level = sys._getframe(1), 2
+    while frame is not None and is_internal_file(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     """A line of user code: the first frame outside torch, jax, the stdlib and torchtpu_lab."""

@@ -7,8 +7,6 @@ trace, where an error would surface at some later, unrelated op."""
 from __future__ import annotations
 
 import math
-import sys
-import warnings
 
 import jax.numpy as jnp
 from jax import lax
@@ -195,18 +193,10 @@ def _in_range(dtype: torch.dtype, from_: int, to_inc: int, warn: bool) -> None:
     for value, name in ((from_, "from"), (to_inc, "to - 1")):
         if not -(1 << digits) <= value <= 1 << digits:
             cpp = dtypes.TYPE_META_NAMES[dtype]
-            _warn_at_caller(f"{name} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
-                            f"{cpp} can support discrete uniform distribution only within this range. "
-                            "This warning will become an error in version 1.7 release, please fix the code in advance")
-
-
-def _warn_at_caller(message: str) -> None:
-    """A ``UserWarning`` at the user's line that called the op, as CPU's ``TORCH_WARN`` gives it (so Python's
-    default filter shows it once per calling line), not at a line of ours or torch's."""
-    frame, level = sys._getframe(1), 2
-    while frame is not None and telemetry.is_internal_file(frame.f_code.co_filename):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, UserWarning, stacklevel=level if frame is not None else 2)
+            telemetry.warn_at_user_line(
+                f"{name} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations {cpp} can support "
+                "discrete uniform distribution only within this range. This warning will become an error in version "
+                "1.7 release, please fix the code in advance")
 
 
 def random_bounds(dtype: torch.dtype, from_: int, to: int | None, warn: bool = False) -> tuple[int, int]:

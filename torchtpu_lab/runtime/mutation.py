@@ -12,6 +12,7 @@ import re
 
 import torch
 
+from .. import telemetry
 from ..device import sizes, tensor, views
 from ..dtypes import scalar_name as _name
 from ..ops import cpu_rules
@@ -98,6 +99,11 @@ def make_factory_out_kernel(factory, name: str, base: str):
         result = factory(*args, **kwargs, dtype=out.dtype, device=out.device)
         if keeps_shape and out.numel() == result.numel() and out.shape != result.shape:
             result = result.reshape(out.shape)
+        elif base == "arange" and out.numel() not in (0, result.numel()):
+            telemetry.warn_at_user_line(
+                f"The number of elements in the out tensor of shape {list(out.shape)} is {out.numel()} which does "
+                f"not match the computed number of elements {result.numel()}. Note that this may occur as a result "
+                f"of rounding error. The out tensor will be resized to a tensor of shape ({result.numel()},).")
         write_result(out, result, inplace=False)
         return out
 
