@@ -66,6 +66,11 @@ def to_torch(dtype) -> torch.dtype:
         raise TypeError(f"JAX dtype {dtype} has no torch equivalent") from None
 
 
+def scalar_names() -> tuple[str, ...]:
+    """Every dtype name :func:`scalar_name` gives ("Float", "Long", ...)."""
+    return tuple(_SCALAR_NAMES.values())
+
+
 #: The dtypes' C++ type names as ``caffe2::TypeMeta`` prints them in CPU's messages ("from is out of bounds for
 #: signed char", "inferred dtype c10::complex<float>")
 TYPE_META_NAMES = {torch.bool: "bool", torch.uint8: "unsigned char", torch.int8: "signed char",

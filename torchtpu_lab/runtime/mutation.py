@@ -15,6 +15,7 @@ import torch
 from .. import telemetry
 from ..device import sizes, tensor, views
 from ..dtypes import scalar_name as _name
+from ..dtypes import scalar_names as _names
 from ..ops import cpu_rules
 from . import values
 
@@ -215,7 +216,7 @@ class _NotAlike(Exception):
 
 
 #: a dtype named as PyTorch's C++ names it ("got: Float")
-_DTYPE_NAME = re.compile(r"\b(Bool|Byte|Char|Short|Int|Long|Half|BFloat16|Float|Double|ComplexFloat|ComplexDouble)\b")
+_DTYPE_NAME = re.compile(r"\b(" + "|".join(_names()) + r")\b")
 
 
 def _about_types(e: BaseException) -> bool:
