@@ -108,11 +108,25 @@ class TpuTensor(torch.Tensor):
             self.__dict__.pop(key, None)
         self.__class__ = torch.nn.Parameter if self.__dict__.get("_is_param") else torch.Tensor
 
+    def __copy__(self):
+        """``copy.copy``: a new tensor over the same values, as CPU's (rebuilt on the same storage). The inherited
+        path would pickle it (``__reduce_ex__``, a CPU copy), so writes to the copy would not reach ``self``."""
+        new = make(self.tpu_storage, self.tpu_view)
+        new.requires_grad_(self.requires_grad)
+        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in _DATA_ATTRS)
+        return new
+
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
-        with torch.no_grad():
-            new = self.clone()
+        storage = self.tpu_storage
+        copied = memo.get(id(storage))
+        if copied is None:  # the whole base, once per deepcopy: tensors sharing values share the copy, as on CPU
+            with torch.no_grad():
+                copied = make(storage, None).clone().tpu_storage
+            memo[id(storage)] = copied
+            copy._keep_alive(storage, memo)  # its id must not be reused while memo lives
+        new = make(copied, self.tpu_view)
         new.requires_grad_(self.requires_grad)
         memo[id(self)] = new
         for key, value in self.__dict__.items():
