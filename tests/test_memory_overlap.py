@@ -43,6 +43,12 @@ CASES = {
     "index_select_out_into_input": lambda d: (lambda x: torch.index_select(
         x, 0, torch.tensor([0], device=d), out=x[1:2]))(_square(d)),
     "add_self": lambda d: (lambda x: x.add_(x))(_square(d)),
+    # the same tensor as an operand: allowed for pointwise ops, refused for an index (test_torch's
+    # test_index_add_mem_overlap / test_index_copy_mem_overlap)
+    "index_add_own_index": lambda d: (lambda i: i.index_add_(0, i, i.clone()))(torch.tensor([2, 1, 0], device=d)),
+    "index_add_own_source": lambda d: (lambda i: i.index_add_(0, i.clone(), i))(torch.tensor([2, 1, 0], device=d)),
+    "index_copy_own_index": lambda d: (lambda i: i.index_copy_(0, i, i.clone()))(torch.tensor([2, 1, 0], device=d)),
+    "mul_detached_self": lambda d: (lambda x: x.mul_(x.detach()))(_square(d)),
     "cat_out_disjoint": lambda d: (lambda x: torch.cat([x[:1], x[:1]], out=x[1:]))(_square(d)),
 }
 
@@ -80,3 +86,19 @@ def test_a_refused_write_leaves_the_tensor_and_the_call_learned_from_other_tenso
         assert torch.equal(x.cpu(), _square("cpu"))
         x.add_(1)
         assert torch.equal(x.cpu(), _square("cpu") + 1)
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_an_index_that_is_the_written_tensor_is_refused_after_the_call_was_learned(mode):
+    """Taught ``i.index_add_(0, j, v)`` on other tensors, the native core must still hand ``i.index_add_(0, i, v)``
+    (an operand over self's storage in the same geometry) to the check."""
+    with torchtpu_lab.eager_mode(mode):
+        for _ in range(3):
+            i, j = torch.tensor([2, 1, 0], device="tpu"), torch.tensor([2, 1, 0], device="tpu")
+            i.index_add_(0, j, j.clone())
+        with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor"):
+            i.index_add_(0, i, j.clone())
+        assert i.cpu().tolist() == [2, 2, 2]  # the last lesson's result ([2, 1, 0] + [0, 1, 2]), unchanged
+        x = torch.arange(3, device="tpu")
+        x.add_(x)  # the same tensor as an operand of a pointwise op: allowed, as on CPU
+        assert x.cpu().tolist() == [0, 2, 4]

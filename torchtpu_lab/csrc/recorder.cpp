@@ -2090,7 +2090,7 @@ class RecordingKernel final : public c10::OperatorKernel {
           const at::Tensor& self = (*stack)[base].toTensor();
           const bool fits = self_base_scratch ? c10::IntArrayRef(self_base_sizes) == c10::IntArrayRef(e.sizes)
                                               : !views_scratch[0] && self.sizes() == c10::IntArrayRef(e.sizes);
-          if (!fits || self.scalar_type() != e.scalar_type || overlaps_self(*stack, base, n)) return false;
+          if (!fits || self.scalar_type() != e.scalar_type || overlaps_self(n)) return false;
           write_to.p = Py_NewRef(storages_scratch[0]);
         }
         out.p = record(e, *stack, base, arrays_scratch, device, source, alloc_source, write_to.p, nullptr, length);
@@ -2107,15 +2107,11 @@ class RecordingKernel final : public c10::OperatorKernel {
     return true;
   }
 
-  // Whether a tensor argument after `self` shares self's storage in another geometry (`x.add_(x.t())`,
-  // `x.add_(x[0])`): CPU refuses some such writes, op by op, which the Python path asks it (runtime/overlap.py).
-  static bool overlaps_self(const torch::jit::Stack& stack, size_t base, size_t n) {
-    const at::Tensor& self = stack[base].toTensor();
+  // Whether a tensor argument after `self` shares self's storage (`x.add_(x.t())`, `i.index_add_(0, i, v)`): CPU
+  // refuses some such writes, op by op, which the Python path asks it (runtime/overlap.py).
+  static bool overlaps_self(size_t n) {
     for (size_t i = 1; i < n; ++i) {
-      if (storages_scratch[i] == nullptr || storages_scratch[i] != storages_scratch[0]) continue;
-      const at::Tensor& t = stack[base + i].toTensor();
-      if (t.sizes() != self.sizes() || t.strides() != self.strides() || t.storage_offset() != self.storage_offset())
-        return true;
+      if (storages_scratch[i] != nullptr && storages_scratch[i] == storages_scratch[0]) return true;
     }
     return false;
   }
@@ -2263,7 +2259,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     if (inplace_) {     // the usual update: a base `self` whose storage the result replaces whole
       const at::Tensor& self = (*stack)[base].toTensor();
       if (views_scratch[0] || self.scalar_type() != e.scalar_type || self.sizes() != c10::IntArrayRef(e.sizes) ||
-          overlaps_self(*stack, base, n)) {
+          overlaps_self(n)) {
         key_scratch.clear();  // mutation.write_result's general case: the Python path
         return false;
       }

@@ -46,15 +46,19 @@ def _geometry(t: torch.Tensor) -> tuple:
 
 
 def _overlaps(dst, operands: list) -> bool:
-    """Whether ``dst`` may overlap itself (a stride-0 dim of size > 1) or shares its storage with an operand of
-    another geometry: the cases CPU may refuse (an identical operand, ``x.add_(x)``, never is)."""
+    """Whether ``dst`` may overlap itself (a stride-0 dim of size > 1) or shares its storage with another operand:
+    the cases CPU may refuse. An identical operand is asked about too: ``x.add_(x)`` is allowed, but
+    ``i.index_add_(0, i, v)`` is refused (its index overlaps what it writes)."""
     storage = getattr(dst, "tpu_storage", None)
     if storage is None:
         return False
     if dst.tpu_view is not None and torch._debug_has_internal_overlap(dst) == 1:
         return True
+    skipped = False  # dst's own place among the operands
     for a in operands:
-        if a is not dst and getattr(a, "tpu_storage", None) is storage and _geometry(a) != _geometry(dst):
+        if a is dst and not skipped:
+            skipped = True
+        elif getattr(a, "tpu_storage", None) is storage:
             return True
     return False
 
