@@ -120,9 +120,10 @@ def test_native_factory_makes_what_the_python_factory_makes():
     assert reference.untyped_storage()._tpu_ref == (storage, None)
     assert (made.shape, made.stride(), made.dtype, made.device) == \
         (reference.shape, reference.stride(), reference.dtype, reference.device)
-    # no bytes behind either (what FSDP's storage helpers read); the core's storage reports an address that
-    # stands for the data model's Storage (tests/test_storage_identity.py), the pure-Python factory's none
-    assert made.untyped_storage().nbytes() == reference.untyped_storage().nbytes() == 0
+    # the core's storage records the tensor's byte size, as a CPU one does; the pure-Python factory's records 0.
+    # The core's reports an address that stands for the data model's Storage (tests/test_storage_identity.py),
+    # the pure-Python factory's none
+    assert made.untyped_storage().nbytes() == 2 * 3 * 4 and reference.untyped_storage().nbytes() == 0
     assert made.data_ptr() != 0 and reference.data_ptr() == 0
     # autograd's saved outputs are shallow copies: plain tensors that adopt() recovers through the storage
     plain = torch.Tensor._make_subclass(torch.Tensor, made)

@@ -25,6 +25,7 @@
 #include <c10/core/Storage.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/util/accumulate.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -144,12 +145,14 @@ PyTypeObject* data_class = nullptr;  // the class given the descriptors below (T
 PyObject* s_tpu_storage = nullptr;
 PyObject* s_tpu_view = nullptr;
 PyObject* s_torch_function = nullptr;
+PyObject* s_nbytes = nullptr;
 
 void intern_names() {  // once, with the GIL held (kept for the process's life)
   if (s_tpu_storage != nullptr) return;
   s_tpu_storage = interned("tpu_storage");
   s_tpu_view = interned("tpu_view");
   s_torch_function = interned("__torch_function__");
+  s_nbytes = interned("nbytes");
 }
 
 // A tensor whose torch storage make_tensor did not make (the pure-Python factory's, made before the core was
@@ -235,12 +238,28 @@ bool data_ref(const at::Tensor& t, PyObject** storage, PyObject** view) {
 
 bool data_in_storage(PyTypeObject* cls) { return cls == data_class; }
 
+// The byte size a tensor's torch storage records, as a CPU tensor's does (`untyped_storage().nbytes()`,
+// `storage().size()`): a base's from its own sizes, a view's from the data model's storage (its `nbytes`).
+bool storage_nbytes(c10::IntArrayRef sizes, size_t itemsize, PyObject* storage_obj, PyObject* view, size_t* nbytes) {
+  if (view == Py_None) {
+    *nbytes = static_cast<size_t>(c10::multiply_integers(sizes)) * itemsize;
+    return true;
+  }
+  intern_names();
+  OwnedRef n(PyObject_GetAttr(storage_obj, s_nbytes));
+  if (n.p == nullptr) return false;
+  *nbytes = PyLong_AsSize_t(n.p);
+  return !PyErr_Occurred();
+}
+
 PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                       c10::DeviceIndex index, PyObject* storage_obj, PyObject* view) {
   const auto meta = c10::scalarTypeToTypeMeta(dtype);
   const auto device = c10::Device(c10::DeviceType::PrivateUse1, index);
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, ref_ptr(storage_obj, view, device), /*allocator=*/nullptr,
-                       /*resizable=*/false);
+  size_t nbytes = 0;
+  if (!storage_nbytes(sizes, meta.itemsize(), storage_obj, view, &nbytes)) return nullptr;
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, ref_ptr(storage_obj, view, device),
+                       /*allocator=*/nullptr, /*resizable=*/false);
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), meta);
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
