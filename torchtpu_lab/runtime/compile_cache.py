@@ -453,6 +453,20 @@ def store_facts(kind: str, signature, device, facts: dict) -> bool:
     return _write_entry(key, _FACTS_SUFFIX, json.dumps({"key": key, "facts": facts}).encode(), b"")
 
 
+#: XLA options of the programs that run eager ops (a strict op, a fused graph). XLA may keep a bfloat16 or float16
+#: value in float32 between ops it fuses (XLA:CPU computes them so and drops the rounding between), which PyTorch's
+#: eager kernels never do: each op's result is rounded to its dtype. With that allowed, a fused graph gave
+#: ``x * 1 != x`` for a bfloat16 ``x`` drawn in the same graph, and ``trunc(a / b)`` differed from CPU's.
+#: ``torch.compile`` programs keep XLA's default, as Inductor keeps float32 between the ops of a fused kernel.
+EAGER_OPTIONS = {"xla_allow_excess_precision": False}
+_EAGER_KINDS = frozenset({"op", "graph"})
+
+
+def compiler_options(kind: str) -> dict | None:
+    """The XLA options a program of ``kind`` is compiled with (``None``: XLA's defaults)."""
+    return EAGER_OPTIONS if kind in _EAGER_KINDS else None
+
+
 def executable(fn, args: list, kind: str, signature, device, donate: tuple = (), checks: list | None = None,
                convention: str = ""):
     """``jax.jit(fn, donate_argnums=donate)`` compiled for ``args`` — or, with the cache on and an entry for
@@ -477,7 +491,7 @@ def executable(fn, args: list, kind: str, signature, device, donate: tuple = (),
             return loaded, True
         telemetry.count("persistent_cache_misses")
     with telemetry.compiling(kind):
-        compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+        compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile(compiler_options(kind))
     if store(key, compiled, checks or ()):
         PREFETCHER.used(_state["dir"], _state["writable"], key)
     code_budget.note_new_program()
