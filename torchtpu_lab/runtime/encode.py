@@ -62,9 +62,8 @@ class Encoder:
         self.host_tensors = host_tensors  # CPU tensors of any shape are accepted (index tensors, as on CUDA)
 
     def encode(self, v, scalar: bool = False):
-        if not isinstance(v, tensor.TpuTensor) and isinstance(v, torch.Tensor) and v.device.type == "tpu":
+        if tensor.on_tpu(v):  # a subclass keeps its class (UninitializedParameter): adopt attaches its data
             v = tensor.adopt(v)
-        if isinstance(v, tensor.TpuTensor):
             storage = v.tpu_storage
             if self.device_index is None:
                 self.device_index = storage.device_index
@@ -75,11 +74,12 @@ class Encoder:
                 )
             self.dyn.append(storage.array)
             index, view = len(self.dyn) - 1, v.tpu_view
+            shape = tuple(storage.shape if view is None else view.size)  # not v.shape: a lazy module's raises
             if view is not None:  # the offset is an input right after the array (device/views.py)
                 view, offset = views.dynamic(storage.shape, view)
                 if offset is not None:
                     self.dyn.append(offset)
-            return Slot("T", index, v.dtype, tuple(v.shape), storage.shape, view)
+            return Slot("T", index, v.dtype, shape, storage.shape, view)
         if isinstance(v, torch.Tensor):
             if v.device.type == "cpu" and v.dim() != 0 and self.host_tensors:
                 self.dyn.append(jnp.asarray(dtypes.host_array(v)))
