@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from ..precision import EXACT
-from ..registry import aten, lower
+from ..registry import aten, checks_args, lower
 from ._common import _acc, _linear_backward, _tup
 
 
@@ -239,11 +239,29 @@ def _fractional_starts(sample, n_in, n_out, k):
     return starts.at[..., n_out - 1].set(n_in - k) if n_out > 0 else starts
 
 
+@checks_args(aten.fractional_max_pool3d.default)
+def _samples_fit_3d(op, x, kernel_size, output_size, samples) -> None:
+    """CPU's checks of the 3-D op's ``random_samples`` (PyTorch's meta kernel makes none; the 2-D one's does)."""
+    batch, channels = (x.shape[0] if x.dim() == 5 else 1), x.shape[-4] if x.dim() >= 4 else None
+    if x.dtype != samples.dtype:
+        raise RuntimeError("Expect _random_samples to have the same dtype as input")
+    if samples.dim() != 3:
+        raise RuntimeError(f"Expect _random_samples to have 3 dimensions, got {samples.dim()}")
+    if samples.shape[0] < batch:
+        raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+    if samples.shape[1] != channels:
+        raise RuntimeError("Expect _random_samples.size(1) equals to input channel size.")
+    if samples.shape[2] != 3:
+        raise RuntimeError(f"Expect _random_samples.size(2) equals to 3; got {samples.shape[2]}.")
+
+
 def _fractional_max_pool(x, kernel_size, output_size, samples, nd):
     """Samples index the spatial dims in reverse (W, H) for 2-D and in order (T, H, W) for 3-D, as in PyTorch.
-    Takes the first maximum (or a NaN) of each window; indices are flat over the input's spatial dims."""
+    Takes the first maximum (or a NaN) of each window; indices are flat over the input's spatial dims. Samples
+    may have more rows than the input has batches (an unbatched input has one): CPU reads the first ones."""
     batched = x.ndim == nd + 2
     xb = x if batched else x[None]
+    samples = samples[: xb.shape[0]]
     size, k, out = xb.shape[2:], _tup(kernel_size, nd), _tup(output_size, nd)
     order = [1, 0] if nd == 2 else [0, 1, 2]
     starts = [_fractional_starts(samples[..., order[a]], size[a], out[a], k[a]) for a in range(nd)]  # (N, C, o)
