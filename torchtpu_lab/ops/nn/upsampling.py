@@ -3,7 +3,9 @@ with their backward ops. Lowerings (pure JAX).
 
 Interpolation is a per-axis product with a weight matrix built in NumPy at trace time; backwards are
 ``jax.vjp`` of the forward. The products run at ``precision.EXACT``: PyTorch interpolates exactly whatever its
-matmul-precision setting.
+matmul-precision setting. Source positions and weights are computed in the input's opmath type (double for a
+float64 input, float32 otherwise), as PyTorch's CPU kernel computes them: float32 weights put float64 results
+~1e-7 off.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from ..registry import aten, lower
 from ._common import _acc, _linear_backward
 
 
-def _scale(n_in, n_out, scale):
-    """PyTorch's ``compute_scales_value`` (float32): the input step per output step."""
-    return np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(n_in) / np.float32(n_out)
+def _scale(n_in, n_out, scale, ft=np.float32):
+    """PyTorch's ``compute_scales_value`` (in ``ft``, the opmath type): the input step per output step."""
+    return ft(1.0 / scale) if scale is not None and scale > 0 else ft(n_in) / ft(n_out)
 
 
 def _nearest_index(n_in, n_out, scale, exact):
@@ -40,18 +42,22 @@ def _upsample_nearest(x, output_size, scales, exact):
     return x
 
 
-def _source_index(n_in, n_out, align_corners, scale, cubic):
-    """PyTorch's ``area_pixel_compute_source_index`` for every output position (float32)."""
-    o = np.arange(n_out).astype(np.float32)
+def _corner_scale(n_in, n_out, ft):
+    """PyTorch's ``area_pixel_compute_scale`` with ``align_corners=True``, in ``ft``."""
+    return ft(n_in - 1) / ft(n_out - 1) if n_out > 1 else ft(0)
+
+
+def _source_index(n_in, n_out, align_corners, scale, cubic, ft):
+    """PyTorch's ``area_pixel_compute_source_index`` for every output position (in ``ft``)."""
+    o = np.arange(n_out).astype(ft)
     if align_corners:
-        s = np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0)
-        return s * o
-    src = _scale(n_in, n_out, scale) * (o + np.float32(0.5)) - np.float32(0.5)
-    return src if cubic else np.maximum(src, np.float32(0))
+        return _corner_scale(n_in, n_out, ft) * o
+    src = _scale(n_in, n_out, scale, ft) * (o + ft(0.5)) - ft(0.5)
+    return src if cubic else np.maximum(src, ft(0))
 
 
-def _linear_matrix(n_in, n_out, align_corners, scale):
-    src = _source_index(n_in, n_out, align_corners, scale, False)
+def _linear_matrix(n_in, n_out, align_corners, scale, ft):
+    src = _source_index(n_in, n_out, align_corners, scale, False, ft)
     i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
     lam = np.clip(src - i0, 0, 1).astype(np.float64)
     i1 = i0 + (i0 < n_in - 1)
@@ -61,9 +67,9 @@ def _linear_matrix(n_in, n_out, align_corners, scale):
     return m
 
 
-def _cubic_matrix(n_in, n_out, align_corners, scale):
+def _cubic_matrix(n_in, n_out, align_corners, scale, ft):
     a = -0.75
-    src = _source_index(n_in, n_out, align_corners, scale, True)
+    src = _source_index(n_in, n_out, align_corners, scale, True, ft)
     i = np.floor(src).astype(np.int64)
     t = (src - i).astype(np.float64)
 
@@ -83,9 +89,10 @@ def _cubic_matrix(n_in, n_out, align_corners, scale):
 def _upsample_interp(x, output_size, align_corners, scales, matrix):
     nd = len(output_size)
     xf = _acc(x)
+    ft = np.float64 if xf.dtype == jnp.float64 else np.float32
     for axis, (n_out, scale) in enumerate(zip(output_size, scales)):
         ax = x.ndim - nd + axis
-        m = jnp.asarray(matrix(x.shape[ax], n_out, align_corners, scale), xf.dtype)
+        m = jnp.asarray(matrix(x.shape[ax], n_out, align_corners, scale, ft), xf.dtype)
         xf = jnp.moveaxis(jnp.tensordot(xf, m, axes=([ax], [1]), precision=EXACT), -1, ax)
     return xf
 
@@ -195,17 +202,13 @@ def upsample_bicubic2d_backward(grad, output_size, input_size, align_corners, sc
 # ---- antialiased upsampling (PIL-style separable filters) --------------------------------------------------------
 
 
-def _aa_matrix(n_in, n_out, align_corners, scale, cubic):
+def _aa_matrix(n_in, n_out, align_corners, scale, cubic, ft):
     """PyTorch's antialias weights: a triangle (bilinear) or a=-0.5 cubic filter stretched by the downscale factor,
-    each output's taps normalized to sum to one; computed in float32 as PyTorch's CPU kernel."""
-    f32 = np.float32
-    if align_corners:
-        s = f32((n_in - 1) / (n_out - 1)) if n_out > 1 else f32(0)
-    else:
-        s = _scale(n_in, n_out, scale)
-    half = f32(2.0 if cubic else 1.0)
+    each output's taps normalized to sum to one; computed in ``ft`` (the opmath type) as PyTorch's CPU kernel."""
+    s = _corner_scale(n_in, n_out, ft) if align_corners else _scale(n_in, n_out, scale, ft)
+    half = ft(2.0 if cubic else 1.0)
     support = half * s if s >= 1 else half
-    invscale = f32(1) / s if s >= 1 else f32(1)
+    invscale = ft(1) / s if s >= 1 else ft(1)
 
     def filt(x):
         x = np.abs(x)
@@ -215,24 +218,24 @@ def _aa_matrix(n_in, n_out, align_corners, scale, cubic):
         return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
                         np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0))
 
-    m = np.zeros((n_out, n_in), np.float32)
+    m = np.zeros((n_out, n_in), ft)
     for i in range(n_out):
-        center = s * f32(i + 0.5)
-        lo = max(int(center - support + f32(0.5)), 0)
-        hi = min(int(center + support + f32(0.5)), n_in)
+        center = s * ft(i + 0.5)
+        lo = max(int(center - support + ft(0.5)), 0)
+        hi = min(int(center + support + ft(0.5)), n_in)
         j = np.arange(lo, hi)
-        w = filt((j - center + f32(0.5)).astype(np.float32) * invscale).astype(np.float32)
-        total = w.sum(dtype=np.float32)
+        w = filt((j - center + ft(0.5)).astype(ft) * invscale).astype(ft)
+        total = w.sum(dtype=ft)
         m[i, lo:hi] = w / total if total != 0 else w
     return m
 
 
-def _aa_linear(n_in, n_out, align_corners, scale):
-    return _aa_matrix(n_in, n_out, align_corners, scale, False)
+def _aa_linear(n_in, n_out, align_corners, scale, ft):
+    return _aa_matrix(n_in, n_out, align_corners, scale, False, ft)
 
 
-def _aa_cubic(n_in, n_out, align_corners, scale):
-    return _aa_matrix(n_in, n_out, align_corners, scale, True)
+def _aa_cubic(n_in, n_out, align_corners, scale, ft):
+    return _aa_matrix(n_in, n_out, align_corners, scale, True, ft)
 
 
 @lower(aten._upsample_bilinear2d_aa)
