@@ -5,7 +5,8 @@ Interpolation is a per-axis product with a weight matrix built in NumPy at trace
 ``jax.vjp`` of the forward. The products run at ``precision.EXACT``: PyTorch interpolates exactly whatever its
 matmul-precision setting. Source positions and weights are computed in the input's opmath type (double for a
 float64 input, float32 otherwise), as PyTorch's CPU kernel computes them: float32 weights put float64 results
-~1e-7 off.
+~1e-7 off. A ``uint8`` image is resampled in PyTorch's fixed-point arithmetic (:mod:`.upsampling_uint8`); other
+integer inputs have no CPU kernel, and get its error.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from ..elementwise import _floating_only
 from ..precision import EXACT
 from ..registry import aten, lower
 from ._common import _acc, _linear_backward
+from .upsampling_uint8 import upsample_uint8
 
 
 def _scale(n_in, n_out, scale, ft=np.float32):
@@ -86,8 +89,24 @@ def _cubic_matrix(n_in, n_out, align_corners, scale, ft):
     return m
 
 
+def _int_kernel_name(matrix, output_size) -> str:
+    """The CPU kernel whose "not implemented for 'Int'" error an integer input of this interpolation meets (its
+    bilinear kernel picks the channels-last loop for small outputs)."""
+    if matrix in (_aa_linear, _aa_cubic):
+        return "compute_index_ranges_weights"
+    if matrix is _cubic_matrix:
+        return "compute_indices_weights_cubic"
+    if len(output_size) == 2 and sum(output_size) <= 128:
+        return "upsample_bilinear2d_channels_last"
+    return "compute_indices_weights_linear"
+
+
 def _upsample_interp(x, output_size, align_corners, scales, matrix):
     nd = len(output_size)
+    if x.dtype == jnp.uint8 and nd == 2:
+        cubic = matrix in (_cubic_matrix, _aa_cubic)
+        return upsample_uint8(x, output_size, align_corners, scales, cubic, matrix in (_aa_linear, _aa_cubic))
+    _floating_only(_int_kernel_name(matrix, output_size), x)
     xf = _acc(x)
     ft = np.float64 if xf.dtype == jnp.float64 else np.float32
     for axis, (n_out, scale) in enumerate(zip(output_size, scales)):
