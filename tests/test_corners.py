@@ -688,6 +688,39 @@ def test_rrelu_with_noise_honours_its_generator():
     assert torch.all(torch.where(x <= 0, (n >= 0.1) & (n <= 0.3), n == 1))
 
 
+def _grad_through(forward):
+    def fn(x):
+        a = x.clone().requires_grad_()
+        forward(a.clone()).backward(torch.ones_like(x))
+        return a.grad
+
+    return fn
+
+
+_IN_PLACE_ACTIVATIONS = {
+    "elu_": lambda a, s: torch.nn.functional.elu_(a, alpha=s), "celu_": lambda a, s: torch.nn.functional.celu_(a, s),
+    "leaky_relu_": torch.nn.functional.leaky_relu_}
+
+
+@pytest.mark.parametrize("name", list(_IN_PLACE_ACTIVATIONS))
+def test_in_place_activation_backward_refuses_a_negative_slope(name):
+    """The backward of an in-place activation sees only its result, which a negative slope makes ambiguous: CPU
+    raises ('... please call out-of-place version instead.'); tpu had returned the gradient of ``x > 0`` (1)."""
+    act = _IN_PLACE_ACTIVATIONS[name]
+    x = torch.tensor([-1.0, 1.0, -0.5])
+    error = raises_like_cpu(_grad_through(lambda a: act(a, -2.0)), x)
+    assert "please call out-of-place version instead" in str(error)
+    same(_grad_through(lambda a: act(a, 0.3)), x, exact=False)
+
+
+def test_rrelu_backward_of_in_place_refuses_a_negative_slope():
+    """``rrelu_``'s backward in evaluation mode is the leaky ReLU's, with the same check."""
+    x, noise = torch.tensor([-1.0, 1.0]), torch.ones(2)
+    error = raises_like_cpu(lambda g, v, n: torch.ops.aten.rrelu_with_noise_backward(g, v, n, -3.0, -1.0, False, True),
+                            torch.ones(2), x, noise)
+    assert "please call out-of-place version instead" in str(error)
+
+
 @pytest.mark.parametrize("setting, expected", [("highest", "HIGHEST"), ("high", "HIGH"), ("medium", "DEFAULT")])
 def test_matmul_precision_follows_torch_setting(setting, expected):
     """Lowerings read ``torch.get_float32_matmul_precision()`` when traced, not at import."""

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..error_flags import report, reports
 from ..registry import aten, lower, wrap_dim
 from ._common import _acc
 
@@ -138,8 +139,25 @@ def leaky_relu(x, negative_slope=0.01):
     return jnp.where(x > 0, x, x * negative_slope)
 
 
+_IN_PLACE_NEGATIVE = ("In-place {op} backward calculation is triggered with a negative slope which is not supported. "
+                      "This is caused by calling in-place forward function with a negative slope, please call "
+                      "out-of-place version instead.")
+
+
+def _in_place_slope_is_not_negative(op: str, slope, suffix: str = "") -> None:
+    """CPU's check in the backward of an in-place ``elu_``/``leaky_relu_`` (``is_result``): from the result alone
+    the gradient of a negative slope cannot be told apart (``x`` and the result have opposite signs), so CPU
+    refuses rather than return a wrong gradient. The slope is a graph input: the error is reported."""
+    report(jnp.asarray(slope) < 0, error=RuntimeError, message=_IN_PLACE_NEGATIVE.format(op=op) + suffix)
+
+
 @lower(aten.leaky_relu_backward)
+@reports
 def leaky_relu_backward(grad, x, negative_slope, self_is_result):
+    if self_is_result:
+        _in_place_slope_is_not_negative("leakyReLu", negative_slope,
+                                        " File an issue at https://github.com/pytorch/pytorch if you do require "
+                                        "supporting in-place leakRelu backward calculation with negative slope")
     return jnp.where(x > 0, grad, grad * negative_slope)
 
 
@@ -149,9 +167,11 @@ def elu(x, alpha=1, scale=1, input_scale=1):
 
 
 @lower(aten.elu_backward)
+@reports
 def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
     y = self_or_result
     if is_result:
+        _in_place_slope_is_not_negative("elu", alpha)
         return jnp.where(y <= 0, grad * input_scale * (y + alpha * scale), grad * scale)
     return jnp.where(y <= 0, grad * input_scale * alpha * scale * jnp.exp(y * input_scale), grad * scale)
 
