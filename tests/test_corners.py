@@ -1211,3 +1211,19 @@ def test_arange_into_an_out_of_another_count_warns_as_cpu_does():
         torch.arange(7, out=out)
     assert caught[0].filename == __file__
     assert torch.equal(out.cpu(), torch.arange(7.0))
+
+
+@pytest.mark.parametrize("target,weight,message", [
+    ([[0], [1]], None, "0D or 1D target tensor expected, multi-target not supported"),
+    ([0, 1], [1.0, 1.0, 1.0, 1.0], "weight tensor should be defined either for all 3 classes or no classes but got "
+                                   "weight tensor of shape: [4]"),
+    ([0, 1], [[1.0, 1.0, 1.0]], "weight tensor should be defined either for all 3 classes or no classes but got "
+                                "weight tensor of shape: [1, 3]")])
+def test_nll_loss_bad_shapes_raise_cpus_runtime_error(target, weight, message):
+    """PyTorch's decomposition, standing in as nll_loss's meta kernel, asserts (an AssertionError); CPU raises a
+    RuntimeError with its own message."""
+    x = torch.randn(2, 3)
+    w = None if weight is None else torch.tensor(weight)
+    error = raises_like_cpu(lambda v, t: torch.nn.functional.nll_loss(v, t, weight=w if w is None else w.to(v.device)),
+                            x, torch.tensor(target))
+    assert str(error) == message

@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 
 from ..error_flags import report, reports
-from ..registry import aten, lower
+from ..registry import aten, checks_args, lower
 from ._common import _acc
 
 
@@ -64,6 +64,26 @@ def _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight
     t = jnp.where(keep, target, 0)
     onehot = jnp.expand_dims(t, cls) == lax.broadcasted_iota(t.dtype, x.shape, cls)
     return jnp.where(onehot, jnp.expand_dims(g, cls), jnp.zeros((), x.dtype)).astype(x.dtype)
+
+
+def _sizes(t) -> str:
+    return "[" + ", ".join(str(n) for n in t.shape) + "]"
+
+
+@checks_args(aten.nll_loss_forward)
+def _nll_shapes(op, x, target, weight, reduction, ignore_index) -> None:
+    """CPU's checks of ``nll_loss_forward`` (its meta function), whose Python decomposition, standing in as the meta
+    kernel, asserts instead: an ``AssertionError`` where CPU raises ``RuntimeError``."""
+    if not 0 < x.dim() <= 2:
+        raise RuntimeError("input tensor should be 1D or 2D")
+    if target.dim() > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if not (x.dim() == 1 and target.dim() == 0) and x.shape[0] != target.shape[0]:
+        raise RuntimeError(f"size mismatch (got input: {_sizes(x)}, target: {_sizes(target)})")
+    n_classes = x.shape[-1]
+    if weight is not None and (weight.dim() != 1 or weight.numel() != n_classes):
+        raise RuntimeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but got "
+                           f"weight tensor of shape: {_sizes(weight)}")
 
 
 @lower(aten.nll_loss_forward)
