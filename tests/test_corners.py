@@ -1227,3 +1227,16 @@ def test_nll_loss_bad_shapes_raise_cpus_runtime_error(target, weight, message):
     error = raises_like_cpu(lambda v, t: torch.nn.functional.nll_loss(v, t, weight=w if w is None else w.to(v.device)),
                             x, torch.tensor(target))
     assert str(error) == message
+
+
+def test_transformer_encoder_layer_fast_path_takes_an_empty_batch():
+    """The fused inference kernel reshaped its heads back with -1, which an empty batch cannot infer (JAX's
+    ZeroDivisionError); CPU returns an empty result of the input's shape."""
+
+    def fn(device):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True).eval().to(device)
+        with torch.no_grad():
+            return layer(torch.randn(0, 3, 8).to(device)), layer(torch.randn(2, 3, 8).to(device))
+
+    same_on_both_devices(fn, rtol=1e-5, atol=1e-5)

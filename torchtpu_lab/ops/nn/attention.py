@@ -42,7 +42,8 @@ def _mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weig
     scores = _attention_mask(jnp.matmul(q, k.swapaxes(-1, -2), precision=prec), mask, mask_type)
     dead = jnp.all(scores == -jnp.inf, axis=-1, keepdims=True)
     attn = jnp.where(dead, 0.0, jax.nn.softmax(scores, axis=-1))
-    out = jnp.matmul(attn, v, precision=prec).transpose(0, 2, 1, 3).reshape(query.shape[0], query.shape[1], -1)
+    out = jnp.matmul(attn, v, precision=prec).transpose(0, 2, 1, 3)
+    out = out.reshape(query.shape[0], query.shape[1], num_head * d)  # not -1: an empty batch has no size to infer
     return jnp.matmul(out, proj_weight.T, precision=prec) + proj_bias, attn
 
 
