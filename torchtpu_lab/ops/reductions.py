@@ -93,6 +93,11 @@ def prod_dim(x, dim, keepdim=False, *, dtype=None):
 # ---- min / max --------------------------------------------------------------------------------------------------
 
 
+def _empty_dim(name: str, d: int) -> IndexError:
+    """CPU's IndexError for reducing or selecting along dim ``d`` of size 0."""
+    return IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
 @checks_args(aten.amax.default, aten.amin.default, aten.argmax.default, aten.argmin.default)
 def _reduced_dims_not_empty(op, x, dim=None, keepdim=False) -> None:
     """CPU's IndexError for a max/min/arg-reduction over a dim of size 0, or over all of an empty tensor without a
@@ -107,7 +112,7 @@ def _reduced_dims_not_empty(op, x, dim=None, keepdim=False) -> None:
     for d in dims:
         d = wrap_dim(d, x.dim())
         if x.dim() > 0 and x.shape[d] == 0:
-            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+            raise _empty_dim(name, d)
 
 
 @checks_args(aten.median.dim, aten.nanmedian.dim, aten.mode.default, aten.kthvalue.default)
@@ -118,8 +123,7 @@ def _selected_dim_not_empty(op, x, *args, **kwargs) -> None:
     at = 1 if name == "kthvalue" else 0
     dim = args[at] if len(args) > at else kwargs.get("dim", -1)
     if x.dim() > 0 and x.shape[wrap_dim(dim, x.dim())] == 0:
-        name = "median" if name == "nanmedian" else name
-        raise IndexError(f"{name}(): Expected reduction dim {wrap_dim(dim, x.dim())} to have non-zero size.")
+        raise _empty_dim("median" if name == "nanmedian" else name, wrap_dim(dim, x.dim()))
 
 
 @lower(aten.amax.default)

@@ -93,7 +93,7 @@ class OpExecutable:
         """``jax.jit(run)``, made on first use: fused mode records most signatures without ever calling it, and
         making one costs ~0.15 ms (a warm process's first AdamW step makes 40)."""
         if self._jitted is None:
-            self._jitted = jax.jit(self.run, compiler_options=compile_cache.EAGER_OPTIONS)
+            self._jitted = jax.jit(self.run, compiler_options=compile_cache.compiler_options("op"))
         return self._jitted
 
 

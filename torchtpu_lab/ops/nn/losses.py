@@ -66,10 +66,6 @@ def _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight
     return jnp.where(onehot, jnp.expand_dims(g, cls), jnp.zeros((), x.dtype)).astype(x.dtype)
 
 
-def _sizes(t) -> str:
-    return "[" + ", ".join(str(n) for n in t.shape) + "]"
-
-
 @checks_args(aten.nll_loss_forward)
 def _nll_shapes(op, x, target, weight, reduction, ignore_index) -> None:
     """CPU's checks of ``nll_loss_forward`` (its meta function), whose Python decomposition, standing in as the meta
@@ -79,11 +75,11 @@ def _nll_shapes(op, x, target, weight, reduction, ignore_index) -> None:
     if target.dim() > 1:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
     if not (x.dim() == 1 and target.dim() == 0) and x.shape[0] != target.shape[0]:
-        raise RuntimeError(f"size mismatch (got input: {_sizes(x)}, target: {_sizes(target)})")
+        raise RuntimeError(f"size mismatch (got input: {list(x.shape)}, target: {list(target.shape)})")
     n_classes = x.shape[-1]
     if weight is not None and (weight.dim() != 1 or weight.numel() != n_classes):
         raise RuntimeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but got "
-                           f"weight tensor of shape: {_sizes(weight)}")
+                           f"weight tensor of shape: {list(weight.shape)}")
 
 
 @lower(aten.nll_loss_forward)
