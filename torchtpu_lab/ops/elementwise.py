@@ -20,6 +20,7 @@ from torch._prims_common import elementwise_dtypes
 
 from .. import dtypes
 from .error_flags import report, reports
+from .precision import HALF_TYPES
 from .registry import NoKernel, aten, checks_args, lower
 
 # ---- promotion helpers -------------------------------------------------------------------------------------
@@ -36,17 +37,30 @@ def _sample(x):
     return torch.empty((1,) * x.ndim, dtype=dt, device="meta")
 
 
-def _promote(*xs, kind=_KIND.DEFAULT):
-    """``xs`` as JAX arrays of the dtype PyTorch computes this op in."""
-    compute, _ = elementwise_dtypes(*[_sample(x) for x in xs], type_promotion_kind=kind)
-    jdt = dtypes.to_jax(compute)
-    out = tuple(jnp.asarray(x).astype(jdt) for x in xs)
+def _promote(*xs, kind=_KIND.DEFAULT, rounds: bool = True, opmath: bool = True):
+    """``xs`` as JAX arrays of the dtype PyTorch computes this op in. Where that is float32 for a half-type
+    result, each operand is first rounded to the half type: CPU's TensorIterator casts every operand, a Python
+    number or a 0-dim tensor too, to the common dtype before the kernel reads it (``bf16 + 1.7`` adds 1.703125).
+    ``mul``, ``div`` and the ops with a scaling number (``lerp``, ``addcmul``) read the number's own value in
+    float32 instead (``rounds=False``). Kernels that compute in the half type itself take ``opmath=False``."""
+    samples = [_sample(x) for x in xs]
+    compute = dtypes.to_jax(elementwise_dtypes(*samples, type_promotion_kind=kind)[0])
+    common = dtypes.to_jax(elementwise_dtypes(*samples, type_promotion_kind=_KIND.NO_OPMATH)[1])
+    half = common in HALF_TYPES and compute != common
+    first = common if half and rounds else compute
+    compute = common if half and not opmath else compute
+    out = tuple(jnp.asarray(x).astype(first).astype(compute) for x in xs)
     return out if len(out) > 1 else out[0]
 
 
-def _float(*xs):
+def _float(*xs, rounds: bool = True, opmath: bool = True):
     """Like :func:`_promote`, with integers and bools computed in the default float dtype."""
-    return _promote(*xs, kind=_KIND.INT_TO_FLOAT)
+    return _promote(*xs, kind=_KIND.INT_TO_FLOAT, rounds=rounds, opmath=opmath)
+
+
+def _is_number(x) -> bool:
+    """Whether ``x`` is a Python number (as given, or traced as a graph input: weakly typed)."""
+    return isinstance(x, (bool, int, float, complex)) or getattr(x, "weak_type", False)
 
 
 def _is_int(x) -> bool:
@@ -95,7 +109,7 @@ def rsub(x, y, alpha=1):
 
 @lower(aten.mul.Tensor, aten.mul.Scalar)
 def mul(x, y):
-    x, y = _promote(x, y)
+    x, y = _promote(x, y, rounds=False)
     if x.dtype == jnp.bool_:
         return x & y
     return x * y
@@ -107,8 +121,16 @@ def _no_int_zero_division(x, y) -> None:
         report(y == 0, error=RuntimeError, message="ZeroDivisionError")
 
 
+def _divisor_array(x, y):
+    """``x`` and ``y`` broadcast together, ``y`` kept an array XLA cannot see through: its simplifier turns a
+    division by a broadcast value into a product with the reciprocal, one ulp off a true quotient, which a
+    truncated or floored quotient turns into a whole unit at an exact boundary (``8.5 // 1.7`` gave 4, CPU 5)."""
+    x, wide = jnp.broadcast_arrays(x, y)
+    return x, (wide if jnp.shape(y) == wide.shape else lax.optimization_barrier(wide))
+
+
 def _div_trunc(x, y):
-    x, y = jnp.broadcast_arrays(x, y)
+    x, y = _divisor_array(x, y)
     if _is_int(x):
         _no_int_zero_division(x, y)
         return lax.div(x, y)  # C division: rounds toward zero
@@ -117,7 +139,7 @@ def _div_trunc(x, y):
 
 def _div_floor(x, y):
     """PyTorch's floor division: Python semantics for integers; for floats, ``c10::div_floor_floating``."""
-    x, y = jnp.broadcast_arrays(x, y)
+    x, y = _divisor_array(x, y)
     if _is_int(x):
         _no_int_zero_division(x, y)
         q = lax.div(x, y)
@@ -134,8 +156,14 @@ def _div_floor(x, y):
 
 @lower(aten.div.Tensor, aten.div.Scalar)
 def div(x, y):
-    x, y = _float(x, y)
+    x, y = _float(x, y, rounds=False)
     return x / y
+
+
+def _rounded_division_operands(x, y):
+    """CPU's truncated and floored division of a half type reads a number divisor in float32 and computes there,
+    but divides two tensors in the half type itself (the quotient rounded before it is truncated)."""
+    return _promote(x, y, rounds=False, opmath=_is_number(y))
 
 
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -143,14 +171,14 @@ def div(x, y):
 def div_mode(x, y, *, rounding_mode=None):
     if rounding_mode is None:
         return div(x, y)
-    x, y = _promote(x, y)
+    x, y = _rounded_division_operands(x, y)
     return _div_trunc(x, y) if rounding_mode == "trunc" else _div_floor(x, y)
 
 
 @lower(aten.floor_divide.default, aten.floor_divide.Scalar)
 @reports
 def floor_divide(x, y):
-    return _div_floor(*_promote(x, y))
+    return _div_floor(*_rounded_division_operands(x, y))
 
 
 @lower(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
@@ -213,16 +241,15 @@ def _floating_only(kernel: str, x) -> None:
 @lower(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(x, end, weight):
     """PyTorch's two-sided formula, exact at both ends."""
-    scalar = isinstance(weight, (bool, int, float)) or getattr(weight, "weak_type", False)
-    _floating_only("lerp_kernel_scalar" if scalar else "lerp_kernel_tensor", jnp.asarray(x))
-    x, end, weight = _promote(x, end, weight)
+    _floating_only("lerp_kernel_scalar" if _is_number(weight) else "lerp_kernel_tensor", jnp.asarray(x))
+    x, end, weight = _promote(x, end, weight, rounds=False)
     diff = end - x
     return jnp.where(jnp.abs(weight) < 0.5, x + weight * diff, end - diff * (1 - weight))
 
 
 @lower(aten.addcmul)
 def addcmul(x, t1, t2, *, value=1):
-    x, t1, t2, value = _promote(x, t1, t2, value)
+    x, t1, t2, value = _promote(x, t1, t2, value, rounds=False)
     return x + value * t1 * t2
 
 
@@ -240,7 +267,7 @@ def _no_integer_addcdiv(op, x, t1, t2, *, value=1) -> None:
 
 @lower(aten.addcdiv)
 def addcdiv(x, t1, t2, *, value=1):
-    x, t1, t2, value = _promote(x, t1, t2, value)
+    x, t1, t2, value = _promote(x, t1, t2, value, rounds=False)
     return x + value * (t1 / t2)
 
 
@@ -374,7 +401,7 @@ def copysign(x, y):
 
 @lower(aten.nextafter)
 def nextafter(x, y):
-    return jnp.nextafter(*_promote(x, y))
+    return jnp.nextafter(*_promote(x, y, opmath=False))  # the half type's own neighbour
 
 
 @lower(aten.logaddexp)
@@ -389,15 +416,15 @@ def logaddexp2(x, y):
 
 @lower(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)
 def xlogy(x, y):
-    """0 where ``x == 0`` unless ``y`` is NaN."""
-    x, y = _float(x, y)
+    """0 where ``x == 0`` unless ``y`` is NaN. A half type's log is rounded before the product, as on CPU."""
+    x, y = _float(x, y, opmath=False)
     out = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(y))
     return jnp.where(jnp.isnan(y), y, out)
 
 
 @lower(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar, aten.special_xlog1py.other_scalar)
 def xlog1py(x, y):
-    x, y = _float(x, y)
+    x, y = _float(x, y, opmath=False)
     out = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log1p(y))
     return jnp.where(jnp.isnan(y), y, out)
 
@@ -596,24 +623,3 @@ def lcm(x, y):
     g = jnp.gcd(x, y)
     safe = jnp.where(g == 0, jnp.ones_like(g), g)
     return jnp.where(g == 0, jnp.zeros_like(g), jnp.abs(_div_trunc(x, safe) * y))
-
-
-# ---- backward helpers autograd calls --------------------------------------------------------------------------
-
-
-@lower(aten.sigmoid_backward)
-def sigmoid_backward(grad, y):
-    return grad * (1 - y) * y
-
-
-@lower(aten.tanh_backward)
-def tanh_backward(grad, y):
-    return grad * (1 - y * y)
-
-
-@lower(aten.logit_backward)
-def logit_backward(grad, x, eps=None):
-    g = grad / (x * (1 - x))
-    if eps is None:
-        return jnp.where((x < 0) | (x > 1), jnp.nan, g)
-    return jnp.where((x < eps) | (x > 1 - eps), 0.0, g)

@@ -60,15 +60,18 @@ def power_scalar(x, y):
     base, exponent = _promote(x, y)
     if not jnp.issubdtype(base.dtype, jnp.floating):
         return power(x, y)
+    # CPU's bfloat16 kernel multiplies in bfloat16 (``x * x * x`` rounds twice); its float16 kernel in float32
+    own = base.astype(jnp.bfloat16) if jnp.result_type(x) == jnp.bfloat16 else base
     if isinstance(y, (int, float)) and not isinstance(y, bool):  # known when traced (a decomposition's constant)
         fn = next((fn for value, fn in _SPECIAL_POWERS if y == value), None)
-        return jnp.power(base, exponent) if fn is None else fn(base)
+        return jnp.power(base, exponent) if fn is None else fn(own)
     # compared before the cast to the base's dtype, as PyTorch compares the Scalar itself
     if base.size <= _SELECTED_POWERS_UP_TO:
         out = jnp.power(base, exponent)
         for value, fn in _SPECIAL_POWERS:
-            out = jnp.where(y == value, fn(base), out)
+            out = jnp.where(y == value, fn(own), out)
         return out
     index = sum(jnp.where(y == value, k + 1, 0) for k, (value, _) in enumerate(_SPECIAL_POWERS))
-    branches = [lambda b, e: jnp.power(b, e)] + [lambda b, e, fn=fn: fn(b) for _, fn in _SPECIAL_POWERS]
-    return lax.switch(index, branches, base, exponent)
+    branches = [lambda b, o, e: jnp.power(b, e)] + [lambda b, o, e, fn=fn: fn(o).astype(b.dtype)
+                                                     for _, fn in _SPECIAL_POWERS]
+    return lax.switch(index, branches, base, own, exponent)

@@ -21,6 +21,9 @@ of upsampling, adaptive average pooling, the column updates inside a Cholesky fa
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -36,6 +39,19 @@ def opmath(x):
     """``x`` in the dtype PyTorch's CPU kernels compute it in: float32 for a half type (running sums and
     products, powers, variances), else its own."""
     return x.astype(jnp.float32) if x.dtype in HALF_TYPES else x
+
+
+def in_opmath(fn: Callable) -> Callable:
+    """Run a pointwise lowering on float32 copies of its half-type arguments, its numbers kept as given: PyTorch's
+    CPU activations (``gelu``, ``silu``, ``elu``, ``leaky_relu``...) convert each vector to float32, compute, and
+    round once, where a lowering left in bfloat16 would round every intermediate and the number too (a third of
+    ``gelu``'s results one ulp off). The output is rounded back by the caller's cast to PyTorch's dtype."""
+
+    @functools.wraps(fn)
+    def lowered(*args, **kwargs):
+        return fn(*(opmath(a) if hasattr(a, "dtype") else a for a in args), **kwargs)
+
+    return lowered
 
 
 _PRECISIONS = {

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..error_flags import report, reports
+from ..precision import HALF_TYPES, in_opmath
 from ..registry import aten, lower, wrap_dim
 from ._common import _acc
 
@@ -35,7 +36,17 @@ def softmax(x, dim, half_to_float):
 
 @lower(aten._log_softmax)
 def log_softmax(x, dim, half_to_float):
-    return _along(lambda v, a: jax.nn.log_softmax(_acc(v), axis=a), x, dim)
+    """``(x - max) - log(sum(exp(x - max)))`` in float32. Along the last dim of a half-type ``x`` the log-sum is
+    rounded to its dtype first, closer to CPU's kernel there, which keeps it in a buffer of that type (along
+    another dim CPU keeps float32 throughout, as this does)."""
+    half = x.dtype in HALF_TYPES and not half_to_float and dim % max(x.ndim, 1) == max(x.ndim, 1) - 1
+
+    def fn(v, a):
+        shifted = _acc(v) - lax.stop_gradient(jnp.max(_acc(v), axis=a, keepdims=True, initial=-jnp.inf))
+        total = jnp.log(jnp.sum(jnp.exp(shifted), axis=a, keepdims=True))
+        return shifted - (total.astype(v.dtype).astype(total.dtype) if half else total)
+
+    return _along(fn, x, dim)
 
 
 @lower(aten._softmax_backward_data)
@@ -76,7 +87,30 @@ def relu(x):
     return jnp.maximum(x, jnp.zeros((), x.dtype)) if x.dtype != jnp.bool_ else x
 
 
+@lower(aten.sigmoid_backward)
+def sigmoid_backward(grad, y):
+    """CPU computes a bfloat16 gradient in float32, a float16 one in float16 (each product rounded)."""
+    if y.dtype == jnp.bfloat16:
+        grad, y = _acc(grad), _acc(y)
+    return grad * (1 - y) * y
+
+
+@lower(aten.tanh_backward)
+@in_opmath
+def tanh_backward(grad, y):
+    return grad * (1 - y * y)
+
+
+@lower(aten.logit_backward)
+def logit_backward(grad, x, eps=None):
+    g = grad / (x * (1 - x))
+    if eps is None:
+        return jnp.where((x < 0) | (x > 1), jnp.nan, g)
+    return jnp.where((x < eps) | (x > 1 - eps), 0.0, g)
+
+
 @lower(aten.threshold)
+@in_opmath
 def threshold(x, threshold, value):
     return jnp.where(x <= threshold, value, x)
 
@@ -90,6 +124,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @lower(aten.gelu)
+@in_opmath
 def gelu(x, *, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1 + jnp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
@@ -97,6 +132,7 @@ def gelu(x, *, approximate="none"):
 
 
 @lower(aten.gelu_backward)
+@in_opmath
 def gelu_backward(grad, x, *, approximate="none"):
     if approximate == "tanh":
         inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
@@ -109,19 +145,30 @@ def gelu_backward(grad, x, *, approximate="none"):
 
 
 @lower(aten.silu)
+@in_opmath
 def silu(x):
     return x * jax.nn.sigmoid(x)
 
 
 @lower(aten.silu_backward)
+@in_opmath
 def silu_backward(grad, x):
     s = jax.nn.sigmoid(x)
     return grad * s * (1 + x * (1 - s))
 
 
 @lower(aten.mish)
+@in_opmath
 def mish(x):
     return x * jnp.tanh(jax.nn.softplus(x))
+
+
+@lower(aten.mish_backward)
+@in_opmath
+def mish_backward(grad, x):
+    """CPU's kernel, in float32 (PyTorch's decomposition would round each of its ops to a half type)."""
+    t = jnp.tanh(jax.nn.softplus(x))
+    return grad * (t + x * jax.nn.sigmoid(x) * (1 - t * t))
 
 
 @lower(aten.hardtanh)
@@ -135,6 +182,7 @@ def hardtanh_backward(grad, x, min_val, max_val):
 
 
 @lower(aten.leaky_relu)
+@in_opmath
 def leaky_relu(x, negative_slope=0.01):
     return jnp.where(x > 0, x, x * negative_slope)
 
@@ -153,6 +201,7 @@ def _in_place_slope_is_not_negative(op: str, slope, suffix: str = "") -> None:
 
 @lower(aten.leaky_relu_backward)
 @reports
+@in_opmath
 def leaky_relu_backward(grad, x, negative_slope, self_is_result):
     if self_is_result:
         _in_place_slope_is_not_negative("leakyReLu", negative_slope,
@@ -162,12 +211,14 @@ def leaky_relu_backward(grad, x, negative_slope, self_is_result):
 
 
 @lower(aten.elu)
+@in_opmath
 def elu(x, alpha=1, scale=1, input_scale=1):
     return jnp.where(x > 0, x * scale, alpha * scale * jnp.expm1(x * input_scale))
 
 
 @lower(aten.elu_backward)
 @reports
+@in_opmath
 def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
     y = self_or_result
     if is_result:
@@ -177,33 +228,40 @@ def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
 
 
 @lower(aten.softplus)
+@in_opmath
 def softplus(x, beta=1, threshold=20):
     xb = x * beta
     return jnp.where(xb > threshold, x, jnp.log1p(jnp.exp(xb)) / beta)
 
 
 @lower(aten.softplus_backward)
+@in_opmath
 def softplus_backward(grad, x, beta, threshold):
     xb = x * beta
-    return jnp.where(xb > threshold, grad, grad * jax.nn.sigmoid(xb))
+    z = jnp.exp(jnp.minimum(xb, threshold))  # CPU's z / (z + 1), not a sigmoid: the same rounding
+    return jnp.where(xb > threshold, grad, grad * z / (z + 1))
 
 
 @lower(aten.hardswish)
+@in_opmath
 def hardswish(x):
     return x * jnp.clip(x + 3, 0, 6) / 6
 
 
 @lower(aten.hardswish_backward)
+@in_opmath
 def hardswish_backward(grad, x):
     return jnp.where(x < -3, jnp.zeros((), grad.dtype), jnp.where(x <= 3, grad * (x / 3 + 0.5), grad))
 
 
 @lower(aten.hardsigmoid)
+@in_opmath
 def hardsigmoid(x):
     return jnp.clip(x + 3, 0, 6) / 6
 
 
 @lower(aten.hardsigmoid_backward)
+@in_opmath
 def hardsigmoid_backward(grad, x):
     return jnp.where((x > -3) & (x < 3), grad / 6, jnp.zeros((), grad.dtype))
 
@@ -219,6 +277,7 @@ def hardshrink_backward(grad, x, lambd):
 
 
 @lower(aten.softshrink)
+@in_opmath
 def softshrink(x, lambd=0.5):
     return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, jnp.zeros((), x.dtype)))
 
@@ -229,12 +288,14 @@ def softshrink_backward(grad, x, lambd):
 
 
 @lower(aten.log_sigmoid_forward)
+@in_opmath
 def log_sigmoid_forward(x):
     z = jnp.exp(-jnp.abs(x))
     return jnp.minimum(x, 0) - jnp.log1p(z), z
 
 
 @lower(aten.log_sigmoid_backward)
+@in_opmath
 def log_sigmoid_backward(grad, x, buffer):
     z = jnp.exp(-jnp.abs(x))
     return grad * jnp.where(x < 0, 1 - z / (1 + z), z / (1 + z))

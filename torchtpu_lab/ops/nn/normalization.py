@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from ..precision import HALF_TYPES
 from ..registry import aten, lower
 from ._common import _acc
 
@@ -64,6 +65,10 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
         if running_var is not None:
             n = x.size / x.shape[1]
             new_var = momentum * var * (n / (n - 1)) + (1 - momentum) * running_var
+        # CPU normalizes with the statistics it saves, in the parameters' dtype: rounded for a half-type model
+        kept = next((p.dtype for p in (weight, running_mean) if p is not None), x.dtype)
+        if kept in HALF_TYPES:
+            mean, rstd = (s.astype(kept).astype(s.dtype) for s in (mean, rstd))
     else:
         mean, new_mean, new_var = running_mean, running_mean, running_var
         rstd = lax.rsqrt(_acc(running_var) + eps)
