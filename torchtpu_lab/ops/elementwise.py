@@ -67,6 +67,23 @@ def _is_int(x) -> bool:
     return not jnp.issubdtype(x.dtype, jnp.inexact)
 
 
+def _no_kernel_for(kernel: str, x, refused) -> None:
+    """PyTorch's CPU kernel has no version for ``x``'s dtype where ``refused(x)``: raise its error, never a number
+    (:class:`~.registry.NoKernel`: not run on the CPU instead, which would only raise it again)."""
+    if refused(x):
+        raise NoKernel(f'"{kernel}" not implemented for \'{dtypes.scalar_name(x.dtype)}\'')
+
+
+def _floating_only(kernel: str, x) -> None:
+    """No integer or bool version (``lerp``, ``frac``, ``nextafter``)."""
+    _no_kernel_for(kernel, x, _is_int)
+
+
+def _no_bool(kernel: str, x) -> None:
+    """No bool version (``remainder``, ``fmod``, ``pow`` of tensors)."""
+    _no_kernel_for(kernel, x, lambda v: v.dtype == jnp.bool_)
+
+
 # ---- arithmetic ---------------------------------------------------------------------------------------------
 
 
@@ -160,10 +177,12 @@ def div(x, y):
     return x / y
 
 
-def _rounded_division_operands(x, y):
+def _rounded_division_operands(kernel: str, x, y):
     """CPU's truncated and floored division of a half type reads a number divisor in float32 and computes there,
-    but divides two tensors in the half type itself (the quotient rounded before it is truncated)."""
-    return _promote(x, y, rounds=False, opmath=_is_number(y))
+    but divides two tensors in the half type itself (the quotient rounded before it is truncated); no bool one."""
+    x, y = _promote(x, y, rounds=False, opmath=_is_number(y))
+    _no_bool(kernel, x)
+    return x, y
 
 
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -171,14 +190,21 @@ def _rounded_division_operands(x, y):
 def div_mode(x, y, *, rounding_mode=None):
     if rounding_mode is None:
         return div(x, y)
-    x, y = _rounded_division_operands(x, y)
+    x, y = _rounded_division_operands(f"div_{rounding_mode}_cpu", x, y)
     return _div_trunc(x, y) if rounding_mode == "trunc" else _div_floor(x, y)
+
+
+@checks_args(aten.floor_divide.default, aten.floor_divide.Scalar)
+def _no_bool_floor_divide(op, x, y) -> None:
+    """CPU's error (PyTorch's meta kernel raises a RuntimeError of its own wording first)."""
+    if torch.result_type(x, y) == torch.bool:
+        raise NoKernel('"div_floor_cpu" not implemented for \'Bool\'')
 
 
 @lower(aten.floor_divide.default, aten.floor_divide.Scalar)
 @reports
 def floor_divide(x, y):
-    return _div_floor(*_rounded_division_operands(x, y))
+    return _div_floor(*_rounded_division_operands("div_floor_cpu", x, y))
 
 
 @lower(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
@@ -186,6 +212,7 @@ def floor_divide(x, y):
 def remainder(x, y):
     """Python's modulus: the result takes the sign of the divisor."""
     x, y = _promote(x, y)
+    _no_bool("remainder_cpu", x)
     _no_int_zero_division(x, y)
     r = jnp.fmod(x, y)
     return jnp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
@@ -196,6 +223,7 @@ def remainder(x, y):
 def fmod(x, y):
     """C's fmod: the result takes the sign of the dividend."""
     x, y = _promote(x, y)
+    _no_bool("fmod_cpu", x)
     _no_int_zero_division(x, y)
     return jnp.fmod(x, y)
 
@@ -228,14 +256,6 @@ def sign(x):
 @lower(aten.signbit)
 def signbit(x):
     return jnp.signbit(x) if not _is_int(x) else x < 0
-
-
-def _floating_only(kernel: str, x) -> None:
-    """PyTorch's CPU kernel has no integer or bool version (``lerp``, ``frac``): raise its error, never a number
-    (:class:`~.registry.NoKernel`: not run on the CPU instead, which would only raise it again)."""
-    if _is_int(x):
-        name = str(torch.empty(0, dtype=dtypes.to_torch(x.dtype)).type()).removeprefix("torch.").removesuffix("Tensor")
-        raise NoKernel(f'"{kernel}" not implemented for \'{name}\'')
 
 
 @lower(aten.lerp.Scalar, aten.lerp.Tensor)
@@ -401,7 +421,9 @@ def copysign(x, y):
 
 @lower(aten.nextafter)
 def nextafter(x, y):
-    return jnp.nextafter(*_promote(x, y, opmath=False))  # the half type's own neighbour
+    x, y = _promote(x, y, opmath=False)  # the half type's own neighbour
+    _floating_only("nextafter_cpu", x)
+    return jnp.nextafter(x, y)
 
 
 @lower(aten.logaddexp)

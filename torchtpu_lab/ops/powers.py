@@ -6,7 +6,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from .elementwise import _is_int, _promote
+from .elementwise import _is_int, _no_bool, _promote
+from .error_flags import report, reports
 from .registry import aten, lower
 
 
@@ -30,8 +31,13 @@ def _int_pow(a, b):
 
 @lower(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def power(x, y):
+    _no_bool("pow", _promote(x, y)[0])  # CPU has no bool pow of two tensors (a bool ** a number: below)
+    return _power(x, y)
+
+
+def _power(x, y):
     x, y = _promote(x, y)
-    if x.dtype == jnp.bool_:
+    if x.dtype == jnp.bool_:  # a bool tensor to a bool number: x ** True is x, x ** False is all True
         return x | ~y
     if _is_int(x):
         return _int_pow(x, y)
@@ -51,6 +57,7 @@ _SELECTED_POWERS_UP_TO = 16384
 
 
 @lower(aten.pow.Tensor_Scalar)
+@reports
 def power_scalar(x, y):
     """``x ** y`` for a number ``y``, with PyTorch's shortcuts for the exponents it special-cases. ``y`` is a
     graph input (a new value compiles nothing), so the shortcut is picked when the program runs: a ``lax.switch``
@@ -58,8 +65,11 @@ def power_scalar(x, y):
     and XLA's general ``pow`` of an input exponent is 6x slower than ``x * x * x`` on XLA:CPU; the switch costs
     ~15 % over a constant exponent there. Small tensors select among all candidates instead (no conditional)."""
     base, exponent = _promote(x, y)
-    if not jnp.issubdtype(base.dtype, jnp.floating):
-        return power(x, y)
+    if not jnp.issubdtype(base.dtype, jnp.inexact):
+        if jnp.issubdtype(jnp.result_type(y), jnp.integer):  # the number is a graph input: checked as the op runs
+            report(jnp.asarray(y) < 0, error=RuntimeError,
+                   message="Integers to negative integer powers are not allowed.")
+        return _power(x, y)
     # CPU's bfloat16 kernel multiplies in bfloat16 (``x * x * x`` rounds twice); its float16 kernel in float32
     own = base.astype(jnp.bfloat16) if jnp.result_type(x) == jnp.bfloat16 else base
     if isinstance(y, (int, float)) and not isinstance(y, bool):  # known when traced (a decomposition's constant)
