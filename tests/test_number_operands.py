@@ -55,3 +55,29 @@ def test_complex_special_powers_are_cpus_shortcuts(exponent):
     x = (torch.arange(-6, 7) * 1.5).to(torch.complex64) + 0.5j
     torch.testing.assert_close((x.to("tpu") ** exponent).cpu(), x ** exponent, rtol=2e-7, atol=0)
     assert ((torch.full((4,), -9 + 0j).to("tpu") ** 2).cpu() == 81).all()
+
+
+CALL_ERRORS = {
+    "bool_minus_number": (lambda d: torch.tensor([True, False], device=d) - 1, "with a bool tensor is not supported"),
+    "number_minus_bool": (lambda d: 1 - torch.tensor([True, False], device=d), "with a bool tensor is not supported"),
+    "int_minus_true": (lambda d: torch.tensor([1], dtype=torch.int8, device=d) - True, "with a bool tensor"),
+    "bool_alpha": (lambda d: torch.add(torch.ones(2, dtype=torch.int8, device=d), 1, alpha=True),
+                   "Boolean alpha only supported for Boolean results"),
+    "complex_alpha": (lambda d: torch.add(torch.ones(2, device=d), 1, alpha=1j),
+                      "For non-complex input tensors, argument alpha must not be a complex number"),
+    "heaviside_dtypes": (lambda d: torch.heaviside(torch.ones(2, device=d), torch.ones(2, dtype=torch.int8, device=d)),
+                         "heaviside is not yet implemented for tensors with different dtypes"),
+    "heaviside_complex": (lambda d: torch.ones(2, device=d).heaviside(torch.ones(2, dtype=torch.complex64, device=d)),
+                          "heaviside is not yet implemented for complex tensors"),
+}
+
+
+@pytest.mark.parametrize("name", list(CALL_ERRORS))
+def test_cpus_argument_errors_are_raised_at_the_call(name):
+    """In fused mode too: the error comes from the line that made the call, not from a later sync."""
+    fn, message = CALL_ERRORS[name]
+    with pytest.raises(RuntimeError, match=message):
+        fn("cpu")
+    with torchtpu_lab.eager_mode("fused"):
+        with pytest.raises(RuntimeError, match=message):
+            fn("tpu")  # no .cpu(): raised before anything is synced

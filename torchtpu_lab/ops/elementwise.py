@@ -87,12 +87,30 @@ def _no_bool(kernel: str, x) -> None:
 # ---- arithmetic ---------------------------------------------------------------------------------------------
 
 
-@checks_args(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
+@checks_args(aten.add.Tensor, aten.add.Scalar)
 def _alpha_fits(op, x, y, alpha=1) -> None:
-    """CPU's ``alpha_check`` (PyTorch's Python reference raises a ValueError of its own wording instead)."""
-    result = torch.result_type(x, y) if isinstance(alpha, float) else None
-    if result is not None and not (result.is_floating_point or result.is_complex):
+    """CPU's ``alpha_check`` (PyTorch's Python reference raises a ValueError of its own wording, or nothing)."""
+    result = torch.result_type(x, y)
+    if isinstance(alpha, bool) and result != torch.bool:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if isinstance(alpha, float) and not (result.is_floating_point or result.is_complex):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if isinstance(alpha, complex) and not result.is_complex:
+        raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+
+
+@checks_args(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
+def _no_bool_subtraction(op, x, y, alpha=1) -> None:
+    """CPU's ``sub_check`` (in its kernel: PyTorch's meta kernel makes it for two tensors only), at the call,
+    not when a fused graph runs; then the alpha checks."""
+    bools = [t.dtype == torch.bool if isinstance(t, torch.Tensor) else isinstance(t, bool) for t in (x, y)]
+    if all(bools):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if any(bools):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+    _alpha_fits(op, x, y, alpha)
 
 
 @lower(aten.add.Tensor, aten.add.Scalar)
@@ -101,25 +119,14 @@ def add(x, y, alpha=1):
     return x + y * alpha
 
 
-def _check_sub(x, y):
-    """CPU's check (in its kernel, so the meta pass doesn't make it): no bool operand, tensor or scalar."""
-    if jnp.result_type(x) == jnp.bool_ or jnp.result_type(y) == jnp.bool_:
-        raise RuntimeError(
-            "Subtraction, the `-` operator, with a bool tensor is not supported. "
-            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
-        )
-
-
 @lower(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha=1):
-    _check_sub(x, y)
     x, y, alpha = _promote(x, y, alpha)
     return x - y * alpha
 
 
 @lower(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(x, y, alpha=1):
-    _check_sub(x, y)
     x, y, alpha = _promote(x, y, alpha)
     return y - x * alpha
 
@@ -523,6 +530,15 @@ def clamp_max(x, max):
     return jnp.minimum(*_promote(x, max))
 
 
+@checks_args(aten.heaviside.default)
+def _heaviside_args(op, x, values) -> None:
+    """CPU's checks (in its kernel; PyTorch's meta kernel makes neither)."""
+    if x.is_complex() or values.is_complex():
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
+    if x.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
 @lower(aten.heaviside)
 def heaviside(x, values):
     x, values = _promote(x, values)
@@ -570,78 +586,3 @@ for _name, _cmp in [
     ("gt", jnp.greater), ("ge", jnp.greater_equal),
 ]:
     _compare(_name, _cmp)
-
-
-# ---- logical and bitwise ------------------------------------------------------------------------------------
-
-
-@lower(aten.logical_not)
-def logical_not(x):
-    return x == 0
-
-
-@lower(aten.logical_and)
-def logical_and(x, y):
-    return (x != 0) & (y != 0)
-
-
-@lower(aten.logical_or)
-def logical_or(x, y):
-    return (x != 0) | (y != 0)
-
-
-@lower(aten.logical_xor)
-def logical_xor(x, y):
-    return (x != 0) ^ (y != 0)
-
-
-@lower(aten.bitwise_not)
-def bitwise_not(x):
-    return ~x
-
-
-def _bitwise(op, fn):
-    p = getattr(aten, op)
-    lower(p.Tensor, p.Scalar, p.Scalar_Tensor)(lambda x, y: fn(*_promote(x, y)))
-
-
-for _name, _bit in [("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_or),
-                    ("bitwise_xor", jnp.bitwise_xor)]:
-    _bitwise(_name, _bit)
-
-
-def _shift_left(x, y):
-    """``x << y``, 0 where the shift is negative or at least the bit width (PyTorch)."""
-    x, y = jnp.broadcast_arrays(*_promote(x, y))
-    bits = jnp.iinfo(x.dtype).bits
-    bad = (y < 0) | (y >= bits)
-    return jnp.where(bad, jnp.zeros_like(x), lax.shift_left(x, jnp.where(bad, 0, y).astype(x.dtype)))
-
-
-def _shift_right(x, y):
-    """Arithmetic ``x >> y``; a negative or too-wide shift shifts by ``bits - 1`` (0 for unsigned types)."""
-    x, y = jnp.broadcast_arrays(*_promote(x, y))
-    bits = jnp.iinfo(x.dtype).bits
-    bad = (y < 0) | (y >= bits)
-    if jnp.issubdtype(x.dtype, jnp.unsignedinteger):
-        return jnp.where(bad, jnp.zeros_like(x), lax.shift_right_logical(x, jnp.where(bad, 0, y).astype(x.dtype)))
-    return lax.shift_right_arithmetic(x, jnp.where(bad, bits - 1, y).astype(x.dtype))
-
-
-lower(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
-      aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)(_shift_left)
-lower(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
-      aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)(_shift_right)
-
-
-@lower(aten.gcd)
-def gcd(x, y):
-    return jnp.gcd(*_promote(x, y))
-
-
-@lower(aten.lcm)
-def lcm(x, y):
-    x, y = _promote(x, y)
-    g = jnp.gcd(x, y)
-    safe = jnp.where(g == 0, jnp.ones_like(g), g)
-    return jnp.where(g == 0, jnp.zeros_like(g), jnp.abs(_div_trunc(x, safe) * y))
