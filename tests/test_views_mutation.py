@@ -140,6 +140,27 @@ def test_resize_keeps_leading_values_and_out_resizes():
     assert y.shape == (2, 3) and y.cpu().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
+@pytest.mark.parametrize("op", [torch.exp, torch.add])
+def test_resizing_an_out_tensor_that_had_elements_warns_as_cpu_does(op):
+    import warnings
+
+    def call(d, out_size):
+        a = torch.tensor([1.0, 2.0, 3.0], device=d)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = op(*((a,) if op is torch.exp else (a, a)), out=torch.empty(out_size, device=d))
+        return out.cpu(), [str(w.message) for w in caught if "was resized" in str(w.message)]
+
+    for size in (3, 0):
+        assert call("tpu", size)[1] == []
+    cpu, cpu_warned = call("cpu", 2)
+    tpu, tpu_warned = call("tpu", 2)
+    assert torch.equal(cpu, tpu) and len(tpu_warned) == 1
+    assert tpu_warned[0].startswith("An output with one or more elements was resized since it had shape [2], which "
+                                    "does not match the required output shape [3].")
+    assert cpu_warned[0].startswith(tpu_warned[0])  # CPU's adds where it was triggered
+
+
 def test_a_resize_within_the_storage_keeps_sharing_it_with_the_base_and_views():
     """PyTorch keeps the storage when the new size fits in it from the tensor's offset: writes after the resize
     reach the base (an ``out=`` into a strided view that must be resized relies on it)."""

@@ -226,6 +226,16 @@ def _about_types(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and ("type" in str(e).lower() or _DTYPE_NAME.search(str(e)) is not None)
 
 
+def _warn_if_resized(out, result) -> None:
+    """CPU's ``resize_output`` warning: an out tensor that had elements is resized to the result's shape."""
+    if isinstance(out, torch.Tensor) and out.numel() != 0 and tuple(out.shape) != tuple(result.shape):
+        telemetry.warn_at_user_line(
+            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does not "
+            f"match the required output shape {list(result.shape)}. This behavior is deprecated, and in a future "
+            "PyTorch release outputs will not be resized unless they have zero elements. You can explicitly reuse "
+            "an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).")
+
+
 def make_out_kernel(functional, names: list[str], op=None):
     """The ``out=`` variant ``op`` of ``functional``: PyTorch's dtype rule for the outs is ``op``'s on CPU."""
     defaults = None if op is None else _defaults(op._schema)
@@ -246,6 +256,7 @@ def make_out_kernel(functional, names: list[str], op=None):
             if refused is not None:
                 raise refused
         for o, r in pairs:
+            _warn_if_resized(o, r)
             write_result(o, r, inplace=False)
         if len(outs) == 1 and isinstance(outs[0], (list, tuple)):
             return None
