@@ -465,6 +465,27 @@ def test_boolean_mask_write(fn):
     same(run, *_mask_data())
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.uint8, torch.int64])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, m: x.masked_select(m),
+        lambda x, m: x.masked_fill(m, 3.0),
+        lambda x, m: x.masked_fill(m, torch.tensor(3.0, device=x.device)),
+        lambda x, m: x.masked_scatter(m, x * -1),
+    ],
+    ids=["masked_select", "masked_fill", "masked_fill_tensor", "masked_scatter"],
+)
+def test_non_bool_mask_raises_like_cpu(fn, mask_dtype):
+    """CPU refuses a mask that is not bool; tpu took a uint8 mask as numbers (masked_select read 12 elements, as
+    integer indices) or worded the error otherwise."""
+    x, m = _mask_data()
+    error = raises_like_cpu(fn, x, m.to(mask_dtype))
+    with pytest.raises(RuntimeError) as on_cpu:
+        fn(x, m.to(mask_dtype))
+    assert str(error) == str(on_cpu.value)
+
+
 def test_boolean_mask_in_place_add_and_backward():
     def fn(x, m):
         x[m] += 1

@@ -17,8 +17,9 @@ import numpy as np
 from jax import lax
 
 from .. import dtypes
+from . import cpu_rules
 from .error_flags import report, reports
-from .registry import aten, checks_args, lower, real_fill_value
+from .registry import aten, checks_args, checks_calls, lower, real_fill_value
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -342,6 +343,23 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
 
 
 # ---- masks ------------------------------------------------------------------------------------------------------
+
+
+def _about_mask(e: BaseException) -> bool:
+    return isinstance(e, RuntimeError) and "mask" in str(e)
+
+
+@checks_args(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.masked_scatter.default)
+@checks_calls(aten.masked_select.default)
+def _bool_mask(op, x, mask, *rest, **kwargs) -> None:
+    """CPU's error for a mask that is not bool: ``jnp.where`` would take a uint8 or int mask as truthy numbers and
+    ``masked_select`` would index with it (both silent wrong answers), and PyTorch's meta kernel words it otherwise;
+    the CPU kernel is asked for its own wording (each op names the dtype its own way). ``masked_select`` is checked
+    per call: it runs on concrete arrays, with no meta kernel."""
+    if mask.dtype != torch.bool:
+        refused = cpu_rules.refusal(op, (x, mask, *rest), kwargs, _about_mask)
+        if refused is not None:
+            raise refused
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
