@@ -486,6 +486,14 @@ def test_non_bool_mask_raises_like_cpu(fn, mask_dtype):
     assert str(error) == str(on_cpu.value)
 
 
+@pytest.mark.parametrize("source", [torch.arange(2.0), torch.empty(0)], ids=["short", "empty"])
+def test_masked_scatter_with_too_few_source_elements_raises(source):
+    """CPU raises; tpu repeated the last source element into the remaining masked places (a silent wrong answer)."""
+    x, m = _mask_data()
+    error = raises_like_cpu(lambda x, m, s: x.masked_scatter_(m, s), x, m, source)
+    assert "Number of elements of source < number of ones in mask" in str(error)
+
+
 def test_boolean_mask_in_place_add_and_backward():
     def fn(x, m):
         x[m] += 1

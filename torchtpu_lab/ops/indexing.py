@@ -369,10 +369,14 @@ def masked_fill(x, mask, value):
 
 
 @lower(aten.masked_scatter.default)
+@reports
 def masked_scatter(x, mask, source):
-    """The k-th ``True`` of the broadcast mask (row-major) takes ``source.flatten()[k]``."""
+    """The k-th ``True`` of the broadcast mask (row-major) takes ``source.flatten()[k]``. Too few source elements
+    is CPU's RuntimeError (reported): clamping ``k`` would repeat the last one, a silent wrong answer."""
     shape = jnp.broadcast_shapes(x.shape, mask.shape)
     x, mask = jnp.broadcast_to(x, shape), jnp.broadcast_to(mask, shape)
+    report(jnp.sum(mask, dtype=jnp.int64) > source.size, error=RuntimeError,
+           message="Number of elements of source < number of ones in mask")
     if source.size == 0:
         return x
     k = jnp.cumsum(mask.reshape(-1).astype(jnp.int64)) - 1
