@@ -1269,3 +1269,21 @@ def test_transformer_encoder_layer_fast_path_takes_an_empty_batch():
             return layer(torch.randn(0, 3, 8).to(device)), layer(torch.randn(2, 3, 8).to(device))
 
     same_on_both_devices(fn, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["grid_sampler", "grid_sampler_2d", "grid_sampler_3d"])
+@pytest.mark.parametrize(
+    "input_shape,grid_shape",
+    [((5, 5, 5, 5, 5), (1, 1, 1, 4, 4)), ((5, 5, 5, 5), (1, 1, 4, 4)), ((5, 5, 5, 5), (5, 1, 4, 3)),
+     ((5, 2, 3, 3), (5, 4, 4, 2, 2)), ((2, 3, 0, 4), (2, 1, 1, 2))],
+    ids=["batch_5d", "batch_4d", "last_dim", "5d_grid", "empty_spatial"],
+)
+def test_grid_sampler_shape_errors_are_cpus(op, input_shape, grid_shape):
+    """CPU's RuntimeErrors, word for word: grid_sampler_2d's decomposition raised ValueError ('too many values to
+    unpack'), AssertionError or JAX's TypeError, and grid_sampler_3d printed its sizes as torch.Size."""
+    fn = getattr(torch, op)
+    x, grid = torch.zeros(input_shape, dtype=torch.float64), torch.zeros(grid_shape, dtype=torch.float64)
+    error = raises_like_cpu(lambda x, g: fn(x, g, 0, 0, True), x, grid)
+    with pytest.raises(RuntimeError) as on_cpu:
+        fn(x, grid, 0, 0, True)
+    assert str(error) == str(on_cpu.value)

@@ -10,7 +10,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ..registry import aten, lower
+from ..registry import aten, checks_args, lower
 from ._common import _acc
 
 
@@ -106,6 +106,34 @@ def _grid_sample_backward(grad, x, grid, mode, padding_mode, align_corners, outp
     gx, gg = vjp(_acc(grad).astype(xf.dtype))
     # PyTorch leaves only the input's gradient out when it is not wanted: the grid's is always a tensor
     return (gx if output_mask[0] else None), gg
+
+
+_BICUBIC = 2
+
+
+@checks_args(aten.grid_sampler_2d, aten.grid_sampler_3d)
+def _grid_args(op, x, grid, interpolation_mode, *_, **__) -> None:
+    """CPU's shape checks (ATen's GridSamplerUtils.h), in its order and wording: PyTorch's decomposition of
+    ``grid_sampler_2d`` makes none (a 5-d input raised ``ValueError: too many values to unpack``, an empty spatial
+    dim JAX's TypeError) and its meta kernel of ``grid_sampler_3d`` prints the sizes as ``torch.Size([..])``."""
+    if x.dim() == 0 or grid.dim() == 0:
+        return  # PyTorch's own errors for these
+    nd = 2 if op is aten.grid_sampler_2d.default else 3
+    sizes = f"input with sizes {list(x.shape)} and grid with sizes {list(grid.shape)}"
+    if x.shape[0] != grid.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, but got {sizes}")
+    if grid.shape[-1] != x.dim() - 2:
+        raise RuntimeError(f"grid_sampler(): expected grid to have size {x.dim() - 2} in last dimension, but got grid "
+                           f"with sizes {list(grid.shape)}")
+    for d in range(2, x.dim()):
+        if x.shape[d] <= 0:
+            raise RuntimeError(f"grid_sampler(): expected input to have non-empty spatial dimensions, but input has "
+                               f"sizes {list(x.shape)} with dimension {d} being empty")
+    if x.dim() != nd + 2 or grid.dim() != x.dim():
+        raise RuntimeError(f"grid_sampler(): expected {nd + 2}D input and grid with same number of dimensions, but got "
+                           f"{sizes}")
+    if nd == 3 and interpolation_mode == _BICUBIC:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
 
 
 @lower(aten.grid_sampler_2d, aten.grid_sampler_3d)
