@@ -188,6 +188,23 @@ def test_a_resize_within_the_storage_keeps_sharing_it_with_the_base_and_views():
     same_on_both_devices(f)
 
 
+def test_set_to_another_tensor_shares_its_storage_and_is_set_to_says_so():
+    """``a.set_(b)`` makes ``a`` a view of ``b``'s storage (writes through either reach the other) and
+    ``is_set_to`` tells; both ran on the CPU, which gave ``a`` a copy and compared host copies (always False)."""
+
+    def f(d):
+        b = torch.arange(12.0, device=d).reshape(3, 4)
+        a = torch.zeros(1, device=d).set_(b[1:, ::2])
+        a.mul_(10)
+        b.add_(1)
+        whole = torch.tensor([], device=d).set_(b)
+        flags = [a.is_set_to(b[1:, ::2]), whole.is_set_to(b), b.is_set_to(whole), a.is_set_to(b),
+                 b.is_set_to(b.clone()), b.is_set_to(b.view(4, 3)), a.is_set_to(torch.tensor([], device=d).set_(a))]
+        return a, b, whole, torch.tensor(flags, device=d), torch.tensor([a.storage_offset(), *a.stride()], device=d)
+
+    same_on_both_devices(f)
+
+
 def test_backward_of_ops_that_save_their_output():
     def f(d):
         x = torch.linspace(-2, 2, 7, device=d).requires_grad_()

@@ -165,6 +165,28 @@ def resize_as_(self, the_template, memory_format=None):
     return resize_(self, tuple(the_template.shape), memory_format)
 
 
+def set_source_tensor(self, source):
+    """``a.set_(b)``: ``a`` becomes a view of ``b``'s storage with ``b``'s offset, sizes and strides, so writes
+    through either are seen by the other, as on CPU (the CPU fallback gave ``a`` a copy of ``b``'s values)."""
+    self = tensor.adopt(self)
+    if not tensor.on_tpu(source) or tensor.adopt(source).tpu_storage.device_index != self.tpu_storage.device_index:
+        raise RuntimeError(f'Attempted to set the storage of a tensor on device "{self.device}" to a storage on '
+                           f'different device "{source.device}".  This is no longer allowed; the devices must match.')
+    source = tensor.adopt(source)
+    tensor.set_geometry(self, source.tpu_storage, source.tpu_view)
+    return self
+
+
+def is_set_to(self, other) -> bool:
+    """CPU's rule: the same storage, storage offset, sizes and strides (the CPU fallback compared two host copies,
+    which never share a storage)."""
+    if not (tensor.on_tpu(self) and tensor.on_tpu(other)):
+        return False
+    return (tensor.adopt(self).tpu_storage is tensor.adopt(other).tpu_storage
+            and self.storage_offset() == other.storage_offset()
+            and self.shape == other.shape and self.stride() == other.stride())
+
+
 def equal(a, b) -> bool:
     if a.shape != b.shape:
         return False
@@ -184,6 +206,8 @@ NON_LOWERING_KERNELS = {
     aten._local_scalar_dense.default: local_scalar_dense,
     aten.resize_.default: resize_,
     aten.resize_as_.default: resize_as_,
+    aten.set_.source_Tensor: set_source_tensor,
+    aten.is_set_to.default: is_set_to,
     aten.equal.default: equal,
     aten.is_pinned.default: is_pinned,
 }
