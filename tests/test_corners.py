@@ -1287,3 +1287,30 @@ def test_grid_sampler_shape_errors_are_cpus(op, input_shape, grid_shape):
     with pytest.raises(RuntimeError) as on_cpu:
         fn(x, grid, 0, 0, True)
     assert str(error) == str(on_cpu.value)
+
+
+def test_index_fill_takes_negative_indices_from_the_end():
+    """CPU's index_fill (alone of the index_* ops) takes an index in [-n, n); tpu raised IndexError for -1."""
+    x = torch.arange(12.0).reshape(3, 4)
+    same(lambda x, i: x.index_fill(1, i, -5.0), x, torch.tensor([-1, 0, -4]))
+    same(lambda x, i: x.index_fill(0, i, 7.0), x, torch.tensor(-3))
+    same(lambda x, i: x.index_fill(0, i, 9.0), torch.tensor(2.0), torch.tensor([-1]))
+
+
+@pytest.mark.parametrize(
+    "fn,index",
+    [
+        (lambda x, i: x.index_fill(0, i, 1.0), [-6]),
+        (lambda x, i: x.index_copy(0, i, torch.ones(1, device=x.device)), [-1]),
+        (lambda x, i: x.index_add(0, i, torch.ones(1, device=x.device)), [5]),
+        (lambda x, i: x.index_reduce(0, i, torch.ones(1, device=x.device), "prod"), [9]),
+    ],
+    ids=["index_fill", "index_copy", "index_add", "index_reduce"],
+)
+def test_index_out_of_range_raises_cpus_error(fn, index):
+    """CPU's IndexError and wording (index_copy's names the op, index_add's and index_reduce's no index)."""
+    x, i = torch.zeros(5), torch.tensor(index)
+    error = raises_like_cpu(fn, x, i)
+    with pytest.raises(IndexError) as on_cpu:
+        fn(x, i)
+    assert str(on_cpu.value) in str(error)

@@ -289,9 +289,22 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
 # ---- index_* along a dim --------------------------------------------------------------------------------------
 
 
-def _along(x, dim, index):
-    """The ``.at`` key selecting ``index`` (1-D) along ``dim``, and ``x`` as at least 1-D."""
-    _in_dim(x, dim, index, IndexError)
+#: CPU's message for an index out of range, per ``index_*`` op (``{value}``, ``{dim}``, ``{n}``); ``index_fill``
+#: alone takes negative indices, from the end
+_OUT_OF_RANGE = {"index_add": "index out of range in self", "index_reduce": "index out of range in self",
+                 "index_copy": "index_copy_(): index {value} is out of bounds for dimension {dim} with size {n}",
+                 "index_fill": "index {value} is out of bounds for dimension {dim} with size {n}"}
+
+
+def _along(x, dim, index, op: str):
+    """The ``.at`` key selecting ``index`` (1-D) along ``dim``, and ``x`` as at least 1-D; an index out of range
+    is CPU's IndexError for ``op`` (reported)."""
+    d = _dim(dim, max(x.ndim, 1))
+    n = x.shape[d] if x.ndim else 1
+    low = -n if op == "index_fill" else 0
+    message = _OUT_OF_RANGE[op].replace("{dim}", str(d)).replace("{n}", str(n))
+    report((index < low) | (index >= n), index, error=IndexError, message=message)
+    index = jnp.where(index < 0, index + n, index) if low else index
     if x.ndim == 0:
         return x.reshape(1), (index.reshape(-1),)
     return x, (slice(None),) * _dim(dim, x.ndim) + (index.reshape(-1),)
@@ -314,14 +327,14 @@ def index_select(x, dim, index):
 @lower(aten.index_add.default)
 @reports
 def index_add(x, dim, index, source, *, alpha=1):
-    x1, key = _along(x, dim, index)
+    x1, key = _along(x, dim, index, "index_add")
     return x1.at[key].add((_source_like(x, source) * alpha).astype(x.dtype)).reshape(x.shape)
 
 
 @lower(aten.index_copy.default)
 @reports
 def index_copy(x, dim, index, source):
-    x1, key = _along(x, dim, index)
+    x1, key = _along(x, dim, index, "index_copy")
     return x1.at[key].set(_source_like(x, source).astype(x.dtype)).reshape(x.shape)
 
 
@@ -329,14 +342,14 @@ def index_copy(x, dim, index, source):
 @reports
 def index_fill(x, dim, index, value):
     real_fill_value(value, x.dtype, "index_fill_")
-    x1, key = _along(x, dim, index)
+    x1, key = _along(x, dim, index, "index_fill")
     return x1.at[key].set(jnp.asarray(value).astype(x.dtype)).reshape(x.shape)
 
 
 @lower(aten.index_reduce.default)
 @reports
 def index_reduce(x, dim, index, source, reduce, *, include_self=True):
-    x1, key = _along(x, dim, index)
+    x1, key = _along(x, dim, index, "index_reduce")
     source = _source_like(x, source)
     out = _reduce_into(x1, lambda base, v, how: getattr(base.at[key], how)(v), source, reduce, include_self)
     return out.reshape(x.shape)
