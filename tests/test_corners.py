@@ -1304,11 +1304,13 @@ def test_index_fill_takes_negative_indices_from_the_end():
         (lambda x, i: x.index_copy(0, i, torch.ones(1, device=x.device)), [-1]),
         (lambda x, i: x.index_add(0, i, torch.ones(1, device=x.device)), [5]),
         (lambda x, i: x.index_reduce(0, i, torch.ones(1, device=x.device), "prod"), [9]),
+        (lambda x, i: x.put(i, torch.ones(1, device=x.device)), [5]),
+        (lambda x, i: x.put(i, torch.ones(1, device=x.device), accumulate=True), [-6]),
     ],
-    ids=["index_fill", "index_copy", "index_add", "index_reduce"],
+    ids=["index_fill", "index_copy", "index_add", "index_reduce", "put", "put_accumulate"],
 )
 def test_index_out_of_range_raises_cpus_error(fn, index):
-    """CPU's IndexError and wording (index_copy's names the op, index_add's and index_reduce's no index)."""
+    """CPU's IndexError and wording; put dropped an out-of-range write silently (XLA's scatter)."""
     x, i = torch.zeros(5), torch.tensor(index)
     error = raises_like_cpu(fn, x, i)
     with pytest.raises(IndexError) as on_cpu:

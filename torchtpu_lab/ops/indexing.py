@@ -421,7 +421,10 @@ def take(x, index):
 
 
 @lower(aten.put.default)
+@reports
 def put(x, index, source, accumulate=False):
+    report((index < -x.size) | (index >= x.size), index,
+           message=f"out of range: tried to access index {{value}} on a tensor of {x.size} elements.")
     ref = x.reshape(-1).at[index.reshape(-1)]
     source = source.reshape(-1).astype(x.dtype)
     return (ref.add(source) if accumulate else ref.set(source)).reshape(x.shape)
