@@ -181,3 +181,25 @@ def test_uniform_draws_of_an_integer_dtype_are_refused_as_on_cpu(mode, fn):
     with pytest.raises(NotImplementedError) as tpu:
         fn("tpu")
     assert str(tpu.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("probs, n, replacement", [
+    ([1.0, 1.0], 3, False), ([1.0, 1.0], 0, True), ([1.0, 1.0], -1, False), ([[[1.0]]], 1, True), ([1, 1], 1, False),
+], ids=["more_than_categories", "zero_samples", "negative_samples", "3d", "integer"])
+def test_multinomial_argument_errors_are_cpus(mode, probs, n, replacement):
+    """CPU's RuntimeErrors at the call: tpu drew from an integer input and for n <= 0, raised JAX's ValueError
+    (top_k) for more samples than categories, and worded the rank check otherwise."""
+    with pytest.raises(RuntimeError) as cpu:
+        torch.tensor(probs).multinomial(n, replacement)
+    with pytest.raises(RuntimeError) as tpu:
+        torch.tensor(probs, device="tpu").multinomial(n, replacement)
+    assert str(tpu.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_multinomial_of_a_row_of_zeros_raises_cpus_error(mode, replacement):
+    """CPU refuses a distribution that sums to zero; tpu drew arbitrary indices from it."""
+    probs = torch.tensor([[1.0, 2.0], [0.0, 0.0]], device="tpu")
+    with pytest.raises(RuntimeError, match=r"invalid multinomial distribution \(sum of probabilities <= 0\)"):
+        probs.multinomial(2, replacement).cpu()  # a data-dependent check: raised at the read
+    assert probs[:1].multinomial(2, replacement).cpu().shape == (1, 2)

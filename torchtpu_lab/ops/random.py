@@ -372,12 +372,33 @@ def cauchy(x, median=0.0, sigma=1.0, *, generator=None, key):
     return median + sigma * jnp.tan(jnp.pi * (u - 0.5))
 
 
+@checks_args(aten.multinomial.default)
+def _multinomial_args(op, probs, num_samples, replacement=False, **_) -> None:
+    """CPU's checks, in its order and wording, where PyTorch's meta kernel words the rank check otherwise and makes
+    none of the others: an integer input, ``num_samples <= 0``, or more samples than categories without replacement
+    ran (JAX's ``top_k`` raising ValueError for the last)."""
+    if not 0 < probs.dim() <= 2:
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not probs.dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
+                           f"{dtypes.scalar_name(probs.dtype)}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    if not replacement and num_samples > probs.shape[-1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if probs.shape[-1] > 2**24:
+        raise RuntimeError("number of categories cannot exceed 2^24")
+
+
 @lower(aten.multinomial.default, rng=True)
 @reports
 def multinomial(probs, num_samples, replacement=False, *, generator=None, key):
-    """Rows of ``probs`` are unnormalized weights. Without replacement: Gumbel top-k (distinct indices)."""
+    """Rows of ``probs`` are unnormalized weights. Without replacement: Gumbel top-k (distinct indices). A row of
+    zeros is CPU's error (reported): its draws would be arbitrary indices, a silent wrong answer."""
     report(~(probs >= 0) | ~jnp.isfinite(probs), error=RuntimeError,
            message="probability tensor contains either `inf`, `nan` or element < 0")
+    report(jnp.sum(probs, axis=-1) == 0, error=RuntimeError,
+           message="invalid multinomial distribution (sum of probabilities <= 0)")
     logits = jnp.log(probs.astype(jnp.float64) if probs.dtype == jnp.float64 else probs.astype(jnp.float32))
     if replacement:
         draws = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, *logits.shape[:-1]))
