@@ -1316,3 +1316,29 @@ def test_index_out_of_range_raises_cpus_error(fn, index):
     with pytest.raises(IndexError) as on_cpu:
         fn(x, i)
     assert str(on_cpu.value) in str(error)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, i: x.index_select(0, i.view(1, 2)),
+        lambda x, i: x.index_select(0, i.float()),
+        lambda x, i: x.index_copy(0, i, torch.ones(2, 3, dtype=torch.int64, device=x.device)),
+        lambda x, i: x.index_fill(0, i.view(1, 2), 1.0),
+        lambda x, i: x.index_fill(0, i.int(), 1.0),
+        lambda x, i: x.index_fill(0, i, torch.ones(1, device=x.device)),
+        lambda x, i: x.index_reduce(0, i, torch.ones(2, 3, device=x.device), "sum"),
+        lambda x, i: x.masked_fill(x > 0, torch.ones(1, device=x.device)),
+        lambda x, i: x.masked_scatter(x > 0, x.long()),
+    ],
+    ids=["select_2d_index", "select_float_index", "copy_other_dtype", "fill_2d_index", "fill_int32_index",
+         "fill_1d_value", "reduce_sum", "masked_fill_1d_value", "masked_scatter_other_dtype"],
+)
+def test_index_and_mask_argument_errors_are_cpus(fn):
+    """CPU's errors, word for word: tpu computed most of these (a 2-d index read as flat, a source of another
+    dtype cast, reduce='sum' run as something else) or worded them as PyTorch's meta kernels do."""
+    x, i = torch.arange(-6.0, 6.0).reshape(4, 3), torch.tensor([0, 2])
+    error = raises_like_cpu(fn, x, i)
+    with pytest.raises(Exception) as on_cpu:
+        fn(x, i)
+    assert str(error) == str(on_cpu.value)

@@ -22,14 +22,16 @@ _VERDICTS: dict = {}
 _VERDICTS_MAX = 4096
 
 
-def _kind(v):
+def _kind(v, values: bool = False):
+    """What the answer for ``v`` depends on: a tensor's dtype and rank; another value's type, or (``values``)
+    the value itself (a ``dim`` or ``reduce`` argument some checks read)."""
     if isinstance(v, torch.Tensor):
         return v.dtype, v.dim()
     if isinstance(v, (list, tuple)):
-        return tuple(_kind(x) for x in v)
+        return tuple(_kind(x, values) for x in v)
     if isinstance(v, dict):
-        return tuple((k, _kind(x)) for k, x in v.items())
-    return type(v)
+        return tuple((k, _kind(x, values)) for k, x in v.items())
+    return (type(v), v) if values and isinstance(v, (bool, int, float, str, type(None))) else type(v)
 
 
 def _stand_in(v):
@@ -41,12 +43,13 @@ def _stand_in(v):
 
 
 def refusal(op, args, kwargs: dict, about_types: Callable[[BaseException], bool],
-            empty: tuple[str, ...] = ()) -> BaseException | None:
+            empty: tuple[str, ...] = (), values: bool = False) -> BaseException | None:
     """The exception ``op``'s CPU kernel raises for arguments of these dtypes (and Python types), or None.
 
     ``about_types`` says whether an exception is about the dtypes (others are the stand-ins' doing and ignored);
-    ``empty`` names keyword arguments (``out=``) passed as empty tensors of their dtype, for the kernel to resize."""
-    key = (op, about_types, empty, _kind(args), _kind(kwargs))
+    ``empty`` names keyword arguments (``out=``) passed as empty tensors of their dtype, for the kernel to resize;
+    ``values``: the answer depends on the Python numbers and strings passed too, not only on their types."""
+    key = (op, about_types, empty, _kind(args, values), _kind(kwargs, values))
     return verdict(key, lambda: op(*_stand_in(args), **{k: torch.empty(0, dtype=v.dtype) if k in empty
                                                         else _stand_in(v) for k, v in kwargs.items()}), about_types)
 

@@ -358,21 +358,24 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
 # ---- masks ------------------------------------------------------------------------------------------------------
 
 
-def _about_mask(e: BaseException) -> bool:
-    return isinstance(e, RuntimeError) and "mask" in str(e)
+def _about_arguments(e: BaseException) -> bool:
+    return isinstance(e, (RuntimeError, IndexError)) and not isinstance(e, NotImplementedError)
 
 
-@checks_args(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.masked_scatter.default)
+@checks_args(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.masked_scatter.default, aten.index_add.default,
+             aten.index_copy.default, aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,
+             aten.index_reduce.default, aten.index_select.default)
 @checks_calls(aten.masked_select.default)
-def _bool_mask(op, x, mask, *rest, **kwargs) -> None:
-    """CPU's error for a mask that is not bool: ``jnp.where`` would take a uint8 or int mask as truthy numbers and
-    ``masked_select`` would index with it (both silent wrong answers), and PyTorch's meta kernel words it otherwise;
-    the CPU kernel is asked for its own wording (each op names the dtype its own way). ``masked_select`` is checked
-    per call: it runs on concrete arrays, with no meta kernel."""
-    if mask.dtype != torch.bool:
-        refused = cpu_rules.refusal(op, (x, mask, *rest), kwargs, _about_mask)
-        if refused is not None:
-            raise refused
+def _cpu_argument_checks(op, *args, **kwargs) -> None:
+    """CPU's errors for argument dtypes and ranks that PyTorch's meta kernels let through or word otherwise, asked
+    of the CPU kernel on stand-ins (each op words them its own way): a uint8 or int mask (``jnp.where`` took it as
+    truthy numbers, ``masked_select`` indexed with it), a source of another dtype (``index_copy`` cast it), a
+    ``reduce`` ``index_reduce`` does not know, an index that is not a vector, a value tensor that is not 0-dim.
+    Checks of these ops' sizes hold for the stand-ins' all-ones sizes, so only real refusals come back.
+    ``masked_select`` is checked per call: it runs on concrete arrays, with no meta kernel."""
+    refused = cpu_rules.refusal(op, args, kwargs, _about_arguments, values=True)
+    if refused is not None:
+        raise refused
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
