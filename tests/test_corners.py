@@ -836,12 +836,13 @@ def test_copy_variants_of_views_take_minus_one_in_their_size(mode):
 @pytest.mark.parametrize("mode", ["fused", "strict"])
 @pytest.mark.parametrize(
     "fn",
-    [lambda x, y: torch.lerp(x, y, 0.5), lambda x, y: torch.lerp(x, y, y), lambda x, y: torch.frac(x)],
-    ids=["lerp_scalar", "lerp_tensor", "frac"],
+    [lambda x, y: torch.lerp(x, y, 0.5), lambda x, y: torch.lerp(x, y, y), lambda x, y: torch.frac(x),
+     lambda x, y: torch.logcumsumexp(x, 0)],
+    ids=["lerp_scalar", "lerp_tensor", "frac", "logcumsumexp"],
 )
 def test_an_op_with_no_integer_kernel_on_cpu_raises_its_error_on_integers(fn, mode):
-    """PyTorch's CPU has no integer ``lerp`` or ``frac``: NotImplementedError with its message, never a number
-    (the promoted float computation gave ``lerp(1, 4, 0.5) == 2``), and the session stays usable."""
+    """PyTorch's CPU has no integer ``lerp``, ``frac`` or ``logcumsumexp``: NotImplementedError with its message,
+    never a number (the promoted float computation gave ``lerp(1, 4, 0.5) == 2``), and the session stays usable."""
     x, y = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
     with torchtpu_lab.eager_mode(mode):
         error = raises_like_cpu(fn, x, y)

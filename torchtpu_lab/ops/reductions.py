@@ -7,6 +7,7 @@ from jax import lax
 
 from .. import dtypes
 from .casts import convert
+from .elementwise import _floating_only
 from .precision import opmath
 from .registry import aten, checks_args, lower, wrap_dim
 
@@ -321,7 +322,7 @@ def cummin(x, dim):
 
 @lower(aten._logcumsumexp.default, aten.logcumsumexp.default)
 def logcumsumexp(x, dim):
-    x = _float(x)
+    _floating_only("logcumsumexp_out_cpu", x)  # CPU has no integer or bool kernel: its error, not a float result
     if x.ndim == 0:
         return x
     axis = _axis(dim, x.ndim)
