@@ -203,3 +203,21 @@ def test_multinomial_of_a_row_of_zeros_raises_cpus_error(mode, replacement):
     with pytest.raises(RuntimeError, match=r"invalid multinomial distribution \(sum of probabilities <= 0\)"):
         probs.multinomial(2, replacement).cpu()  # a data-dependent check: raised at the read
     assert probs[:1].multinomial(2, replacement).cpu().shape == (1, 2)
+
+
+@pytest.mark.parametrize("fn, dtype", [
+    (lambda t: t.log_normal_(1, -1), torch.float32), (lambda t: t.log_normal_(), torch.int64),
+    (lambda t: t.exponential_(0), torch.float32), (lambda t: t.exponential_(), torch.int64),
+    (lambda t: t.cauchy_(1, -1), torch.float32), (lambda t: t.cauchy_(), torch.int64),
+    (lambda t: t.geometric_(2), torch.float32), (lambda t: t.normal_(0, -1), torch.float32),
+    (lambda t: t.normal_(), torch.int64), (lambda t: t.log_normal_(), torch.bool),
+], ids=["log_normal_std", "log_normal_int", "exponential_lambda", "exponential_int", "cauchy_sigma", "cauchy_int",
+        "geometric_p", "normal_std", "normal_int", "log_normal_bool"])
+def test_distribution_parameter_and_dtype_errors_are_cpus(mode, fn, dtype):
+    """CPU's exception types and wording: tpu printed 'std=-1.0' for CPU's 'std=-1', named dtypes 'torch.int64'
+    for 'Long', and raised RuntimeError where CPU has no integer kernel (NotImplementedError)."""
+    with pytest.raises(Exception) as cpu:
+        fn(torch.empty(5, dtype=dtype))
+    with pytest.raises(type(cpu.value)) as tpu:
+        fn(torch.empty(5, dtype=dtype, device="tpu"))
+    assert str(tpu.value) == str(cpu.value)

@@ -11,6 +11,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
+from . import cpu_rules
 from .error_flags import report, reports
 from .registry import _CPP_TYPES, NoKernel, aten, checks_args, checks_calls, lower
 
@@ -347,6 +348,23 @@ def normal_tensor_tensor(mean, std, *, generator=None, key):
 def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None,
                        pin_memory=None, key):
     return _normal(key, tuple(size), _factory_dtype(dtype), mean, std)
+
+
+def _about_parameters(e: BaseException) -> bool:
+    return isinstance(e, RuntimeError)  # NotImplementedError included: CPU's refusal of an integer tensor
+
+
+@checks_args(aten.normal_functional.default, aten.exponential.default, aten.geometric.default,
+             aten.log_normal.default, aten.cauchy.default)
+def _distribution_args(op, *args, **kwargs) -> None:
+    """CPU's errors for a distribution's parameters and the tensor's dtype, asked of its kernel on a stand-in:
+    PyTorch's meta kernels print a parameter as Python does ('std=-1.0' for C++'s 'std=-1'), name a dtype as
+    ``torch.int64`` ('Long') and raise RuntimeError where CPU raises NotImplementedError."""
+    refused = cpu_rules.refusal(op, args, kwargs, _about_parameters, values=True)
+    if isinstance(refused, NotImplementedError):
+        raise NoKernel(str(refused))  # PyTorch's own NotImplementedError, not "run it on the CPU"
+    if refused is not None:
+        raise refused
 
 
 @lower(aten.exponential.default, rng=True)
