@@ -1343,3 +1343,19 @@ def test_index_and_mask_argument_errors_are_cpus(fn):
     with pytest.raises(Exception) as on_cpu:
         fn(x, i)
     assert str(error) == str(on_cpu.value)
+
+
+def test_index_add_of_bools_is_cpus_or():
+    """CPU adds bools as a logical or (alpha too is a bool); tpu raised JAX's TypeError (no bool add)."""
+    x, i = torch.tensor([False, True, False, False]), torch.tensor([0, 0, 1, 3])
+    src = torch.tensor([True, False, False, False])
+    same(lambda x, i, s: x.index_add(0, i, s), x, i, src)
+    same(lambda x, i, s: x.index_add(0, i, s, alpha=False), x, i, src)
+    same(lambda x, i, s: x.view(2, 2).index_add(1, i[:2], s.view(2, 2)), x, i, src)
+
+
+def test_index_reduce_of_bools_raises_cpus_not_implemented_error():
+    """CPU has no bool index_reduce: its NotImplementedError, where tpu raised JAX's TypeError."""
+    error = raises_like_cpu(lambda x, i, s: x.index_reduce(0, i, s, "prod"), torch.tensor([True, True]),
+                            torch.tensor([1]), torch.tensor([False]))
+    assert "not implemented for 'Bool'" in str(error)

@@ -19,7 +19,7 @@ from jax import lax
 from .. import dtypes
 from . import cpu_rules
 from .error_flags import report, reports
-from .registry import aten, checks_args, checks_calls, lower, real_fill_value
+from .registry import NoKernel, aten, checks_args, checks_calls, lower, real_fill_value
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -328,6 +328,9 @@ def index_select(x, dim, index):
 @reports
 def index_add(x, dim, index, source, *, alpha=1):
     x1, key = _along(x, dim, index, "index_add")
+    if x.dtype == jnp.bool_:  # bools add as CPU's or (JAX has no bool add)
+        source = jnp.logical_and(_source_like(x, source), jnp.asarray(alpha).astype(jnp.bool_))
+        return x1.at[key].max(source).reshape(x.shape)
     return x1.at[key].add((_source_like(x, source) * alpha).astype(x.dtype)).reshape(x.shape)
 
 
@@ -359,7 +362,7 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
 
 
 def _about_arguments(e: BaseException) -> bool:
-    return isinstance(e, (RuntimeError, IndexError)) and not isinstance(e, NotImplementedError)
+    return isinstance(e, (RuntimeError, IndexError))  # NotImplementedError included: CPU has no such kernel
 
 
 @checks_args(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.masked_scatter.default, aten.index_add.default,
@@ -372,8 +375,11 @@ def _cpu_argument_checks(op, *args, **kwargs) -> None:
     truthy numbers, ``masked_select`` indexed with it), a source of another dtype (``index_copy`` cast it), a
     ``reduce`` ``index_reduce`` does not know, an index that is not a vector, a value tensor that is not 0-dim.
     Checks of these ops' sizes hold for the stand-ins' all-ones sizes, so only real refusals come back.
-    ``masked_select`` is checked per call: it runs on concrete arrays, with no meta kernel."""
+    ``masked_select`` is checked per call: it runs on concrete arrays, with no meta kernel. A dtype CPU has no
+    kernel for (``index_reduce`` of bools) is its NotImplementedError, not JAX's TypeError."""
     refused = cpu_rules.refusal(op, args, kwargs, _about_arguments, values=True)
+    if isinstance(refused, NotImplementedError):
+        raise NoKernel(str(refused))  # PyTorch's own NotImplementedError, not "run it on the CPU"
     if refused is not None:
         raise refused
 
