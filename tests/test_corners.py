@@ -1331,13 +1331,18 @@ def test_index_out_of_range_raises_cpus_error(fn, index):
         lambda x, i: x.index_reduce(0, i, torch.ones(2, 3, device=x.device), "sum"),
         lambda x, i: x.masked_fill(x > 0, torch.ones(1, device=x.device)),
         lambda x, i: x.masked_scatter(x > 0, x.long()),
+        lambda x, i: x.index_copy(0, i, torch.ones(2, 4, device=x.device)),
+        lambda x, i: x.index_copy(0, i, torch.ones(3, 3, device=x.device)),
+        lambda x, i: x.index_copy(0, i, torch.ones(2, 3, 1, device=x.device)),
     ],
     ids=["select_2d_index", "select_float_index", "copy_other_dtype", "fill_2d_index", "fill_int32_index",
-         "fill_1d_value", "reduce_sum", "masked_fill_1d_value", "masked_scatter_other_dtype"],
+         "fill_1d_value", "reduce_sum", "masked_fill_1d_value", "masked_scatter_other_dtype", "copy_slice_shape",
+         "copy_index_count", "copy_rank"],
 )
 def test_index_and_mask_argument_errors_are_cpus(fn):
     """CPU's errors, word for word: tpu computed most of these (a 2-d index read as flat, a source of another
-    dtype cast, reduce='sum' run as something else) or worded them as PyTorch's meta kernels do."""
+    dtype cast, reduce='sum' run as something else) or worded them as PyTorch's meta kernels do (index_copy's
+    slice shapes as torch.Size, and RuntimeError for CPU's IndexErrors)."""
     x, i = torch.arange(-6.0, 6.0).reshape(4, 3), torch.tensor([0, 2])
     error = raises_like_cpu(fn, x, i)
     with pytest.raises(Exception) as on_cpu:

@@ -382,6 +382,29 @@ def _cpu_argument_checks(op, *args, **kwargs) -> None:
         raise NoKernel(str(refused))  # PyTorch's own NotImplementedError, not "run it on the CPU"
     if refused is not None:
         raise refused
+    if op is aten.index_copy.default:
+        _index_copy_sizes(*args)
+
+
+def _index_copy_sizes(x, dim, index, source) -> None:
+    """CPU's size checks of ``index_copy``, which the stand-ins' all-ones sizes cannot trip: PyTorch's meta kernel
+    raises RuntimeError where CPU raises IndexError, and prints slice shapes as ``torch.Size([2, 3])`` for
+    C++'s ``2 3``."""
+    n = index.numel()
+    if source.dim() == 0 and n != 1:
+        raise IndexError(f"index_copy_(): When source is scalar, index should have one element (got {n})")
+    if source.dim() != x.dim() and 0 not in (source.dim(), x.dim()):
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their dimensionality must "
+                         f"match. Source dimensionality ({source.dim()}), destination dimensionality ({x.dim()})")
+    d = _dim(dim, x.dim())
+    slices = [[n for k, n in enumerate(t.shape) if k != d] for t in (x, source)]
+    if slices[0] != slices[1]:
+        raise RuntimeError(f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice "
+                           f"shape: {' '.join(map(str, slices[0]))} at dimension {d} and source slice shape: "
+                           f"{' '.join(map(str, slices[1]))} at dimension 0.")
+    if source.dim() > 0 and n != source.shape[d]:
+        raise IndexError(f"index_copy_(): Number of indices ({n}) should be equal to source.size(dim) "
+                         f"({source.shape[d]})")
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
