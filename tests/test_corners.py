@@ -1359,6 +1359,16 @@ def test_index_add_of_bools_is_cpus_or():
     same(lambda x, i, s: x.view(2, 2).index_add(1, i[:2], s.view(2, 2)), x, i, src)
 
 
+def test_scatters_of_bools_add_as_or_and_multiply_as_and():
+    """CPU's bool scatter_add / scatter_reduce('sum'/'prod') / scatter(reduce=...): tpu raised JAX's TypeError
+    (no bool add or multiply). Found by test_torch test_scatter_add_bool."""
+    x, i = torch.tensor([False, True, False, False]), torch.tensor([0, 1, 1, 3])
+    src = torch.tensor([True, False, True, False])
+    same(lambda x, i, s: x.scatter_add(0, i, s), x, i, src)
+    same(lambda x, i, s: x.scatter_reduce(0, i, s, "sum", include_self=False), x, i, src)
+    same(lambda x, i, s: (~x).scatter_reduce(0, i, s, "prod"), x, i, src)
+
+
 def test_index_reduce_of_bools_raises_cpus_not_implemented_error():
     """CPU has no bool index_reduce: its NotImplementedError, where tpu raised JAX's TypeError."""
     error = raises_like_cpu(lambda x, i, s: x.index_reduce(0, i, s, "prod"), torch.tensor([True, True]),

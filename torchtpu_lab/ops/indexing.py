@@ -213,7 +213,13 @@ def _scatter_dim(x, dim, index, src, how):
         src = _crop(src, index.shape)
     ref = x.at[_coords(index, _dim(dim, x.ndim))]
     src = jnp.asarray(src).astype(x.dtype)
-    return getattr(ref, how)(src)
+    return getattr(ref, _method(how, x.dtype))(src)
+
+
+def _method(how: str, dtype) -> str:
+    """The ``.at`` method of a scatter's ``how`` for ``dtype``: bools add as CPU's or and multiply as its and
+    (JAX has no bool add or multiply)."""
+    return {"add": "max", "multiply": "min"}.get(how, how) if dtype == jnp.bool_ else how
 
 
 @lower(aten.scatter.src, aten.scatter.value)
@@ -257,7 +263,7 @@ def _reduce_into(x, scatter_at, src, reduce, include_self):
     """
     src = src.astype(x.dtype)
     base = x if include_self else jnp.full(x.shape, _identity(reduce, x.dtype))
-    out = scatter_at(base, src, _REDUCE_METHOD[reduce])
+    out = scatter_at(base, src, _method(_REDUCE_METHOD[reduce], x.dtype))
     hit = scatter_at(jnp.zeros(x.shape, jnp.int64), jnp.ones(src.shape, jnp.int64), "add")
     if reduce == "mean":
         count = hit + (1 if include_self else 0)
