@@ -99,6 +99,10 @@ def _alpha_fits(op, x, y, alpha=1) -> None:
         raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
 
 
+_BOOL_SUBTRACTION = ("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                     "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
 @checks_args(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
 def _no_bool_subtraction(op, x, y, alpha=1) -> None:
     """CPU's ``sub_check`` (in its kernel: PyTorch's meta kernel makes it for two tensors only), at the call,
@@ -108,9 +112,15 @@ def _no_bool_subtraction(op, x, y, alpha=1) -> None:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
                            "Use the `^` or `logical_xor()` operator instead.")
     if any(bools):
-        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
-                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+        raise RuntimeError(_BOOL_SUBTRACTION)
     _alpha_fits(op, x, y, alpha)
+
+
+def _check_sub(x, y) -> None:
+    """The same check where a lowering is called without the op's argument check (a foreach op's per-tensor
+    lowering, ``_foreach_sub(xs, True)``): raised while the op is traced."""
+    if jnp.result_type(x) == jnp.bool_ or jnp.result_type(y) == jnp.bool_:
+        raise RuntimeError(_BOOL_SUBTRACTION)
 
 
 @lower(aten.add.Tensor, aten.add.Scalar)
@@ -121,12 +131,14 @@ def add(x, y, alpha=1):
 
 @lower(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha=1):
+    _check_sub(x, y)
     x, y, alpha = _promote(x, y, alpha)
     return x - y * alpha
 
 
 @lower(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(x, y, alpha=1):
+    _check_sub(x, y)
     x, y, alpha = _promote(x, y, alpha)
     return y - x * alpha
 
