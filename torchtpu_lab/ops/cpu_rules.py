@@ -42,6 +42,16 @@ def _stand_in(v):
     return v
 
 
+def raise_refusal(op, args, kwargs: dict, about: Callable[[BaseException], bool], values: bool = False) -> None:
+    """Raise what :func:`refusal` finds, if anything; CPU's NotImplementedError as :class:`~.registry.NoKernel`
+    (PyTorch's own error for the caller, not "run it on the CPU")."""
+    refused = refusal(op, args, kwargs, about, values=values)
+    if isinstance(refused, NotImplementedError):
+        raise NoKernel(str(refused))
+    if refused is not None:
+        raise refused
+
+
 def refusal(op, args, kwargs: dict, about_types: Callable[[BaseException], bool],
             empty: tuple[str, ...] = (), values: bool = False) -> BaseException | None:
     """The exception ``op``'s CPU kernel raises for arguments of these dtypes (and Python types), or None.
@@ -89,8 +99,4 @@ def check_complex(op, args, kwargs: dict) -> None:
     """Raise what CPU raises for ``op`` on complex tensors (``floor``, ``maximum``, ``round``, ``sign`` refuse
     them), if any argument is one."""
     if _has_complex(args) or _has_complex(tuple(kwargs.values())):
-        refused = refusal(op, args, kwargs, _about_complex)
-        if isinstance(refused, NotImplementedError):
-            raise NoKernel(str(refused))  # PyTorch's own NotImplementedError, not "run it on the CPU"
-        if refused is not None:
-            raise refused
+        raise_refusal(op, args, kwargs, _about_complex)

@@ -19,7 +19,7 @@ from jax import lax
 from .. import dtypes
 from . import cpu_rules
 from .error_flags import report, reports
-from .registry import NoKernel, aten, checks_args, checks_calls, lower, real_fill_value
+from .registry import aten, checks_args, checks_calls, lower, real_fill_value
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -383,11 +383,7 @@ def _cpu_argument_checks(op, *args, **kwargs) -> None:
     Checks of these ops' sizes hold for the stand-ins' all-ones sizes, so only real refusals come back.
     ``masked_select`` is checked per call: it runs on concrete arrays, with no meta kernel. A dtype CPU has no
     kernel for (``index_reduce`` of bools) is its NotImplementedError, not JAX's TypeError."""
-    refused = cpu_rules.refusal(op, args, kwargs, _about_arguments, values=True)
-    if isinstance(refused, NotImplementedError):
-        raise NoKernel(str(refused))  # PyTorch's own NotImplementedError, not "run it on the CPU"
-    if refused is not None:
-        raise refused
+    cpu_rules.raise_refusal(op, args, kwargs, _about_arguments, values=True)
     if op is aten.index_copy.default:
         _index_copy_sizes(*args)
 

@@ -360,11 +360,7 @@ def _distribution_args(op, *args, **kwargs) -> None:
     """CPU's errors for a distribution's parameters and the tensor's dtype, asked of its kernel on a stand-in:
     PyTorch's meta kernels print a parameter as Python does ('std=-1.0' for C++'s 'std=-1'), name a dtype as
     ``torch.int64`` ('Long') and raise RuntimeError where CPU raises NotImplementedError."""
-    refused = cpu_rules.refusal(op, args, kwargs, _about_parameters, values=True)
-    if isinstance(refused, NotImplementedError):
-        raise NoKernel(str(refused))  # PyTorch's own NotImplementedError, not "run it on the CPU"
-    if refused is not None:
-        raise refused
+    cpu_rules.raise_refusal(op, args, kwargs, _about_parameters, values=True)
 
 
 @lower(aten.exponential.default, rng=True)
