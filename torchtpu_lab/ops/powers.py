@@ -31,13 +31,14 @@ def _int_pow(a, b):
 
 @lower(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def power(x, y):
-    _no_bool("pow", _promote(x, y)[0])  # CPU has no bool pow of two tensors (a bool ** a number: below)
-    return _power(x, y)
+    return _power(x, y, bools=False)  # CPU has no bool pow of two tensors (a bool tensor ** a number: below)
 
 
-def _power(x, y):
+def _power(x, y, bools: bool = True):
     x, y = _promote(x, y)
     if x.dtype == jnp.bool_:  # a bool tensor to a bool number: x ** True is x, x ** False is all True
+        if not bools:
+            _no_bool("pow", x)
         return x | ~y
     if _is_int(x):
         return _int_pow(x, y)
