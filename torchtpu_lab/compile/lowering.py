@@ -37,6 +37,7 @@ from .. import dtypes
 from ..device import views
 from ..ops import LOWERINGS, foreach
 from ..ops.casts import convert
+from ..ops.random_bits import DrawKey
 from ..ops.registry import op_name
 from ..runtime import encode, view_kernels
 from . import spmd
@@ -154,8 +155,8 @@ class _Tracer:
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
                 key = None
                 if seed_offset is not None and _is_random(node.target):
-                    # eager's key for the same op: fold_in(key(seed), offset), one offset per random op
-                    key = jax.random.fold_in(jax.random.key(seed_offset[0]), seed_offset[1] + n_random)
+                    # eager's key for the same op: (seed, offset), one offset per random op
+                    key = DrawKey(seed_offset[0], seed_offset[1] + n_random)
                     n_random += 1
                 env[node] = self.call(node, args, kwargs, key)
                 if node.target is aten.copy_.default and node.args[0] in self.index_of:

@@ -1,12 +1,12 @@
-"""PyTorch-style stateful random numbers on top of JAX's explicit keys.
+"""PyTorch-style stateful random numbers on top of a counter-based hash.
 
 Each ``tpu:i`` has a default generator: a seed and an offset. Every random op takes ``(seed, offset)`` from the
 generator it was given (``generator=``) or from its device's default one, and advances the offset by one; the
-lowering derives its key as ``fold_in(key(seed), offset)`` *inside* the compiled function, so the key is a graph
-input rather than a constant: a fused training step with dropout draws a fresh mask every step without
-recompiling, and a generator gives the same stream in debug, strict and fused modes. ``torch.manual_seed``
-reaches :func:`manual_seed_all` through ``torch.tpu``, so seeding is the same call as on CUDA and runs are
-reproducible. The streams differ from PyTorch's CPU generator (as CUDA's do).
+lowering hashes ``(offset, element)`` under the seed *inside* the compiled function (``ops/random_bits``), so
+the key is a graph input rather than a constant: a fused training step with dropout draws a fresh mask every
+step without recompiling, and a generator gives the same stream in debug, strict and fused modes.
+``torch.manual_seed`` reaches :func:`manual_seed_all` through ``torch.tpu``, so seeding is the same call as on
+CUDA and runs are reproducible. The streams differ from PyTorch's CPU generator (as CUDA's do).
 
 With the native core the generators are real ``torch.Generator`` objects of device ``tpu`` (the core's
 ``TpuGenerator``: ``torch.Generator("tpu")`` works, and so do ``torch.tpu.default_generators`` and
@@ -111,7 +111,7 @@ def next_seed_and_counter(device_index: int, generator: torch.Generator | None =
         g = generator
     seed_value, offset = g.initial_seed(), g.get_offset() + 1
     g.set_offset(offset + n - 1)
-    # seeds are folded to 32 bits: jax.random.key takes a uint32 seed on every platform
+    # seeds are folded to 32 bits: the hash's key words are uint32
     return (seed_value ^ (seed_value >> 32)) & 0xFFFF_FFFF, offset
 
 

@@ -11,11 +11,10 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from . import cpu_rules
+from . import cpu_rules, random_bits
 from .error_flags import report, reports
 from .registry import _CPP_TYPES, NoKernel, aten, checks_args, checks_calls, lower
 
-import jax
 import torch
 
 from .. import dtypes, telemetry
@@ -33,7 +32,7 @@ def _uniform(key, shape, dtype, low=0.0, high=1.0):
     if jnp.issubdtype(jdt, jnp.complexfloating):
         re, im = _uniform(key, (2, *shape), jnp.finfo(jdt).dtype, low, high)
         return lax.complex(re, im)
-    return jax.random.uniform(key, shape, dtype=_sample_dtype(jdt)) * (high - low) + low
+    return random_bits.uniform(key, shape, _sample_dtype(jdt), low, high)
 
 
 def _normal(key, shape, dtype, mean=0.0, std=1.0):
@@ -43,7 +42,7 @@ def _normal(key, shape, dtype, mean=0.0, std=1.0):
     if jnp.issubdtype(jdt, jnp.complexfloating):
         re, im = _normal(key, (2, *shape), jnp.finfo(jdt).dtype, mean, std / math.sqrt(2))
         return lax.complex(re, im)
-    return jax.random.normal(key, shape, dtype=_sample_dtype(jdt)) * std + mean
+    return random_bits.normal(key, shape, _sample_dtype(jdt), mean, std)
 
 
 @checks_args(aten.uniform.default)
@@ -96,7 +95,7 @@ def rand(size, *args, dtype=None, layout=None, device=None, pin_memory=None, gen
 
 @lower(aten.bernoulli.default, rng=True)
 def bernoulli(x, *, generator=None, key):
-    return jax.random.uniform(key, x.shape, dtype=jnp.float32) < x
+    return random_bits.unit_uniform(key, x.shape, _probability_dtype(x)) < x
 
 
 @checks_args(aten.bernoulli.p)
@@ -109,12 +108,17 @@ def _bernoulli_p_args(op, x, p=0.5, *, generator=None) -> None:
 
 @lower(aten.bernoulli.p, rng=True)
 def bernoulli_p(x, p=0.5, *, generator=None, key):
-    return jax.random.uniform(key, x.shape, dtype=jnp.float32) < p
+    return random_bits.unit_uniform(key, x.shape, _probability_dtype(x)) < p
 
 
 @lower(aten.bernoulli.Tensor, rng=True)
 def bernoulli_tensor(x, p, *, generator=None, key):
-    return jnp.broadcast_to(jax.random.uniform(key, p.shape, dtype=jnp.float32) < p, x.shape)
+    return jnp.broadcast_to(random_bits.unit_uniform(key, p.shape, _probability_dtype(p)) < p, x.shape)
+
+
+def _probability_dtype(p):
+    """The float a probability tensor is compared in: float64 for float64 (CPU draws a double), else float32."""
+    return jnp.float64 if p.dtype == jnp.float64 else jnp.float32
 
 
 def _sample_dtype(dtype):
@@ -125,18 +129,14 @@ def _sample_dtype(dtype):
 
 def _uniform_open(key, shape, dtype):
     """Uniform in (0, 1]: safe under ``log``."""
-    return 1 - jax.random.uniform(key, shape, dtype=_sample_dtype(dtype))
+    sample = _sample_dtype(dtype)
+    return (1 - random_bits.unit_uniform(key, shape, sample)).astype(sample)
 
 
 def _integers(key, shape, low: int, high: int):
     """Uniform integers in ``[low, high)`` as int64, for any range up to 2**64 (wrapping like PyTorch). The
     bounds were checked at the call (:func:`random_bounds`)."""
-    span = high - low
-    if span <= 2**62:
-        return jax.random.randint(key, shape, low, high, dtype=jnp.int64)
-    bits = jax.random.bits(key, shape, dtype=jnp.uint64)
-    offset = bits if span == 2**64 else bits % jnp.uint64(span)
-    return lax.bitcast_convert_type(offset + jnp.uint64(low % 2**64), jnp.int64)
+    return random_bits.integers(key, tuple(shape), low, high - low)
 
 
 # ---- random_'s bounds: CPU's random_from_to_impl (ATen/native/DistributionTemplates.h) -------------------------
@@ -288,7 +288,7 @@ def randint_like_low(x, low, high, *, generator=None, dtype=None, layout=None, d
 @lower(aten.randint_like.Tensor, aten.randint_like.Tensor_generator, rng=True)
 def randint_like_tensor(x, high, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
                         memory_format=None, key):
-    return jax.random.randint(key, x.shape, 0, high.astype(jnp.int64), dtype=jnp.int64)
+    return random_bits.integers_below(key, x.shape, high)
 
 
 @lower(aten.rand_like.default, aten.rand_like.generator, rng=True)
@@ -377,12 +377,12 @@ def geometric(x, p, *, generator=None, key):
 
 @lower(aten.log_normal.default, rng=True)
 def log_normal(x, mean=1.0, std=2.0, *, generator=None, key):
-    return jnp.exp(mean + std * jax.random.normal(key, x.shape, dtype=_sample_dtype(x.dtype)))
+    return jnp.exp(mean + std * _normal(key, x.shape, x.dtype))
 
 
 @lower(aten.cauchy.default, rng=True)
 def cauchy(x, median=0.0, sigma=1.0, *, generator=None, key):
-    u = jax.random.uniform(key, x.shape, dtype=_sample_dtype(x.dtype))
+    u = random_bits.unit_uniform(key, x.shape, _sample_dtype(x.dtype))
     return median + sigma * jnp.tan(jnp.pi * (u - 0.5))
 
 
@@ -414,10 +414,10 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None, key):
     report(jnp.sum(probs, axis=-1) == 0, error=RuntimeError,
            message="invalid multinomial distribution (sum of probabilities <= 0)")
     logits = jnp.log(probs.astype(jnp.float64) if probs.dtype == jnp.float64 else probs.astype(jnp.float32))
-    if replacement:
-        draws = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, *logits.shape[:-1]))
-        return jnp.moveaxis(draws, 0, -1).astype(jnp.int64)
-    perturbed = logits + jax.random.gumbel(key, logits.shape, dtype=logits.dtype)
+    if replacement:  # Gumbel-max: one independent draw per sample
+        noise = random_bits.gumbel(key, (*logits.shape[:-1], num_samples, logits.shape[-1]), logits.dtype)
+        return jnp.argmax(logits[..., None, :] + noise, axis=-1).astype(jnp.int64)
+    perturbed = logits + random_bits.gumbel(key, logits.shape, logits.dtype)
     return lax.top_k(perturbed, num_samples)[1].astype(jnp.int64)
 
 
@@ -442,7 +442,7 @@ def _randperm_args(op, n, *, dtype=None, **_) -> None:
 
 @lower(aten.randperm.default, aten.randperm.generator, rng=True)
 def randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, key):
-    return jax.random.permutation(key, n).astype(jnp.int64)
+    return random_bits.permutation(key, n)
 
 
 @lower(aten.native_dropout.default, rng=True)
@@ -451,7 +451,7 @@ def native_dropout(x, p, train, *, key):
     if train is False:
         return x, jnp.ones(x.shape, jnp.bool_)
     keep = 1.0 - p
-    mask = jax.random.uniform(key, x.shape, dtype=jnp.float32) < keep
+    mask = random_bits.unit_uniform(key, x.shape, jnp.float32) < keep
     scale = 0.0 if keep == 0 else 1.0 / keep
     return x * mask * scale, mask
 

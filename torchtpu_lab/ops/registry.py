@@ -4,7 +4,8 @@ A lowering receives the op's arguments in ATen schema order, with every tensor r
 already materialized) and every other argument as the Python value PyTorch passed. Arguments the schema types
 as ``Scalar`` arrive as traced JAX scalars, so a learning rate that changes each step does not recompile; a
 lowering that needs a Python number there (say, for an output shape) declares ``static_scalars=True``.
-A lowering that draws random numbers declares ``rng=True`` and receives a JAX PRNG key as ``key=``.
+A lowering that draws random numbers declares ``rng=True`` and receives a :class:`random_bits.DrawKey` as ``key=``
+(the generator's seed and the op's offset, traced), from which :mod:`.random_bits` draws.
 A lowering whose output shape depends on input *values* (``nonzero``, ``masked_select``, ``unique``) declares
 ``jit=False``: it then runs op by op on concrete arrays (a sync point), never inside a compiled graph. When only
 some calls are data-dependent (indexing with a boolean mask), ``jit`` is a predicate ``(args, kwargs) -> bool``

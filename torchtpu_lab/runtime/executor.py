@@ -29,6 +29,7 @@ from ..telemetry import SyncReason
 from ..device import rng, sizes, tensor
 from ..device.storage import Storage
 from ..ops import error_flags as op_checks
+from ..ops.random_bits import DrawKey
 from ..ops.registry import Lowering, op_name
 from . import compile_cache, compile_events, fast_keys, fused, op_facts, pending_errors, recording
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
@@ -426,7 +427,7 @@ def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
         a = [decode(t, dyn_values) for t in targs]
         k = {name: decode(t, dyn_values) for name, t in tkwargs}
         if low.rng:
-            k["key"] = jax.random.fold_in(jax.random.key(dyn_values[-2]), dyn_values[-1])
+            k["key"] = DrawKey(dyn_values[-2], dyn_values[-1])
         return cast(op, low.fn(*a, **k), meta)
 
     if op_checks.reporting(low.fn):
