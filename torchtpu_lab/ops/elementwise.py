@@ -447,7 +447,41 @@ def nextafter(x, y):
 
 @lower(aten.logaddexp)
 def logaddexp(x, y):
-    return jnp.logaddexp(*_float(x, y))
+    x, y = _float(x, y)
+    return _complex_logaddexp(x, y) if jnp.iscomplexobj(x) else jnp.logaddexp(x, y)
+
+
+def _complex_logaddexp(x, y):
+    """CPU's complex kernel (``_log_add_exp_helper``): ``log1p(exp(min - max)) + max`` ordered by real part, a NaN
+    part making both parts NaN, equal infinite real parts handled apart, and ``exp`` of a ``-inf`` real part zero
+    whatever the imaginary part (C's ``cexp``; XLA's gives NaN for an infinite one)."""
+    y_nan, x_nan, x_lower = _complex_nan(y), _complex_nan(x), x.real < y.real
+    low = jnp.where(y_nan, y, jnp.where(x_nan | x_lower, x, y))
+    high = jnp.where(y_nan, y, jnp.where(x_nan | ~x_lower, x, y))
+    diff = low - high
+    usual = jnp.log1p(jnp.where(diff.real == -jnp.inf, jnp.zeros_like(diff), jnp.exp(diff))) + high
+    same_infinity = ~jnp.isfinite(low.real) & (low.real == high.real)
+    total = _cexp_inf(low) + _cexp_inf(high)
+    # C's clog: a real part of +inf wherever a part of the argument is infinite (XLA's log gives NaN)
+    both_up = lax.complex(jnp.where(jnp.isinf(total.real) | jnp.isinf(total.imag), jnp.inf, jnp.log(jnp.abs(total))),
+                          jnp.arctan2(total.imag, total.real))
+    out = jnp.where(same_infinity, jnp.where(low.real < 0, low, both_up), usual)
+    return jnp.where(_complex_nan(low), jnp.full_like(out, complex(jnp.nan, jnp.nan)), out)
+
+
+def _complex_nan(z):
+    return jnp.isnan(z.real) | jnp.isnan(z.imag)
+
+
+def _cexp_inf(z):
+    """``exp(z)`` for a ``+inf`` real part as C's ``cexp`` gives it: ``inf * cis(imag)`` with a zero part where the
+    cosine or sine is exactly zero (not ``inf * 0``), ``(inf, nan)`` for an infinite or NaN imaginary part."""
+    cos, sin = jnp.cos(z.imag), jnp.sin(z.imag)
+    inf = jnp.asarray(jnp.inf, z.real.dtype)
+    re = jnp.where(cos == 0, jnp.zeros_like(cos), inf * cos)
+    im = jnp.where(sin == 0, jnp.zeros_like(sin), inf * sin)
+    finite = jnp.isfinite(z.imag)
+    return lax.complex(jnp.where(finite, re, inf), jnp.where(finite, im, jnp.nan))
 
 
 @lower(aten.logaddexp2)
