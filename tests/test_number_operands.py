@@ -69,6 +69,9 @@ CALL_ERRORS = {
                          "heaviside is not yet implemented for tensors with different dtypes"),
     "heaviside_complex": (lambda d: torch.ones(2, device=d).heaviside(torch.ones(2, dtype=torch.complex64, device=d)),
                           "heaviside is not yet implemented for complex tensors"),
+    "heaviside_complex_out": (lambda d: torch.heaviside(torch.ones(2, device=d), torch.ones(2, device=d),
+                                                        out=torch.empty(2, dtype=torch.complex64, device=d)),
+                              "heaviside is not yet implemented for complex tensors"),
 }
 
 

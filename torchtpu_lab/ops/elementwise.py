@@ -576,10 +576,10 @@ def clamp_max(x, max):
     return jnp.minimum(*_promote(x, max))
 
 
-@checks_args(aten.heaviside.default)
-def _heaviside_args(op, x, values) -> None:
-    """CPU's checks (in its kernel; PyTorch's meta kernel makes neither)."""
-    if x.is_complex() or values.is_complex():
+@checks_args(aten.heaviside.default, aten.heaviside.out)
+def _heaviside_args(op, x, values, *, out=None) -> None:
+    """CPU's checks (in its kernel; PyTorch's meta kernel makes neither), a complex ``out=`` included."""
+    if x.is_complex() or values.is_complex() or (out is not None and out.is_complex()):
         raise RuntimeError("heaviside is not yet implemented for complex tensors.")
     if x.dtype != values.dtype:
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")

@@ -17,6 +17,7 @@ from ..device import sizes, tensor, views
 from ..dtypes import scalar_name as _name
 from ..dtypes import scalar_names as _names
 from ..ops import cpu_rules
+from ..ops.registry import ARG_CHECKS
 from . import values
 
 def signature(schema) -> tuple:
@@ -237,12 +238,16 @@ def _warn_if_resized(out, result) -> None:
 
 
 def make_out_kernel(functional, names: list[str], op=None):
-    """The ``out=`` variant ``op`` of ``functional``: PyTorch's dtype rule for the outs is ``op``'s on CPU."""
+    """The ``out=`` variant ``op`` of ``functional``: PyTorch's dtype rule for the outs is ``op``'s on CPU, and so
+    are the checks of the outs a lowering registers for ``op`` itself (``checks_args``: heaviside's complex out)."""
     defaults = None if op is None else _defaults(op._schema)
+    check = ARG_CHECKS.get(op)
 
     def kernel(*args, **kwargs):
         if defaults is not None:
             args, kwargs = _with_defaults(defaults, args, kwargs)
+        if check is not None:
+            check(op, *args, **kwargs)
         outs = [kwargs.pop(n) for n in names]
         result = functional(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
