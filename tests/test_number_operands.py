@@ -72,6 +72,13 @@ CALL_ERRORS = {
     "heaviside_complex_out": (lambda d: torch.heaviside(torch.ones(2, device=d), torch.ones(2, device=d),
                                                         out=torch.empty(2, dtype=torch.complex64, device=d)),
                               "heaviside is not yet implemented for complex tensors"),
+    "complex_abs_in_place": (lambda d: torch.tensor([3 + 4j], device=d).abs_(),
+                             "In-place abs is not supported for complex tensors"),
+    "isposinf_float_out": (lambda d: torch.isposinf(torch.ones(2, device=d), out=torch.empty(2, device=d)),
+                           "isposinf does not support non-boolean outputs"),
+    "isneginf_int_out": (lambda d: torch.isneginf(torch.ones(2, device=d),
+                                                  out=torch.empty(2, dtype=torch.int64, device=d)),
+                         "isneginf does not support non-boolean outputs"),
 }
 
 

@@ -191,7 +191,7 @@ def _collect() -> dict:
     # in-place and out= variants of every functional op we can run
     for inplace, functional in _RENAMED_INPLACE.items():
         if functional in kernels and inplace not in kernels:
-            kernels[inplace] = mutation.make_inplace_kernel(kernels[functional], inplace._schema)
+            kernels[inplace] = mutation.make_inplace_kernel(kernels[functional], inplace)
     functionals = {mutation.signature(op._schema): k for op, k in kernels.items() if not op._schema.is_mutable}
     functional_ops = {mutation.signature(op._schema): op for op in kernels if not op._schema.is_mutable}
     for base in {s[0] for s in functionals}:
@@ -205,7 +205,7 @@ def _collect() -> dict:
             if names:
                 kernels[op] = mutation.make_out_kernel(functional, names, op)
             elif mutation.is_inplace(op._schema):
-                kernels[op] = mutation.make_inplace_kernel(functional, op._schema, _pointwise(op))
+                kernels[op] = mutation.make_inplace_kernel(functional, op, _pointwise(op))
                 INPLACE_OF[op] = functional_ops[mutation.signature(op._schema)]
     factories = {mutation.factory_signature(op._schema): k for op, k in kernels.items()
                  if not op._schema.is_mutable and mutation.is_factory(op._schema)}

@@ -19,6 +19,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND
 from torch._prims_common import elementwise_dtypes
 
 from .. import dtypes
+from . import complex_special
 from .error_flags import report, reports
 from .precision import HALF_TYPES
 from .registry import NoKernel, aten, checks_args, lower
@@ -257,6 +258,12 @@ def absolute(x):
     return jnp.abs(x)
 
 
+@checks_args(aten.abs_.default)
+def _abs_in_place_args(op, x) -> None:
+    if x.is_complex():  # the float result would be cast back into the complex tensor
+        raise RuntimeError("In-place abs is not supported for complex tensors.")
+
+
 @lower(aten.reciprocal)
 def reciprocal(x):
     return 1 / _float(x)
@@ -353,7 +360,7 @@ def _unary(op, fn):
 
 
 for _op, _fn in [
-    (aten.exp, jnp.exp), (aten.exp2, jnp.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
+    (aten.exp, complex_special.exp), (aten.exp2, jnp.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
     (aten.log1p, jnp.log1p), (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, jnp.sqrt),
     (aten.rsqrt, lax.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
     (aten.asin, jnp.arcsin), (aten.acos, jnp.arccos), (aten.atan, jnp.arctan), (aten.sinh, jnp.sinh),
@@ -448,40 +455,7 @@ def nextafter(x, y):
 @lower(aten.logaddexp)
 def logaddexp(x, y):
     x, y = _float(x, y)
-    return _complex_logaddexp(x, y) if jnp.iscomplexobj(x) else jnp.logaddexp(x, y)
-
-
-def _complex_logaddexp(x, y):
-    """CPU's complex kernel (``_log_add_exp_helper``): ``log1p(exp(min - max)) + max`` ordered by real part, a NaN
-    part making both parts NaN, equal infinite real parts handled apart, and ``exp`` of a ``-inf`` real part zero
-    whatever the imaginary part (C's ``cexp``; XLA's gives NaN for an infinite one)."""
-    y_nan, x_nan, x_lower = _complex_nan(y), _complex_nan(x), x.real < y.real
-    low = jnp.where(y_nan, y, jnp.where(x_nan | x_lower, x, y))
-    high = jnp.where(y_nan, y, jnp.where(x_nan | ~x_lower, x, y))
-    diff = low - high
-    usual = jnp.log1p(jnp.where(diff.real == -jnp.inf, jnp.zeros_like(diff), jnp.exp(diff))) + high
-    same_infinity = ~jnp.isfinite(low.real) & (low.real == high.real)
-    total = _cexp_inf(low) + _cexp_inf(high)
-    # C's clog: a real part of +inf wherever a part of the argument is infinite (XLA's log gives NaN)
-    both_up = lax.complex(jnp.where(jnp.isinf(total.real) | jnp.isinf(total.imag), jnp.inf, jnp.log(jnp.abs(total))),
-                          jnp.arctan2(total.imag, total.real))
-    out = jnp.where(same_infinity, jnp.where(low.real < 0, low, both_up), usual)
-    return jnp.where(_complex_nan(low), jnp.full_like(out, complex(jnp.nan, jnp.nan)), out)
-
-
-def _complex_nan(z):
-    return jnp.isnan(z.real) | jnp.isnan(z.imag)
-
-
-def _cexp_inf(z):
-    """``exp(z)`` for a ``+inf`` real part as C's ``cexp`` gives it: ``inf * cis(imag)`` with a zero part where the
-    cosine or sine is exactly zero (not ``inf * 0``), ``(inf, nan)`` for an infinite or NaN imaginary part."""
-    cos, sin = jnp.cos(z.imag), jnp.sin(z.imag)
-    inf = jnp.asarray(jnp.inf, z.real.dtype)
-    re = jnp.where(cos == 0, jnp.zeros_like(cos), inf * cos)
-    im = jnp.where(sin == 0, jnp.zeros_like(sin), inf * sin)
-    finite = jnp.isfinite(z.imag)
-    return lax.complex(jnp.where(finite, re, inf), jnp.where(finite, im, jnp.nan))
+    return complex_special.logaddexp(x, y) if jnp.iscomplexobj(x) else jnp.logaddexp(x, y)
 
 
 @lower(aten.logaddexp2)
@@ -502,16 +476,6 @@ def xlog1py(x, y):
     x, y = _float(x, y, opmath=False)
     out = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log1p(y))
     return jnp.where(jnp.isnan(y), y, out)
-
-
-@lower(aten.igamma)
-def igamma(a, x):
-    return jsp.gammainc(*_float(a, x))
-
-
-@lower(aten.igammac)
-def igammac(a, x):
-    return jsp.gammaincc(*_float(a, x))
 
 
 @lower(aten.ldexp.Tensor)

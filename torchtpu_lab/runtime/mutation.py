@@ -135,17 +135,21 @@ def _with_defaults(defaults: tuple, args: tuple, kwargs: dict) -> tuple[list, di
     return args, kwargs
 
 
-def make_inplace_kernel(functional, schema=None, pointwise: bool = False):
-    """The in-place variant of ``functional``. ``pointwise`` (an elementwise op): a ``self`` that is its whole
-    storage in another shape runs the op on the storage itself (:func:`_whole_storage`), as the recording kernel
-    records it (csrc/recorder.cpp keys such a call as its storage's), so this path teaches that kernel the entry
-    it looks up."""
-    defaults = None if schema is None else _defaults(schema)
+def make_inplace_kernel(functional, op=None, pointwise: bool = False):
+    """The in-place variant ``op`` of ``functional``, with the argument check registered for ``op`` itself
+    (``checks_args``: CPU's refusal of an in-place ``abs_`` of a complex tensor). ``pointwise`` (an elementwise
+    op): a ``self`` that is its whole storage in another shape runs the op on the storage itself
+    (:func:`_whole_storage`), as the recording kernel records it (csrc/recorder.cpp keys such a call as its
+    storage's), so this path teaches that kernel the entry it looks up."""
+    defaults = None if op is None else _defaults(op._schema)
+    check = ARG_CHECKS.get(op)
 
     def kernel(self, *args, **kwargs):
         if defaults is not None:
             args, kwargs = _with_defaults(defaults, (self, *args), kwargs)
             args = args[1:]
+        if check is not None:
+            check(op, self, *args, **kwargs)
         if pointwise:
             whole = _whole_storage(self, args, kwargs)
             if whole is not None:
@@ -223,8 +227,10 @@ _DTYPE_NAME = re.compile(r"\b(" + "|".join(_names()) + r")\b")
 def _about_types(e: BaseException) -> bool:
     """Whether CPU's error for an ``out=`` of another dtype is about dtypes ("Found dtype Double but expected
     Float", "result type Float can't be cast", "expected scalar type Long", "all only supports bool tensor for
-    result, got: Float")."""
-    return isinstance(e, RuntimeError) and ("type" in str(e).lower() or _DTYPE_NAME.search(str(e)) is not None)
+    result, got: Float", "isposinf does not support non-boolean outputs.")."""
+    message = str(e)
+    return isinstance(e, RuntimeError) and ("type" in message.lower() or _DTYPE_NAME.search(message) is not None
+                                            or "non-boolean outputs" in message)
 
 
 def _warn_if_resized(out, result) -> None:
@@ -239,7 +245,8 @@ def _warn_if_resized(out, result) -> None:
 
 def make_out_kernel(functional, names: list[str], op=None):
     """The ``out=`` variant ``op`` of ``functional``: PyTorch's dtype rule for the outs is ``op``'s on CPU, and so
-    are the checks of the outs a lowering registers for ``op`` itself (``checks_args``: heaviside's complex out)."""
+    are the checks of the outs a lowering registers for ``op`` itself (``checks_args``: heaviside's complex out,
+    ``isposinf``'s non-bool out)."""
     defaults = None if op is None else _defaults(op._schema)
     check = ARG_CHECKS.get(op)
 
