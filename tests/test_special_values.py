@@ -1,6 +1,6 @@
 """Ops at infinities, NaNs, signed zeros and their domains' edges, value for value against CPU's kernels: XLA's
-complex ``exp`` and ``log`` give NaN where C's ``cexp``/``clog`` (which CPU's kernels use) give an infinity or a
-zero; ``igamma``/``igammac`` have CPU's boundary values (SciPy's), checked in CPU's order; ``digamma`` of a
+complex ``exp``, ``exp2``, ``sqrt``, ``abs`` and ``log`` give NaN (or the other side of a branch cut) where C's
+``cexp``/``csqrt``/``cabs``/``clog`` (which CPU's kernels use) give an infinity, a zero or a signed part; ``igamma``/``igammac`` have CPU's boundary values (SciPy's), checked in CPU's order; ``digamma`` of a
 signed zero is an infinity of the other sign. (Found by PyTorch's own test_unary_ufuncs on tpu.)"""
 
 import itertools
@@ -36,14 +36,26 @@ def test_complex_logaddexp_at_infinities_and_nans_is_cpus(dtype):
     assert torch.logaddexp(torch.tensor([x], device="tpu"), torch.tensor([y], device="tpu")).item() == y
 
 
+@pytest.mark.parametrize("fn", [torch.exp, torch.exp2, torch.sqrt, torch.abs])
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
-def test_complex_exp_at_infinities_and_nans_is_cs_cexp(dtype):
-    values = [complex(a, b) for a in (*_PARTS, -0.0, 800.0) for b in (*_IMAG, -0.0, -math.inf)]
+def test_complex_functions_at_infinities_nans_and_signed_zeros_are_cs(fn, dtype):
+    values = [complex(a, b) for a in (*_PARTS, -0.0, -3.0, 800.0) for b in (*_IMAG, -0.0, -math.inf, 1e30)]
     z = torch.tensor(values, dtype=dtype)
-    cpu, tpu = torch.exp(z).tolist(), torch.exp(z.to("tpu")).cpu().tolist()
-    wrong = [(values[i], cpu[i], tpu[i]) for i in range(len(values)) if not _same(cpu[i], tpu[i])]
+    cpu, tpu = fn(z).tolist(), fn(z.to("tpu")).cpu().tolist()
+    wrong = [(values[i], cpu[i], tpu[i]) for i in range(len(values)) if not _same(complex(cpu[i]), complex(tpu[i]))]
     assert not wrong, wrong[:5]
-    assert torch.exp(torch.tensor([complex(-math.inf, math.inf)], device="tpu")).item() == 0
+
+
+def test_complex_examples_xla_got_wrong():
+    def on_tpu(fn, z):
+        return fn(torch.tensor([z], device="tpu")).item()
+
+    assert on_tpu(torch.exp, complex(-math.inf, math.inf)) == 0
+    assert on_tpu(torch.exp2, complex(-math.inf, 0.5)) == 0
+    assert on_tpu(torch.sqrt, complex(-4.0, -0.0)) == complex(0, -2)  # the branch cut follows -0's sign
+    assert on_tpu(torch.abs, complex(math.inf, math.nan)) == math.inf
+    z = torch.randn(20000, dtype=torch.complex64) * torch.logspace(-20, 20, 20000)
+    assert torch.equal(z.to("tpu").abs().cpu(), z.abs())  # correctly rounded, as hypot is
 
 
 _GAMMA_ARGS = (0.0, -0.0, 1e-3, 1.0, 5.0, 1e3, math.inf, -1e-3, -math.inf, math.nan)

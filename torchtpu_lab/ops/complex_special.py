@@ -1,9 +1,11 @@
 """Complex functions at infinities and NaNs as CPU's kernels give them.
 
-CPU's complex kernels call C's ``cexp``/``clog`` (C99 Annex G), which define a result for every infinite or NaN
-part; XLA's complex ``exp`` and ``log`` compute ``exp(re) * cis(im)`` and ``log|z| + i arg z`` and give NaN where C
-gives an infinity or a zero (``exp(-inf + inf j)`` is 0 in C). A lowering that composes them handles those points
-here, so ordinary values keep XLA's arithmetic and only the special ones are selected.
+CPU's complex kernels call C's ``cexp``/``csqrt``/``cabs``/``clog`` (C99 Annex G), which define a result for every
+infinite or NaN part and follow the sign of a zero imaginary part across a branch cut; XLA's compute
+``exp(re) * cis(im)``, ``log|z| + i arg z`` and the like, and give NaN where C gives an infinity or a zero
+(``exp(-inf + inf j)`` is 0 in C) and ``+1.732j`` for ``sqrt(-3 - 0j)``. These functions keep XLA's arithmetic for
+ordinary values and select C's results at the special points. (Not yet: ``atan``, ``atanh``, ``rsqrt`` and
+``sigmoid`` at complex infinities, found by PyTorch's test_unary_ufuncs.)
 """
 
 from __future__ import annotations
@@ -59,3 +61,47 @@ def logaddexp(x, y):
     both_up = clog(exp_of_infinite(low) + exp_of_infinite(high))
     out = jnp.where(same_infinity, jnp.where(low.real < 0, low, both_up), usual)
     return jnp.where(is_nan(low), jnp.full_like(out, complex(jnp.nan, jnp.nan)), out)
+
+
+def exp2(x):
+    """``torch.exp2``: ``cexp(z * ln 2)`` for complex tensors (XLA's gives NaN at a real part of ``-inf``)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.exp2(x)
+    ln2 = jnp.asarray(0.6931471805599453, x.real.dtype)
+    return cexp(lax.complex(x.real * ln2, x.imag * ln2))  # a complex product would make NaNs of infinities
+
+
+def abs(x):  # noqa: A001 — torch.abs
+    """``torch.abs``: C's ``cabs`` (``hypot``) for complex tensors: ``inf`` when a part is infinite, even with a
+    NaN other part (XLA: NaN), and a complex64's modulus rounded once from float64 parts (``hypot`` is correctly
+    rounded; XLA's float32 modulus is an ulp off for some values, ``|-3 + 0.5j|`` one of them; no complex128,
+    which a TPU lacks, and no overflow: a float32's square fits a float64)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.abs(x)
+    if x.dtype == jnp.complex64:
+        re, im = x.real.astype(jnp.float64), x.imag.astype(jnp.float64)
+        modulus = jnp.sqrt(re * re + im * im).astype(jnp.float32)
+    else:
+        modulus = jnp.abs(x)
+    infinite = jnp.isinf(x.real) | jnp.isinf(x.imag)
+    return jnp.where(infinite, jnp.asarray(jnp.inf, x.real.dtype), modulus)
+
+
+def sqrt(x):
+    """``torch.sqrt``: C's ``csqrt`` for complex tensors: the branch cut follows the sign of a zero imaginary part
+    (``sqrt(-3 - 0j)`` is ``-1.732j``; XLA's gives ``+1.732j``), and its values at infinities: ``inf ± inf j`` for
+    an infinite imaginary part whatever the real one, ``0 ± inf j`` for a real part of ``-inf`` (``nan + inf j``
+    with a NaN imaginary part), ``inf ± 0j`` for ``+inf`` (``inf + nan j``)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.sqrt(x)
+    re, im = x.real, x.imag
+    inf, nan, zero = (jnp.asarray(v, re.dtype) for v in (jnp.inf, jnp.nan, 0.0))
+    out = jnp.sqrt(x)
+    on_cut = (im == 0) & (re < 0)
+    out = jnp.where(on_cut, lax.complex(jnp.zeros_like(re), jnp.copysign(jnp.sqrt(-re), im)), out)
+    finite_im = jnp.isfinite(im)
+    out = jnp.where((re == -inf) & finite_im, lax.complex(jnp.zeros_like(re), jnp.copysign(inf, im)), out)
+    out = jnp.where((re == -inf) & jnp.isnan(im), lax.complex(nan, inf), out)
+    out = jnp.where((re == inf) & finite_im, lax.complex(jnp.full_like(re, inf), jnp.copysign(zero, im)), out)
+    out = jnp.where((re == inf) & jnp.isnan(im), lax.complex(inf, nan), out)
+    return jnp.where(jnp.isinf(im), lax.complex(jnp.full_like(re, inf), im), out)

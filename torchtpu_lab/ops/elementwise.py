@@ -255,7 +255,7 @@ def neg(x):
 
 @lower(aten.abs)
 def absolute(x):
-    return jnp.abs(x)
+    return complex_special.abs(x)
 
 
 @checks_args(aten.abs_.default)
@@ -360,8 +360,8 @@ def _unary(op, fn):
 
 
 for _op, _fn in [
-    (aten.exp, complex_special.exp), (aten.exp2, jnp.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
-    (aten.log1p, jnp.log1p), (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, jnp.sqrt),
+    (aten.exp, complex_special.exp), (aten.exp2, complex_special.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
+    (aten.log1p, jnp.log1p), (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, complex_special.sqrt),
     (aten.rsqrt, lax.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
     (aten.asin, jnp.arcsin), (aten.acos, jnp.arccos), (aten.atan, jnp.arctan), (aten.sinh, jnp.sinh),
     (aten.cosh, jnp.cosh), (aten.tanh, jnp.tanh), (aten.asinh, jnp.arcsinh), (aten.acosh, jnp.arccosh),

@@ -244,9 +244,9 @@ def _warn_if_resized(out, result) -> None:
 
 
 def make_out_kernel(functional, names: list[str], op=None):
-    """The ``out=`` variant ``op`` of ``functional``: PyTorch's dtype rule for the outs is ``op``'s on CPU, and so
-    are the checks of the outs a lowering registers for ``op`` itself (``checks_args``: heaviside's complex out,
-    ``isposinf``'s non-bool out)."""
+    """The ``out=`` variant ``op`` of ``functional``: PyTorch's dtype rule for the outs is ``op``'s on CPU (asked of
+    its kernel, :func:`_about_types`), and so is the argument check a lowering registers for ``op`` itself
+    (``checks_args``: heaviside's complex out)."""
     defaults = None if op is None else _defaults(op._schema)
     check = ARG_CHECKS.get(op)
 
