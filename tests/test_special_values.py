@@ -1,7 +1,8 @@
 """Ops at infinities, NaNs, signed zeros and their domains' edges, value for value against CPU's kernels: XLA's
 complex ``exp``, ``exp2``, ``sqrt``, ``abs`` and ``log`` give NaN (or the other side of a branch cut) where C's
-``cexp``/``csqrt``/``cabs``/``clog`` (which CPU's kernels use) give an infinity, a zero or a signed part; ``igamma``/``igammac`` have CPU's boundary values (SciPy's), checked in CPU's order; ``digamma`` of a
-signed zero is an infinity of the other sign. (Found by PyTorch's own test_unary_ufuncs on tpu.)"""
+``cexp``/``csqrt``/``cabs``/``clog`` (which CPU's kernels use) give an infinity, a zero or a signed part;
+``igamma``/``igammac`` have CPU's boundary values (SciPy's), checked in CPU's order; ``digamma`` of a signed zero
+is an infinity of the other sign. (Found by PyTorch's own test_unary_ufuncs on tpu.)"""
 
 import itertools
 import math
