@@ -1,6 +1,7 @@
 """Ops at infinities, NaNs, signed zeros and their domains' edges, value for value against CPU's kernels: XLA's
-complex ``exp``, ``exp2``, ``sqrt``, ``abs`` and ``log`` give NaN (or the other side of a branch cut) where C's
-``cexp``/``csqrt``/``cabs``/``clog`` (which CPU's kernels use) give an infinity, a zero or a signed part;
+complex ``exp``, ``exp2``, ``sqrt``, ``abs``, ``atan``, ``atanh`` and ``log`` give NaN (or the other side of a
+branch cut) where C's functions (which CPU's kernels use) give an infinity, a zero or a signed part, and CPU's
+reciprocals (``rsqrt``, ``sigmoid``) divide as ``c10::complex`` does;
 ``igamma``/``igammac`` have CPU's boundary values (SciPy's), checked in CPU's order; ``digamma`` of a signed zero
 is an infinity of the other sign. (Found by PyTorch's own test_unary_ufuncs on tpu.)"""
 
@@ -37,7 +38,8 @@ def test_complex_logaddexp_at_infinities_and_nans_is_cpus(dtype):
     assert torch.logaddexp(torch.tensor([x], device="tpu"), torch.tensor([y], device="tpu")).item() == y
 
 
-@pytest.mark.parametrize("fn", [torch.exp, torch.exp2, torch.sqrt, torch.abs])
+@pytest.mark.parametrize("fn", [torch.exp, torch.exp2, torch.sqrt, torch.abs, torch.rsqrt, torch.sigmoid, torch.atan,
+                                torch.atanh])
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
 def test_complex_functions_at_infinities_nans_and_signed_zeros_are_cs(fn, dtype):
     values = [complex(a, b) for a in (*_PARTS, -0.0, -3.0, 800.0) for b in (*_IMAG, -0.0, -math.inf, 1e30)]
@@ -55,6 +57,8 @@ def test_complex_examples_xla_got_wrong():
     assert on_tpu(torch.exp2, complex(-math.inf, 0.5)) == 0
     assert on_tpu(torch.sqrt, complex(-4.0, -0.0)) == complex(0, -2)  # the branch cut follows -0's sign
     assert on_tpu(torch.abs, complex(math.inf, math.nan)) == math.inf
+    assert on_tpu(torch.atan, complex(-0.0, 1e30)).real < 0  # -pi/2: the cut follows the zero's sign too
+    assert on_tpu(torch.rsqrt, complex(-math.inf, -3.0)) == 0
     z = torch.randn(20000, dtype=torch.complex64) * torch.logspace(-20, 20, 20000)
     assert torch.equal(z.to("tpu").abs().cpu(), z.abs())  # correctly rounded, as hypot is
 

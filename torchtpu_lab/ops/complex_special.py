@@ -4,12 +4,13 @@ CPU's complex kernels call C's ``cexp``/``csqrt``/``cabs``/``clog`` (C99 Annex G
 infinite or NaN part and follow the sign of a zero imaginary part across a branch cut; XLA's compute
 ``exp(re) * cis(im)``, ``log|z| + i arg z`` and the like, and give NaN where C gives an infinity or a zero
 (``exp(-inf + inf j)`` is 0 in C) and ``+1.732j`` for ``sqrt(-3 - 0j)``. These functions keep XLA's arithmetic for
-ordinary values and select C's results at the special points. (Not yet: ``atan``, ``atanh``, ``rsqrt`` and
-``sigmoid`` at complex infinities, found by PyTorch's test_unary_ufuncs.)
+ordinary values and select C's results at the special points. A reciprocal (``rsqrt``, ``sigmoid``) divides
+as ``c10::complex`` does (NumPy's scaled division), whose results at infinities are not C's either.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -105,3 +106,64 @@ def sqrt(x):
     out = jnp.where((re == inf) & finite_im, lax.complex(jnp.full_like(re, inf), jnp.copysign(zero, im)), out)
     out = jnp.where((re == inf) & jnp.isnan(im), lax.complex(inf, nan), out)
     return jnp.where(jnp.isinf(im), lax.complex(jnp.full_like(re, inf), im), out)
+
+
+def _reciprocal(z):
+    """``1 / z`` as ``c10::complex``'s division computes it (NumPy's, Smith's: scaled by the larger part), which
+    CPU's complex kernels use: ``1 / (0 - inf j)`` is ``-0 + 0j``, ``1 / (inf - inf j)`` NaN, ``1 / 0`` is
+    ``inf + nan j``."""
+    c, d = z.real, z.imag
+    one, zero = jnp.ones_like(c), jnp.zeros_like(c)
+    c_larger = jnp.abs(c) >= jnp.abs(d)
+    both_zero = (c == 0) & (d == 0)
+    rat = jnp.where(c_larger, d / c, c / d)
+    scale = one / jnp.where(c_larger, c + d * rat, d + c * rat)
+    re = jnp.where(c_larger, (one + zero * rat) * scale, (one * rat + zero) * scale)
+    im = jnp.where(c_larger, (zero - one * rat) * scale, (zero * rat - one) * scale)
+    re = jnp.where(both_zero, one / jnp.abs(c), re)
+    im = jnp.where(both_zero, zero / jnp.abs(d), im)
+    return lax.complex(re, im)
+
+
+def rsqrt(x):
+    """``torch.rsqrt``: CPU's ``1 / sqrt(z)`` for complex tensors (C's ``csqrt``, ``c10::complex``'s division)."""
+    return _reciprocal(sqrt(x)) if jnp.iscomplexobj(x) else lax.rsqrt(x)
+
+
+def sigmoid(x):
+    """``torch.sigmoid``: CPU's ``1 / (1 + exp(-z))`` for complex tensors (C's ``cexp``, ``c10::complex``'s
+    division)."""
+    if not jnp.iscomplexobj(x):
+        return jax.nn.sigmoid(x)
+    return _reciprocal(1 + cexp(-x))
+
+
+def _catanh(z):
+    """C's ``catanh``: XLA's ``arctanh`` for finite parts; at an infinite or NaN part, its value in the first
+    quadrant (``0 + i pi/2`` for an infinite part, ``0 + i NaN`` for ``inf + i NaN`` and for ``0 + i NaN``, NaN
+    otherwise), given the signs of ``z``'s parts (catanh is odd and commutes with conjugation)."""
+    a, b = jnp.abs(z.real), jnp.abs(z.imag)
+    zero, nan = jnp.zeros_like(a), jnp.full_like(a, jnp.nan)
+    half_pi = jnp.full_like(a, jnp.pi / 2)
+    re = jnp.where(jnp.isinf(b) | jnp.isinf(a) | (a == 0), zero, nan)
+    im = jnp.where(jnp.isinf(b) | (jnp.isinf(a) & ~jnp.isnan(b)), half_pi, nan)
+    special = lax.complex(jnp.copysign(re, z.real), jnp.copysign(im, z.imag))
+    ordinary = jnp.isfinite(z.real) & jnp.isfinite(z.imag)
+    value = jnp.arctanh(z)
+    # on the cut (|re| > 1, im == 0) the imaginary part's sign follows the zero's (XLA drops it)
+    on_cut = (z.imag == 0) & (a > 1)
+    value = jnp.where(on_cut, lax.complex(value.real, jnp.copysign(jnp.abs(value.imag), z.imag)), value)
+    return jnp.where(ordinary, value, special)
+
+
+def atanh(x):
+    """``torch.atanh``: C's ``catanh`` for complex tensors."""
+    return _catanh(x) if jnp.iscomplexobj(x) else jnp.arctanh(x)
+
+
+def atan(x):
+    """``torch.atan``: C's ``catan(z) = -i catanh(i z)`` for complex tensors."""
+    if not jnp.iscomplexobj(x):
+        return jnp.arctan(x)
+    w = _catanh(lax.complex(-x.imag, x.real))
+    return lax.complex(w.imag, -w.real)

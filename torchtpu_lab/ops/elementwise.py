@@ -362,10 +362,10 @@ def _unary(op, fn):
 for _op, _fn in [
     (aten.exp, complex_special.exp), (aten.exp2, complex_special.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
     (aten.log1p, jnp.log1p), (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, complex_special.sqrt),
-    (aten.rsqrt, lax.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
-    (aten.asin, jnp.arcsin), (aten.acos, jnp.arccos), (aten.atan, jnp.arctan), (aten.sinh, jnp.sinh),
+    (aten.rsqrt, complex_special.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
+    (aten.asin, jnp.arcsin), (aten.acos, jnp.arccos), (aten.atan, complex_special.atan), (aten.sinh, jnp.sinh),
     (aten.cosh, jnp.cosh), (aten.tanh, jnp.tanh), (aten.asinh, jnp.arcsinh), (aten.acosh, jnp.arccosh),
-    (aten.atanh, jnp.arctanh), (aten.sigmoid, jax.nn.sigmoid), (aten.erf, jsp.erf), (aten.erfc, jsp.erfc),
+    (aten.atanh, complex_special.atanh), (aten.sigmoid, complex_special.sigmoid), (aten.erf, jsp.erf), (aten.erfc, jsp.erfc),
     (aten.erfinv, jsp.erfinv), (aten.lgamma, jsp.gammaln), (aten.i0, jsp.i0), (aten.special_i0e, jsp.i0e),
     (aten.special_i1, jsp.i1), (aten.special_i1e, jsp.i1e), (aten.special_ndtri, jsp.ndtri),
     (aten.special_log_ndtr, jsp.log_ndtr), (aten.special_erfcx, jsp.erfcx), (aten.special_entr, jsp.entr),
