@@ -3,7 +3,8 @@ complex ``exp``, ``exp2``, ``sqrt``, ``abs``, ``atan``, ``atanh`` and ``log`` gi
 branch cut) where C's functions (which CPU's kernels use) give an infinity, a zero or a signed part, and CPU's
 reciprocals (``rsqrt``, ``sigmoid``) divide as ``c10::complex`` does;
 ``igamma``/``igammac`` have CPU's boundary values (SciPy's), checked in CPU's order; ``digamma`` of a signed zero
-is an infinity of the other sign. (Found by PyTorch's own test_unary_ufuncs on tpu.)"""
+is an infinity of the other sign; float32 ``exp2``/``cosh``/``sinh`` of large arguments stay within a few ulps.
+(Found by PyTorch's own test_unary_ufuncs on tpu.)"""
 
 import itertools
 import math
@@ -39,10 +40,12 @@ def test_complex_logaddexp_at_infinities_and_nans_is_cpus(dtype):
 
 
 @pytest.mark.parametrize("fn", [torch.exp, torch.exp2, torch.sqrt, torch.abs, torch.rsqrt, torch.sigmoid, torch.atan,
-                                torch.atanh])
+                                torch.atanh, torch.acos, torch.acosh, torch.asin, torch.asinh])
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
 def test_complex_functions_at_infinities_nans_and_signed_zeros_are_cs(fn, dtype):
-    values = [complex(a, b) for a in (*_PARTS, -0.0, -3.0, 800.0) for b in (*_IMAG, -0.0, -math.inf, 1e30)]
+    values = [complex(a, b) for a in (*_PARTS, -0.0, -3.0, 800.0) for b in (*_IMAG, -0.0, -math.inf, 1e30, -3.0)]
+    if fn in (torch.acos, torch.acosh, torch.asin, torch.asinh):  # C's NaN combinations there are not all CPU's
+        values = [v for v in values if math.isfinite(v.real) and math.isfinite(v.imag)]
     z = torch.tensor(values, dtype=dtype)
     cpu, tpu = fn(z).tolist(), fn(z.to("tpu")).cpu().tolist()
     wrong = [(values[i], cpu[i], tpu[i]) for i in range(len(values)) if not _same(complex(cpu[i]), complex(tpu[i]))]
@@ -59,6 +62,7 @@ def test_complex_examples_xla_got_wrong():
     assert on_tpu(torch.abs, complex(math.inf, math.nan)) == math.inf
     assert on_tpu(torch.atan, complex(-0.0, 1e30)).real < 0  # -pi/2: the cut follows the zero's sign too
     assert on_tpu(torch.rsqrt, complex(-math.inf, -3.0)) == 0
+    assert on_tpu(torch.acos, complex(-3.0, -0.0)).imag > 0  # conj-symmetric: 3.14 + 1.76j, not - 1.76j
     z = torch.randn(20000, dtype=torch.complex64) * torch.logspace(-20, 20, 20000)
     assert torch.equal(z.to("tpu").abs().cpu(), z.abs())  # correctly rounded, as hypot is
 
@@ -91,3 +95,16 @@ def test_digamma_of_a_signed_zero_is_cpus():
     assert torch.digamma(x).tolist()[:2] == [-math.inf, math.inf]
     got = torch.digamma(x.to("tpu")).cpu().tolist()
     assert got[:2] == [-math.inf, math.inf] and math.isnan(got[2])
+
+
+@pytest.mark.parametrize("fn", [torch.exp2, torch.cosh, torch.sinh])
+def test_float32_exp2_cosh_sinh_of_large_arguments_are_within_a_few_ulps_of_cpus(fn):
+    """XLA's lost up to 34 ulps (exp2) and 13 (cosh, sinh) once |x| >= 9: the argument's rounding, times |x|."""
+    x = torch.cat([torch.linspace(-88, 88, 40001), torch.arange(-126.0, 128.0)])
+    cpu, tpu = fn(x).double(), fn(x.to("tpu")).cpu().double()
+    normal = cpu.isfinite() & (cpu.abs() >= torch.finfo(torch.float32).tiny)  # XLA flushes subnormals to zero
+    ulps = (cpu - tpu).abs()[normal] / (cpu.abs()[normal] * torch.finfo(torch.float32).eps)
+    assert ulps.max().item() <= 4
+    if fn is torch.exp2:
+        whole = torch.arange(-126.0, 128.0)
+        assert torch.equal(torch.exp2(whole.to("tpu")).cpu(), torch.exp2(whole))  # powers of two, exactly

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import exponentials
+
 
 def is_nan(z):
     """Whether either part of ``z`` is NaN (``at::_isnan`` of a complex)."""
@@ -67,7 +69,7 @@ def logaddexp(x, y):
 def exp2(x):
     """``torch.exp2``: ``cexp(z * ln 2)`` for complex tensors (XLA's gives NaN at a real part of ``-inf``)."""
     if not jnp.iscomplexobj(x):
-        return jnp.exp2(x)
+        return exponentials.exp2(x)
     ln2 = jnp.asarray(0.6931471805599453, x.real.dtype)
     return cexp(lax.complex(x.real * ln2, x.imag * ln2))  # a complex product would make NaNs of infinities
 
@@ -88,24 +90,52 @@ def abs(x):  # noqa: A001 — torch.abs
     return jnp.where(infinite, jnp.asarray(jnp.inf, x.real.dtype), modulus)
 
 
-def sqrt(x):
-    """``torch.sqrt``: C's ``csqrt`` for complex tensors: the branch cut follows the sign of a zero imaginary part
-    (``sqrt(-3 - 0j)`` is ``-1.732j``; XLA's gives ``+1.732j``), and its values at infinities: ``inf ± inf j`` for
-    an infinite imaginary part whatever the real one, ``0 ± inf j`` for a real part of ``-inf`` (``nan + inf j``
-    with a NaN imaginary part), ``inf ± 0j`` for ``+inf`` (``inf + nan j``)."""
-    if not jnp.iscomplexobj(x):
-        return jnp.sqrt(x)
-    re, im = x.real, x.imag
-    inf, nan, zero = (jnp.asarray(v, re.dtype) for v in (jnp.inf, jnp.nan, 0.0))
-    out = jnp.sqrt(x)
-    on_cut = (im == 0) & (re < 0)
-    out = jnp.where(on_cut, lax.complex(jnp.zeros_like(re), jnp.copysign(jnp.sqrt(-re), im)), out)
+def _upper_csqrt(z):
+    """``csqrt`` of ``z`` with a non-negative imaginary part (its sign folded away by :func:`sqrt`): XLA's value,
+    and C's at infinities: ``inf + inf j`` for an infinite imaginary part whatever the real one, ``0 + inf j``
+    for a real part of ``-inf`` (``nan + inf j`` with a NaN imaginary part), ``inf + 0j`` for ``+inf``
+    (``inf + nan j``)."""
+    re, im = z.real, z.imag
+    inf, nan, zero = (jnp.full_like(re, v) for v in (jnp.inf, jnp.nan, 0.0))
     finite_im = jnp.isfinite(im)
-    out = jnp.where((re == -inf) & finite_im, lax.complex(jnp.zeros_like(re), jnp.copysign(inf, im)), out)
+    out = jnp.sqrt(z)
+    out = jnp.where((re == -inf) & finite_im, lax.complex(zero, inf), out)
     out = jnp.where((re == -inf) & jnp.isnan(im), lax.complex(nan, inf), out)
-    out = jnp.where((re == inf) & finite_im, lax.complex(jnp.full_like(re, inf), jnp.copysign(zero, im)), out)
+    out = jnp.where((re == inf) & finite_im, lax.complex(inf, zero), out)
     out = jnp.where((re == inf) & jnp.isnan(im), lax.complex(inf, nan), out)
-    return jnp.where(jnp.isinf(im), lax.complex(jnp.full_like(re, inf), im), out)
+    return jnp.where(jnp.isinf(im), lax.complex(inf, im), out)
+
+
+def _conjugate_symmetric(f):
+    """``f`` for a function with ``f(conj z) == conj f(z)`` (``sqrt``, ``acos``, ``acosh``): computed on
+    ``conj z`` where ``z``'s imaginary part has its sign bit set, so the branch cut on the real axis follows the
+    sign of a zero imaginary part (``sqrt(-3 - 0j)`` is ``-1.732j`` in C; XLA gives ``+1.732j``)."""
+    def folded(z):
+        w = f(lax.complex(z.real, jnp.abs(z.imag)))
+        return jnp.where(jnp.signbit(z.imag), jnp.conj(w), w)
+    return folded
+
+
+def _odd_and_conjugate_symmetric(f):
+    """``f`` for an odd function with ``f(conj z) == conj f(z)`` that maps the first quadrant into itself
+    (``asin``, ``asinh``, ``atanh``): computed there and given the signs of ``z``'s parts, so both cuts follow
+    the sign of a zero part."""
+    def folded(z):
+        w = f(lax.complex(jnp.abs(z.real), jnp.abs(z.imag)))
+        return lax.complex(jnp.copysign(w.real, z.real), jnp.copysign(w.imag, z.imag))
+    return folded
+
+
+def _complex_only(f, real):
+    return lambda x: f(x) if jnp.iscomplexobj(x) else real(x)
+
+
+#: ``torch.sqrt``, ``acos``, ``acosh``, ``asin``, ``asinh``: C's functions for complex tensors
+sqrt = _complex_only(_conjugate_symmetric(_upper_csqrt), jnp.sqrt)
+acos = _complex_only(_conjugate_symmetric(jnp.arccos), jnp.arccos)
+acosh = _complex_only(_conjugate_symmetric(jnp.arccosh), jnp.arccosh)
+asin = _complex_only(_odd_and_conjugate_symmetric(jnp.arcsin), jnp.arcsin)
+asinh = _complex_only(_odd_and_conjugate_symmetric(jnp.arcsinh), jnp.arcsinh)
 
 
 def _reciprocal(z):
@@ -138,22 +168,17 @@ def sigmoid(x):
     return _reciprocal(1 + cexp(-x))
 
 
-def _catanh(z):
-    """C's ``catanh``: XLA's ``arctanh`` for finite parts; at an infinite or NaN part, its value in the first
-    quadrant (``0 + i pi/2`` for an infinite part, ``0 + i NaN`` for ``inf + i NaN`` and for ``0 + i NaN``, NaN
-    otherwise), given the signs of ``z``'s parts (catanh is odd and commutes with conjugation)."""
-    a, b = jnp.abs(z.real), jnp.abs(z.imag)
-    zero, nan = jnp.zeros_like(a), jnp.full_like(a, jnp.nan)
-    half_pi = jnp.full_like(a, jnp.pi / 2)
-    re = jnp.where(jnp.isinf(b) | jnp.isinf(a) | (a == 0), zero, nan)
-    im = jnp.where(jnp.isinf(b) | (jnp.isinf(a) & ~jnp.isnan(b)), half_pi, nan)
-    special = lax.complex(jnp.copysign(re, z.real), jnp.copysign(im, z.imag))
-    ordinary = jnp.isfinite(z.real) & jnp.isfinite(z.imag)
-    value = jnp.arctanh(z)
-    # on the cut (|re| > 1, im == 0) the imaginary part's sign follows the zero's (XLA drops it)
-    on_cut = (z.imag == 0) & (a > 1)
-    value = jnp.where(on_cut, lax.complex(value.real, jnp.copysign(jnp.abs(value.imag), z.imag)), value)
-    return jnp.where(ordinary, value, special)
+def _first_quadrant_catanh(z):
+    """C's ``catanh`` for ``z`` in the first quadrant: XLA's ``arctanh`` for finite parts; ``0 + i pi/2`` for an
+    infinite part, ``0 + i NaN`` for ``inf + i NaN`` and for ``0 + i NaN``, NaN otherwise."""
+    a, b = z.real, z.imag
+    zero, nan, half_pi = (jnp.full_like(a, v) for v in (0.0, jnp.nan, jnp.pi / 2))
+    special = lax.complex(jnp.where(jnp.isinf(b) | jnp.isinf(a) | (a == 0), zero, nan),
+                          jnp.where(jnp.isinf(b) | (jnp.isinf(a) & ~jnp.isnan(b)), half_pi, nan))
+    return jnp.where(jnp.isfinite(a) & jnp.isfinite(b), jnp.arctanh(z), special)
+
+
+_catanh = _odd_and_conjugate_symmetric(_first_quadrant_catanh)
 
 
 def atanh(x):
