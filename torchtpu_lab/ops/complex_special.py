@@ -22,6 +22,11 @@ def is_nan(z):
     return jnp.isnan(z.real) | jnp.isnan(z.imag)
 
 
+def complex_or_real(complex_fn, real_fn):
+    """A lowering's function: ``complex_fn`` for complex arrays, ``real_fn`` otherwise."""
+    return lambda x: complex_fn(x) if jnp.iscomplexobj(x) else real_fn(x)
+
+
 def exp_of_infinite(z):
     """``cexp(z)`` for a real part of ``+inf``: ``inf * cis(imag)`` with a zero part where the cosine or sine is
     exactly zero (not ``inf * 0``), and ``(inf, nan)`` for an infinite or NaN imaginary part."""
@@ -39,11 +44,6 @@ def cexp(z):
     vanishes = (z.real == -jnp.inf) & ~jnp.isfinite(z.imag)
     out = jnp.where(vanishes, jnp.zeros_like(z), jnp.exp(z))
     return jnp.where(z.real == jnp.inf, exp_of_infinite(z), out)
-
-
-def exp(x):
-    """``torch.exp``: C's ``cexp`` for complex tensors, XLA's ``exp`` otherwise."""
-    return cexp(x) if jnp.iscomplexobj(x) else jnp.exp(x)
 
 
 def clog(z):
@@ -66,21 +66,17 @@ def logaddexp(x, y):
     return jnp.where(is_nan(low), jnp.full_like(out, complex(jnp.nan, jnp.nan)), out)
 
 
-def exp2(x):
-    """``torch.exp2``: ``cexp(z * ln 2)`` for complex tensors (XLA's gives NaN at a real part of ``-inf``)."""
-    if not jnp.iscomplexobj(x):
-        return exponentials.exp2(x)
-    ln2 = jnp.asarray(0.6931471805599453, x.real.dtype)
-    return cexp(lax.complex(x.real * ln2, x.imag * ln2))  # a complex product would make NaNs of infinities
+def _cexp2(z):
+    """``cexp(z * ln 2)`` (XLA's ``exp2`` gives NaN at a real part of ``-inf``)."""
+    ln2 = jnp.asarray(0.6931471805599453, z.real.dtype)
+    return cexp(lax.complex(z.real * ln2, z.imag * ln2))  # a complex product would make NaNs of infinities
 
 
-def abs(x):  # noqa: A001 — torch.abs
-    """``torch.abs``: C's ``cabs`` (``hypot``) for complex tensors: ``inf`` when a part is infinite, even with a
-    NaN other part (XLA: NaN), and a complex64's modulus rounded once from float64 parts (``hypot`` is correctly
-    rounded; XLA's float32 modulus is an ulp off for some values, ``|-3 + 0.5j|`` one of them; no complex128,
-    which a TPU lacks, and no overflow: a float32's square fits a float64)."""
-    if not jnp.iscomplexobj(x):
-        return jnp.abs(x)
+def _cabs(x):
+    """C's ``cabs`` (``hypot``): ``inf`` when a part is infinite, even with a NaN other part (XLA: NaN), and a
+    complex64's modulus rounded once from float64 parts (``hypot`` is correctly rounded; XLA's float32 modulus is
+    an ulp off for some values, ``|-3 + 0.5j|`` one of them; no complex128, which a TPU lacks, and no overflow:
+    a float32's square fits a float64)."""
     if x.dtype == jnp.complex64:
         re, im = x.real.astype(jnp.float64), x.imag.astype(jnp.float64)
         modulus = jnp.sqrt(re * re + im * im).astype(jnp.float32)
@@ -126,16 +122,7 @@ def _odd_and_conjugate_symmetric(f):
     return folded
 
 
-def _complex_only(f, real):
-    return lambda x: f(x) if jnp.iscomplexobj(x) else real(x)
-
-
-#: ``torch.sqrt``, ``acos``, ``acosh``, ``asin``, ``asinh``: C's functions for complex tensors
-sqrt = _complex_only(_conjugate_symmetric(_upper_csqrt), jnp.sqrt)
-acos = _complex_only(_conjugate_symmetric(jnp.arccos), jnp.arccos)
-acosh = _complex_only(_conjugate_symmetric(jnp.arccosh), jnp.arccosh)
-asin = _complex_only(_odd_and_conjugate_symmetric(jnp.arcsin), jnp.arcsin)
-asinh = _complex_only(_odd_and_conjugate_symmetric(jnp.arcsinh), jnp.arcsinh)
+_csqrt = _conjugate_symmetric(_upper_csqrt)
 
 
 def _reciprocal(z):
@@ -143,7 +130,7 @@ def _reciprocal(z):
     CPU's complex kernels use: ``1 / (0 - inf j)`` is ``-0 + 0j``, ``1 / (inf - inf j)`` NaN, ``1 / 0`` is
     ``inf + nan j``."""
     c, d = z.real, z.imag
-    one, zero = jnp.ones_like(c), jnp.zeros_like(c)
+    one, zero = jnp.ones_like(c), jnp.zeros_like(c)  # the numerator's parts: kept in the terms for NaN's sake
     c_larger = jnp.abs(c) >= jnp.abs(d)
     both_zero = (c == 0) & (d == 0)
     rat = jnp.where(c_larger, d / c, c / d)
@@ -153,19 +140,6 @@ def _reciprocal(z):
     re = jnp.where(both_zero, one / jnp.abs(c), re)
     im = jnp.where(both_zero, zero / jnp.abs(d), im)
     return lax.complex(re, im)
-
-
-def rsqrt(x):
-    """``torch.rsqrt``: CPU's ``1 / sqrt(z)`` for complex tensors (C's ``csqrt``, ``c10::complex``'s division)."""
-    return _reciprocal(sqrt(x)) if jnp.iscomplexobj(x) else lax.rsqrt(x)
-
-
-def sigmoid(x):
-    """``torch.sigmoid``: CPU's ``1 / (1 + exp(-z))`` for complex tensors (C's ``cexp``, ``c10::complex``'s
-    division)."""
-    if not jnp.iscomplexobj(x):
-        return jax.nn.sigmoid(x)
-    return _reciprocal(1 + cexp(-x))
 
 
 def _first_quadrant_catanh(z):
@@ -181,14 +155,23 @@ def _first_quadrant_catanh(z):
 _catanh = _odd_and_conjugate_symmetric(_first_quadrant_catanh)
 
 
-def atanh(x):
-    """``torch.atanh``: C's ``catanh`` for complex tensors."""
-    return _catanh(x) if jnp.iscomplexobj(x) else jnp.arctanh(x)
-
-
-def atan(x):
-    """``torch.atan``: C's ``catan(z) = -i catanh(i z)`` for complex tensors."""
-    if not jnp.iscomplexobj(x):
-        return jnp.arctan(x)
-    w = _catanh(lax.complex(-x.imag, x.real))
+def _catan(z):
+    """C's ``catan(z) = -i catanh(i z)``."""
+    w = _catanh(lax.complex(-z.imag, z.real))
     return lax.complex(w.imag, -w.real)
+
+
+# The lowerings' functions: C's results (CPU's, for rsqrt and sigmoid) for complex tensors, and for real ones
+# XLA's, or exponentials' where XLA's lose ulps
+exp = complex_or_real(cexp, jnp.exp)
+exp2 = complex_or_real(_cexp2, exponentials.exp2)
+abs = complex_or_real(_cabs, jnp.abs)  # noqa: A001 — torch.abs
+sqrt = complex_or_real(_csqrt, jnp.sqrt)
+rsqrt = complex_or_real(lambda z: _reciprocal(_csqrt(z)), lax.rsqrt)  # CPU's 1 / sqrt(z)
+sigmoid = complex_or_real(lambda z: _reciprocal(1 + cexp(-z)), jax.nn.sigmoid)  # CPU's 1 / (1 + exp(-z))
+acos = complex_or_real(_conjugate_symmetric(jnp.arccos), jnp.arccos)
+acosh = complex_or_real(_conjugate_symmetric(jnp.arccosh), jnp.arccosh)
+asin = complex_or_real(_odd_and_conjugate_symmetric(jnp.arcsin), jnp.arcsin)
+asinh = complex_or_real(_odd_and_conjugate_symmetric(jnp.arcsinh), jnp.arcsinh)
+atanh = complex_or_real(_catanh, jnp.arctanh)
+atan = complex_or_real(_catan, jnp.arctan)

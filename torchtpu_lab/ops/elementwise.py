@@ -359,17 +359,17 @@ def _unary(op, fn):
     lower(op)(lambda x: fn(_float(x)))
 
 
-def _real_or_complex(real, complex_):
-    return lambda x: complex_(x) if jnp.iscomplexobj(x) else real(x)
-
+_cosh = complex_special.complex_or_real(jnp.cosh, exponentials.cosh)
+_sinh = complex_special.complex_or_real(jnp.sinh, exponentials.sinh)
 
 for _op, _fn in [
     (aten.exp, complex_special.exp), (aten.exp2, complex_special.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
     (aten.log1p, jnp.log1p), (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, complex_special.sqrt),
     (aten.rsqrt, complex_special.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
-    (aten.asin, complex_special.asin), (aten.acos, complex_special.acos), (aten.atan, complex_special.atan), (aten.sinh, _real_or_complex(exponentials.sinh, jnp.sinh)),
-    (aten.cosh, _real_or_complex(exponentials.cosh, jnp.cosh)), (aten.tanh, jnp.tanh), (aten.asinh, complex_special.asinh), (aten.acosh, complex_special.acosh),
-    (aten.atanh, complex_special.atanh), (aten.sigmoid, complex_special.sigmoid), (aten.erf, jsp.erf), (aten.erfc, jsp.erfc),
+    (aten.asin, complex_special.asin), (aten.acos, complex_special.acos), (aten.atan, complex_special.atan),
+    (aten.sinh, _sinh), (aten.cosh, _cosh), (aten.tanh, jnp.tanh), (aten.asinh, complex_special.asinh),
+    (aten.acosh, complex_special.acosh), (aten.atanh, complex_special.atanh), (aten.sigmoid, complex_special.sigmoid),
+    (aten.erf, jsp.erf), (aten.erfc, jsp.erfc),
     (aten.erfinv, jsp.erfinv), (aten.lgamma, jsp.gammaln), (aten.i0, jsp.i0), (aten.special_i0e, jsp.i0e),
     (aten.special_i1, jsp.i1), (aten.special_i1e, jsp.i1e), (aten.special_ndtri, jsp.ndtri),
     (aten.special_log_ndtr, jsp.log_ndtr), (aten.special_erfcx, jsp.erfcx), (aten.special_entr, jsp.entr),
