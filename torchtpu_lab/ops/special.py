@@ -23,11 +23,38 @@ from .registry import aten, lower
 # ---- digamma, polygamma, Hurwitz zeta -------------------------------------------------------------------
 
 
+_PSI_10 = 2.25175258906672110764
+_DIGAMMA_A = (8.33333333333333333333e-2, -2.10927960927960927961e-2, 7.57575757575757575758e-3,
+              -4.16666666666666666667e-3, 3.96825396825396825397e-3, -8.33333333333333333333e-3,
+              8.33333333333333333333e-2)
+
+
+def _digamma_of_positive(x):
+    """CPU's ``calc_digamma`` for ``x > 0`` (Cephes): ``-1/x`` terms while ``x < 10`` (at most ten: unrolled),
+    then ``psi(10)`` exactly at 10, else the asymptotic series, in ``x``'s dtype."""
+    result = jnp.zeros_like(x)
+    for _ in range(10):
+        below = x < 10
+        result = jnp.where(below, result - 1 / x, result)
+        x = jnp.where(below, x + 1, x)
+    z = 1 / (x * x)
+    tail = jnp.where(x < 1e17, z * _horner(z, _DIGAMMA_A), jnp.zeros_like(x))
+    series = result + jnp.log(x) - 0.5 / x - tail
+    return jnp.where(x == 10, result + _PSI_10, series)
+
+
 @lower(aten.digamma)
 def digamma(x):
-    """``-inf`` at ``+0`` and ``+inf`` at ``-0`` (CPU's ``copysign(inf, -x)``), NaN at negative integers."""
+    """CPU's ``calc_digamma``: ``-inf`` at ``+0`` and ``+inf`` at ``-0`` (``copysign(inf, -x)``), NaN at negative
+    integers, the reflection ``psi(1 - x) - pi / tan(pi r)`` below 0 with ``tan`` of the fraction ``r`` in
+    float64 (CPU's "rounding errors in tan's input"). JAX's float32 digamma was 2400 ulps off near its zero (1.46)."""
     x = _float(x)
-    return jnp.where(x == 0, jnp.copysign(jnp.asarray(jnp.inf, x.dtype), -x), jsp.digamma(x))
+    negative = x < 0
+    fraction = (x - jnp.trunc(x)).astype(jnp.float64)
+    pi_over_tan = (jnp.pi / jnp.tan(jnp.pi * fraction)).astype(x.dtype)
+    value = _digamma_of_positive(jnp.where(negative, 1 - x, x))
+    value = jnp.where(negative, jnp.where(x == jnp.trunc(x), jnp.full_like(x, jnp.nan), value - pi_over_tan), value)
+    return jnp.where(x == 0, jnp.copysign(jnp.asarray(jnp.inf, x.dtype), -x), value)
 
 
 # ---- regularized incomplete gamma -----------------------------------------------------------------------
