@@ -334,10 +334,12 @@ def index_select(x, dim, index):
 @reports
 def index_add(x, dim, index, source, *, alpha=1):
     x1, key = _along(x, dim, index, "index_add")
-    if x.dtype == jnp.bool_:  # bools add as CPU's or (JAX has no bool add)
-        source = jnp.logical_and(_source_like(x, source), jnp.asarray(alpha).astype(jnp.bool_))
-        return x1.at[key].max(source).reshape(x.shape)
-    return x1.at[key].add((_source_like(x, source) * alpha).astype(x.dtype)).reshape(x.shape)
+    source = _source_like(x, source)
+    if x.dtype == jnp.bool_:  # a bool alpha scales as CPU's and; the add is an or (_method)
+        source = jnp.logical_and(source, jnp.asarray(alpha).astype(jnp.bool_))
+    else:
+        source = (source * alpha).astype(x.dtype)
+    return getattr(x1.at[key], _method("add", x.dtype))(source).reshape(x.shape)
 
 
 @lower(aten.index_copy.default)

@@ -169,11 +169,11 @@ def set_source_tensor(self, source):
     """``a.set_(b)``: ``a`` becomes a view of ``b``'s storage with ``b``'s offset, sizes and strides, so writes
     through either are seen by the other, as on CPU (the CPU fallback gave ``a`` a copy of ``b``'s values)."""
     self = tensor.adopt(self)
-    if not tensor.on_tpu(source) or tensor.adopt(source).tpu_storage.device_index != self.tpu_storage.device_index:
+    tpu_source = tensor.adopt(source) if tensor.on_tpu(source) else None
+    if tpu_source is None or tpu_source.tpu_storage.device_index != self.tpu_storage.device_index:
         raise RuntimeError(f'Attempted to set the storage of a tensor on device "{self.device}" to a storage on '
                            f'different device "{source.device}".  This is no longer allowed; the devices must match.')
-    source = tensor.adopt(source)
-    tensor.set_geometry(self, source.tpu_storage, source.tpu_view)
+    tensor.set_geometry(self, tpu_source.tpu_storage, tpu_source.tpu_view)
     return self
 
 
