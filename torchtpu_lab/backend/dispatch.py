@@ -173,14 +173,13 @@ def _collect() -> dict:
         kernels[op] = tpu_kernel(low)
     for op, fn in PY_KERNELS.items():
         kernels.setdefault(op, fn)
-    for op in view_kernels.VIEW_OPS:
+    for op in (*view_kernels.VIEW_OPS, *view_kernels.DTYPE_VIEW_OPS):
         kernels.setdefault(op, view_kernels.make_view_kernel(op))
     for op in view_kernels.INPLACE_VIEW_OPS:
         kernels.setdefault(op, view_kernels.make_inplace_view_kernel(op))
     kernels.setdefault(aten.detach_.default, view_kernels.detach_)
     for op, low in LOWERINGS.items():
         kernels.setdefault(op, tpu_kernel(low))
-    kernels[aten.view.dtype] = view_kernels.checked_dtype_view(kernels[aten.view.dtype])
     for op, fn in torch._decomp.decomposition_table.items():
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             continue

@@ -197,7 +197,7 @@ struct Runtime {
   long recent_syncs = 0;               // growth.RECENT_SYNCS
   long min_capacity = 0;               // growth.MIN_CAPACITY
   PyObject* syncs_key = nullptr;       // "syncs"
-  PyTypeObject* view_type = nullptr;   // views.View (a NamedTuple: size, stride, offset)
+  PyTypeObject* view_type = nullptr;   // views.View (a NamedTuple: size, stride, offset, cast)
   unsigned long main_thread = 0;
   PyTypeObject* node_type = nullptr;
   PyTypeObject* lazy_type = nullptr;
@@ -410,6 +410,12 @@ bool adopt_plain(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   return true;
 }
 
+// Whether a View reads its storage as another dtype (its `cast`, views.View's fourth field, is set): its Python
+// path reinterprets the storage's bytes (device/reinterpret.py), which the recorded path never does.
+bool casts(PyObject* view) {
+  return view != Py_None && PyTuple_GET_SIZE(view) > 3 && PyTuple_GET_ITEM(view, 3) != Py_None;
+}
+
 // Whether `t` (a view) reads every element of a storage of shape `base` in its order: the storage in another
 // shape (views.reshapes_base).
 bool reshapes_storage(const at::Tensor& t, PyObject* base) {
@@ -488,7 +494,9 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       storage = view == nullptr ? nullptr : PyObject_GetAttr(obj, rt.s_tpu_storage);
       if (storage == nullptr) PyErr_Clear();
     }
-    PyObject* held = storage != nullptr && Py_TYPE(storage) == rt.storage_type ? rt.st_array.get(storage) : nullptr;
+    PyObject* held = storage != nullptr && Py_TYPE(storage) == rt.storage_type && view != nullptr && !casts(view)
+                         ? rt.st_array.get(storage)
+                         : nullptr;
     if (held != nullptr && (Py_TYPE(held) == rt.lazy_type || Py_TYPE(held) == rt.array_type)) {
       array = held;  // the storage (owned by the tensor) keeps it alive for this call
       *storage_out = storage;
@@ -792,7 +800,8 @@ bool build_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, st
 long grown_dim(const at::Tensor& t, bool view_only, PyObject** storage_out) {
   PyObject* storage = nullptr;
   PyObject* view = nullptr;
-  if (!data_ref(t, &storage, &view) || (view_only && view == Py_None) || Py_TYPE(storage) != rt.storage_type) {
+  if (!data_ref(t, &storage, &view) || (view_only && view == Py_None) || Py_TYPE(storage) != rt.storage_type ||
+      casts(view)) {
     return -1;
   }
   OwnedRef id(PyLong_FromVoidPtr(storage));
@@ -866,7 +875,8 @@ bool as_first_append(const at::Tensor& x, const at::Tensor& piece, int64_t d, lo
   }
   PyObject* storage = nullptr;
   PyObject* view = nullptr;
-  if (!data_in_storage(rt.tensor_type) || !data_ref(x, &storage, &view) || Py_TYPE(storage) != rt.storage_type) {
+  if (!data_in_storage(rt.tensor_type) || !data_ref(x, &storage, &view) || Py_TYPE(storage) != rt.storage_type ||
+      casts(view)) {
     return false;
   }
   if (!append_key('E', piece, d, nullptr, device, key)) return false;
@@ -1650,9 +1660,9 @@ PyObject* front_tensor(const Output& o, const Append& a, PyObject* storage, long
     PyTuple_SET_ITEM(size.p, static_cast<Py_ssize_t>(i), a_size);
     PyTuple_SET_ITEM(stride.p, static_cast<Py_ssize_t>(i), a_stride);
   }
-  OwnedRef fields(PyTuple_Pack(3, size.p, stride.p, rt.zero));
+  OwnedRef fields(PyTuple_Pack(4, size.p, stride.p, rt.zero, Py_None));
   OwnedRef args(fields.p == nullptr ? nullptr : PyTuple_Pack(1, fields.p));
-  // View(size, stride, 0) as tuple.__new__(View, fields) makes it: a NamedTuple's own __new__ is bytecode
+  // View(size, stride, 0, None) as tuple.__new__(View, fields) makes it: a NamedTuple's own __new__ is bytecode
   OwnedRef view(args.p == nullptr ? nullptr : PyTuple_Type.tp_new(rt.view_type, args.p, nullptr));
   if (view.p == nullptr) throw python_error();
   const std::vector<int64_t> contiguous = contiguous_strides(sizes);

@@ -25,30 +25,6 @@ from .impl_factory import dummy_address, new_impl
 from .storage import Storage
 
 
-_TENSOR_REAL = torch._C.TensorBase.real
-_TENSOR_IMAG = torch._C.TensorBase.imag
-
-
-def _set_component(t: torch.Tensor, value, imaginary: bool) -> None:
-    """``t.real = value`` (``imag``): ``value`` broadcast to ``t``'s shape becomes that part of every element."""
-    if not t.is_complex():
-        if imaginary:
-            _TENSOR_IMAG.__get__(t)  # PyTorch's error for the imaginary part of a real tensor
-        t.copy_(value)
-        return
-    part_dtype = _TENSOR_REAL.__get__(t).dtype
-    part = torch.as_tensor(value, dtype=part_dtype, device=t.device).expand(t.shape)
-    keep = (_TENSOR_REAL if imaginary else _TENSOR_IMAG).__get__(t)
-    t.copy_(torch.complex(keep, part) if imaginary else torch.complex(part, keep))
-
-
-def _component(imaginary: bool) -> property:
-    """``x.real`` / ``x.imag`` as PyTorch reads them, with a setter that writes ``x`` itself: PyTorch's writes
-    through the component view, which changes the dtype and so is a copy on tpu (README, known limitations)."""
-    read = _TENSOR_IMAG if imaginary else _TENSOR_REAL
-    return property(read.__get__, lambda self, value: _set_component(self, value, imaginary), doc=read.__doc__)
-
-
 class TpuTensor(torch.Tensor):
     """A tensor on the ``tpu`` device. Users never construct it: ``torch.ones(3, device="tpu")`` does."""
 
@@ -86,9 +62,6 @@ class TpuTensor(torch.Tensor):
         if expected_type in (None, torch.Tensor) and expected_metadata is None:
             return self
         return None
-
-    real = _component(imaginary=False)
-    imag = _component(imaginary=True)
 
     @property
     def data(self) -> torch.Tensor:
@@ -142,17 +115,19 @@ _TENSOR_DATA = torch._C.TensorBase.data
 
 
 def make(storage: Storage, view: views.View | None) -> TpuTensor:
-    """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base)."""
+    """A new tpu tensor over ``storage`` with geometry ``view`` (``None``: the whole base), of the storage's dtype
+    or, for a view with a cast, the view's."""
     size = storage.shape if view is None else view.size
     sizes.check(size, storage.dtype if view is None else None)  # XLA would abort the process on an overflow
     reported = view is not None and (view.offset or view.stride != _strides(view.size))
+    dtype = storage.dtype if view is None or view.cast is None else view.cast[1]
     factory = _FACTORY[0]
     if factory is not None:  # the native core makes the TensorImpl, its Python object and the links in one call
-        t = factory(TpuTensor, size, _strides(size), storage.dtype, storage.device_index, storage, view)
+        t = factory(TpuTensor, size, _strides(size), dtype, storage.device_index, storage, view)
         if reported:
             _report_geometry(t, storage, view)
         return t
-    t = new_impl(size, storage.dtype, storage.device_index)
+    t = new_impl(size, dtype, storage.device_index)
     if reported:
         _report_geometry(t, storage, view)
     t.__class__ = TpuTensor
@@ -299,7 +274,7 @@ def set_geometry(t: TpuTensor, storage: Storage, view) -> None:
     """Point ``t`` at ``storage``/``view`` in place, changing its torch-level sizes, strides and storage offset
     if they differ (in-place view ops such as ``squeeze_`` and ``t_``, ``resize_``)."""
     geometry = views.View(tuple(storage.shape), views.contiguous_strides(storage.shape), 0) if view is None else view
-    if (tuple(t.shape), t.stride(), t.storage_offset()) != tuple(geometry):
+    if (tuple(t.shape), t.stride(), t.storage_offset()) != tuple(geometry[:3]):
         _report_geometry(t, storage, geometry)
     _attach(t, storage, view)
 

@@ -15,6 +15,10 @@ Reads and writes pick the cheapest exact XLA expression: a slice for contiguous 
 transpose and a broadcast when each view dimension maps onto one base dimension, a slice of one contiguous block
 transposed and broadcast when the view reads such a block in another dim order, and a gather only otherwise.
 
+A view whose dtype differs from its storage's (``x.view(torch.int32)``, ``torch.view_as_real``, ``x.real``) carries
+a *cast*: its geometry counts elements of its own dtype over the storage's bytes, and reads and writes go through
+the storage reinterpreted as such elements (:mod:`.reinterpret`), so it is an alias like any other view.
+
 A view's *offset* is a graph input, not part of any executable's key: :func:`dynamic` splits a :class:`View`
 into a :class:`DynView` (size, stride and the shape of the read — everything that decides the program) and the
 offset, which the program reads as a traced scalar (``dynamic_slice`` / ``dynamic_update_slice``). So
@@ -33,20 +37,26 @@ import torch
 from jax import lax
 
 from .. import caches
+from . import reinterpret
 
 
 class View(NamedTuple):
-    """PyTorch geometry of a tensor relative to its flattened storage."""
+    """PyTorch geometry of a tensor relative to its flattened storage; ``cast``: ``(storage dtype, view dtype)``
+    for a view of another dtype (its geometry then counts elements of the view's dtype), else ``None``."""
 
     size: tuple
     stride: tuple
     offset: int
+    cast: tuple | None = None
 
 
-def shadow(base_shape: tuple, size: tuple, stride: tuple, offset: int, dtype: torch.dtype = torch.float32):
-    """A meta tensor of this geometry over a flat storage of the base's size: what PyTorch's meta kernels are asked
-    about a view (its geometry as a view op computes it, its checks as ``x.view(dtype)`` makes them)."""
-    return torch.empty(math.prod(base_shape), dtype=dtype, device="meta").as_strided(size, stride, offset)
+def shadow(base_shape: tuple, size: tuple, stride: tuple, offset: int, dtype: torch.dtype = torch.float32,
+           cast: tuple | None = None):
+    """A meta tensor of this geometry over a flat storage of the base's size (in elements of the view's dtype,
+    for a view with a ``cast``): what PyTorch's meta kernels are asked about a view (its geometry as a view op
+    computes it, its checks as ``x.view(dtype)`` makes them)."""
+    n = math.prod(base_shape) if cast is None else reinterpret.length(base_shape, cast)
+    return torch.empty(n, dtype=dtype, device="meta").as_strided(size, stride, offset)
 
 
 def contiguous_strides(shape) -> tuple:
@@ -57,18 +67,19 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
-def canonical(base_shape: tuple, size: tuple, stride: tuple, offset: int) -> View | None:
-    """``None`` when the geometry is the whole base, else the :class:`View`."""
+def canonical(base_shape: tuple, size: tuple, stride: tuple, offset: int, cast: tuple | None = None) -> View | None:
+    """``None`` when the geometry is the whole base in its own dtype, else the :class:`View`."""
     size, stride = tuple(size), tuple(stride)
-    if size == tuple(base_shape) and offset == 0 and is_contiguous(size, stride):
+    if cast is None and size == tuple(base_shape) and offset == 0 and is_contiguous(size, stride):
         return None
-    return View(size, stride, int(offset))
+    return View(size, stride, int(offset), cast)
 
 
 def reshapes_base(base_shape: tuple, view: View) -> bool:
     """Whether ``view`` reads every element of its base in the base's order: the base in another shape (how
     PyTorch's ``sum_to_size`` hands a bias its gradient, ``[1, n]`` viewed as ``[n]``)."""
-    return view.offset == 0 and math.prod(view.size) == math.prod(base_shape) and is_contiguous(view.size, view.stride)
+    return (view.cast is None and view.offset == 0 and math.prod(view.size) == math.prod(base_shape)
+            and is_contiguous(view.size, view.stride))
 
 
 def drops_leading_ones(base_shape: tuple, view: View) -> bool:
@@ -103,7 +114,7 @@ class _Plan(NamedTuple):
 
 @caches.memoize("view_read_plans", 8192)
 def _plan(base_shape: tuple, view: View) -> _Plan:
-    size, stride, _ = view
+    size, stride = view.size, view.stride
     if is_contiguous(size, stride):
         return _Plan("contig")
     plan = _slice_plan(base_shape, view)
@@ -152,7 +163,7 @@ def _split_dims(base_shape: tuple, strides) -> tuple:
 def _slice_plan(base_shape: tuple, view: View) -> _Plan:
     """A strided slice of the base, transposed and broadcast, where each view dim maps onto one base dim (of the
     base with its dims split by the view's strides, :func:`_split_dims`)."""
-    size, stride, offset = view
+    size, stride, offset = view[:3]
     base_shape = _split_dims(base_shape, {s for n, s in zip(size, stride) if n != 1 and s != 0})
     base_strides = contiguous_strides(base_shape)
     starts = [(offset // bs) % max(n, 1) for n, bs in zip(base_shape, base_strides)]
@@ -202,10 +213,14 @@ class DynView(NamedTuple):
     pre_broadcast: tuple
     moves: bool
     split: tuple = ()  # "slice": the base's shape as the plan splits it (the same array, reshaped)
+    cast: tuple | None = None  # the View's: the plan is over the storage's flat words of the view's dtype
 
 
 @caches.memoize("dynamic_views", 8192)
 def _dynamic(base_shape: tuple, view: View) -> DynView:
+    if view.cast is not None:
+        words = _dynamic((reinterpret.length(base_shape, view.cast),), view._replace(cast=None))
+        return words._replace(cast=view.cast)
     plan = _plan(base_shape, view)
     size = view.size
     # a size-1 dim's stride addresses nothing, and a view op derives it from its neighbours' sizes (`x[:, None]`
@@ -258,7 +273,15 @@ def read(base, base_shape: tuple, view: View | DynView | None, offset=None):
     :class:`DynView`; a :class:`View` carries its own."""
     if view is None:
         return base
-    base_shape = tuple(base_shape)
+    cast = view.cast
+    if cast is None:
+        return _read(base, tuple(base_shape), view, offset)
+    words = reinterpret.words(base, cast)
+    value = _read(words, words.shape, view._replace(cast=None), offset)
+    return value != 0 if cast[1] == torch.bool else value
+
+
+def _read(base, base_shape: tuple, view: View | DynView, offset):
     size = view.size
     if math.prod(size) == 0:
         return jnp.zeros(size, base.dtype)
@@ -284,7 +307,15 @@ def write(base, base_shape: tuple, view: View | DynView | None, value, offset=No
     ``offset`` as for :func:`read`."""
     if view is None:
         return jnp.broadcast_to(value, base_shape).astype(base.dtype)
-    base_shape = tuple(base_shape)
+    cast = view.cast
+    if cast is None:
+        return _write(base, tuple(base_shape), view, value, offset)
+    words = reinterpret.words(base, cast)
+    words = _write(words, words.shape, view._replace(cast=None), value, offset)
+    return reinterpret.restore(words, cast, tuple(base_shape))
+
+
+def _write(base, base_shape: tuple, view: View | DynView, value, offset):
     size = view.size
     value = jnp.broadcast_to(value, size).astype(base.dtype)
     if math.prod(size) == 0:

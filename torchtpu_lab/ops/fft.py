@@ -6,11 +6,11 @@ where ``n`` is the product of the signal sizes (the *output's* for ``_fft_c2r``)
 direction: ``ifft(x, norm="backward")`` is ``_fft_c2c(x, dim, 2, forward=False)``. So every transform here is the
 unnormalized one, followed by that scale.
 
-Copies where PyTorch has views: a tpu storage holds elements of one dtype, so ``view_as_real``/``view_as_complex``
-(and ``real``/``imag``, which PyTorch builds on ``view_as_real``) return new tensors here. Likewise ``_conj`` and
-``_neg_view``: PyTorch marks a lazily conjugated/negated view with a bit on the tensor, which the tpu kernels do
-not read, so they return the conjugated/negated values instead (``is_conj()`` is then ``False``). Reading them is
-exact; writing through them does not reach the original, and later writes to the original do not show in them.
+``view_as_real``/``view_as_complex`` here are the values a compiled graph computes; eager tpu tensors get views of
+the same bytes (runtime/view_kernels.py). Copies where PyTorch has views: ``_conj`` and ``_neg_view``. PyTorch marks
+a lazily conjugated/negated view with a bit on the tensor, which the tpu kernels do not read, so they return the
+conjugated/negated values instead (``is_conj()`` is then ``False``). Reading them is exact; writing through them
+does not reach the original, and later writes to the original do not show in them.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .. import dtypes
+from ..device import reinterpret
 from .registry import aten, checks_args, checks_calls, lower
 
 
@@ -227,8 +229,6 @@ def repeat_interleave(repeats, *, output_size=None):
     if repeats.ndim != 1:
         raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
     if repeats.dtype not in (jnp.int32, jnp.int64):
-        from .. import dtypes
-
         name = dtypes.scalar_name(repeats.dtype)
         raise NotImplementedError(f'"repeat_interleave_tpu" not implemented for \'{name}\'')
     if output_size is None and repeats.size and int(jnp.min(repeats)) < 0:
@@ -237,42 +237,9 @@ def repeat_interleave(repeats, *, output_size=None):
     return jnp.repeat(jnp.arange(repeats.shape[0], dtype=repeats.dtype), repeats, total_repeat_length=total)
 
 
-def _as_real_pairs(x):
-    """A complex array as its real components, interleaved along the last dim (memory order)."""
-    pairs = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
-    return pairs.reshape(*x.shape[:-1], x.shape[-1] * 2) if x.ndim else pairs
-
-
 @lower(aten.view.dtype)
 def view_dtype(x, dtype):
-    """``x.view(dtype)``: the same bytes read as ``dtype``, the last dim scaled by the ratio of element sizes (PyTorch
-    checked the shape and strides on the meta kernel). On tpu it is a new tensor, not a view of ``x``'s memory: a
-    write to it does not reach ``x`` (README, known limitations)."""
-    from .. import dtypes
-
-    target = jnp.dtype(dtypes.to_jax(dtype))
-    if x.dtype == target:
-        return x
-    if jnp.iscomplexobj(x):
-        x = _as_real_pairs(x)
-    if x.dtype == jnp.bool_:
-        x = x.astype(jnp.uint8)
-    wanted = target
-    if target == jnp.bool_:
-        wanted = jnp.dtype(jnp.uint8)
-    elif jnp.issubdtype(target, jnp.complexfloating):
-        wanted = jnp.dtype(jnp.float32 if target == jnp.complex64 else jnp.float64)
-    have, want = x.dtype.itemsize, wanted.itemsize
-    if have == want:
-        y = lax.bitcast_convert_type(x, wanted)
-    elif have > want:  # each element splits into have // want, in memory (little-endian) order
-        y = lax.bitcast_convert_type(x, wanted)
-        y = y.reshape(*x.shape[:-1], x.shape[-1] * (have // want))
-    else:
-        k = want // have
-        y = lax.bitcast_convert_type(x.reshape(*x.shape[:-1], x.shape[-1] // k, k), wanted)
-    if target == jnp.bool_:
-        return y != 0
-    if jnp.issubdtype(target, jnp.complexfloating):
-        return lax.complex(y[..., 0::2], y[..., 1::2]) if y.ndim else y
-    return y
+    """``x.view(dtype)`` as a value: the same bytes read as ``dtype``, the last dim scaled by the ratio of element
+    sizes. Eager tpu tensors take the view kernel (an alias of ``x``'s storage, runtime/view_kernels.py); this is
+    the lowering a compiled graph's functional ``view.dtype`` runs."""
+    return reinterpret.bits(x, dtypes.to_jax(dtype))

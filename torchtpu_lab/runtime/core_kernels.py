@@ -15,7 +15,7 @@ import torch
 
 from .. import dtypes, platform, telemetry
 from ..telemetry import SyncReason
-from ..device import context, sizes, tensor, views
+from ..device import context, reinterpret, sizes, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
 from . import executor, fused, host_copies, program_cost, transfer, values
@@ -141,11 +141,12 @@ def resize_(self, size, memory_format=None):
         return self
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    old = self.tpu_storage
-    offset = self.tpu_view.offset if self.tpu_view is not None else 0
-    if isinstance(offset, int) and offset + math.prod(size) <= math.prod(old.shape):
+    old, view = self.tpu_storage, self.tpu_view
+    offset, cast = (0, None) if view is None else (view.offset, view.cast)
+    room = math.prod(old.shape) if cast is None else reinterpret.length(old.shape, cast)
+    if isinstance(offset, int) and offset + math.prod(size) <= room:
         stride = views.contiguous_strides(size)
-        tensor.set_geometry(self, old, views.canonical(old.shape, size, stride, offset))
+        tensor.set_geometry(self, old, views.canonical(old.shape, size, stride, offset, cast))
         return self
     new = Storage(size, self.dtype, old.device_index)
     keep = min(math.prod(size), self.numel())

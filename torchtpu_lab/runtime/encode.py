@@ -130,7 +130,8 @@ def _meta_tensor(t: Slot, dyn) -> torch.Tensor:
     if t.view is None or t.kind != "T":
         return torch.empty(t.shape, dtype=t.dtype, device="meta")
     offset = _offset(t.view, dyn, t.index)
-    return views.shadow(t.base_shape, t.view.size, t.view.stride, 0 if offset is None else int(offset), t.dtype)
+    return views.shadow(t.base_shape, t.view.size, t.view.stride, 0 if offset is None else int(offset), t.dtype,
+                        t.view.cast)
 
 
 def _offset(view, dyn, index: int):

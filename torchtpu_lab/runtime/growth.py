@@ -142,7 +142,7 @@ def _padded_length(t: tensor.TpuTensor, d: int) -> int | None:
     if view is None:
         return storage.shape[d]
     base = storage.shape  # a view of the first n positions of the padded storage, and nothing else
-    if len(view.size) != len(base) or view.offset != 0 or view.stride != _strides(base):
+    if len(view.size) != len(base) or view.offset != 0 or view.cast is not None or view.stride != _strides(base):
         return None
     if any(a != b for i, (a, b) in enumerate(zip(view.size, base)) if i != d):
         return None
@@ -183,7 +183,7 @@ def front(t) -> Front | None:
         return None
     t = tensor.adopt(t)
     view = t.tpu_view
-    if view is None:  # a base tensor is never a front: its padding, if any, is part of it
+    if view is None or view.cast is not None:  # a base tensor is never a front: its padding, if any, is part of it
         return None
     storage = t.tpu_storage
     known = _GROWN_IDS.get(id(storage))
@@ -303,7 +303,7 @@ def growing_prefix(storage: Storage, view: views.View) -> bool:
     if id(storage) in _GROWN_IDS or not 0 < storage.nbytes <= MAX_PADDED_BYTES:
         return False
     base = storage.shape
-    if view.offset != 0 or len(view.size) != len(base) or view.stride != _strides(base):
+    if view.offset != 0 or view.cast is not None or len(view.size) != len(base) or view.stride != _strides(base):
         return False
     cut = [i for i, (n, m) in enumerate(zip(view.size, base)) if n != m]
     if len(cut) != 1 or view.size[cut[0]] < 2:

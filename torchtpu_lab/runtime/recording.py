@@ -290,7 +290,7 @@ def _answer(storage, geometry) -> tuple:
     if geometry is None:
         size = tuple(storage.shape)
         return geometry, size, views.contiguous_strides(size), 0, False
-    size, stride, offset = geometry
+    size, stride, offset = geometry[:3]
     return geometry, size, stride, offset, bool(offset) or tuple(stride) != views.contiguous_strides(size)
 
 

@@ -26,6 +26,7 @@ from .signatures import OpSignature
 
 @caches.memoize("programs", 2048, code=True)
 def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_view, overwrite_all: bool):
+    """``dst_dtype``: the destination tensor's (a view with a cast writes the storage's bytes as that dtype)."""
     jdt = dtypes.to_jax(dst_dtype)
     dst_size = dst_base_shape if dst_view is None else dst_view.size
 
@@ -40,7 +41,8 @@ def _assign_program(dst_base_shape, dst_view, dst_dtype, src_base_shape, src_vie
         return views.write(dst_base, dst_base_shape, dst_view, v, *dst_offset)
 
     # its output's metadata, so fused mode records it without tracing (checked when the graph is traced)
-    meta = torch.empty(dst_size if overwrite_all else dst_base_shape, dtype=dst_dtype, device="meta")
+    stored = dst_dtype if dst_view is None or dst_view.cast is None else dst_view.cast[0]
+    meta = torch.empty(dst_size if overwrite_all else dst_base_shape, dtype=stored, device="meta")
     return OpExecutable(whole if overwrite_all else partial, True, meta, "aten::copy_")
 
 
@@ -70,7 +72,7 @@ def assign(dst: tensor.TpuTensor, src) -> None:
     dst_key = dynamic_input(storage.shape, dst_view, dyn)
     dyn.append(src_array)
     src_key = dynamic_input(tuple(src_base_shape), src_view, dyn)
-    sig = (storage.shape, dst_key, storage.dtype, tuple(src_base_shape), src_key, dst_view is None)
+    sig = (storage.shape, dst_key, dst.dtype, tuple(src_base_shape), src_key, dst_view is None)
     program = _assign_program(*sig)
     out = launch(program, OpSignature("assign", sig + (leaf_dtype(src_array),), ()), dyn, storage.device_index, True)
     set_array(storage, out)
@@ -141,15 +143,14 @@ def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: boo
         return storage.array
     dyn = [storage.array]
     key = dynamic_input(storage.shape, t.tpu_view, dyn)
-    program = _read_program(storage.shape, key, storage.dtype)
-    return run_now(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn, storage.device_index,
-                True)
+    program = _read_program(storage.shape, key, t.dtype)
+    return run_now(program, OpSignature("read", (storage.shape, key, t.dtype), ()), dyn, storage.device_index, True)
 
 
 @caches.memoize("view_reads", 2048, code=True)
 def _read_program(base_shape, view, dtype):
-    """Gather a view (offset-free key ``view``; its offset, if it moves, is the second input). Its output's
-    metadata lets fused mode record it without tracing."""
+    """Gather a view (offset-free key ``view``; its offset, if it moves, is the second input) of ``dtype`` (the
+    view's). Its output's metadata lets fused mode record it without tracing."""
     meta = torch.empty(base_shape if view is None else view.size, dtype=dtype, device="meta")
     return OpExecutable(lambda base, *offset: views.read(base, base_shape, view, *offset), True, meta,
                         "materialize view")
@@ -162,8 +163,8 @@ def materialize(t: tensor.TpuTensor) -> tensor.TpuTensor:
     storage = t.tpu_storage
     dyn = [storage.array]
     key = dynamic_input(storage.shape, t.tpu_view, dyn)
-    program = _read_program(storage.shape, key, storage.dtype)
-    out = launch(program, OpSignature("read", (storage.shape, key, storage.dtype), ()), dyn,
+    program = _read_program(storage.shape, key, t.dtype)
+    out = launch(program, OpSignature("read", (storage.shape, key, t.dtype), ()), dyn,
                  storage.device_index, True)
     result = tensor.from_array(out, t.dtype, storage.device_index)
     if isinstance(out, fused.LazyValue):

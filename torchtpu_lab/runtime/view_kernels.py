@@ -81,57 +81,48 @@ def _geometry(t: tensor.TpuTensor) -> views.View:
 _PLANS = caches.cache("view_op_plans", 8192)
 
 
-def _plan(op, base_shape: tuple, geom: views.View, args: tuple, kwargs: dict):
-    """Geometries of the outputs (a tuple) of ``op`` applied to a tensor of geometry ``geom``."""
-    key = (op, base_shape, geom, _hashable(args), _hashable(tuple(kwargs.items())))
+def _plan(op, base_shape: tuple, geom: views.View, dtype: torch.dtype, args: tuple, kwargs: dict):
+    """Geometries of the outputs (a tuple) of ``op`` applied to a tensor of geometry ``geom`` and dtype ``dtype``."""
+    key = (op, base_shape, geom, dtype, _hashable(args), _hashable(tuple(kwargs.items())))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _compute_plan(op, base_shape, geom, list(args), kwargs)
+        plan = _compute_plan(op, base_shape, geom, dtype, list(args), kwargs)
         _PLANS.put(key, plan)
     return plan
 
 
-def _compute_plan(op, base_shape: tuple, geom: views.View, a: list, k: dict):
-    out = op(views.shadow(base_shape, geom.size, geom.stride, geom.offset), *a, **k)
+def _compute_plan(op, base_shape: tuple, geom: views.View, dtype: torch.dtype, a: list, k: dict):
+    """PyTorch's own answer on a meta tensor of the input's geometry and dtype; an output of another dtype than
+    the storage's (``view_as_real``, ``view(dtype)``) gets a cast, one back in the storage's dtype loses it."""
+    out = op(views.shadow(base_shape, geom.size, geom.stride, geom.offset, dtype, geom.cast), *a, **k)
     outs = out if isinstance(out, (list, tuple)) else (out,)
-    return tuple(views.canonical(base_shape, o.size(), o.stride(), o.storage_offset()) for o in outs)
+    stored = dtype if geom.cast is None else geom.cast[0]
+    return tuple(views.canonical(base_shape, o.size(), o.stride(), o.storage_offset(),
+                                 None if o.dtype == stored else (stored, o.dtype)) for o in outs)
 
 
-def checked_dtype_view(kernel):
-    """``x.view(dtype)``'s kernel: PyTorch's checks of ``x``'s geometry for a dtype of another element size (its
-    storage offset, last stride and other strides divisible by the ratio), on a meta tensor of that geometry,
-    then ``kernel`` (the op's lowering: a copy, a tpu storage having one dtype). Every call: a recorded call
-    would key a view's offset as a graph input, and an odd offset then passed where an even one had."""
-    def view_dtype(x, dtype):
-        if x.dtype.itemsize != dtype.itemsize:
-            t = tensor.adopt(x)
-            geom, base_shape = _geometry(t), tuple(t.tpu_storage.shape)
-            key = (aten.view.dtype, base_shape, geom, x.dtype, dtype)
-            if _PLANS.get(key) is None:
-                views.shadow(base_shape, geom.size, geom.stride, geom.offset, x.dtype).view(dtype)  # CPU's error
-                _PLANS.put(key, True)
-        return kernel(x, dtype)
-
-    view_dtype.owns = fused.LOCK  # the lowering's kernel takes the runtime's lock itself
-    return view_dtype
+#: view ops whose output has another dtype: aliases of the same bytes (device/reinterpret.py), which the recording
+#: kernel never serves (its views keep their input's dtype)
+DTYPE_VIEW_OPS = (aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default)
 
 
 def make_view_kernel(op):
     multi = op in (aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int)
+    teaches = op in VIEW_OPS
 
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
         storage = self.tpu_storage
         moved = False
         try:
-            geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
+            geoms = _plan(op, storage.shape, _geometry(self), self.dtype, args, kwargs)
         except RuntimeError:
             from .bounded import compact  # a grown tensor's padded strides: compact it and view that (rare)
 
             if op not in _RESHAPING or not compact(self):
                 raise
             storage, moved = self.tpu_storage, True
-            geoms = _plan(op, storage.shape, _geometry(self), args, kwargs)
+            geoms = _plan(op, storage.shape, _geometry(self), self.dtype, args, kwargs)
         if torch.is_inference_mode_enabled() and not self.is_inference():
             # a view of a normal tensor is a normal tensor, even inside inference_mode (as on CPU)
             with torch.inference_mode(False):
@@ -141,7 +132,7 @@ def make_view_kernel(op):
         if op is aten.slice.Tensor and geoms[0] is not None and growth.growing_prefix(storage, geoms[0]):
             return outs[0]  # a prefix that may be growing: the next step's slice must come here too
         lesson = recording.lesson_pending
-        if not moved and lesson is not None and lesson():  # the recording kernel keyed this call: teach it
+        if teaches and not moved and lesson is not None and lesson():  # the recording kernel keyed this call: teach it
             # the geometry (not after a move: the key has the padded geometry, the answer the compact one)
             if multi:
                 recording.learn_views(op, storage, geoms)
@@ -150,7 +141,7 @@ def make_view_kernel(op):
         return outs if multi else outs[0]
 
     kernel.__name__ = f"view_kernel_{op}"
-    kernel.recordable_view = True
+    kernel.recordable_view = teaches
     return kernel
 
 
@@ -166,7 +157,7 @@ def make_inplace_view_kernel(op):
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
         storage = self.tpu_storage
-        geoms = _plan(functional, storage.shape, _geometry(self), args, kwargs)
+        geoms = _plan(functional, storage.shape, _geometry(self), self.dtype, args, kwargs)
         tensor.set_geometry(self, storage, geoms[0])
         return self
 

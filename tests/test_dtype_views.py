@@ -1,0 +1,144 @@
+"""Views that change the dtype (``x.view(torch.int32)``, ``torch.view_as_real``/``view_as_complex``, ``x.real``,
+``x.imag``) are aliases of their base's bytes, as on CPU: a write through one reaches the base and every other
+view, and a write to the base shows in them. They were copies: ``x.real.fill_(1)`` changed nothing, so
+``torch.testing.make_tensor(..., dtype=torch.complex64, device="tpu")`` returned zeros."""
+
+import pytest
+import torch
+from compare import assert_same, same_on_both_devices
+
+import torchtpu_lab
+
+MODES = ["fused", "strict", "debug"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_writes_through_component_views_reach_the_complex_tensor(mode):
+    def f(d):
+        x = torch.zeros(2, 3, dtype=torch.complex64, device=d)
+        x.real.fill_(1.5)
+        x.imag[1].add_(2)
+        torch.view_as_real(x)[0, :, 1].mul_(3).sub_(1)
+        r = x.real  # a view: later writes to x show in it
+        x.mul_(1j)
+        return x, r, x.imag + 0
+
+    with torchtpu_lab.eager_mode(mode):
+        same_on_both_devices(f, exact=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bit_views_of_other_widths_alias_the_storage(mode):
+    def f(d):
+        x = torch.arange(8, dtype=torch.float32, device=d)
+        x.view(torch.int32)[2:4].add_(1)  # the next float after 2.0 and 3.0
+        h = x.view(torch.int16).view(4, 4)
+        h[:, 0].fill_(7)  # the low halves (little-endian)
+        b = x.view(torch.uint8)
+        b[-1] = 0x40
+        w = x.view(torch.float64)  # two floats per element
+        w[0] = -1.0
+        return x, h + 0, b + 0, w + 0
+
+    with torchtpu_lab.eager_mode(mode):
+        same_on_both_devices(f, exact=True)
+
+
+def test_a_loop_of_writes_through_a_dtype_view_in_fused_mode():
+    """The same write, recorded several times in one graph (the native recording kernel leaves views with a cast
+    to the Python path, which reads and writes the storage's bytes)."""
+    def f(d):
+        x = torch.ones(4, dtype=torch.complex64, device=d)
+        for i in range(5):
+            x.imag.add_(i)
+            torch.view_as_real(x)[:, 0].mul_(2)
+            y = x.abs()  # reads the complex values between the writes
+        return x, y
+
+    with torchtpu_lab.eager_mode("fused"):
+        same_on_both_devices(f, exact=True)
+
+
+def test_view_as_complex_of_a_real_tensor_writes_the_pairs():
+    def f(d):
+        x = torch.arange(12.0, device=d).view(2, 3, 2)
+        c = torch.view_as_complex(x)
+        c[1].mul_(1j)
+        c.conj_physical_()
+        back = torch.view_as_real(c)  # back in the storage's own dtype: an ordinary view of x
+        back[0, 0, 0] = 100
+        return x, c + 0, back._base is x
+
+    same_on_both_devices(f, exact=True)
+
+
+def test_a_wider_view_of_part_of_a_storage_whose_size_it_does_not_divide():
+    """Three bytes: ``b[:2].view(int16)`` reads the first two; writing it leaves the third alone."""
+    def f(d):
+        b = torch.tensor([1, 2, 3], dtype=torch.int8, device=d)
+        v = b[:2].view(torch.int16)
+        v.add_(0x0101)
+        return b, v + 0
+
+    same_on_both_devices(f, exact=True)
+
+
+def test_a_bool_view_leaves_the_bytes_it_does_not_write():
+    def f(d):
+        u = torch.tensor([2, 0, 7, 1], dtype=torch.uint8, device=d)
+        m = u.view(torch.bool)
+        m[1] = True
+        return u, m + 0, m.sum()
+
+    same_on_both_devices(f, exact=True)
+
+
+def test_dtype_views_are_views_of_their_base():
+    x = torch.zeros(3, dtype=torch.complex64, device="tpu")
+    r = torch.view_as_real(x)
+    assert r._base is x and r.data_ptr() == x.data_ptr()
+    assert (r.shape, r.stride(), r.storage_offset()) == ((3, 2), (2, 1), 0)
+    im = x.imag
+    assert (im.stride(), im.storage_offset(), im.dtype) == ((2,), 1, torch.float32)
+    assert x.view(torch.int64).is_contiguous() and x.view(torch.int64).shape == (3,)
+
+
+def test_make_tensor_of_a_complex_dtype_is_random_on_tpu():
+    """PyTorch's own ``make_tensor`` fills ``view_as_real`` of a complex result: zeros on tpu while that was a copy
+    (PyTorch's complex tests then tested zeros)."""
+    torch.manual_seed(0)
+    t = torch.testing.make_tensor(64, dtype=torch.complex64, device="tpu", low=-3, high=3)
+    real, imag = t.real.cpu(), t.imag.cpu()
+    assert (real != 0).all() and (imag != 0).all() and not torch.equal(real, imag)
+    assert real.abs().max() <= 3 and imag.abs().max() <= 3
+
+
+def test_gradients_flow_through_dtype_views():
+    def f(d):
+        w = torch.tensor([[1.0, -2.0], [0.5, 3.0]], device=d, requires_grad=True)
+        c = torch.view_as_complex(w * 2)
+        loss = (c * c.conj()).real.sum() + torch.view_as_real(c.exp()).sum()
+        loss.backward()
+        return loss.detach(), w.grad
+
+    same_on_both_devices(f)
+
+
+def test_an_error_in_a_write_through_a_dtype_view_loses_nothing():
+    x = torch.arange(4.0, device="tpu")
+    v = x.view(torch.int32)
+    with pytest.raises(RuntimeError):
+        v.add_(torch.ones(3, dtype=torch.int32, device="tpu"))  # CPU's broadcast error
+    v.add_(1)
+    assert_same(x, torch.arange(4.0).view(torch.int32).add_(1).view(torch.float32), exact=True)
+
+
+def test_resize_of_a_dtype_view_stays_in_its_storage():
+    def f(d):
+        x = torch.zeros(4, dtype=torch.float64, device=d)
+        v = x.view(torch.float32)
+        v.resize_(2, 3)
+        v.fill_(1.0)
+        return x, v + 0
+
+    same_on_both_devices(f, exact=True)
