@@ -142,3 +142,43 @@ def test_resize_of_a_dtype_view_stays_in_its_storage():
         return x, v + 0
 
     same_on_both_devices(f, exact=True)
+
+
+def test_in_place_writes_through_dtype_views_of_tensors_that_need_gradients():
+    """Autograd replays a view that changes the dtype with its own view function (not ``as_strided``) when a
+    write through it rebases the graph: the gradients must be CPU's."""
+    def f(d):
+        w = torch.tensor([1 + 2j, -0.5 + 1j, 3 - 1j], device=d, requires_grad=True)
+        y = w * 2
+        torch.view_as_real(y)[:, 0].mul_(3)
+        y.imag.add_(1)
+        v = torch.linspace(-1, 1, 12, device=d).view(3, 4).requires_grad_()
+        z = torch.view_as_complex((v * 1).view(3, 2, 2))
+        z.mul_(1j)
+        loss = (y.abs() ** 2).sum() + z.real.sum() * 2 + z.imag.pow(2).sum()
+        loss.backward()
+        return loss.detach(), w.grad, v.grad
+
+    same_on_both_devices(f)
+
+
+def test_dtype_views_under_torch_compile():
+    """A compiled graph computes the views' values with their lowerings (rotary embeddings as Meta's Llama writes
+    them: pairs viewed as complex numbers, rotated, viewed back), with gradients."""
+    def rotary(x, freqs):
+        pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        out = torch.view_as_real(pairs * freqs).flatten(-2)
+        return out.type_as(x) + x.view(torch.int32).bitwise_and(0xFF).float() * 1e-3
+
+    def f(d, fn):
+        angles = torch.outer(torch.arange(6.0), torch.linspace(0.1, 1.0, 4))
+        freqs = torch.polar(torch.ones_like(angles), angles).to(d)
+        x = torch.linspace(-2, 2, 2 * 6 * 8).view(2, 6, 8).to(d).requires_grad_()  # the same bits on both
+        y = fn(x, freqs)
+        y.pow(2).sum().backward()
+        return y.detach(), x.grad
+
+    want = f("cpu", rotary)
+    got = f("tpu", torch.compile(rotary, backend="tpu", dynamic=False))
+    for g, w in zip(got, want):
+        assert_same(g, w, rtol=1e-5, atol=1e-5)

@@ -1,7 +1,8 @@
 """Ops at infinities, NaNs, signed zeros and their domains' edges, value for value against CPU's kernels: XLA's
 complex ``exp``, ``exp2``, ``sqrt``, ``abs``, ``atan``, ``atanh`` and ``log`` give NaN (or the other side of a
 branch cut) where C's functions (which CPU's kernels use) give an infinity, a zero or a signed part, and CPU's
-reciprocals (``rsqrt``, ``sigmoid``) divide as ``c10::complex`` does;
+reciprocals (``rsqrt``, ``sigmoid``) and quotients divide as ``c10::complex`` does; complex ``sin``/``cos``/``tan`` and
+their hyperbolic twins are C's formulas (glibc's), at special points and in their last digits;
 ``igamma``/``igammac`` have CPU's boundary values (SciPy's), checked in CPU's order; ``digamma`` of a signed zero
 is an infinity of the other sign; float32 ``exp2``/``cosh``/``sinh`` of large arguments stay within a few ulps.
 (Found by PyTorch's own test_unary_ufuncs on tpu.)"""
@@ -40,7 +41,8 @@ def test_complex_logaddexp_at_infinities_and_nans_is_cpus(dtype):
 
 
 @pytest.mark.parametrize("fn", [torch.exp, torch.exp2, torch.sqrt, torch.abs, torch.rsqrt, torch.sigmoid, torch.atan,
-                                torch.atanh, torch.acos, torch.acosh, torch.asin, torch.asinh])
+                                torch.atanh, torch.acos, torch.acosh, torch.asin, torch.asinh, torch.tanh, torch.tan,
+                                torch.sinh, torch.cosh, torch.sin, torch.cos, torch.reciprocal, torch.log])
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
 def test_complex_functions_at_infinities_nans_and_signed_zeros_are_cs(fn, dtype):
     values = [complex(a, b) for a in (*_PARTS, -0.0, -3.0, 800.0) for b in (*_IMAG, -0.0, -math.inf, 1e30, -3.0)]
@@ -65,6 +67,37 @@ def test_complex_examples_xla_got_wrong():
     assert on_tpu(torch.acos, complex(-3.0, -0.0)).imag > 0  # conj-symmetric: 3.14 + 1.76j, not - 1.76j
     z = torch.randn(20000, dtype=torch.complex64) * torch.logspace(-20, 20, 20000)
     assert torch.equal(z.to("tpu").abs().cpu(), z.abs())  # correctly rounded, as hypot is
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_division_is_c10_complexs(dtype):
+    """CPU divides complex numbers as ``c10::complex`` does (Smith's scaled division): ``1 / (-0 + 0j)`` is
+    ``inf + nan j`` (XLA: ``-inf``), ``(inf + 0j) / (2 + 1j)`` keeps an infinite real part, and a quotient by a
+    large divisor keeps its last bits."""
+    values = [complex(a, b) for a in (*_PARTS, -0.0, 1e-30, 3e20) for b in (*_IMAG, -0.0, 1e-30, 3e20)]
+    pairs = list(itertools.product(values, values))
+    x = torch.tensor([p[0] for p in pairs], dtype=dtype)
+    y = torch.tensor([p[1] for p in pairs], dtype=dtype)
+    cpu, tpu = (x / y).tolist(), (x.to("tpu") / y.to("tpu")).cpu().tolist()
+    wrong = [(pairs[i], cpu[i], tpu[i]) for i in range(len(pairs)) if not _same(cpu[i], tpu[i])]
+    assert not wrong, wrong[:5]
+    q = torch.tensor([1 + 0j], dtype=dtype, device="tpu") / torch.tensor([complex(-2.5, 1e-30)], dtype=dtype,
+                                                                          device="tpu")
+    assert q.item() == (torch.tensor([1 + 0j], dtype=dtype) / torch.tensor([complex(-2.5, 1e-30)], dtype=dtype)).item()
+
+
+def test_complex_hyperbolic_functions_keep_their_digits():
+    """XLA's complex64 ``sinh``/``cosh`` were up to 2000 ulps from CPU's (C's ``csinhf``) for real parts up to 100,
+    and its ``tanh`` lost digits next to its poles (``cosh 2x + cos 2y`` cancels there); C's formulas keep them
+    within a few ulps."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.complex(torch.empty(20000).uniform_(-100, 100, generator=g),
+                      torch.empty(20000).uniform_(-3, 3, generator=g))
+    for fn in (torch.sinh, torch.cosh):
+        cpu, tpu = fn(z), fn(z.to("tpu")).cpu()
+        torch.testing.assert_close(torch.view_as_real(tpu), torch.view_as_real(cpu), rtol=6e-7, atol=0)  # parts
+    poles = torch.complex(torch.linspace(-1e-2, 1e-2, 2001), torch.full((2001,), math.pi / 2 + 1e-4))
+    torch.testing.assert_close(torch.tanh(poles.to("tpu")).cpu(), torch.tanh(poles), rtol=1e-6, atol=0)
 
 
 _GAMMA_ARGS = (0.0, -0.0, 1e-3, 1.0, 5.0, 1e3, math.inf, -1e-3, -math.inf, math.nan)

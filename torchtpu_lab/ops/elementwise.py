@@ -19,7 +19,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND
 from torch._prims_common import elementwise_dtypes
 
 from .. import dtypes
-from . import complex_special, exponentials
+from . import complex_special
 from .error_flags import report, reports
 from .precision import HALF_TYPES
 from .registry import NoKernel, aten, checks_args, lower
@@ -194,7 +194,7 @@ def _div_floor(x, y):
 @lower(aten.div.Tensor, aten.div.Scalar)
 def div(x, y):
     x, y = _float(x, y, rounds=False)
-    return x / y
+    return complex_special.divide(x, y) if jnp.iscomplexobj(x) else x / y
 
 
 def _rounded_division_operands(kernel: str, x, y):
@@ -266,7 +266,7 @@ def _abs_in_place_args(op, x) -> None:
 
 @lower(aten.reciprocal)
 def reciprocal(x):
-    return 1 / _float(x)
+    return complex_special.reciprocal(_float(x))
 
 
 @lower(aten.sign, aten.sgn)
@@ -359,16 +359,13 @@ def _unary(op, fn):
     lower(op)(lambda x: fn(_float(x)))
 
 
-_cosh = complex_special.complex_or_real(jnp.cosh, exponentials.cosh)
-_sinh = complex_special.complex_or_real(jnp.sinh, exponentials.sinh)
-
+_C = complex_special  # C's complex functions (CPU's kernels call them); their real halves, XLA's or exponentials'
 for _op, _fn in [
-    (aten.exp, complex_special.exp), (aten.exp2, complex_special.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
-    (aten.log1p, jnp.log1p), (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, complex_special.sqrt),
-    (aten.rsqrt, complex_special.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
-    (aten.asin, complex_special.asin), (aten.acos, complex_special.acos), (aten.atan, complex_special.atan),
-    (aten.sinh, _sinh), (aten.cosh, _cosh), (aten.tanh, jnp.tanh), (aten.asinh, complex_special.asinh),
-    (aten.acosh, complex_special.acosh), (aten.atanh, complex_special.atanh), (aten.sigmoid, complex_special.sigmoid),
+    (aten.exp, _C.exp), (aten.exp2, _C.exp2), (aten.expm1, jnp.expm1), (aten.log, _C.log), (aten.log1p, jnp.log1p),
+    (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.sqrt, _C.sqrt), (aten.rsqrt, _C.rsqrt), (aten.sin, _C.sin),
+    (aten.cos, _C.cos), (aten.tan, _C.tan), (aten.asin, _C.asin), (aten.acos, _C.acos), (aten.atan, _C.atan),
+    (aten.sinh, _C.sinh), (aten.cosh, _C.cosh), (aten.tanh, _C.tanh), (aten.asinh, _C.asinh), (aten.acosh, _C.acosh),
+    (aten.atanh, _C.atanh), (aten.sigmoid, _C.sigmoid),
     (aten.erf, jsp.erf), (aten.erfc, jsp.erfc),
     (aten.erfinv, jsp.erfinv), (aten.lgamma, jsp.gammaln), (aten.i0, jsp.i0), (aten.special_i0e, jsp.i0e),
     (aten.special_i1, jsp.i1), (aten.special_i1e, jsp.i1e), (aten.special_ndtri, jsp.ndtri),
