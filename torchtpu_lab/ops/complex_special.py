@@ -48,12 +48,28 @@ def cexp(z):
     return jnp.where(z.real == jnp.inf, exp_of_infinite(z), out)
 
 
+def _log_modulus64(z):
+    """``log |z|`` of a complex64 as glibc's ``clogf`` takes it: the log of the correctly rounded modulus, and
+    near ``|z| = 1`` half the ``log1p`` of ``x**2 + y**2 - 1`` (here in float64, rounded once). XLA's float32 real
+    part was an ulp off CPU's for 28 % of values; 7 % now."""
+    ax, ay = jnp.abs(z.real), jnp.abs(z.imag)
+    big, small = jnp.maximum(ax, ay), jnp.minimum(ax, ay)
+    b64, s64 = big.astype(jnp.float64), small.astype(jnp.float64)
+    near_one = ((big == 1) | ((big > 1) & (big < 2) & (small < 1))
+                | ((big >= 0.5) & (big < 1) & (b64 * b64 + s64 * s64 >= 0.5)))
+    d2m1 = (b64 - 1) * (b64 + 1) + s64 * s64
+    return jnp.where(near_one, (0.5 * jnp.log1p(d2m1)).astype(jnp.float32), jnp.log(_cabs(z)))
+
+
 def clog(z):
-    """C's ``clog``: XLA's ``log``, with a real part of ``+inf`` wherever a part of ``z`` is infinite (XLA: NaN when
-    the other is NaN)."""
+    """C's ``clog``: XLA's ``log`` (its real part as glibc's for complex64), with a real part of ``+inf`` wherever
+    a part of ``z`` is infinite (XLA: NaN when the other is NaN)."""
     infinite = jnp.isinf(z.real) | jnp.isinf(z.imag)
     special = lax.complex(jnp.full_like(z.real, jnp.inf), jnp.arctan2(z.imag, z.real))
-    return jnp.where(infinite, special, jnp.log(z))
+    usual = jnp.log(z)
+    if z.dtype == jnp.complex64:
+        usual = lax.complex(_log_modulus64(z), usual.imag)
+    return jnp.where(infinite, special, usual)
 
 
 def logaddexp(x, y):
@@ -68,6 +84,40 @@ def logaddexp(x, y):
     both_up = clog(exp_of_infinite(low) + exp_of_infinite(high))
     out = jnp.where(same_infinity, jnp.where(low.real < 0, low, both_up), usual)
     return jnp.where(is_nan(low), jnp.full_like(out, complex(jnp.nan, jnp.nan)), out)
+
+
+def _c_multiply(z, w):
+    """C's complex ``*`` (GCC's ``__mulsc3``): each product rounded on its own (XLA:CPU fuses ``a*c - b*d`` into
+    one rounding, which moves ``cpow``'s results by several ulps: the barrier keeps the products apart), and
+    Annex G's recovery of an infinite product that the formula made ``nan + nan j``."""
+    a, b, c, d = z.real, z.imag, w.real, w.imag
+    ac, bd, ad, bc = lax.optimization_barrier((a * c, b * d, a * d, b * c))
+    re, im = ac - bd, ad + bc
+
+    def box(v, infinite):  # an infinite factor as a signed 1 or 0; NaNs in the other factor as signed zeros
+        return jnp.copysign(jnp.where(infinite, 1, 0).astype(v.dtype), v)
+
+    def zero_nan(v, when):
+        return jnp.where(when & jnp.isnan(v), jnp.copysign(jnp.zeros_like(v), v), v)
+
+    z_inf, w_inf = jnp.isinf(a) | jnp.isinf(b), jnp.isinf(c) | jnp.isinf(d)
+    overflow = ~z_inf & ~w_inf & (jnp.isinf(ac) | jnp.isinf(bd) | jnp.isinf(ad) | jnp.isinf(bc))
+    a2, b2 = jnp.where(z_inf, box(a, jnp.isinf(a)), a), jnp.where(z_inf, box(b, jnp.isinf(b)), b)
+    c2, d2 = zero_nan(c, z_inf | overflow), zero_nan(d, z_inf | overflow)
+    c2, d2 = jnp.where(w_inf, box(c2, jnp.isinf(c)), c2), jnp.where(w_inf, box(d2, jnp.isinf(d)), d2)
+    a2, b2 = zero_nan(a2, w_inf | overflow), zero_nan(b2, w_inf | overflow)
+    recalc = jnp.isnan(re) & jnp.isnan(im) & (z_inf | w_inf | overflow)
+    inf = jnp.asarray(jnp.inf, re.dtype)
+    re = jnp.where(recalc, inf * (a2 * c2 - b2 * d2), re)
+    im = jnp.where(recalc, inf * (a2 * d2 + b2 * c2), im)
+    return lax.complex(re, im)
+
+
+def cpow(x, y):
+    """C's ``cpow`` (glibc's ``cexp(y * clog(x))``, which CPU's complex ``pow`` calls): ``0 ** 0`` is NaN there
+    (XLA: 1), and ``(-501 - 501j) ** (-501 + 501j)`` 0 (XLA: NaN)."""
+    x, y = jnp.broadcast_arrays(x, y)
+    return cexp(_c_multiply(y, clog(x)))
 
 
 def _cexp2(z):

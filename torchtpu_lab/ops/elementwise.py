@@ -13,6 +13,7 @@ import math
 import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
+from jax import lax
 import torch
 from jax import lax
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND
@@ -124,24 +125,36 @@ def _check_sub(x, y) -> None:
         raise RuntimeError(_BOOL_SUBTRACTION)
 
 
+def _plus_scaled(x, y, alpha):
+    """``x + alpha * y`` as CPU's kernels compute it (``sub`` with ``-alpha``). A complex ``alpha`` multiplies
+    even when it is 1, as ``c10::complex`` does: ``(1 + 0j) * (inf + 1j)`` is ``inf + nan j``, so CPU's
+    ``(inf + 1j) + (inf + 1j)`` is ``inf + nan j``; XLA folds a constant factor of 1 away."""
+    x, y, alpha = _promote(x, y, alpha)
+    if not jnp.iscomplexobj(y):
+        return x + y * alpha
+    a = jnp.asarray(alpha, y.dtype)
+    return x + lax.complex(y.real * a.real - y.imag * a.imag, y.real * a.imag + y.imag * a.real)
+
+
 @lower(aten.add.Tensor, aten.add.Scalar)
 def add(x, y, alpha=1):
-    x, y, alpha = _promote(x, y, alpha)
-    return x + y * alpha
+    px, py, palpha = _promote(x, y, alpha)
+    return _plus_scaled(x, y, alpha) if jnp.iscomplexobj(px) else px + py * palpha
 
 
+# sub(x, y, alpha) is CPU's add(x, y, -alpha): the number negated before it becomes complex ((-1 + 0j), not -0j)
 @lower(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha=1):
     _check_sub(x, y)
-    x, y, alpha = _promote(x, y, alpha)
-    return x - y * alpha
+    px, py, palpha = _promote(x, y, alpha)
+    return _plus_scaled(x, y, -alpha) if jnp.iscomplexobj(px) else px - py * palpha
 
 
 @lower(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(x, y, alpha=1):
     _check_sub(x, y)
-    x, y, alpha = _promote(x, y, alpha)
-    return y - x * alpha
+    px, py, palpha = _promote(x, y, alpha)
+    return _plus_scaled(y, x, -alpha) if jnp.iscomplexobj(px) else py - px * palpha
 
 
 @lower(aten.mul.Tensor, aten.mul.Scalar)

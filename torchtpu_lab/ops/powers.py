@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from . import complex_special
 from .elementwise import _is_int, _no_bool, _promote
 from .error_flags import report, reports
 from .registry import aten, lower
@@ -42,13 +43,18 @@ def _power(x, y, bools: bool = True):
         return x | ~y
     if _is_int(x):
         return _int_pow(x, y)
-    return jnp.power(x, y)
+    return _general_power(x, y)
+
+
+def _general_power(x, y):
+    """``x ** y`` without a shortcut: XLA's, C's ``cpow`` for complex numbers (CPU's kernel calls it)."""
+    return complex_special.cpow(x, y) if jnp.iscomplexobj(x) else jnp.power(x, y)
 
 
 #: the exponents PyTorch computes without ``pow`` (``pow_Tensor_Scalar_out``'s 0 and 1, then its CPU kernel's
 #: ``pow_tensor_scalar_optimized_kernel``)
 _SPECIAL_POWERS = ((0, jnp.ones_like), (1, lambda x: x), (2, lambda x: x * x), (3, lambda x: x * x * x),
-                   (0.5, jnp.sqrt), (-0.5, lax.rsqrt), (-1, lambda x: 1 / x), (-2, lambda x: 1 / (x * x)))
+                   (0.5, jnp.sqrt), (-0.5, lax.rsqrt), (-1, complex_special.reciprocal), (-2, lambda x: complex_special.reciprocal(x * x)))
 
 
 #: up to this many elements every candidate is computed and the exponent selects one (fused with its neighbours);
@@ -75,14 +81,14 @@ def power_scalar(x, y):
     own = base.astype(jnp.bfloat16) if jnp.result_type(x) == jnp.bfloat16 else base
     if isinstance(y, (int, float)) and not isinstance(y, bool):  # known when traced (a decomposition's constant)
         fn = next((fn for value, fn in _SPECIAL_POWERS if y == value), None)
-        return jnp.power(base, exponent) if fn is None else fn(own)
+        return _general_power(base, exponent) if fn is None else fn(own)
     # compared before the cast to the base's dtype, as PyTorch compares the Scalar itself
     if base.size <= _SELECTED_POWERS_UP_TO:
-        out = jnp.power(base, exponent)
+        out = _general_power(base, exponent)
         for value, fn in _SPECIAL_POWERS:
             out = jnp.where(y == value, fn(own), out)
         return out
     index = sum(jnp.where(y == value, k + 1, 0) for k, (value, _) in enumerate(_SPECIAL_POWERS))
-    branches = [lambda b, o, e: jnp.power(b, e)] + [lambda b, o, e, fn=fn: fn(o).astype(b.dtype)
+    branches = [lambda b, o, e: _general_power(b, e)] + [lambda b, o, e, fn=fn: fn(o).astype(b.dtype)
                                                      for _, fn in _SPECIAL_POWERS]
     return lax.switch(index, branches, base, own, exponent)
