@@ -86,6 +86,28 @@ def test_complex_division_is_c10_complexs(dtype):
     assert q.item() == (torch.tensor([1 + 0j], dtype=dtype) / torch.tensor([complex(-2.5, 1e-30)], dtype=dtype)).item()
 
 
+@pytest.mark.parametrize("fn", [torch.add, torch.sub, torch.pow, lambda x, y: torch.rsub(x, y, alpha=2)],
+                         ids=["add", "sub", "pow", "rsub_alpha"])
+def test_complex_sums_and_powers_at_infinities_are_cpus(fn):
+    """CPU computes ``x + alpha * y`` with a complex multiply even for ``alpha = 1`` (``(inf + 1j) + (inf + 1j)`` is
+    ``inf + nan j``), and ``pow`` as C's ``cpow``: ``cexp(y * clog(x))``, ``0 ** 0`` NaN, a C product's infinities."""
+    values = [complex(a, b) for a in (*_PARTS, -0.0, 1e20) for b in (*_IMAG, -0.0)]
+    pairs = list(itertools.product(values, values))
+    x = torch.tensor([p[0] for p in pairs], dtype=torch.complex64)
+    y = torch.tensor([p[1] for p in pairs], dtype=torch.complex64)
+    cpu, tpu = fn(x, y).tolist(), fn(x.to("tpu"), y.to("tpu")).cpu().tolist()
+    wrong = [(pairs[i], cpu[i], tpu[i]) for i in range(len(pairs)) if not _same(cpu[i], tpu[i])]
+    assert not wrong, wrong[:5]
+
+
+def test_complex_powers_of_large_values_are_cpus():
+    """XLA's complex ``pow`` overflowed to NaN where C's result underflows to 0 or is an infinity."""
+    base = torch.tensor([complex(-501, -501), complex(-501, -501), complex(3e3, 1)], dtype=torch.complex64)
+    exponent = torch.tensor([complex(-501, 501), complex(-501, 13437.7), complex(20, 0.5)], dtype=torch.complex64)
+    cpu = torch.pow(base, exponent)
+    assert torch.equal(torch.pow(base.to("tpu"), exponent.to("tpu")).cpu(), cpu), cpu
+
+
 def test_complex_hyperbolic_functions_keep_their_digits():
     """XLA's complex64 ``sinh``/``cosh`` were up to 2000 ulps from CPU's (C's ``csinhf``) for real parts up to 100,
     and its ``tanh`` lost digits next to its poles (``cosh 2x + cos 2y`` cancels there); C's formulas keep them
