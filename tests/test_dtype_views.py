@@ -182,3 +182,27 @@ def test_dtype_views_under_torch_compile():
     got = f("tpu", torch.compile(rotary, backend="tpu", dynamic=False))
     for g, w in zip(got, want):
         assert_same(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_the_recording_kernel_keys_the_storage_dtype_of_a_view_it_records(mode):
+    """Ops on views of another dtype are recorded without Python once taught (complex rotary embeddings handed
+    20 calls a step to Python), and the same geometry over storages of two dtypes is two different calls."""
+    from torchtpu_lab.runtime import recording
+
+    def f(d):
+        x = torch.tensor([1 + 2j, -3 + 0.5j, 0.25 - 1j], device=d)
+        y = torch.tensor([1.5, -2.0, 3.25, 4.0, 0.5, 8.0]).view(torch.int64).to(d)  # normal floats' bits
+        outs = []
+        for _ in range(3):
+            outs.append(torch.view_as_real(x) * 2)  # (3, 2) float32 over a (3,) complex64 storage
+            outs.append(y.view(torch.float32).view(3, 2) * 2)  # the same geometry over a (3,) int64 storage
+        return outs
+
+    with torchtpu_lab.eager_mode(mode):
+        same_on_both_devices(f, exact=True)
+        if recording.stats():  # the native core is built
+            f("tpu")
+            before = recording.stats().get("python", 0)
+            f("tpu")
+            assert recording.stats().get("python", 0) == before

@@ -49,6 +49,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -370,7 +371,7 @@ std::vector<RecordingKernel*> kernels;  // every kernel made (for clear and stat
 // Key bytes: a tag per argument and its value. Tensors: dtype, device, sizes (base tensors only).
 enum Tag : char { kTensor = 'T', kView = 'V', kWrapped = 'W', kInt = 'i', kDouble = 'd', kBool = 'b', kNone = 'n',
                   kInts = 'L', kBools = 'B', kString = 's', kDevice = 'D', kTensors = 'X', kOptionalTensors = 'O',
-                  kNumbers = 'N' };
+                  kNumbers = 'N', kCast = 'C' };
 
 template <typename T>
 void put(std::string& key, T v) {
@@ -410,10 +411,16 @@ bool adopt_plain(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   return true;
 }
 
-// Whether a View reads its storage as another dtype (its `cast`, views.View's fourth field, is set): its Python
-// path reinterprets the storage's bytes (device/reinterpret.py), which the recorded path never does.
+// Whether a View reads its storage as another dtype (its `cast`, views.View's fourth field, is set): the
+// executable reinterprets the storage's bytes (device/reinterpret.py), so the key names the storage's dtype, and
+// such a view is never keyed as its storage, nor a front of a grown one.
 bool casts(PyObject* view) {
   return view != Py_None && PyTuple_GET_SIZE(view) > 3 && PyTuple_GET_ITEM(view, 3) != Py_None;
+}
+
+// The storage's dtype a casting View reads (its cast's first item, a torch.dtype).
+int8_t cast_source(PyObject* view) {
+  return static_cast<int8_t>(reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(PyTuple_GET_ITEM(view, 3), 0))->scalar_type);
 }
 
 // Whether `t` (a view) reads every element of a storage of shape `base` in its order: the storage in another
@@ -494,14 +501,12 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
       storage = view == nullptr ? nullptr : PyObject_GetAttr(obj, rt.s_tpu_storage);
       if (storage == nullptr) PyErr_Clear();
     }
-    PyObject* held = storage != nullptr && Py_TYPE(storage) == rt.storage_type && view != nullptr && !casts(view)
-                         ? rt.st_array.get(storage)
-                         : nullptr;
+    PyObject* held = storage != nullptr && Py_TYPE(storage) == rt.storage_type ? rt.st_array.get(storage) : nullptr;
     if (held != nullptr && (Py_TYPE(held) == rt.lazy_type || Py_TYPE(held) == rt.array_type)) {
       array = held;  // the storage (owned by the tensor) keeps it alive for this call
       *storage_out = storage;
       PyObject* base = rt.st_shape.get(storage);
-      const bool whole_view = as_base != AsBase::kNo && view != Py_None && reshapes_storage(t, base);
+      const bool whole_view = as_base != AsBase::kNo && view != Py_None && !casts(view) && reshapes_storage(t, base);
       if (as_base == AsBase::kElement && whole_view && drops_leading_ones(t, base)) {
         key.push_back(kTensor);  // as a base tensor of the storage's shape is keyed
         put(key, static_cast<int8_t>(t.scalar_type()));
@@ -559,6 +564,10 @@ PyObject* tensor_input(const at::Tensor& t, long pending_device, std::string& ke
         for (int64_t s : t.strides()) put(key, s);
         put(key, t.storage_offset());
         put_shape(key, rt.st_shape.get(storage));
+        if (casts(view)) {  // the storage's dtype (a view of the storage's own dtype has no cast)
+          key.push_back(kCast);
+          put(key, cast_source(view));
+        }
       }
     }
     Py_XDECREF(view);
