@@ -186,8 +186,9 @@ def test_dtype_views_under_torch_compile():
 
 @pytest.mark.parametrize("mode", ["fused", "strict"])
 def test_the_recording_kernel_keys_the_storage_dtype_of_a_view_it_records(mode):
-    """Ops on views of another dtype are recorded without Python once taught (complex rotary embeddings handed
-    20 calls a step to Python), and the same geometry over storages of two dtypes is two different calls."""
+    """Ops on views of another dtype, and the dtype-changing views themselves, are served without Python once
+    taught (complex rotary embeddings handed 20 calls a step to Python), with the right dtype (a view back in the
+    storage's dtype is of that dtype), and the same geometry over storages of two dtypes is two different calls."""
     from torchtpu_lab.runtime import recording
 
     def f(d):
@@ -197,6 +198,8 @@ def test_the_recording_kernel_keys_the_storage_dtype_of_a_view_it_records(mode):
         for _ in range(3):
             outs.append(torch.view_as_real(x) * 2)  # (3, 2) float32 over a (3,) complex64 storage
             outs.append(y.view(torch.float32).view(3, 2) * 2)  # the same geometry over a (3,) int64 storage
+            outs.append(torch.view_as_complex(torch.view_as_real(x)))  # the storage's own dtype again
+            outs.append(x.view(torch.float32)[2:6].view(torch.complex64) + 1)
         return outs
 
     with torchtpu_lab.eager_mode(mode):

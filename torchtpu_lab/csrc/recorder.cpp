@@ -418,10 +418,12 @@ bool casts(PyObject* view) {
   return view != Py_None && PyTuple_GET_SIZE(view) > 3 && PyTuple_GET_ITEM(view, 3) != Py_None;
 }
 
-// The storage's dtype a casting View reads (its cast's first item, a torch.dtype).
-int8_t cast_source(PyObject* view) {
-  return static_cast<int8_t>(reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(PyTuple_GET_ITEM(view, 3), 0))->scalar_type);
+// A casting View's dtypes (its cast: the storage's, `which` 0, and its own, 1; torch.dtype objects).
+c10::ScalarType cast_dtype(PyObject* view, Py_ssize_t which) {
+  return reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(PyTuple_GET_ITEM(view, 3), which))->scalar_type;
 }
+
+int8_t cast_source(PyObject* view) { return static_cast<int8_t>(cast_dtype(view, 0)); }
 
 // Whether `t` (a view) reads every element of a storage of shape `base` in its order: the storage in another
 // shape (views.reshapes_base).
@@ -2327,10 +2329,20 @@ class RecordingKernel final : public c10::OperatorKernel {
     ++stats.recorded;
   }
 
+  // A view output's dtype: its View's own where it casts, else its storage's (self's, or the dtype self's cast
+  // reads: view_as_complex(view_as_real(x)) is x's dtype again). A tensor's dtype is always one of the two.
+  static c10::ScalarType view_dtype(const Entry& e, const at::Tensor& self) {
+    if (casts(e.view)) return cast_dtype(e.view, 1);
+    PyObject* storage = nullptr;
+    PyObject* view = nullptr;
+    if (data_ref(self, &storage, &view) && casts(view)) return cast_dtype(view, 0);
+    return self.scalar_type();
+  }
+
   // One view output: a tensor over `storage` with `e`'s geometry (set on its TensorImpl where it is not the
   // contiguous one).
   static at::Tensor view_tensor(const Entry& e, const at::Tensor& self, PyObject* storage) {
-    PyObject* out = make_tensor(rt.tensor_type, e.sizes, e.strides, self.scalar_type(), self.device().index(),
+    PyObject* out = make_tensor(rt.tensor_type, e.sizes, e.strides, view_dtype(e, self), self.device().index(),
                                 storage, e.view);
     if (out == nullptr) throw python_error();
     at::Tensor result = THPVariable_Unpack(out);

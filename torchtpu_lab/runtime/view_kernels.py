@@ -101,14 +101,12 @@ def _compute_plan(op, base_shape: tuple, geom: views.View, dtype: torch.dtype, a
                                  None if o.dtype == stored else (stored, o.dtype)) for o in outs)
 
 
-#: view ops whose output has another dtype: aliases of the same bytes (device/reinterpret.py), which the recording
-#: kernel never serves (its views keep their input's dtype)
+#: view ops whose output has another dtype: aliases of the same bytes (device/reinterpret.py)
 DTYPE_VIEW_OPS = (aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default)
 
 
 def make_view_kernel(op):
     multi = op in (aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int)
-    teaches = op in VIEW_OPS
 
     def kernel(self, *args, **kwargs):
         self = tensor.adopt(self)
@@ -132,7 +130,7 @@ def make_view_kernel(op):
         if op is aten.slice.Tensor and geoms[0] is not None and growth.growing_prefix(storage, geoms[0]):
             return outs[0]  # a prefix that may be growing: the next step's slice must come here too
         lesson = recording.lesson_pending
-        if teaches and not moved and lesson is not None and lesson():  # the recording kernel keyed this call: teach it
+        if not moved and lesson is not None and lesson():  # the recording kernel keyed this call: teach it
             # the geometry (not after a move: the key has the padded geometry, the answer the compact one)
             if multi:
                 recording.learn_views(op, storage, geoms)
@@ -141,14 +139,14 @@ def make_view_kernel(op):
         return outs if multi else outs[0]
 
     kernel.__name__ = f"view_kernel_{op}"
-    kernel.recordable_view = teaches
+    kernel.recordable_view = True
     return kernel
 
 
 def recordable_view(op, kernel) -> bool:
     """Whether ``kernel`` is this module's view kernel of ``op`` (the recording kernel can serve it from the
     learned geometry of its output, or of each output of ``split``/``unbind``: :mod:`..runtime.recording`)."""
-    return op in VIEW_OPS and getattr(kernel, "recordable_view", False)
+    return (op in VIEW_OPS or op in DTYPE_VIEW_OPS) and getattr(kernel, "recordable_view", False)
 
 
 def make_inplace_view_kernel(op):
