@@ -16,7 +16,7 @@ import torch
 
 from .. import caches
 from ..device import tensor, views
-from . import fused, growth, recording
+from . import growth, recording
 
 aten = torch.ops.aten
 
