@@ -201,6 +201,12 @@ def _reciprocal(z):
     return divide(jnp.ones_like(z), z)
 
 
+def _sin_cos(y):
+    """``(sin y, cos y)``, with ``(y, 1)`` for a ``|y|`` below the smallest normal (glibc's shortcut)."""
+    tiny = jnp.abs(y) <= jnp.finfo(y.dtype).tiny
+    return jnp.where(tiny, y, jnp.sin(y)), jnp.where(tiny, 1, jnp.cos(y))
+
+
 def _ctanh(z):
     """C's ``ctanh`` (glibc's, which CPU's complex ``tanh`` calls):
     ``(sinh x cosh x + i sin y cos y) / (sinh(x)**2 + cos(y)**2)``, a denominator without cancellation (XLA's
@@ -209,8 +215,8 @@ def _ctanh(z):
     x, y = z.real, z.imag
     info = jnp.finfo(x.dtype)
     t = 44 if x.dtype == jnp.float32 else 354  # int((max_exp - 1) * ln 2 / 2), glibc's
-    small_y, small_x = jnp.abs(y) <= info.tiny, jnp.abs(x) <= info.tiny
-    sin_y, cos_y = jnp.where(small_y, y, jnp.sin(y)), jnp.where(small_y, 1, jnp.cos(y))
+    small_x = jnp.abs(x) <= info.tiny
+    sin_y, cos_y = _sin_cos(y)
     sh = jnp.where(small_x, x, exponentials.sinh(x))
     ch = jnp.where(small_x, 1, exponentials.cosh(x))
     den = jnp.where(jnp.abs(sh) > jnp.abs(cos_y) * info.eps, sh * sh + cos_y * cos_y, cos_y * cos_y)
@@ -228,12 +234,6 @@ def _ctanh(z):
     odd_im = jnp.where(jnp.isinf(x), inf_im, jnp.where(y == 0, y, jnp.nan))
     finite = jnp.isfinite(x) & jnp.isfinite(y)
     return lax.complex(jnp.where(finite, re, odd_re), jnp.where(finite, im, odd_im))
-
-
-def _sin_cos(y):
-    """``(sin y, cos y)``, with ``(y, 1)`` for a ``|y|`` below the smallest normal (glibc's shortcut)."""
-    tiny = jnp.abs(y) <= jnp.finfo(y.dtype).tiny
-    return jnp.where(tiny, y, jnp.sin(y)), jnp.where(tiny, 1, jnp.cos(y))
 
 
 def _hyperbolic(z, odd: bool):
@@ -291,21 +291,27 @@ def _ccosh(z):
     return _hyperbolic(z, odd=False)
 
 
-def _csin(z):
-    """C's ``csin(z) = -i csinh(i z)``."""
-    w = _csinh(lax.complex(-z.imag, z.real))
-    return lax.complex(w.imag, -w.real)
+def _times_i(z):
+    return lax.complex(-z.imag, z.real)
+
+
+def _rotated(g):
+    """C's ``f(z) = -i g(i z)`` (``csin`` of ``csinh``, ``ctan`` of ``ctanh``, ``catan`` of ``catanh``)."""
+    def f(z):
+        w = g(_times_i(z))
+        return lax.complex(w.imag, -w.real)
+    return f
+
+
+_csin = _rotated(_csinh)
 
 
 def _ccos(z):
     """C's ``ccos(z) = ccosh(i z)``."""
-    return _ccosh(lax.complex(-z.imag, z.real))
+    return _ccosh(_times_i(z))
 
 
-def _ctan(z):
-    """C's ``ctan(z) = -i ctanh(i z)``."""
-    w = _ctanh(lax.complex(-z.imag, z.real))
-    return lax.complex(w.imag, -w.real)
+_ctan = _rotated(_ctanh)
 
 
 def _first_quadrant_catanh(z):
@@ -321,10 +327,7 @@ def _first_quadrant_catanh(z):
 _catanh = _odd_and_conjugate_symmetric(_first_quadrant_catanh)
 
 
-def _catan(z):
-    """C's ``catan(z) = -i catanh(i z)``."""
-    w = _catanh(lax.complex(-z.imag, z.real))
-    return lax.complex(w.imag, -w.real)
+_catan = _rotated(_catanh)
 
 
 # The lowerings' functions: C's results (CPU's, for rsqrt and sigmoid) for complex tensors, and for real ones
