@@ -100,6 +100,15 @@ def test_complex_sums_and_powers_at_infinities_are_cpus(fn):
     assert not wrong, wrong[:5]
 
 
+def test_complex_square_roots_by_pow_take_the_sqrt_kernels_cuts():
+    """``z ** 0.5`` and ``z ** -0.5`` are CPU's ``sqrt``/``rsqrt`` shortcuts: the branch cut follows a zero's sign
+    (``(-4 - 0j) ** 0.5`` is ``-2j``, XLA's sqrt gave ``+2j``)."""
+    z = torch.tensor([complex(-4, -0.0), complex(-9, 0.0), complex(math.inf, 1), complex(-math.inf, 2)])
+    for e in (0.5, -0.5):
+        cpu, tpu = (z ** e).tolist(), (z.to("tpu") ** e).cpu().tolist()
+        assert all(_same(c, t) for c, t in zip(cpu, tpu)), (e, cpu, tpu)
+
+
 def test_complex_powers_of_large_values_are_cpus():
     """XLA's complex ``pow`` overflowed to NaN where C's result underflows to 0 or is an infinity."""
     base = torch.tensor([complex(-501, -501), complex(-501, -501), complex(3e3, 1)], dtype=torch.complex64)

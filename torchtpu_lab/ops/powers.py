@@ -53,8 +53,10 @@ def _general_power(x, y):
 
 #: the exponents PyTorch computes without ``pow`` (``pow_Tensor_Scalar_out``'s 0 and 1, then its CPU kernel's
 #: ``pow_tensor_scalar_optimized_kernel``)
+#: (the sqrt, rsqrt and reciprocal lowerings' own functions: C's branch cuts and division for complex numbers)
 _SPECIAL_POWERS = ((0, jnp.ones_like), (1, lambda x: x), (2, lambda x: x * x), (3, lambda x: x * x * x),
-                   (0.5, jnp.sqrt), (-0.5, lax.rsqrt), (-1, complex_special.reciprocal), (-2, lambda x: complex_special.reciprocal(x * x)))
+                   (0.5, complex_special.sqrt), (-0.5, complex_special.rsqrt), (-1, complex_special.reciprocal),
+                   (-2, lambda x: complex_special.reciprocal(x * x)))
 
 
 #: up to this many elements every candidate is computed and the exponent selects one (fused with its neighbours);
