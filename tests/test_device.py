@@ -70,8 +70,10 @@ def test_printing_shows_values_device_and_grad():
 
 def test_missing_device_index_lists_available_devices():
     n = len(torchtpu_lab.platform_info().devices)
-    with pytest.raises(RuntimeError, match="available devices: tpu:0"):
+    with pytest.raises(RuntimeError, match="available devices: tpu:0") as e:
         torch.ones(2).to(f"tpu:{n}")
+    if torchtpu_lab.platform_info().platform == "cpu":  # says how XLA:CPU makes more devices
+        assert f"--xla_force_host_platform_device_count={n + 1}" in str(e.value)
 
 
 def test_mixing_cpu_and_tpu_tensors_raises_like_pytorch():
@@ -318,3 +320,16 @@ def test_a_host_copy_falls_back_to_jax_device_put_when_the_direct_transfer_refus
     assert calls and moved.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
     assert transfer._direct is None  # the public path from now on
     assert torch.tensor([7], device="tpu").item() == 7
+
+
+def test_sparse_and_nested_tensors_are_refused_naming_the_op_and_layout():
+    with pytest.raises(NotImplementedError, match=r"_sparse_coo_tensor_with_dims_and_tensors.*sparse COO tensors "
+                                                  r"are not supported on tpu.*to_dense"):
+        torch.randn(3, 3).to_sparse().to("tpu")
+    csr = torch.randn(3, 3).to_sparse_csr().to("tpu")
+    with pytest.raises(NotImplementedError, match=r"_to_dense.*sparse compressed .* not supported on tpu"):
+        csr.to_dense()
+    nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)], device="tpu")
+    with pytest.raises(NotImplementedError, match=r"unbind.*nested tensors are not supported on tpu"):
+        nested.unbind()
+    assert torch.ones(2, device="tpu").sum().item() == 2.0  # the device goes on working

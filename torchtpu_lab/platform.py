@@ -116,5 +116,9 @@ def jax_device(index: int | None) -> jax.Device:
     i = 0 if index is None else index
     if not 0 <= i < len(devices):
         names = ", ".join(f"tpu:{k} ({d})" for k, d in enumerate(devices))
-        raise RuntimeError(f"tpu:{i} does not exist; available devices: {names}")
+        hint = ""
+        if info().platform == "cpu":
+            hint = (f"; XLA:CPU makes one device unless told otherwise: set XLA_FLAGS="
+                    f"--xla_force_host_platform_device_count={i + 1} (or more) before the process imports JAX")
+        raise RuntimeError(f"tpu:{i} does not exist; available devices: {names}{hint}")
     return devices[i]

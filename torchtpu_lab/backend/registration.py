@@ -19,6 +19,7 @@ from ..device import storage, tensor
 from ..runtime import bounded, core_kernels, growth, recording, values
 from . import (
     accelerator,
+    dense_only,
     device_wait,
     dispatch,
     fake,
@@ -116,3 +117,4 @@ def register() -> None:
     hf_accelerate.install()
     hf_generation.install()
     fork_guard.install()  # a child forked after the device started refuses tpu work instead of hanging
+    dense_only.install()  # sparse and nested tensors: an error naming the op and the layout
