@@ -10,6 +10,8 @@ import json
 import os
 import sys
 
+import torch
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
@@ -35,6 +37,7 @@ def main(path: str) -> None:
         families.setdefault(r["entry"].split(".")[0] if "." in r["entry"] else "(top)", r["entry"])
     uncovered = sorted(wanted - set().union(*covers.values()))
     print("# CI conformance subset: every lowering executed at least once (bench/make_subset.py).")
+    print(f"# made with torch {torch.__version__.split('+')[0]}")
     print(f"# {len(uncovered)} lowered ops no passing op_db entry reaches (tested elsewhere or by the full run):")
     for name in uncovered:
         print(f"#   {name}")

@@ -863,8 +863,14 @@ def test_group_norm_of_an_empty_batch_or_map(shape, groups):
         y.sum().backward()
         return y.detach().cpu(), x.grad.cpu(), w.grad.cpu()
 
+    try:
+        want_all = run("cpu")
+    except RuntimeError as e:  # from torch 2.14, CPU (and its meta kernel) refuse an empty map: so must we
+        with pytest.raises(RuntimeError, match=re.escape(str(e))):
+            run("tpu")
+        return
     compared = 3 if shape[0] == 0 else 2
-    for got, want in list(zip(run("tpu"), run("cpu")))[:compared]:
+    for got, want in list(zip(run("tpu"), want_all))[:compared]:
         assert got.shape == want.shape and torch.equal(got, want)
 
 

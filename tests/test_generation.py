@@ -9,6 +9,7 @@ import torch
 
 import torchtpu_lab
 from torchtpu_lab import telemetry
+from torchtpu_lab.runtime import padded_attention
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPT2Config, GPT2LMHeadModel, StaticCache
@@ -320,6 +321,12 @@ def test_fused_attention_matches_cpu_and_training_keeps_its_gradients(mode):
             q = torch.randn(2, h, length, 8, generator=gen)
             k, v = torch.randn(2, kh, s, 8, generator=gen), torch.randn(2, kh, s, 8, generator=gen)
             kw = {"is_causal": causal, "enable_gqa": kh != h}
+            if causal and mask is not None and padded_attention.cpu_refuses_mask_with_causal():  # torch 2.14 on
+                for grad in (False, True):
+                    with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when is_causal"):
+                        F.scaled_dot_product_attention(q.to("tpu").requires_grad_(grad), k.to("tpu"), v.to("tpu"),
+                                                       attn_mask=mask.to("tpu"), **kw)
+                continue
             with torch.no_grad():
                 want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
                 got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"),

@@ -32,6 +32,32 @@ def x64_enabled() -> bool:
     return bool(jax.config.jax_enable_x64)
 
 
+_ENV_CPU_ISA = "TORCHTPU_LAB_CPU_ISA"
+
+
+def configure_cpu_codegen() -> None:
+    """Cap the instruction set XLA:CPU generates code for at AVX2 (unless the user's ``XLA_FLAGS`` names one,
+    ``TORCHTPU_LAB_CPU_ISA`` names another, or is ``native``).
+
+    Why: the eager modes promise that every op's result is rounded to its dtype, as CPU's kernels round it
+    (``compile_cache.EAGER_OPTIONS``). With AVX-512 XLA:CPU breaks that for float16 inside a fused kernel: a
+    multiply feeding an add or a subtract is computed with one rounding (plain ``jax.jit`` of ``a * x - x`` on
+    float16: 5 of 257 values 1 ulp off CPU's, at any AVX-512 level; right at AVX2), and no HLO written around it
+    keeps it apart (XLA drops an optimization barrier and folds convert or bitcast round trips). XLA reads the
+    ceiling only from ``XLA_FLAGS``, when its CPU client starts, so it is set here, before the platform is
+    chosen; a process whose JAX started its backends earlier keeps what it has. On a CPU without AVX-512 the cap
+    changes nothing; the large matmuls are Eigen's and YNNPACK's own kernels, which choose their ISA at run time."""
+    isa = os.environ.get(_ENV_CPU_ISA, "AVX2")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if isa.lower() == "native" or "xla_cpu_max_isa" in flags:
+        return
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_max_isa={isa}".strip()
+
+
 def configure_x64() -> None:
     """Turn on JAX's x64 mode unless the user opted out with ``TORCHTPU_LAB_X64=0``."""
     if os.environ.get("TORCHTPU_LAB_X64", "1") != "0":

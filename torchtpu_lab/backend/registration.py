@@ -93,6 +93,7 @@ def register() -> None:
         raise RuntimeError(
             f"PrivateUse1 is already taken by the {current!r} backend in this process; torchtpu_lab needs it"
         )
+    platform.configure_cpu_codegen()  # before JAX starts its CPU client (float16 rounded per op)
     platform.configure_x64()
     core = native.load()
     if core is None:

@@ -8,6 +8,7 @@ Unary float math computes integer inputs in the default float dtype, as PyTorch 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -15,7 +16,6 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 from jax import lax
 import torch
-from jax import lax
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND
 from torch._prims_common import elementwise_dtypes
 
@@ -105,16 +105,32 @@ _BOOL_SUBTRACTION = ("Subtraction, the `-` operator, with a bool tensor is not s
                      "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
 
 
+@functools.cache
+def _bool_subtraction_error() -> type[Exception]:
+    """The exception class for a bool subtraction: CPU's ``sub_check`` raises ``RuntimeError`` up to torch 2.13
+    and ``NotImplementedError`` from 2.14 (asked of PyTorch's own meta kernel, which runs the same check). The
+    latter as :class:`NoKernel`, which reaches the caller as PyTorch's plain ``NotImplementedError``: any other
+    ``NotImplementedError`` from a lowering's checks means "not covered here" and would run the op on the CPU."""
+    b = torch.empty(1, dtype=torch.bool, device="meta")
+    try:
+        torch.sub(b, b)
+    except NotImplementedError:
+        return NoKernel
+    except Exception as e:  # noqa: BLE001 — whatever class it is, that is the answer
+        return type(e)
+    return RuntimeError
+
+
 @checks_args(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
 def _no_bool_subtraction(op, x, y, alpha=1) -> None:
     """CPU's ``sub_check`` (in its kernel: PyTorch's meta kernel makes it for two tensors only), at the call,
     not when a fused graph runs; then the alpha checks."""
     bools = [t.dtype == torch.bool if isinstance(t, torch.Tensor) else isinstance(t, bool) for t in (x, y)]
     if all(bools):
-        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                           "Use the `^` or `logical_xor()` operator instead.")
+        raise _bool_subtraction_error()("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                                        "Use the `^` or `logical_xor()` operator instead.")
     if any(bools):
-        raise RuntimeError(_BOOL_SUBTRACTION)
+        raise _bool_subtraction_error()(_BOOL_SUBTRACTION)
     _alpha_fits(op, x, y, alpha)
 
 
@@ -122,7 +138,7 @@ def _check_sub(x, y) -> None:
     """The same check where a lowering is called without the op's argument check (a foreach op's per-tensor
     lowering, ``_foreach_sub(xs, True)``): raised while the op is traced."""
     if jnp.result_type(x) == jnp.bool_ or jnp.result_type(y) == jnp.bool_:
-        raise RuntimeError(_BOOL_SUBTRACTION)
+        raise _bool_subtraction_error()(_BOOL_SUBTRACTION)
 
 
 def _plus_scaled(x, y, alpha):

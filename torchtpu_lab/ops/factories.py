@@ -72,17 +72,15 @@ def _finite_range(op, *scalars, **_) -> None:
 
 @lower(aten.arange.default, aten.arange.start, aten.arange.start_step, static_scalars=True)
 def arange(*scalars, dtype=None, layout=None, device=None, pin_memory=None):
-    """PyTorch's rule: length ``ceil((end - start) / step)``, in int64 arithmetic (scalars truncated) for an
-    int64 result and in double otherwise; values ``start + i * step`` accumulated in double for floats."""
+    """PyTorch's rule: values ``start + i * step``, the scalars truncated for an integer result, accumulated in
+    double for floats. The length is PyTorch's own meta kernel's, which changed with torch 2.14 for an integer
+    result of fractional scalars (``arange(0.5, 10, 1.5, dtype=int64)``: 10 elements in int64 arithmetic up to
+    2.13, 7 from 2.14, ``ceil`` in double)."""
     start, end, step = (0, scalars[0], 1) if len(scalars) == 1 else (*scalars, 1)[:3]
     if dtype is None:
         floating = any(isinstance(s, float) for s in (start, end, step))
         dtype = torch.get_default_dtype() if floating else torch.int64
-    if dtype == torch.int64:
-        n = math.ceil((int(end) - int(start)) / int(step))
-    else:
-        n = math.ceil((float(end) - float(start)) / float(step))
-    n = max(n, 0)
+    n = torch.arange(start, end, step, dtype=dtype, device="meta").numel()
     if _is_integral(dtype):
         return int(start) + int(step) * jnp.arange(n, dtype=jnp.int64)
     return float(start) + float(step) * jnp.arange(n, dtype=jnp.float64)

@@ -460,11 +460,31 @@ def store_facts(kind: str, signature, device, facts: dict) -> bool:
 #: ``torch.compile`` programs keep XLA's default, as Inductor keeps float32 between the ops of a fused kernel.
 EAGER_OPTIONS = {"xla_allow_excess_precision": False}
 _EAGER_KINDS = frozenset({"op", "graph"})
+#: On XLA:CPU, also no YNNPACK fusions: where XLA hands a dot to YNNPACK (with AVX-512), its float32 accumulation
+#: sums in another order than XLA's own dot and CPU's gemm, and a half-precision product (accumulated in float32,
+#: rounded once, as CPU's gemm does) lands an ulp off CPU's result (``baddbmm`` in float16). XLA's own dot kept
+#: it exact and measured as fast on these sizes (32x64x256 to 1024^3, scratch timing). An option a jaxlib does
+#: not know would fail every compile, so it is asked once whether this one does.
+_CPU_EAGER_EXTRA = {"xla_cpu_experimental_ynn_fusion_type": ""}
+_eager: dict = {}
+
+
+def _eager_options() -> dict:
+    if "options" not in _eager:
+        options = dict(EAGER_OPTIONS)
+        if platform.info().platform == "cpu":
+            try:
+                jax.jit(lambda x: x + 1).lower(1.0).compile(dict(options, **_CPU_EAGER_EXTRA))
+                options.update(_CPU_EAGER_EXTRA)
+            except Exception:  # noqa: BLE001 — "No such compile option": this jaxlib has no YNNPACK fusions to turn off
+                pass
+        _eager["options"] = options
+    return _eager["options"]
 
 
 def compiler_options(kind: str) -> dict | None:
     """The XLA options a program of ``kind`` is compiled with (``None``: XLA's defaults)."""
-    return EAGER_OPTIONS if kind in _EAGER_KINDS else None
+    return _eager_options() if kind in _EAGER_KINDS else None
 
 
 def executable(fn, args: list, kind: str, signature, device, donate: tuple = (), checks: list | None = None,

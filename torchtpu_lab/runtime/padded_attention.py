@@ -41,6 +41,8 @@ and values are, per geometry (keyed as any call).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import caches, dtypes
@@ -142,6 +144,9 @@ def autograd_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0
     if not all(_is_real(t) for t in (query, key, value, attn_mask)):
         return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                                enable_gqa=enable_gqa)
+    if attn_mask is not None and is_causal and cpu_refuses_mask_with_causal():  # PyTorch's error, from its math
+        return aten._scaled_dot_product_attention_math.default(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, attn_mask)):
         if trainable(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):  # runtime/training_attention.py
             return _TRAINABLE(query, _query_heads(query, key), _query_heads(query, value), attn_mask, 0.0, is_causal,
@@ -194,9 +199,12 @@ def _query_heads(query, t):
 
 def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:
     """Whether the fused kernel computes this call (else the math decomposition does, and raises PyTorch's own
-    errors for calls it refuses). A mask together with ``is_causal`` keeps what both keep, as PyTorch's CPU
-    kernel does (its math decomposition refuses the pair)."""
+    errors for calls it refuses). A mask together with ``is_causal`` keeps what both keep where PyTorch's CPU
+    kernel does (up to torch 2.13); where CPU refuses the pair (2.14, as its math decomposition always has and its
+    documentation says), so do we."""
     if dropout_p > 0 or query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+        return False
+    if attn_mask is not None and is_causal and cpu_refuses_mask_with_causal():
         return False
     if 0 in query.shape or 0 in key.shape or 0 in value.shape:
         return False
@@ -214,6 +222,19 @@ def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, en
         if sizes.broadcast(tuple(attn_mask.shape), (b, h, length, s)) is None:
             return False
     return query.dtype == key.dtype == value.dtype and query.dtype.is_floating_point
+
+
+@functools.cache
+def cpu_refuses_mask_with_causal() -> bool:
+    """Whether the installed torch's CPU attention refuses an explicit mask with ``is_causal=True``: up to 2.13 its
+    flash kernel took the pair, from 2.14 the call raises. Asked once, on one element."""
+    one = torch.zeros(1, 1, 1, 1)
+    try:
+        torch.nn.functional.scaled_dot_product_attention(one, one, one, attn_mask=torch.ones(1, 1, dtype=torch.bool),
+                                                         is_causal=True)
+    except RuntimeError:
+        return True
+    return False
 
 
 def _operand(t: tensor.TpuTensor, dyn: list) -> tuple:
