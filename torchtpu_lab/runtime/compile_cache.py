@@ -476,7 +476,7 @@ def _eager_options() -> dict:
             try:
                 jax.jit(lambda x: x + 1).lower(1.0).compile(dict(options, **_CPU_EAGER_EXTRA))
                 options.update(_CPU_EAGER_EXTRA)
-            except Exception:  # noqa: BLE001 — "No such compile option": this jaxlib has no YNNPACK fusions to turn off
+            except Exception:  # noqa: BLE001 — "No such compile option": no YNNPACK fusions here to turn off
                 pass
         _eager["options"] = options
     return _eager["options"]
