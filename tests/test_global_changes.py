@@ -26,6 +26,7 @@ SAID_BY = {
     "FakeTensorMode.avoid_device_init": "FakeTensorMode.avoid_device_init",
     "torch._TorchCompileInductorWrapper.__call__": "torch._TorchCompileInductorWrapper.__call__",
     "jax_enable_x64": "jax_enable_x64",
+    "os.environ": "XLA_FLAGS",
     "privateuse1 backend name": "torch.privateuse1_backend",
     "torch.tpu": "torch.privateuse1_backend",
     "torch.Tensor.tpu": "torch.privateuse1_backend",

@@ -95,6 +95,9 @@ def global_changes() -> dict:
 
     * ``jax_enable_x64``: on at import (int64 indices and float64 keep their meaning); ``TORCHTPU_LAB_X64=0``
       opts out.
+    * ``XLA_FLAGS``: ``--xla_cpu_max_isa=AVX2`` appended before JAX starts its CPU client, so XLA:CPU rounds each
+      float16 op as CPU does on AVX-512 machines too (see :func:`torchtpu_lab.platform.configure_cpu_codegen`);
+      not where ``XLA_FLAGS`` names an ISA already, nor with ``TORCHTPU_LAB_CPU_ISA=native``.
     * ``jax_compilation_cache_dir``: never set by torchtpu_lab (its persistent cache is its own) unless asked
       for with ``configure(jax_cache=True)``; shown so a value the user set is visible.
     * The PrivateUse1 backend renamed ``tpu`` through PyTorch's own setup: ``torch.tpu``, ``Tensor.tpu()``,
@@ -146,10 +149,11 @@ def global_changes() -> dict:
     from .backend import hf_accelerate as _hf_accelerate
     from .backend import fork_guard as _fork_guard
     from .backend import hf_generation as _hf_generation
-    from .platform import x64_enabled
+    from .platform import cpu_isa_cap, x64_enabled
 
     return {
         "jax_enable_x64": x64_enabled(),
+        "XLA_FLAGS (--xla_cpu_max_isa appended: float16 rounded per op on AVX-512 CPUs)": cpu_isa_cap(),
         "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
         "torch.privateuse1_backend": torch._C._get_privateuse1_backend_name(),
         "FakeTensor.__new__ (tpu fake tensors stay meta)": _fake_patch_installed(),

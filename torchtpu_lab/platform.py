@@ -56,6 +56,15 @@ def configure_cpu_codegen() -> None:
     if xla_bridge.backends_are_initialized():
         return
     os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_max_isa={isa}".strip()
+    _isa_cap[:] = [isa]
+
+
+_isa_cap: list = []
+
+
+def cpu_isa_cap() -> str | None:
+    """The ISA ceiling :func:`configure_cpu_codegen` added to ``XLA_FLAGS`` (``None``: it added none)."""
+    return _isa_cap[0] if _isa_cap else None
 
 
 def configure_x64() -> None:
