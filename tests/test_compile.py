@@ -329,6 +329,8 @@ def one_rank_group():
         dist.destroy_process_group()
 
 
+@pytest.mark.skipif(not __import__("dist_jobs").dynamo_reads_python_group_names(),
+                    reason="torch 2.11's Dynamo breaks the graph at a Python group's group_name")
 def test_collectives_lower_into_the_compiled_program(one_rank_group):
     import dist_jobs
 

@@ -93,6 +93,8 @@ def test_collectives_are_telemetry_events(collectives_run):
     assert "collective:all_reduce" in v["metrics"] and "CollectiveTime" in v["metrics"]
 
 
+@pytest.mark.skipif(not dist_jobs.dynamo_reads_python_group_names(),
+                    reason="torch 2.11's Dynamo breaks the graph at a Python group's group_name")
 def test_compiled_graph_with_collectives_is_one_program_equal_to_gloo():
     """torch.compile(backend="tpu") of compute between functional collectives: one XLA program over the group's
     mesh per rank (the compile event says so; a second call compiles nothing), results equal to Gloo on CPU."""

@@ -145,7 +145,7 @@ def test_normal_with_a_negative_std_element_raises_cpus_error():
 
 def test_randperm_into_out_draws_from_the_tpu_generator():
     for dtype in (torch.int64, torch.float32):
-        with torch.random.fork_rng(devices=["tpu"]):
+        with torch.random.fork_rng(devices=["tpu"], device_type="tpu"):  # CUDA by default in torch 2.11
             res1 = torch.randperm(50, dtype=dtype, device="tpu")
         res2 = torch.empty(0, dtype=dtype, device="tpu")
         assert torch.randperm(50, out=res2, dtype=dtype, device="tpu") is res2
