@@ -227,11 +227,12 @@ def _covered(query, key, value, attn_mask, dropout_p: float, is_causal: bool, en
 @functools.cache
 def cpu_refuses_mask_with_causal() -> bool:
     """Whether the installed torch's CPU attention refuses an explicit mask with ``is_causal=True``: up to 2.13 its
-    flash kernel took the pair, from 2.14 the call raises. Asked once, on one element."""
-    one = torch.zeros(1, 1, 1, 1)
+    flash kernel took the pair, from 2.14 the call raises. Asked once, on one element (on the CPU whatever the
+    default device: under ``torch.device("tpu")`` the question would come back here)."""
+    one = torch.zeros(1, 1, 1, 1, device="cpu")
+    mask = torch.ones(1, 1, dtype=torch.bool, device="cpu")
     try:
-        torch.nn.functional.scaled_dot_product_attention(one, one, one, attn_mask=torch.ones(1, 1, dtype=torch.bool),
-                                                         is_causal=True)
+        torch.nn.functional.scaled_dot_product_attention(one, one, one, attn_mask=mask, is_causal=True)
     except RuntimeError:
         return True
     return False
