@@ -21,8 +21,8 @@ BITWISE_OPS = ("BAND", "BOR", "BXOR")
 def dynamo_reads_python_group_names() -> bool:
     """Whether Dynamo reads a Python process group's ``group_name`` without tracing it: torch 2.11's calls the
     property (torchtpu_lab code, which Dynamo is told never to trace) and breaks the graph at every functional
-    collective; 2.13's reads it as a constant (2.12 not tried)."""
-    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+    collective; 2.12's and 2.13's read it as a constant."""
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 12)
 
 def _suite(dev: str, group) -> dict:
     """Every collective once, on ``dev`` tensors through ``group``; this rank's results (CPU tensors)."""
