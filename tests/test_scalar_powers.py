@@ -41,6 +41,28 @@ def test_integer_tensors_keep_integer_powers():
     torch.testing.assert_close((i.to("tpu") ** 0.5).cpu(), i ** 0.5, equal_nan=True)
 
 
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_bool_tensors_to_bool_powers_stay_bool_as_on_cpu(mode):
+    """CPU keeps ``b ** True`` bool (it is ``b``; ``b ** False`` is all True) where PyTorch's meta kernel says
+    int64, and so runs ``pow_(True)`` and a bool ``out=`` that the meta kernel's dtype would refuse; a number
+    exponent still gives int64, in the same process after the bool ones."""
+    b = torch.tensor([True, False, True])
+    calls = {
+        "b ** True": lambda x: x ** True,
+        "b ** False": lambda x: x ** False,
+        "pow_(True)": lambda x: x.clone().pow_(True),
+        "pow_(False)": lambda x: x.clone().pow_(False),
+        "out=": lambda x: torch.pow(x, True, out=torch.empty(3, dtype=torch.bool, device=x.device)),
+        "b ** 1": lambda x: x ** 1,
+        "b ** 2": lambda x: x ** 2,
+    }
+    with torchtpu_lab.eager_mode(mode):
+        for name, fn in calls.items():
+            want, got = fn(b), fn(b.to("tpu")).cpu()
+            assert got.dtype == want.dtype, name
+            assert torch.equal(got, want), name
+
+
 def test_the_exponent_is_an_input_that_selects_a_branch():
     """The lowering of an input exponent is a switch (the shortcuts, then ``pow``), not ``pow`` alone: XLA's
     general power of an input exponent is what GPT-2's GELU spent 6x its time in on XLA:CPU."""

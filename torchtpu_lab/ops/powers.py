@@ -4,12 +4,13 @@ its CPU kernel special-cases). Lowerings (pure JAX)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import torch
 from jax import lax
 
 from . import complex_special
 from .elementwise import _is_int, _no_bool, _promote
 from .error_flags import report, reports
-from .registry import aten, lower
+from .registry import aten, fixes_meta, lower
 
 
 def _int_pow(a, b):
@@ -49,6 +50,17 @@ def _power(x, y, bools: bool = True):
 def _general_power(x, y):
     """``x ** y`` without a shortcut: XLA's, C's ``cpow`` for complex numbers (CPU's kernel calls it)."""
     return complex_special.cpow(x, y) if jnp.iscomplexobj(x) else jnp.power(x, y)
+
+
+@fixes_meta(aten.pow.Tensor_Scalar)
+def _bool_to_bool_power(op, args: list, kwargs: dict, meta):
+    """A bool tensor to a bool power stays bool on CPU (``x ** True`` is ``x``, ``x ** False`` all True): its
+    kernel promotes as ``result_type`` does, where PyTorch's meta kernel (the Python reference's bool-to-long
+    promotion) says int64 — and an in-place ``pow_(True)`` of a bool tensor would then refuse the cast."""
+    base, exponent = args[0], kwargs.get("exponent", args[1] if len(args) > 1 else None)
+    if base.dtype == torch.bool and isinstance(exponent, bool):
+        return meta.to(torch.bool)
+    return meta
 
 
 #: the exponents PyTorch computes without ``pow`` (``pow_Tensor_Scalar_out``'s 0 and 1, then its CPU kernel's

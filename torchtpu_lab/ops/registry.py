@@ -66,6 +66,12 @@ PY_KERNELS: dict = {}
 ARG_CHECKS: dict = {}
 
 
+#: Corrections of an op's output metadata where PyTorch's meta kernel disagrees with its CPU kernel (a Python
+#: reference's type promotion that the CPU kernel does not apply): called with the op, the meta kernel's arguments
+#: and its outputs, returning the outputs CPU gives.
+META_FIXES: dict = {}
+
+
 #: Checks CPU makes at *every* call of an op, called with the op and the call's own arguments (tpu tensors and
 #: Python values) before it runs, in every eager mode: for what a check run once per compiled signature
 #: (:data:`ARG_CHECKS`) cannot do, such as a warning CPU gives each time (``random_``'s precision warning). An
@@ -90,6 +96,11 @@ def checks_args(*ops):
 def checks_calls(*ops):
     """Register the decorated function as the per-call check of ``ops`` (see :data:`CALL_CHECKS`)."""
     return _registers_in(CALL_CHECKS, ops)
+
+
+def fixes_meta(*ops):
+    """Register the decorated function as the output correction of ``ops`` (see :data:`META_FIXES`)."""
+    return _registers_in(META_FIXES, ops)
 
 
 def kernel(*ops):

@@ -17,7 +17,7 @@ from .. import caches, dtypes
 from ..device import context, tensor, views
 from ..ops import cpu_rules
 from ..ops.casts import convert
-from ..ops.registry import ARG_CHECKS
+from ..ops.registry import ARG_CHECKS, META_FIXES
 from .signatures import Slot, Static
 
 #: what a meta kernel raises where it cannot describe a call it accepts (a Python decomposition standing in as the
@@ -149,13 +149,15 @@ def meta_outputs(op: torch._ops.OpOverload, targs: tuple, tkwargs: tuple, dyn: l
         check(op, *args, **kwargs)
     cpu_rules.check_complex(op, args, kwargs)
     try:
-        return op(*args, **kwargs)
+        out = op(*args, **kwargs)
     except _META_SKIP:
         return None
     except RuntimeError as e:
         if str(e) == "duplicate value in the list of dims":  # PyTorch's Python meta kernels' wording
             raise _repeated_dim(op, args, kwargs) from None
         raise
+    fix = META_FIXES.get(op)
+    return out if fix is None else fix(op, args, kwargs, out)
 
 
 def _repeated_dim(op, args: list, kwargs: dict) -> RuntimeError:
