@@ -5,10 +5,14 @@ approximation of a transcendental function:
   operand to the common dtype (``bf16 + 1.7`` adds 1.703125); ``mul``/``div`` read it in float32;
 - activations and their backward ops compute in float32 and round once (``silu``, ``elu``, ``leaky_relu``...);
 - bfloat16 ``x ** 3`` multiplies in bfloat16; truncated/floored division of two half tensors rounds the quotient
-  first; ``log_softmax`` along another dim than the last stays in float32.
+  first; ``log_softmax`` along another dim than the last stays in float32;
+- layer and batch norm save their statistics in the model's dtype, and layer norm's input gradient is CPU's
+  formula over them.
 
 Before these fixes a third to nearly all of the elements of each case below differed from CPU by an ulp or more.
 """
+
+import copy
 
 import pytest
 import torch
@@ -131,3 +135,43 @@ def test_batch_norm_normalizes_with_its_saved_statistics_in_the_half_type():
     expected = F.batch_norm(x, None, None, training=True)
     got = F.batch_norm(x.to("tpu"), None, None, training=True).cpu()
     assert _mismatches(expected, got) == 0
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_normalization_saves_its_statistics_in_the_models_dtype(dtype):
+    """CPU saves layer and batch norm's ``mean``/``rstd`` in the parameters' dtype (PyTorch's meta kernel says
+    float32), and float32 where a half-type input meets float32 parameters."""
+    aten = torch.ops.aten
+    x = torch.randn(2, 5, 3).to(dtype)
+    w, b = torch.randn(5).to(dtype), torch.randn(5).to(dtype)
+    calls = {
+        "layer norm": lambda d, p: aten.native_layer_norm(x.to(d), [3], w[:3].to(p).to(d), b[:3].to(p).to(d), 1e-5),
+        "layer norm, no weights": lambda d, p: aten.native_layer_norm(x.to(d), [3], None, None, 1e-5),
+        "batch norm": lambda d, p: aten.native_batch_norm(x.to(d), w.to(p).to(d), b.to(p).to(d), None, None, True,
+                                                          0.1, 1e-5),
+        "batch norm, no weights": lambda d, p: aten._native_batch_norm_legit(x.to(d), None, None, True, 0.1, 1e-5),
+    }
+    for name, call in calls.items():
+        for params in (dtype, torch.float32):
+            want = [o.dtype for o in call("cpu", params)]
+            assert [o.dtype for o in call("tpu", params)] == want, (name, params)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_layer_norm_gradient_uses_cpus_formula_and_its_rounded_statistics(dtype):
+    """A gradient that nearly cancels along the row (here: close to constant) keeps residues that depend on how
+    the backward is written and on the saved statistics' rounding: with CPU's formula over the statistics as CPU
+    saves them the input gradient equals CPU's; before, a third to two thirds of it differed."""
+    torch.manual_seed(0)
+    x = (torch.randn(4, 16, 64) * 3 + 1).to(dtype)
+    layer = torch.nn.LayerNorm(64).to(dtype)
+    with torch.no_grad():
+        layer.weight.mul_(torch.rand(64).to(dtype) + 0.5)
+    for grad in (torch.full_like(x, 0.5) + x * 0.1, torch.randn_like(x)):
+        grads = []
+        for device in ("cpu", "tpu"):
+            m = copy.deepcopy(layer).to(device)
+            xx = x.clone().to(device).requires_grad_()
+            m(xx).backward(grad.to(device))
+            grads.append(xx.grad.cpu())
+        assert _mismatches(*grads) <= grads[0].numel() // 200

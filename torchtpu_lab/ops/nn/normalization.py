@@ -6,17 +6,34 @@ The batch-norm ops that update ``running_mean``/``running_var`` in place are tor
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from jax import lax
 
+import torch
+
 from ..precision import HALF_TYPES
-from ..registry import aten, lower
+from ..registry import aten, fixes_meta, lower
 from ._common import _acc
 
 
 def _channel(v, ndim):
     """A per-channel vector shaped to broadcast against an (N, C, ...) tensor of ``ndim`` dims."""
     return v.reshape((1, -1) + (1,) * (ndim - 2)) if ndim > 1 else v
+
+
+@fixes_meta(aten.native_layer_norm.default)
+def _layer_norm_saves_in_the_models_dtype(op, args: list, kwargs: dict, meta):
+    """CPU saves ``mean`` and ``rstd`` in the parameters' dtype (``param_scalar_type``): the input's, unless a
+    half-type input meets float32 weights (its "mixed type"), where PyTorch's meta kernel says float32 for every
+    half-type input. The forward's output is computed from the unrounded statistics either way."""
+    x, weight, bias = args[0], args[2] if len(args) > 2 else None, args[3] if len(args) > 3 else None
+    out, mean, rstd = meta
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return meta
+    mixed = any(p is not None and p.dtype != x.dtype for p in (weight, bias))
+    return meta if mixed else (out, mean.to(x.dtype), rstd.to(x.dtype))
 
 
 @lower(aten.native_layer_norm)
@@ -36,17 +53,27 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
 
 @lower(aten.native_layer_norm_backward)
 def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """CPU's formula (``LayerNormBackwardKernelImplInternal``): ``dx = a * dy * w + b * x + c`` with ``a`` the
+    saved ``rstd`` and ``b``, ``c`` from the row sums ``ds = sum(dy * w * x)`` and ``db = sum(dy * w)``, over the
+    statistics as saved (in a half-type model's dtype: rounded, which the forward's output was not). The
+    textbook form ``rstd * (g - mean(g) - xhat * mean(g * xhat))`` is the same number in exact arithmetic, but a
+    gradient that nearly cancels (a loss whose gradient is almost constant along the row) keeps different
+    residues."""
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     outer = tuple(range(x.ndim - len(normalized_shape)))
     grad, xf = _acc(grad), _acc(x)
-    xhat = (xf - mean) * rstd
-    g = grad * weight if weight is not None else grad
+    mean, rstd = _acc(mean), _acc(rstd)
+    g = grad * _acc(weight) if weight is not None else grad
     gi = gw = gb = None
     if output_mask[0]:
-        gi = rstd * (g - jnp.mean(g, axis=axes, keepdims=True)
-                     - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True))
+        scale = 1.0 / math.prod(x.shape[a] for a in axes) if axes else 1.0
+        ds = jnp.sum(g * xf, axis=axes, keepdims=True)
+        db = jnp.sum(g, axis=axes, keepdims=True)
+        b = (db * mean - ds) * rstd * rstd * rstd * scale
+        c = -b * mean - db * rstd * scale
+        gi = rstd * g + b * xf + c
     if output_mask[1] and weight is not None:
-        gw = jnp.sum(grad * xhat, axis=outer)
+        gw = jnp.sum(grad * ((xf - mean) * rstd), axis=outer)
     if output_mask[2] and bias is not None:
         gb = jnp.sum(grad, axis=outer)
     return gi, gw, gb
@@ -78,6 +105,18 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     if bias is not None:
         out = out + _channel(bias, x.ndim)
     return out, mean, rstd, new_mean, new_var
+
+
+@fixes_meta(aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit.no_stats)
+def _batch_norm_saves_in_the_models_dtype(op, args: list, kwargs: dict, meta):
+    """CPU returns the saved ``mean`` and ``invstd`` of a training step in the parameters' dtype (the values
+    :func:`_batch_norm` rounds to it), where PyTorch's meta kernel says float32 for every half-type input."""
+    x, weight = args[0], args[1]
+    running = args[3] if op is aten._native_batch_norm_legit_functional.default else None
+    kept = next((p.dtype for p in (weight, running) if p is not None), x.dtype)
+    if x.dtype not in (torch.float16, torch.bfloat16) or kept != x.dtype:
+        return meta
+    return (meta[0], meta[1].to(kept), meta[2].to(kept), *meta[3:])
 
 
 @lower(aten._native_batch_norm_legit_functional)
