@@ -5,7 +5,8 @@ approximation of a transcendental function:
   operand to the common dtype (``bf16 + 1.7`` adds 1.703125); ``mul``/``div`` read it in float32;
 - activations and their backward ops compute in float32 and round once (``silu``, ``elu``, ``leaky_relu``...);
 - bfloat16 ``x ** 3`` multiplies in bfloat16; truncated/floored division of two half tensors rounds the quotient
-  first; ``log_softmax`` along another dim than the last stays in float32;
+  first; ``log_softmax`` along another dim than the last stays in float32, along the last its sum and log are
+  rounded to the half type;
 - layer and batch norm save their statistics in the model's dtype, and layer norm's input gradient is CPU's
   formula over them.
 
@@ -72,6 +73,8 @@ ACTIVATIONS = {
     "selu": F.selu, "celu": F.celu, "leaky_relu": lambda v: F.leaky_relu(v, 0.3), "softshrink": F.softshrink,
     "threshold": lambda v: F.threshold(v, 1.7, 0.3),
     "log_softmax_dim0": lambda v: torch.log_softmax(v.view(10, 257), 0),
+    # along the last dim CPU keeps the sum and its log in the half type: both rounded
+    "log_softmax_last": lambda v: torch.log_softmax(v.view(257, 10) * 3, 1),
 }
 
 
