@@ -66,7 +66,8 @@ def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bi
     g = grad * _acc(weight) if weight is not None else grad
     gi = gw = gb = None
     if output_mask[0]:
-        scale = 1.0 / math.prod(x.shape[a] for a in axes) if axes else 1.0
+        n = math.prod(x.shape[a] for a in axes)
+        scale = 1.0 / n if n else 0.0  # no elements to normalize: nothing reads it
         ds = jnp.sum(g * xf, axis=axes, keepdims=True)
         db = jnp.sum(g, axis=axes, keepdims=True)
         b = (db * mean - ds) * rstd * rstd * rstd * scale
