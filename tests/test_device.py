@@ -322,7 +322,7 @@ def test_a_host_copy_falls_back_to_jax_device_put_when_the_direct_transfer_refus
     assert torch.tensor([7], device="tpu").item() == 7
 
 
-def test_sparse_and_nested_tensors_are_refused_naming_the_op_and_layout():
+def test_sparse_nested_and_quantized_tensors_are_refused_naming_the_op_and_layout():
     with pytest.raises(NotImplementedError, match=r"_sparse_coo_tensor_with_dims_and_tensors.*sparse COO tensors "
                                                   r"are not supported on tpu.*to_dense"):
         torch.randn(3, 3).to_sparse().to("tpu")
@@ -332,4 +332,7 @@ def test_sparse_and_nested_tensors_are_refused_naming_the_op_and_layout():
     nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)], device="tpu")
     with pytest.raises(NotImplementedError, match=r"unbind.*nested tensors are not supported on tpu"):
         nested.unbind()
+    with pytest.raises(NotImplementedError, match=r"_empty_affine_quantized.*quantized tensors .* not supported on "
+                                                  r"tpu.*dequantize"):
+        torch._empty_affine_quantized([2], scale=0.5, zero_point=1, dtype=torch.quint8, device="tpu")
     assert torch.ones(2, device="tpu").sum().item() == 2.0  # the device goes on working

@@ -1,6 +1,6 @@
-"""Sparse and nested tensors on tpu fail with an error that says so, naming the op.
+"""Sparse, nested and quantized tensors on tpu fail with an error that says so, naming the op.
 
-tpu tensors are dense (a JAX array behind each storage). Without these fallbacks, moving a sparse tensor to tpu or
+tpu tensors are dense, of PyTorch's ordinary dtypes (a JAX array behind each storage). Without these fallbacks, moving a sparse tensor to tpu or
 printing a nested one ended in PyTorch's generic "Could not run 'aten::...' with arguments from the 'Sparsetpu'
 backend" and a list of a hundred dispatch keys. A backend fallback only runs for an op that has no kernel at all
 for the key, so ops that do work (PyTorch's composite kernels) are untouched: only the message changes.
@@ -18,6 +18,9 @@ _LAYOUTS = {
     "NestedTensorPrivateUse1": ("nested tensors",
                                 "pad them into one dense tensor first (torch.nested.to_padded_tensor on the CPU), "
                                 "or keep a list of tpu tensors"),
+    "QuantizedPrivateUse1": ("quantized tensors (torch.quint8, torch.qint8, torch.qint32 ...)",
+                             "dequantize on the CPU (x.dequantize()) and move the float tensor, or keep the quantized "
+                             "model on the CPU"),
 }
 
 _libraries: list = []
@@ -25,7 +28,8 @@ _libraries: list = []
 
 def _refusal(what: str, fix: str):
     def refuse(op, *args, **kwargs):
-        raise NotImplementedError(f"{op}: {what} are not supported on tpu (tpu tensors are dense); {fix}")
+        raise NotImplementedError(f"{op}: {what} are not supported on tpu (tpu tensors are dense, of ordinary "
+                                  f"dtypes); {fix}")
 
     return refuse
 

@@ -118,4 +118,4 @@ def register() -> None:
     hf_accelerate.install()
     hf_generation.install()
     fork_guard.install()  # a child forked after the device started refuses tpu work instead of hanging
-    dense_only.install()  # sparse and nested tensors: an error naming the op and the layout
+    dense_only.install()  # sparse, nested and quantized tensors: an error naming the op and the layout
