@@ -134,6 +134,37 @@ def test_empty_strided_and_channels_last(mode):
     assert_same(tpu[3], cpu[3], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_resize_to_a_memory_format_restrides_as_cpu_does(mode):
+    """``resize_(size, memory_format=)`` gives that format's strides over the same storage elements (values move
+    with the strides, as CPU's restride moves them), grown or not; ``resize_as_(t, preserve_format)`` takes the
+    template's format. Before, both stayed row-major (PyTorch's own test_view_ops caught it)."""
+    def make(device):
+        flat = torch.arange(24.0, device=device)
+        flat.resize_((2, 3, 2, 2), memory_format=torch.channels_last)
+        same = torch.arange(24.0, device=device).reshape(2, 3, 2, 2)
+        same.resize_((2, 3, 2, 2), memory_format=torch.channels_last)
+        base = torch.zeros(40, device=device)
+        inner = base[10:]
+        inner.resize_((2, 3, 2, 2), memory_format=torch.channels_last)  # fits: a view of the same storage
+        inner.fill_(1.0)
+        template = torch.empty((2, 3, 2, 2), device=device, memory_format=torch.channels_last)
+        preserved = torch.arange(24.0, device=device)
+        preserved.resize_as_(template, memory_format=torch.preserve_format)
+        plain = torch.arange(24.0, device=device)
+        plain.resize_as_(template)
+        tensors = (flat, same, inner, base, preserved, plain)
+        return [t.stride() for t in tensors], [t.storage_offset() for t in tensors], tensors
+
+    with torchtpu_lab.eager_mode(mode):
+        tpu = make("tpu")
+    cpu = make("cpu")
+    assert tpu[0] == cpu[0] and tpu[1] == cpu[1]
+    assert tpu[2][0].is_contiguous(memory_format=torch.channels_last)
+    for got, want in zip(tpu[2], cpu[2]):
+        assert_same(got, want, exact=True)
+
+
 @pytest.mark.parametrize("fn, ok", [
     (lambda x: x.t().view(-1), False),
     (lambda x: x.t().reshape(-1), True),

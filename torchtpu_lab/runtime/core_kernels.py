@@ -12,6 +12,7 @@ import jax
 import jax.numpy
 import numpy as np
 import torch
+from torch._prims_common import suggest_memory_format
 
 from .. import dtypes, platform, telemetry
 from ..telemetry import SyncReason
@@ -134,18 +135,24 @@ def resize_(self, size, memory_format=None):
     """PyTorch semantics: the first ``min(old, new)`` elements (in row-major order) keep their values; new
     elements are uninitialized (here: zero). A resize that fits in the tensor's storage from its offset keeps
     that storage (the tensor becomes its contiguous elements there), so views of it, and its base, keep seeing
-    its writes; one that needs more gets a storage of its own (PyTorch would grow the shared one)."""
+    its writes; one that needs more gets a storage of its own (PyTorch would grow the shared one). A
+    ``memory_format`` (``channels_last`` ...) then gives the tensor that format's strides over the same elements
+    of its storage, as CPU's ``empty_tensor_restride`` does, whether or not the sizes changed."""
     self = tensor.adopt(self)
     size = tuple(int(n) for n in size)
-    if tuple(self.shape) == size:
+    if memory_format is torch.preserve_format:
+        raise RuntimeError("Unsupported memory formatPreserve")  # CPU's words
+    restride = memory_format not in (None, torch.contiguous_format)
+    if tuple(self.shape) == size and not restride:
         return self
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    stride = (torch.empty(size, device="meta", memory_format=memory_format).stride() if restride
+              else views.contiguous_strides(size))
     old, view = self.tpu_storage, self.tpu_view
     offset, cast = (0, None) if view is None else (view.offset, view.cast)
     room = math.prod(old.shape) if cast is None else reinterpret.length(old.shape, cast)
     if isinstance(offset, int) and offset + math.prod(size) <= room:
-        stride = views.contiguous_strides(size)
         tensor.set_geometry(self, old, views.canonical(old.shape, size, stride, offset, cast))
         return self
     new = Storage(size, self.dtype, old.device_index)
@@ -156,13 +163,16 @@ def resize_(self, size, memory_format=None):
             new.array = flat.reshape(size)
         else:
             new.array = jax.numpy.zeros(math.prod(size), flat.dtype).at[:keep].set(flat).reshape(size)
-    tensor.set_geometry(self, new, None)
+    tensor.set_geometry(self, new, views.canonical(size, size, stride, 0))
     return self
 
 
 def resize_as_(self, the_template, memory_format=None):
     """``resize_`` to the template's sizes (an in-place op derived from a functional one would broadcast-check
-    the result against ``self`` instead, and refuse every shape change)."""
+    the result against ``self`` instead, and refuse every shape change); ``preserve_format`` takes the
+    template's own format, as CPU's ``resize_as_`` does."""
+    if memory_format is torch.preserve_format:
+        memory_format = suggest_memory_format(the_template)
     return resize_(self, tuple(the_template.shape), memory_format)
 
 
