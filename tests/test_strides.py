@@ -153,7 +153,10 @@ def test_resize_to_a_memory_format_restrides_as_cpu_does(mode):
         preserved.resize_as_(template, memory_format=torch.preserve_format)
         plain = torch.arange(24.0, device=device)
         plain.resize_as_(template)
-        tensors = (flat, same, inner, base, preserved, plain)
+        back = torch.empty((2, 3, 2, 2), device=device, memory_format=torch.channels_last)
+        back.copy_(torch.arange(24.0).reshape(2, 3, 2, 2))
+        back.resize_(back.shape, memory_format=torch.contiguous_format)  # the same sizes restride too
+        tensors = (flat, same, inner, base, preserved, plain, back)
         return [t.stride() for t in tensors], [t.storage_offset() for t in tensors], tensors
 
     with torchtpu_lab.eager_mode(mode):

@@ -1,9 +1,10 @@
 """Sparse, nested and quantized tensors on tpu fail with an error that says so, naming the op.
 
-tpu tensors are dense, of PyTorch's ordinary dtypes (a JAX array behind each storage). Without these fallbacks, moving a sparse tensor to tpu or
-printing a nested one ended in PyTorch's generic "Could not run 'aten::...' with arguments from the 'Sparsetpu'
-backend" and a list of a hundred dispatch keys. A backend fallback only runs for an op that has no kernel at all
-for the key, so ops that do work (PyTorch's composite kernels) are untouched: only the message changes.
+tpu tensors are dense, of PyTorch's ordinary dtypes (a JAX array behind each storage). Without these fallbacks,
+moving a sparse tensor to tpu, printing a nested one or making a quantized one ended in PyTorch's generic "Could
+not run 'aten::...' with arguments from the 'Sparsetpu' backend" and a list of a hundred dispatch keys. A backend
+fallback only runs for an op that has no kernel at all for the key, so ops that do work (PyTorch's composite
+kernels) are untouched: only the message changes.
 """
 
 from __future__ import annotations

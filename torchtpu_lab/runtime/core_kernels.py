@@ -142,13 +142,12 @@ def resize_(self, size, memory_format=None):
     size = tuple(int(n) for n in size)
     if memory_format is torch.preserve_format:
         raise RuntimeError("Unsupported memory formatPreserve")  # CPU's words
-    restride = memory_format not in (None, torch.contiguous_format)
-    if tuple(self.shape) == size and not restride:
+    if tuple(self.shape) == size and memory_format is None:
         return self
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    stride = (torch.empty(size, device="meta", memory_format=memory_format).stride() if restride
-              else views.contiguous_strides(size))
+    stride = (views.contiguous_strides(size) if memory_format is None
+              else torch.empty(size, device="meta", memory_format=memory_format).stride())
     old, view = self.tpu_storage, self.tpu_view
     offset, cast = (0, None) if view is None else (view.offset, view.cast)
     room = math.prod(old.shape) if cast is None else reinterpret.length(old.shape, cast)
