@@ -4,8 +4,9 @@ its CPU kernel special-cases). Lowerings (pure JAX)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
-import torch
 from jax import lax
+
+import torch
 
 from . import complex_special
 from .elementwise import _is_int, _no_bool, _promote
