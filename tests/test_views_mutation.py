@@ -205,6 +205,29 @@ def test_set_to_another_tensor_shares_its_storage_and_is_set_to_says_so():
     same_on_both_devices(f)
 
 
+def test_set_to_a_tensors_storage_views_it_with_the_given_geometry():
+    """``a.set_(b.untyped_storage(), offset, size, stride)`` (PyTorch's own test_indexing and test_view_ops do it)
+    makes ``a`` a view of ``b``'s data, another dtype reading the same bytes; CPU's bounds check. It raised
+    "a tpu storage holds no bytes" before."""
+
+    def f(d):
+        b = torch.arange(1.0, 11.0, dtype=torch.float64, device=d)
+        a = torch.tensor((), dtype=torch.float64, device=d)
+        a.set_(b.untyped_storage(), 1, (2, 2), (4, 2))
+        a[0, 1] = 100.0  # reaches b
+        b.add_(1)  # shows in a
+        whole = torch.tensor((), dtype=torch.float64, device=d).set_(b[3:].untyped_storage())
+        bits = torch.tensor((), dtype=torch.int64, device=d).set_(b.untyped_storage(), 2, (3,), (1,))
+        geometry = torch.tensor([a.storage_offset(), *a.stride(), whole.numel()], device=d)
+        return a, b, whole, bits, geometry
+
+    same_on_both_devices(f)
+    b = torch.arange(4.0, device="tpu")
+    with pytest.raises(RuntimeError, match=r"setStorage: sizes \[3\], strides \[2\], storage offset 0, and itemsize 4 "
+                                           r"requiring a storage size of 20 are out of bounds for storage of size 16"):
+        torch.tensor((), device="tpu").set_(b.untyped_storage(), 0, (3,), (2,))
+
+
 def test_backward_of_ops_that_save_their_output():
     def f(d):
         x = torch.linspace(-2, 2, 7, device=d).requires_grad_()

@@ -17,21 +17,27 @@ So loading goes through PyTorch's own hooks for a backend, never through a stora
 Tensors loaded from one shared storage get one device copy each (the placeholder storage has no address for
 ``torch.load`` to share them by), as with ``torch.load`` onto the meta device.
 
+``set_`` onto a live tpu tensor's storage makes the tensor a view of that tensor's data (of another dtype: a
+reinterpreting view of the same bytes, as ``x.view(dtype)``). PyTorch does every storage-level call that way
+(``storage.cpu()``, ``tolist()``, indexing, ``fill_``, ``copy_``, ``torch.save`` of a storage: ``set_`` of a byte
+tensor onto it), so those read and write the tensor's bytes as on CPU.
+
 Calls that cannot work on a tpu storage raise an error naming the call instead of crashing: creating one
-(``torch.UntypedStorage(n, device="tpu")``, ``storage.clone()``, ``storage.to(device="tpu")``) and
-``set_`` from a storage that carries no bytes. Each of these is a process-wide change, listed by
-:func:`torchtpu_lab.global_changes` (:func:`changes`).
+(``torch.UntypedStorage(n, device="tpu")``, ``storage.clone()``, ``storage.to(device="tpu")``), and, without the
+native core (whose tensors' storages report no bytes), a whole-storage ``set_``. Each of these is a process-wide
+change, listed by :func:`torchtpu_lab.global_changes` (:func:`changes`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 
 import torch
 import torch.serialization
 
-from ..device import tensor
+from ..device import reinterpret, tensor, views
 from ..device.impl_factory import dummy_address
 
 _LOCATION = re.compile(r"tpu(:\d+)?$")
@@ -97,7 +103,17 @@ def _tag(obj) -> None:
 
 def _set_source_storage(self, source, storage_offset: int = 0, size=None, stride=()):
     host = source.__dict__.get(_HOST) if hasattr(source, "__dict__") else None
-    if host is None:  # PyTorch reaches a storage's bytes through a tensor set_ on it (storage.cpu(), copy_...)
+    if host is None:
+        ref = tensor.storage_ref_of_storage(source)
+        if ref is not None:  # a live tpu tensor's storage: self becomes a view of it
+            if size is None and source.nbytes() == 0 and math.prod(ref[0].shape):
+                raise RuntimeError(
+                    f"{_calling()}: this tpu storage reports no bytes (pure-Python mode: PyTorch's Python factory "
+                    "gives tpu tensors no data pointer, so a storage-level read or copy would see an empty "
+                    "storage); work with the tensor instead (tensor.cpu(), tensor.copy_()), or build the native "
+                    "core (python -m torchtpu_lab.native)")
+            return _set_device_storage(self, ref[0], storage_offset, size, stride)
+        # PyTorch reaches a storage's bytes through a tensor set_ on it (storage.cpu(), copy_...)
         raise RuntimeError(
             f"{_calling()}: a tpu storage holds no bytes to read or write (a tpu tensor keeps its values in a JAX "
             "array, not in its torch storage); work with the tensor instead (tensor.cpu(), tensor.copy_()). Only "
@@ -107,6 +123,33 @@ def _set_source_storage(self, source, storage_offset: int = 0, size=None, stride
     moved = tensor.adopt(cpu.to(source.device))
     tpu_self = tensor.adopt(self)
     tensor.set_geometry(tpu_self, moved.tpu_storage, moved.tpu_view)
+    return self
+
+
+def _set_device_storage(self, storage, storage_offset: int, size, stride):
+    """``self.set_(y.untyped_storage(), offset, size, stride)`` for a tpu tensor ``y``: ``self`` becomes a view of
+    ``y``'s data (a view of another dtype reads the same bytes, as ``x.view(dtype)`` does), so writes through
+    either are seen by the other, as on CPU; CPU's bounds check first."""
+    tpu_self = tensor.adopt(self)
+    if storage.device_index != tpu_self.tpu_storage.device_index:
+        raise RuntimeError(f'Attempted to set the storage of a tensor on device "{self.device}" to a storage on '
+                           f'different device "tpu:{storage.device_index}".  This is no longer allowed; the '
+                           "devices must match.")
+    cast = None if storage.dtype == self.dtype else (storage.dtype, self.dtype)
+    room = math.prod(storage.shape) if cast is None else reinterpret.length(storage.shape, cast)
+    if size is None:
+        size, stride, storage_offset = (room,), (1,), 0
+    size, stride, storage_offset = tuple(int(n) for n in size), tuple(int(s) for s in stride), int(storage_offset)
+    if not stride:
+        stride = views.contiguous_strides(size)
+    if math.prod(size):
+        needed = storage_offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+        if needed > room:
+            itemsize = self.dtype.itemsize
+            raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
+                               f"{storage_offset}, and itemsize {itemsize} requiring a storage size of "
+                               f"{needed * itemsize} are out of bounds for storage of size {room * itemsize}")
+    tensor.set_geometry(tpu_self, storage, views.canonical(storage.shape, size, stride, storage_offset, cast))
     return self
 
 

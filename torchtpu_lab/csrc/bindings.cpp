@@ -87,7 +87,8 @@ PyMethodDef fast_methods[] = {
      "install_tensor_class(cls) -> bool: cls's tpu_storage/tpu_view read from the pair new_tensor keeps with the "
      "torch storage (no per-tensor writes), and a char* attribute look-up that makes no str (tensor_factory.cpp)."},
     {"storage_ref", &torchtpu::storage_ref, METH_O,
-     "storage_ref(t) -> (storage, view) kept with t's torch storage by new_tensor, or None (device/tensor.py)."},
+     "storage_ref(t) -> (storage, view) kept with t's torch storage (t: a tensor or a torch.UntypedStorage) by "
+     "new_tensor, or None (device/tensor.py)."},
     {"set_storage_ref", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::set_storage_ref)),
      METH_FASTCALL,
      "set_storage_ref(t, storage, view) -> bool: re-point the pair kept with t's torch storage (False: not one "

@@ -28,6 +28,7 @@
 #include <c10/util/accumulate.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "pyobjects.h"
@@ -97,11 +98,15 @@ c10::DataPtr ref_ptr(PyObject* storage_obj, PyObject* view, c10::Device device) 
 }
 
 // The torch storage of `t` when it is one this file made (its DataPtr's deleter is drop_ref), else nullptr.
-// `unsafe_storage` does not throw for tensors whose storage access does (functorch and functional wrappers).
-c10::StorageImpl* own_storage_of(const at::Tensor& t) {
-  const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
+// A storage new_tensor made (its DataPtr context holds the pair), else nullptr.
+c10::StorageImpl* own_storage_impl(const c10::Storage& storage) {
   if (!storage || storage.data_ptr().get_deleter() != &drop_ref) return nullptr;
   return storage.unsafeGetStorageImpl();
+}
+
+// `unsafe_storage` does not throw for tensors whose storage access does (functorch and functional wrappers).
+c10::StorageImpl* own_storage_of(const at::Tensor& t) {
+  return own_storage_impl(t.unsafeGetTensorImpl()->unsafe_storage());
 }
 
 c10::StorageImpl* own_storage(PyObject* t) {
@@ -278,7 +283,8 @@ PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRe
 // (a tensor the pure-Python factory made, a fake or wrapper tensor, a tensor on another device).
 PyObject* storage_ref(PyObject* /*module*/, PyObject* t) {
   HANDLE_TH_ERRORS
-  c10::StorageImpl* storage = own_storage(t);
+  // a torch.UntypedStorage too: `x.set_(y.untyped_storage(), ...)` names the storage, not a tensor
+  c10::StorageImpl* storage = THPStorage_Check(t) ? own_storage_impl(THPStorage_Unpack(t)) : own_storage(t);
   if (storage == nullptr) Py_RETURN_NONE;
   PyObject* context = static_cast<PyObject*>(storage->data_ptr().get_context());
   if (PyTuple_CheckExact(context)) return Py_NewRef(context);

@@ -197,6 +197,18 @@ def storage_ref(t: torch.Tensor) -> tuple | None:
     return t.untyped_storage().__dict__.get("_tpu_ref")
 
 
+def storage_ref_of_storage(storage: torch.UntypedStorage) -> tuple | None:
+    """``(storage, view)`` kept with a torch storage that a tpu tensor made (``None``: another storage), for a
+    call that names the storage rather than a tensor (``x.set_(y.untyped_storage(), ...)``). Its storage is the
+    base every tensor on that torch storage reads (their ``storage_offset`` counts from its start)."""
+    read = _REFS[0]
+    if read is not None:
+        ref = read(storage)
+        if ref is not None:
+            return ref
+    return storage.__dict__.get("_tpu_ref") if hasattr(storage, "__dict__") else None
+
+
 _STRIDES: dict = {}
 
 
