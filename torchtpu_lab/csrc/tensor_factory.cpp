@@ -284,7 +284,9 @@ PyObject* make_tensor(PyTypeObject* cls, c10::IntArrayRef sizes, c10::IntArrayRe
 PyObject* storage_ref(PyObject* /*module*/, PyObject* t) {
   HANDLE_TH_ERRORS
   // a torch.UntypedStorage too: `x.set_(y.untyped_storage(), ...)` names the storage, not a tensor
-  c10::StorageImpl* storage = THPStorage_Check(t) ? own_storage_impl(THPStorage_Unpack(t)) : own_storage(t);
+  c10::StorageImpl* storage = THPVariable_Check(t)  ? own_storage_of(THPVariable_Unpack(t))
+                               : THPStorage_Check(t) ? own_storage_impl(THPStorage_Unpack(t))
+                                                     : nullptr;
   if (storage == nullptr) Py_RETURN_NONE;
   PyObject* context = static_cast<PyObject*>(storage->data_ptr().get_context());
   if (PyTuple_CheckExact(context)) return Py_NewRef(context);
