@@ -97,14 +97,14 @@ c10::DataPtr ref_ptr(PyObject* storage_obj, PyObject* view, c10::Device device) 
   return c10::DataPtr(storage_address(storage_obj), context, &drop_ref, device);
 }
 
-// The torch storage of `t` when it is one this file made (its DataPtr's deleter is drop_ref), else nullptr.
-// A storage new_tensor made (its DataPtr context holds the pair), else nullptr.
+// `storage` when this file made it (its DataPtr's deleter is drop_ref, its context the pair), else nullptr.
 c10::StorageImpl* own_storage_impl(const c10::Storage& storage) {
   if (!storage || storage.data_ptr().get_deleter() != &drop_ref) return nullptr;
   return storage.unsafeGetStorageImpl();
 }
 
-// `unsafe_storage` does not throw for tensors whose storage access does (functorch and functional wrappers).
+// The torch storage of `t` when this file made it, else nullptr. `unsafe_storage` does not throw for tensors whose
+// storage access does (functorch and functional wrappers).
 c10::StorageImpl* own_storage_of(const at::Tensor& t) {
   return own_storage_impl(t.unsafeGetTensorImpl()->unsafe_storage());
 }
