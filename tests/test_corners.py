@@ -324,6 +324,20 @@ def test_float_to_int_conversion_truncates():
     same(lambda a: a.round(), x)  # half to even
 
 
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+@pytest.mark.parametrize("source", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64])
+def test_float8_e4m3fn_saturates_as_cpu_does(source, mode):
+    """float8_e4m3fn has no infinity: CPU's conversion saturates at ±448 (infinities too), where XLA gave NaN for
+    every value past 464; NaN stays NaN. float8_e5m2 overflows to infinity on both."""
+    x = torch.cat([torch.linspace(-600, 600, 2401), torch.tensor([448.0, 449.0, 463.0, 464.0, 465.0, 57344.0, 1e6,
+                                                                   float("inf"), float("-inf"), float("nan")])])
+    x = x.nan_to_num(0.0, 1e6, -1e6).to(source) if not source.is_floating_point else x.to(source)
+    with torchtpu_lab.eager_mode(mode):
+        for target in (torch.float8_e4m3fn, torch.float8_e5m2):
+            want, got = x.to(target).float(), x.to("tpu").to(target).cpu().float()
+            assert torch.equal(want.nan_to_num(7.0), got.nan_to_num(7.0)), target
+
+
 # ------------------------------------------------------------------------------------------------ ranges
 
 
