@@ -129,7 +129,8 @@ def _set_source_storage(self, source, storage_offset: int = 0, size=None, stride
 def _set_device_storage(self, storage, storage_offset: int, size, stride):
     """``self.set_(y.untyped_storage(), offset, size, stride)`` for a tpu tensor ``y``: ``self`` becomes a view of
     ``y``'s data (a view of another dtype reads the same bytes, as ``x.view(dtype)`` does), so writes through
-    either are seen by the other, as on CPU; CPU's bounds check first."""
+    either are seen by the other, as on CPU. A geometry past the storage's end raises as CPU does for a storage
+    that cannot grow."""
     tpu_self = tensor.adopt(self)
     if storage.device_index != tpu_self.tpu_storage.device_index:
         raise RuntimeError(f'Attempted to set the storage of a tensor on device "{self.device}" to a storage on '
@@ -142,13 +143,9 @@ def _set_device_storage(self, storage, storage_offset: int, size, stride):
     size, stride, storage_offset = tuple(int(n) for n in size), tuple(int(s) for s in stride), int(storage_offset)
     if not stride:
         stride = views.contiguous_strides(size)
-    if math.prod(size):
-        needed = storage_offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
-        if needed > room:
-            itemsize = self.dtype.itemsize
-            raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
-                               f"{storage_offset}, and itemsize {itemsize} requiring a storage size of "
-                               f"{needed * itemsize} are out of bounds for storage of size {room * itemsize}")
+    if math.prod(size) and storage_offset + sum((n - 1) * s for n, s in zip(size, stride)) >= room:
+        # CPU grows a resizable storage to fit; a tpu storage cannot grow, so CPU's words for one that cannot
+        raise RuntimeError("Trying to resize storage that is not resizable")
     tensor.set_geometry(tpu_self, storage, views.canonical(storage.shape, size, stride, storage_offset, cast))
     return self
 

@@ -18,6 +18,16 @@ from ..registry import aten, fixes_meta, lower
 from ._common import _acc
 
 
+#: the half types as torch dtypes (meta kernels' outputs are torch tensors; HALF_TYPES are JAX's)
+_TORCH_HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def _kept_dtype(x, weight, running_mean):
+    """The dtype batch norm keeps its statistics in on CPU: the parameters' (the weight's, else the running
+    mean's), else the input's. For JAX arrays and torch (meta) tensors alike."""
+    return next((p.dtype for p in (weight, running_mean) if p is not None), x.dtype)
+
+
 def _channel(v, ndim):
     """A per-channel vector shaped to broadcast against an (N, C, ...) tensor of ``ndim`` dims."""
     return v.reshape((1, -1) + (1,) * (ndim - 2)) if ndim > 1 else v
@@ -30,7 +40,7 @@ def _layer_norm_saves_in_the_models_dtype(op, args: list, kwargs: dict, meta):
     half-type input. The forward's output is computed from the unrounded statistics either way."""
     x, weight, bias = args[0], args[2] if len(args) > 2 else None, args[3] if len(args) > 3 else None
     out, mean, rstd = meta
-    if x.dtype not in (torch.float16, torch.bfloat16):
+    if x.dtype not in _TORCH_HALF_TYPES:
         return meta
     mixed = any(p is not None and p.dtype != x.dtype for p in (weight, bias))
     return meta if mixed else (out, mean.to(x.dtype), rstd.to(x.dtype))
@@ -94,7 +104,7 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
             n = x.size / x.shape[1]
             new_var = momentum * var * (n / (n - 1)) + (1 - momentum) * running_var
         # CPU normalizes with the statistics it saves, in the parameters' dtype: rounded for a half-type model
-        kept = next((p.dtype for p in (weight, running_mean) if p is not None), x.dtype)
+        kept = _kept_dtype(x, weight, running_mean)
         if kept in HALF_TYPES:
             mean, rstd = (s.astype(kept).astype(s.dtype) for s in (mean, rstd))
     else:
@@ -114,8 +124,8 @@ def _batch_norm_saves_in_the_models_dtype(op, args: list, kwargs: dict, meta):
     :func:`_batch_norm` rounds to it), where PyTorch's meta kernel says float32 for every half-type input."""
     x, weight = args[0], args[1]
     running = args[3] if op is aten._native_batch_norm_legit_functional.default else None
-    kept = next((p.dtype for p in (weight, running) if p is not None), x.dtype)
-    if x.dtype not in (torch.float16, torch.bfloat16) or kept != x.dtype:
+    kept = _kept_dtype(x, weight, running)
+    if x.dtype not in _TORCH_HALF_TYPES or kept != x.dtype:
         return meta
     return (meta[0], meta[1].to(kept), meta[2].to(kept), *meta[3:])
 
