@@ -338,6 +338,25 @@ def test_float8_e4m3fn_saturates_as_cpu_does(source, mode):
             assert torch.equal(want.nan_to_num(7.0), got.nan_to_num(7.0)), target
 
 
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+@pytest.mark.parametrize("target", [torch.float8_e4m3fnuz, torch.float8_e5m2fnuz], ids=str)
+def test_float8_fnuz_dtypes_hold_and_convert_as_cpu(target, mode):
+    """The ``fnuz`` float8 formats (no infinity; NaN is the negative zero's bits) were refused as unsupported.
+    Conversions into them from every float width give CPU's bits, overflow and infinities included, and their
+    values read back and compute as CPU's."""
+    x = torch.cat([torch.linspace(-70000, 70000, 4001),
+                   torch.tensor([0.0, -0.0, 1e-9, 239.0, 240.0, 250.0, float("inf"), float("-inf"), float("nan")])])
+    with torchtpu_lab.eager_mode(mode):
+        for source in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+            want, got = x.to(source).to(target), x.to(source).to("tpu").to(target)
+            assert got.dtype == target
+            assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8)), source
+        moved = want.to("tpu")
+        assert torch.equal(moved.cpu().view(torch.uint8), want.view(torch.uint8))
+        assert torch.equal((moved.float() * 2).cpu().nan_to_num(7.0), (want.float() * 2).nan_to_num(7.0))
+
+
 # ------------------------------------------------------------------------------------------------ ranges
 
 

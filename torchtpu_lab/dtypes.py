@@ -27,6 +27,9 @@ _TORCH_TO_JAX = {
     torch.complex128: jnp.complex128,
     torch.float8_e4m3fn: jnp.float8_e4m3fn,
     torch.float8_e5m2: jnp.float8_e5m2,
+    # no infinities and one NaN (the negative zero's bits): JAX's conversions into them are bit for bit CPU's
+    torch.float8_e4m3fnuz: jnp.float8_e4m3fnuz,
+    torch.float8_e5m2fnuz: jnp.float8_e5m2fnuz,
 }
 _JAX_TO_TORCH = {np.dtype(v): k for k, v in _TORCH_TO_JAX.items()}
 #: PyTorch's C++ names for dtypes (``c10::toString(ScalarType)``), which its error messages use
@@ -89,7 +92,9 @@ def scalar_name(dtype) -> str:
 #: dtypes numpy lacks, read as integers of their width and reinterpreted as ml_dtypes' types
 _AS_BITS = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
             torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
-            torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2)}
+            torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
+            torch.float8_e4m3fnuz: (torch.uint8, ml_dtypes.float8_e4m3fnuz),
+            torch.float8_e5m2fnuz: (torch.uint8, ml_dtypes.float8_e5m2fnuz)}
 
 
 def host_array(t: torch.Tensor) -> np.ndarray:
