@@ -274,6 +274,9 @@ struct Output {
   PyObject* nbytes = nullptr;
   c10::ScalarType scalar_type = c10::ScalarType::Undefined;
   std::vector<int64_t> sizes, strides;
+  // an output laid out as CPU lays it out (runtime/layouts.py): the View its tensor is of a storage holding its
+  // elements in memory order (`shape` is that storage's), whose size and stride are `sizes` and `strides`
+  PyObject* layout = nullptr;
 };
 
 // A learned call: its first (usually only) output is the Entry's own; an op with several outputs (layer norm's
@@ -1705,10 +1708,26 @@ PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* 
   Py_XDECREF(id);
   check(rc);
   if (front != nullptr) return front_tensor(o, *front, storage.p, device);
+  if (o.layout != nullptr) {  // tensor.make(storage, layout): the view's geometry reported on its TensorImpl
+    PyObject* out = make_tensor(rt.tensor_type, o.sizes, contiguous_strides(o.sizes), o.scalar_type,
+                                static_cast<c10::DeviceIndex>(device), storage.p, o.layout);
+    if (out == nullptr) throw python_error();
+    set_geometry(THPVariable_Unpack(out).unsafeGetTensorImpl(), o.sizes, o.strides, 0,
+                 static_cast<size_t>(as_long(o.nbytes)));
+    return out;
+  }
   PyObject* out = make_tensor(rt.tensor_type, o.sizes, o.strides, o.scalar_type,
                               static_cast<c10::DeviceIndex>(device), storage.p, Py_None);
   if (out == nullptr) throw python_error();
   return out;
+}
+
+// Whether an entry has an output laid out in another order than row-major (Output::layout): only the plain
+// recording of its op makes such tensors (output_tensor); a write of its result into `self`, its result on
+// fronts or appended, and a foreach update take the Python path.
+bool laid_out(const Entry& e) {
+  if (e.layout != nullptr) return true;
+  return std::any_of(e.more.begin(), e.more.end(), [](const Output& o) { return o.layout != nullptr; });
 }
 
 // An op with checks: its error flags — the node's leaves from `first` on — computed by the next sync and then
@@ -2048,6 +2067,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     const Entry& e = *found->second;
     const OnFronts fronts = fronts_scratch;  // (recording may run bytecode, which may record on this thread)
     fronts_scratch.active = false;
+    if (laid_out(e) && (view_ || inplace_ || list_in_ || on_fronts || append_scratch.active)) return false;
     if (on_fronts) {  // each output a padded result (bounded.grown's check), or the Python path
       auto padded = [&](const Output& o) {
         return o.absent || (static_cast<int64_t>(o.sizes.size()) > fronts.d &&
@@ -2501,12 +2521,12 @@ class RecordingKernel final : public c10::OperatorKernel {
 
 void clear_entry(Entry& e) {
   for (PyObject* o : {e.compiled, e.signature, e.run, e.avals, e.treedef, e.name, e.uid, e.fn_id, e.shape,
-                      e.aval_dtype, e.dtype, e.nbytes, e.view, e.call, e.checks}) {
+                      e.aval_dtype, e.dtype, e.nbytes, e.view, e.call, e.checks, e.layout}) {
     Py_XDECREF(o);
   }
   for (const auto* outputs : {&e.more, &e.flags}) {
     for (const Output& o : *outputs) {
-      for (PyObject* v : {o.shape, o.aval_dtype, o.dtype, o.nbytes}) Py_XDECREF(v);
+      for (PyObject* v : {o.shape, o.aval_dtype, o.dtype, o.nbytes, o.layout}) Py_XDECREF(v);
     }
   }
   for (auto& s : e.dyn) Py_XDECREF(s.constant);
@@ -2800,6 +2820,21 @@ void set_output(Output& e, PyObject* shape, PyObject* dtype) {
   if (e.nbytes == nullptr) throw python_error();
 }
 
+// Output o laid out as `view` (a layouts.View: size, stride, offset 0) of its storage: the sizes and strides its
+// tensor reports.
+void set_layout(Output& o, PyObject* view) {
+  TORCH_CHECK(PyTuple_Check(view) && PyTuple_GET_SIZE(view) >= 2, "learn: an output's layout is not a View");
+  std::vector<int64_t> sizes, strides;
+  for (auto [field, into] : {std::make_pair(0, &sizes), std::make_pair(1, &strides)}) {
+    PyObject* values = PyTuple_GET_ITEM(view, field);
+    TORCH_CHECK(PyTuple_Check(values), "learn: a layout's sizes and strides are tuples");
+    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(values); ++d) into->push_back(as_long(PyTuple_GET_ITEM(values, d)));
+  }
+  o.sizes = std::move(sizes);
+  o.strides = std::move(strides);
+  o.layout = Py_NewRef(view);
+}
+
 // Where each of the executable's dynamic inputs `dyn` comes from (`sources`: an argument position, -1 for the
 // constant in dyn, kLength for an append's length); false where a constant is not one the key fixes (an array, a
 // view's offset).
@@ -2867,6 +2902,7 @@ void fill_entry(Entry& e, PyObject* compiled) {
   // the meta: a tensor, or one per output, None where the call's mask leaves one out (the executor checked:
   // the present ones are the avals, in order)
   OwnedRef meta(attr(compiled, "meta"));
+  OwnedRef layout(attr(compiled, "layout"));  // None, a View, or one View or None per output (a list)
   const bool several = PyTuple_Check(meta.p) || PyList_Check(meta.p);
   const Py_ssize_t k = several ? PySequence_Size(meta.p) : 1;
   Py_ssize_t leaf = 0;
@@ -2885,6 +2921,9 @@ void fill_entry(Entry& e, PyObject* compiled) {
     Py_DECREF(shape);
     o.aval_dtype = PyObject_GetAttrString(aval, "dtype");
     set_output(o, tuple, o.aval_dtype == nullptr ? nullptr : PyObject_GetAttrString(m.p, "dtype"));
+    PyObject* view = PyList_Check(layout.p) ? PyList_GetItem(layout.p, i) : layout.p;  // borrowed
+    if (view == nullptr) throw python_error();
+    if (view != Py_None) set_layout(o, view);
   }
   OwnedRef checks(attr(compiled, "checks"));
   const Py_ssize_t leaves = PyList_Size(e.avals);

@@ -80,7 +80,7 @@ import torch
 from .. import config
 from ..device import tensor, views
 from ..ops import LOWERINGS
-from . import executor, growth
+from . import executor, growth, layouts
 
 aten = torch.ops.aten
 
@@ -216,9 +216,12 @@ def _tensors(values, found: list) -> bool:
 
 
 def _base(out):
-    """``out`` as a base tensor (rewritten ops make new outputs; a view is copied, which never happens for the
-    ops covered, but a front must be a base)."""
-    return out if tensor.adopt(out).tpu_view is None else out.clone()
+    """``out`` as a base tensor, or all of its storage in another dim order (a result laid out as CPU lays it
+    out: runtime/layouts.py); rewritten ops make new outputs, so a view is copied, which never happens for the ops
+    covered, but a front must be all of its storage."""
+    t = tensor.adopt(out)
+    return out if layouts.whole_order(t.tpu_storage.shape, t.tpu_view) is not None or t.tpu_view is None \
+        else out.clone()
 
 
 def _pointwise(op, args: tuple, kwargs: dict):

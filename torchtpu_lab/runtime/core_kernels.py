@@ -85,7 +85,10 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
             if index != self.tpu_storage.device_index:
                 moved = jax.device_put(values.value(self), platform.jax_device(index))
                 return to_copy(tensor.from_array(moved, self.dtype, index), dtype=dtype)
-            return executor.execute(_CAST, (self,), {"dtype": dtype or self.dtype})
+            kwargs = {"dtype": dtype or self.dtype}
+            if memory_format is not None:  # the result's strides (runtime/layouts.py); preserve_format by default
+                kwargs["memory_format"] = memory_format
+            return executor.execute(_CAST, (self,), kwargs)
         host = to_host(self)
         return host.to(dtype=dtype or host.dtype, device=target)
     src = self if dtype is None else self.to(dtype)

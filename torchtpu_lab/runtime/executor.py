@@ -31,7 +31,7 @@ from ..device.storage import Storage
 from ..ops import error_flags as op_checks
 from ..ops.random_bits import DrawKey
 from ..ops.registry import Lowering, op_name
-from . import compile_cache, compile_events, fast_keys, fused, op_facts, pending_errors, recording
+from . import compile_cache, compile_events, fast_keys, fused, layouts, op_facts, pending_errors, recording
 from .encode import Encoder, cast, decode, device_from_args, meta_outputs, op_plan
 from .signatures import OpSignature, Slot, Static
 
@@ -42,17 +42,20 @@ _MODE = config.eager_mode  # read per op: a module global and a slot, no call
 _TRACK_SOURCES = config.track_sources
 
 
-def _wrap(out, meta, device_index: int, source=None):
+def _wrap(out, meta, device_index: int, source=None, layout=None):
+    """``out`` (an op's arrays or placeholders) as tpu tensors of ``meta``'s dtypes; ``layout``: where an output
+    is laid out as CPU lays it out (:mod:`.layouts`), the view of its storage that the tensor is."""
     if type(meta) is torch.Tensor:  # the usual case: one output, its shape checked against PyTorch's metadata
         storage = Storage.output(out.shape, meta.dtype, device_index, out, source)
         if type(out) is fused.LazyValue:
             fused.track_new(storage)
-        return tensor.make_base(storage)
+        return tensor.make_base(storage) if layout is None else tensor.make(storage, layout)
     if out is None:
         return None
     if isinstance(out, (list, tuple)):
         metas = meta if isinstance(meta, (list, tuple)) else [None] * len(out)
-        wrapped = [_wrap(o, m, device_index, source) for o, m in zip(out, metas)]
+        found = layout if isinstance(layout, list) else [None] * len(out)
+        wrapped = [_wrap(o, m, device_index, source, v) for o, m, v in zip(out, metas, found)]
         return tuple(wrapped) if isinstance(out, tuple) else wrapped
     dtype = meta.dtype if isinstance(meta, torch.Tensor) else dtypes.to_torch(out.dtype)
     t = tensor.from_array(out, dtype, device_index)
@@ -69,9 +72,9 @@ class OpExecutable:
     fused mode needs them) the abstract outputs."""
 
     __slots__ = ("run", "jit", "_jitted", "meta", "avals", "treedef", "name", "ran_eagerly", "executable",
-                 "exec_device", "from_disk", "uid", "signature", "checks", "single", "multi")
+                 "exec_device", "from_disk", "uid", "signature", "checks", "single", "multi", "layout")
 
-    def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None):
+    def __init__(self, run, jit: bool, meta, name: str, checks: list | None = None, layout=None):
         self.run = run
         self.jit = jit  # whether it runs compiled (else op by op, as jnp calls)
         self._jitted = None
@@ -88,6 +91,7 @@ class OpExecutable:
         self.checks = checks  # an op that reports bad input: run returns (outputs, flags); see .checks
         self.single = False  # recorded before, one tensor output, no checks: fused mode's short path applies
         self.multi = False  # recorded before, several tensor outputs, no checks: the recording kernel may learn it
+        self.layout = layout  # layouts.outputs(meta): outputs stored in CPU's memory order, as views (or None)
 
     @property
     def jitted(self):
@@ -204,7 +208,7 @@ def _learn_avals(compiled: OpExecutable, key, dyn: list, device_index: int) -> N
     them is raised here, at the op, as in strict mode (PyTorch's meta kernels do not always check). An op with
     checks returns its error flags next to its outputs, which PyTorch's metadata does not describe."""
     traced = _traces_first(key)
-    out = _meta_avals(compiled.meta) if compiled.checks is None and not traced else _NO_AVALS
+    out = _meta_avals(compiled.meta, compiled.layout) if compiled.checks is None and not traced else _NO_AVALS
     stored = compiled.checks is not None and not traced and compiled.signature is not None
     if out is _NO_AVALS and stored:
         known = op_facts.known(compiled.signature, platform.jax_device(device_index))
@@ -241,13 +245,18 @@ def _traces_first(key) -> bool:
                                              or any(traced(v) for _, v in key.kwargs))
 
 
-def _meta_avals(meta):
+def _meta_avals(meta, layout=None):
     """The abstract outputs of an op read off PyTorch's metadata (exact: ``cast`` makes every lowering's output
-    match it), so recording a new signature in fused mode needs no trace; ``_NO_AVALS`` where it cannot say."""
+    match it; an output with a ``layout`` is stored in its memory order), so recording a new signature in fused
+    mode needs no trace; ``_NO_AVALS`` where it cannot say."""
     if isinstance(meta, torch.Tensor):
-        return jax.ShapeDtypeStruct(tuple(meta.shape), dtypes.to_jax(meta.dtype))
+        shape = tuple(meta.shape)
+        if layout is not None:
+            shape = tuple(shape[d] for d in layouts.storage_order(layout))
+        return jax.ShapeDtypeStruct(shape, dtypes.to_jax(meta.dtype))
     if isinstance(meta, (list, tuple)):
-        parts = [_meta_avals(m) for m in meta]
+        found = layout if isinstance(layout, list) else [None] * len(meta)
+        parts = [_meta_avals(m, v) for m, v in zip(meta, found)]
         return _NO_AVALS if any(p is _NO_AVALS for p in parts) else type(meta)(parts)
     return _NO_AVALS
 
@@ -386,7 +395,7 @@ def _outputs(compiled: OpExecutable, out, device_index: int, t0: float, hit: boo
         if stack is None:
             source, stack = telemetry.op_sources(3)
         telemetry.record_op(compiled.name, t0, time.perf_counter() - t0, hit, source, stack)
-    return _wrap(out, compiled.meta, device_index, source)
+    return _wrap(out, compiled.meta, device_index, source, compiled.layout)
 
 
 def _record_single(compiled: OpExecutable, dyn: list, device_index: int):
@@ -422,18 +431,19 @@ def _compile(low: Lowering, targs, tkwargs, dyn, jit: bool) -> OpExecutable:
     op = low.op
     meta = meta_outputs(op, targs, tkwargs, dyn) if jit else None
     sizes.check_outputs(meta)  # before XLA sees an absurd shape (it aborts the process)
+    layout = layouts.outputs(meta)
 
     def run(*dyn_values):
         a = [decode(t, dyn_values) for t in targs]
         k = {name: decode(t, dyn_values) for name, t in tkwargs}
         if low.rng:
             k["key"] = DrawKey(dyn_values[-2], dyn_values[-1])
-        return cast(op, low.fn(*a, **k), meta)
+        return layouts.apply(cast(op, low.fn(*a, **k), meta), layout)
 
     if op_checks.reporting(low.fn):
         run, statics = pending_errors.instrument(run)
-        return OpExecutable(run, jit, meta, op_name(op), statics)
-    return OpExecutable(run, jit, meta, op_name(op))
+        return OpExecutable(run, jit, meta, op_name(op), statics, layout)
+    return OpExecutable(run, jit, meta, op_name(op), layout=layout)
 
 
 def cache_size() -> int:

@@ -48,7 +48,7 @@ from .. import caches, dtypes, telemetry
 from ..device import tensor, views
 from ..device.storage import Storage
 from ..ops import LOWERINGS
-from . import fused, recording
+from . import fused, layouts, recording
 from .encode import dynamic_input, leaf_dtype
 from .executor import OpExecutable, execute, launch
 from .signatures import OpSignature
@@ -240,13 +240,14 @@ def grown(t, dim: int, length: int, source: Storage | None = None):
     padded extents), its storage marked as grown along ``dim``: the result of an op run by runtime/bounded.py
     (``source``: the storage of a front it reorders, whose sequence it continues, :func:`_lineage_of`)."""
     t = tensor.adopt(t)
-    storage = t.tpu_storage
-    if t.tpu_view is not None or not length < storage.shape[dim]:
-        raise ValueError(f"not a padded result: {tuple(storage.shape)} for {length} positions along dim {dim}")
-    size = list(storage.shape)
+    storage, view = t.tpu_storage, t.tpu_view
+    order = layouts.whole_order(storage.shape, view)  # a result laid out as CPU lays it out: marked in its order
+    if (view is not None and order is None) or not length < t.shape[dim]:
+        raise ValueError(f"not a padded result: {tuple(t.shape)} for {length} positions along dim {dim}")
+    size = list(t.shape)
     size[dim] = length
-    _mark(storage, dim, _lineage_of(source))
-    return tensor.make(storage, views.View(tuple(size), _strides(storage.shape), 0))
+    _mark(storage, dim if order is None else order.index(dim), _lineage_of(source))
+    return tensor.make(storage, views.View(tuple(size), _strides(storage.shape) if view is None else view.stride, 0))
 
 
 def _lineage_of(source: Storage | None) -> int | None:

@@ -209,7 +209,7 @@ def learn_strict(op: torch._ops.OpOverload, compiled, dyn: list, args: tuple, kw
     that the recording kernel keyed and did not know: teach it the executable and where each of ``dyn`` comes
     from, so that the next such call runs the executable from C++. It calls what :func:`.executor.run_now` calls:
     the compiled executable's own C++ call (``Compiled._call``, once JAX has made it; else the ``Compiled``)."""
-    if type(compiled.meta) is not torch.Tensor:
+    if type(compiled.meta) is not torch.Tensor or compiled.layout is not None:
         return
     sources = _sources(op, dyn, args, kwargs, positions, names, dynamic_scalars)
     if sources is not None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import torch
 from jax import lax
+from torch._prims_common import suggest_memory_format
 
 from ... import platform
 from ..precision import matmul_precision
-from ..registry import aten, lower
+from ..registry import aten, fixes_meta, lower
 from . import conv_patches
 from ._common import _tup
 
@@ -55,6 +57,21 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
     if bias is not None:
         out = out + bias.reshape((1, -1) + (1,) * (out.ndim - 2))
     return out
+
+
+@fixes_meta(aten.convolution)
+def _channels_last_as_cpu(op, args: list, kwargs: dict, meta):
+    """CPU's convolution lays its result out channels-last when its input or weight is (oneDNN's rule, and its
+    slow path's for 2-d); PyTorch's meta kernel always says row-major. The result's strides are CPU's
+    (runtime/layouts.py), so a channels-last model's activations stay channels-last, as on CPU (3-d: not for
+    float64, which CPU's slow path keeps row-major)."""
+    x, w = args[0], args[1]
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(meta.dim())
+    if fmt is None or (fmt is torch.channels_last_3d and meta.dtype == torch.float64):
+        return meta
+    if suggest_memory_format(x) == fmt or suggest_memory_format(w) == fmt:
+        return meta.contiguous(memory_format=fmt)
+    return meta
 
 
 @lower(aten.convolution_backward)
