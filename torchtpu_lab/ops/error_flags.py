@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import config
 
@@ -77,19 +78,31 @@ def collecting() -> Iterator[list]:
 
 def report(bad, value=None, *, error: type = IndexError, message: str) -> None:
     """Report that the elements where ``bad`` is true are invalid; ``value`` (broadcast to ``bad``) holds the
-    values to show in ``message`` (``{value}`` is replaced by the first bad one)."""
+    values to show in ``message`` (``{value}`` is replaced by the first bad one). A tuple of scalars as ``value``
+    (``bad`` a scalar) fills ``{0}``, ``{1}``, ... instead, as numbers print in PyTorch's messages."""
     bad = jnp.asarray(bad)
     found = getattr(_active, "found", None)
     if found is None:
         if isinstance(bad, jax.core.Tracer):
             return  # traced by someone else (a user's jax.jit around a lowering): nothing can raise here
         if bool(bad.any()):
-            raise error(message.format(value=_first(bad, value).item()))
+            raise error(formatted(message, _first(bad, value)))
         return
     found.append((jnp.any(bad), _first(bad, value), Check(error, message)))
 
 
+def formatted(message: str, value) -> str:
+    """``message`` with a report's value (one number: ``{value}``; several: ``{0}``, ``{1}``, ... printed as
+    c10 prints a double, ``1``, ``2.5``, ``inf``)."""
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return message.format(value=value.item())
+    return message.format(*[f"{v:g}" for v in value.tolist()])
+
+
 def _first(bad, value):
+    if isinstance(value, tuple):
+        return jnp.stack([jnp.asarray(v, jnp.float64).reshape(()) for v in value])
     if value is None:
         return jnp.zeros((), jnp.int32)
     value = jnp.broadcast_to(jnp.asarray(value), bad.shape).reshape(-1)

@@ -19,7 +19,7 @@ from jax import lax
 from .. import dtypes
 from . import cpu_rules
 from .error_flags import report, reports
-from .registry import aten, checks_args, checks_calls, lower, real_fill_value
+from .registry import NoKernel, aten, checks_args, checks_calls, lower, real_fill_value
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -585,19 +585,33 @@ def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
 
 @lower(aten.bincount.default, jit=False)
 def bincount(x, weights=None, minlength=0):
-    """Float32 weights give float32 counts, other weights float64, no weights int64 (PyTorch's rule)."""
-    length = max(int(jnp.max(x)) + 1 if x.size else 0, minlength)
+    """Float32 weights give float32 counts, other weights float64, no weights int64 (PyTorch's rule); CPU's
+    checks, in its order (run op by op: the values are at hand), where ``jnp.bincount`` counted a negative value
+    in bin 0 and refused other input with JAX's errors."""
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise NoKernel(f'"bincount_cpu" not implemented for \'{dtypes.scalar_name(x.dtype)}\'')
+    if x.ndim == 1 and x.size == 0:
+        return jnp.zeros((minlength,), jnp.int64)
+    if x.ndim != 1 or int(jnp.min(x)) < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.ndim != 1 or weights.shape[0] != x.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    length = max(int(jnp.max(x)) + 1, minlength)
     if weights is None:
         return jnp.bincount(x, length=length).astype(jnp.int64)
     dtype = jnp.float32 if weights.dtype == jnp.float32 else jnp.float64
     return jnp.bincount(x, weights.astype(dtype), length=length).astype(dtype)
 
 
+@reports
 @lower(aten.histc.default)
 def histc(x, bins=100, min=0, max=0):
     """PyTorch's linear bin rule in the input dtype: ``bin = trunc((v - lo) * bins / (hi - lo))``, the top
     edge falls in the last bin, values outside ``[lo, hi]`` (and NaNs) are dropped; ``lo == hi`` takes the
-    data's range, widened by 1 each way if still empty."""
+    data's range, widened by 1 each way if still empty. CPU's checks of the range are reported (the range comes
+    from the data, and ``min``/``max`` are graph inputs): not finite (data with an infinity or NaN), or empty."""
     lo, hi = jnp.asarray(min, x.dtype), jnp.asarray(max, x.dtype)
     flat = x.reshape(-1)
     if flat.size:
@@ -606,6 +620,10 @@ def histc(x, bins=100, min=0, max=0):
         hi = jnp.where(auto, jnp.max(flat), hi)
     same = lo == hi
     lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    report(~(jnp.isfinite(lo) & jnp.isfinite(hi)), (lo, hi), error=RuntimeError,
+           message="torch.histc: range of [{0}, {1}] is not finite")
+    report(jnp.isfinite(lo) & jnp.isfinite(hi) & ~(lo < hi), error=RuntimeError,
+           message="torch.histc: max must be larger than min")
     inside = (flat >= lo) & (flat <= hi)
     pos = ((flat - lo) * jnp.asarray(bins, x.dtype) / (hi - lo)).astype(jnp.int64)
     pos = jnp.where(pos == bins, bins - 1, pos)

@@ -95,7 +95,7 @@ def raise_pending(block: bool = True, limit: int | None = None) -> None:
     with _lock:  # the other errors found stay pending (as host values), each raised in its turn
         _pending.extendleft(reversed([(True, v, *e[2:]) for v, e in rest]))
     where = f" (at {telemetry.describe(source)})" if source else ""
-    raise check.error(f"{name}: {check.message.format(value=value.item())}{where}")
+    raise check.error(f"{name}: {op_checks.formatted(check.message, value)}{where}")
 
 
 def _ready(flag) -> bool:
