@@ -1,4 +1,4 @@
-"""Tensor factories: ``full``/``fill``, ranges, ``eye``, triangle indices."""
+"""Tensor factories: ``full``/``fill``, ranges, ``eye``, triangle indices, the Kaiser window."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from jax import lax
 
 from .. import dtypes
 from .registry import aten, checks_args, lower, real_fill_value
+from .special import _i0
 
 
 @lower(aten.full.default)
@@ -202,3 +203,21 @@ def tril_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pi
 @lower(aten.triu_indices.default)
 def triu_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.asarray(np.stack(np.triu_indices(row, offset, col)).astype(np.int64).reshape(2, -1))
+
+
+@lower(aten.kaiser_window.default, aten.kaiser_window.periodic, aten.kaiser_window.beta, static_scalars=True)
+def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0, *, dtype=None, layout=None,
+                  device=None, pin_memory=None):
+    """CPU's Kaiser window: ``I0(beta * sqrt(1 - ((i - alpha) / alpha) ** 2)) / I0(beta)`` over the positions of
+    an ``arange`` in the result dtype (a periodic window is one point longer, its last point dropped), computed
+    in float (double for a float64 window). PyTorch's own kernel of it is a CPU/CUDA stub: the tpu had none, and
+    ``torch.kaiser_window(n, device="tpu")`` hit an internal assert."""
+    jdt = dtypes.to_jax(dtype if dtype is not None else torch.get_default_dtype())
+    if window_length <= 1:
+        return jnp.ones((window_length,), jdt)
+    n = window_length + 1 if periodic else window_length
+    opmath = jnp.float64 if jdt == jnp.float64 else jnp.float32
+    alpha, b = jnp.asarray((n - 1) / 2.0, opmath), jnp.asarray(beta, opmath)
+    x = jnp.arange(n, dtype=jdt).astype(opmath)
+    w = _i0(b * jnp.sqrt(jnp.abs(1 - jnp.square((x - alpha) / alpha)))) / _i0(b)
+    return w.astype(jdt)[:window_length]
