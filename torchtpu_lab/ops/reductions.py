@@ -9,7 +9,7 @@ from .. import dtypes
 from .casts import convert
 from .elementwise import _floating_only
 from .precision import opmath
-from .registry import aten, checks_args, lower, wrap_dim
+from .registry import aten, checks_args, fixes_meta, lower, wrap_dim
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------
@@ -67,6 +67,17 @@ def nansum(x, dim=None, keepdim=False, *, dtype=None):
     if jnp.issubdtype(x.dtype, jnp.inexact):
         x = jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), x)
     return jnp.sum(x, axis=_axes(dim, x.ndim), keepdims=keepdim)
+
+
+@fixes_meta(aten.nansum.default)
+def _nansum_of_no_dims(op, args: list, kwargs: dict, meta):
+    """``nansum(x, dim=[])`` reduces every dim on CPU (as ``sum`` does), where PyTorch's meta kernel keeps the
+    shape, and the lowering's result (CPU's) then failed the shape check."""
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if dim is None or len(dim) or args[0].dim() == 0:
+        return meta
+    keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+    return meta.new_empty((1,) * args[0].dim() if keepdim else ())
 
 
 @lower(aten.mean.dim)
