@@ -50,6 +50,11 @@ CASES = {
     "index_copy_own_index": lambda d: (lambda i: i.index_copy_(0, i, i.clone()))(torch.tensor([2, 1, 0], device=d)),
     "mul_detached_self": lambda d: (lambda x: x.mul_(x.detach()))(_square(d)),
     "cat_out_disjoint": lambda d: (lambda x: torch.cat([x[:1], x[:1]], out=x[1:]))(_square(d)),
+    # an empty tensor overlaps only itself (test_tensor_creation_ops' test_cat_out)
+    "cat_out_empty_self": lambda d: (lambda x: torch.cat([x, torch.ones(4, 6, device=d)], out=x))(
+        torch.zeros(0, device=d)),
+    "cat_out_other_empty": lambda d: (lambda x, y: torch.cat([x, torch.ones(4, 6, device=d)], out=y))(
+        torch.zeros(0, device=d), torch.zeros(0, device=d)),
 }
 
 

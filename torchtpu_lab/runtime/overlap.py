@@ -67,8 +67,10 @@ def _stand_ins(args: tuple, kwargs: dict, make: bool) -> tuple:
     """(key, elements, args, kwargs): a key naming the call's geometry (each tpu tensor's storage, by order of
     appearance, dtype, sizes, strides and offset; other values as they are), its storages' elements in all and,
     if ``make``, the call's arguments with each tpu tensor a CPU tensor of its geometry over one zeroed buffer per
-    tpu storage (CPU tensors cloned; else ``None``)."""
+    tpu storage (CPU tensors cloned; else ``None``). One tensor passed twice (``torch.cat([x, y], out=x)``) is one
+    stand-in: CPU tells a tensor from another over the same memory (an empty one overlaps only itself)."""
     buffers: dict = {}
+    made: dict = {}  # id(tpu tensor) -> (its order of appearance, its stand-in)
     key: list = []
 
     def stand_in(v):
@@ -81,12 +83,18 @@ def _stand_ins(args: tuple, kwargs: dict, make: bool) -> tuple:
         if storage is None:
             key.append(("cpu", v.dtype, _geometry(v)))
             return v.detach().clone() if make else None
+        if id(v) in made:
+            seen, cpu = made[id(v)]
+            key.append(("again", seen))
+            return cpu
         if id(storage) not in buffers:
             n = math.prod(storage.shape)
             buffers[id(storage)] = (len(buffers), n, torch.zeros(n, dtype=v.dtype) if make else None)
         index, n, buffer = buffers[id(storage)]
         key.append((index, v.dtype, n, _geometry(v)))
-        return torch.as_strided(buffer, v.shape, v.stride(), v.storage_offset()) if make else None
+        cpu = torch.as_strided(buffer, v.shape, v.stride(), v.storage_offset()) if make else None
+        made[id(v)] = (len(made), cpu)
+        return cpu
 
     cpu_args = stand_in(tuple(args))
     cpu_kwargs = {k: stand_in(v) for k, v in kwargs.items()}
