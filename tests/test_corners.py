@@ -370,6 +370,24 @@ def test_integer_linspace_rounds_as_cpu(dtype, start, end, steps):
     same_on_both_devices(lambda d: torch.linspace(start, end, steps, dtype=dtype, device=d), exact=True)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_kaiser_window_is_cpus(dtype):
+    """PyTorch's kernel of ``kaiser_window`` is a per-device stub: on tpu every length above 1 hit an internal
+    assert. Every overload (default ``beta`` 12, ``periodic``) gives CPU's window; half types bit for bit."""
+    calls = [lambda d, n: torch.kaiser_window(n, dtype=dtype, device=d),
+             lambda d, n: torch.kaiser_window(n, False, dtype=dtype, device=d),
+             lambda d, n: torch.kaiser_window(n, True, 0.5, dtype=dtype, device=d),
+             lambda d, n: torch.kaiser_window(n, False, 30.0, dtype=dtype, device=d)]
+    for call in calls:
+        for n in (0, 1, 2, 7, 100):
+            want, got = call("cpu", n), call("tpu", n)
+            if dtype in (torch.float32, torch.float64):
+                assert_same(got, want, rtol=2e-5, atol=1e-7)
+            else:
+                assert_same(got, want, exact=True)
+
+
 @pytest.mark.parametrize("steps", [1, 2, 5, 257])
 @pytest.mark.parametrize("fn", [torch.linspace, torch.logspace], ids=["linspace", "logspace"])
 def test_complex_ends_give_complex_linspace_and_logspace(fn, steps):
@@ -1413,3 +1431,71 @@ def test_index_reduce_of_bools_raises_cpus_not_implemented_error():
     error = raises_like_cpu(lambda x, i, s: x.index_reduce(0, i, s, "prod"), torch.tensor([True, True]),
                             torch.tensor([1]), torch.tensor([False]))
     assert "not implemented for 'Bool'" in str(error)
+
+
+# ------------------------------------------------------------------------------------------------ histograms
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_histc_raises_cpus_range_errors_every_call(mode):
+    """A range from data with an infinity or NaN gave garbage counts; ``min > max`` raised only at the first
+    call of a signature (PyTorch's meta kernel checks it, and a cached call never asks it again): both are now
+    reported with CPU's words, at the next read."""
+    x = torch.tensor([1.0, 2.0, 3.0])
+    with torchtpu_lab.eager_mode(mode):
+        for data, kwargs in (([1.0, 2.0, float("inf")], {}), ([float("-inf"), 1.0], {}), ([1.0, 2.0], {"max": float("inf")})):
+            with pytest.raises(RuntimeError) as cpu:
+                torch.histc(torch.tensor(data), **kwargs)
+            with pytest.raises(RuntimeError, match=re.escape(str(cpu.value))):
+                torch.histc(torch.tensor(data, device="tpu"), **kwargs).cpu()
+        with pytest.raises(RuntimeError, match="range of .nan, nan. is not finite"):
+            torch.histc(torch.tensor([float("nan"), 1.0], device="tpu")).cpu()
+        for _ in range(3):
+            assert torch.equal(torch.histc(x.to("tpu"), bins=4, min=0, max=3).cpu(), torch.histc(x, 4, 0, 3))
+            with pytest.raises(RuntimeError, match="max must be larger than min"):
+                torch.histc(x.to("tpu"), bins=4, min=5, max=1).cpu()
+
+
+def test_bincount_checks_its_input_as_cpu():
+    """``jnp.bincount`` counted a negative value in bin 0 and ignored a negative ``minlength``; other bad input
+    raised JAX's errors."""
+    raises_like_cpu(torch.bincount, torch.tensor([1, -1]))
+    raises_like_cpu(torch.bincount, torch.tensor([[1]]))
+    raises_like_cpu(torch.bincount, torch.tensor([1.0]))
+    raises_like_cpu(torch.bincount, torch.tensor([1, 2]), torch.tensor([1.0]))
+    raises_like_cpu(lambda x: torch.bincount(x, minlength=-1), torch.tensor([1, 2]))
+    for d in ("cpu", "tpu"):
+        assert torch.bincount(torch.tensor([], dtype=torch.long, device=d), minlength=3).tolist() == [0, 0, 0]
+    assert_same(torch.bincount(torch.tensor([1, 2, 2], device="tpu"), torch.tensor([1.0, 2.0, 3.0], device="tpu")),
+                torch.bincount(torch.tensor([1, 2, 2]), torch.tensor([1.0, 2.0, 3.0])), exact=True)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_nansum_over_no_dims_reduces_every_dim_as_on_cpu(keepdim):
+    x = torch.tensor([[1.0, float("nan"), 2.0], [3.0, 4.0, float("nan")]])
+    assert_same(torch.nansum(x.to("tpu"), dim=[], keepdim=keepdim), torch.nansum(x, dim=[], keepdim=keepdim),
+                exact=True)
+
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_reading_a_tensor_element_by_element_reads_cpus_values_without_a_program_each(mode, monkeypatch):
+    """``for v in t: v.item()`` and ``all(mask)`` read each element of a computed storage from its host values
+    (a program per element made such loops ~100 µs an element); values stay right across in-place updates,
+    pending work and views of every kind."""
+    from torchtpu_lab.runtime import values
+
+    programs = []
+    run_now = values.run_now
+    monkeypatch.setattr(values, "run_now", lambda *a, **k: programs.append(1) or run_now(*a, **k))
+    x_cpu = torch.linspace(-3, 3, 24).reshape(4, 6)
+    with torchtpu_lab.eager_mode(mode):
+        x = x_cpu.to("tpu")
+        for make in (lambda t: t[2], lambda t: t.t()[3], lambda t: t[:, ::2].reshape(-1), lambda t: t.bfloat16()[1],
+                     lambda t: (t > 0)[1], lambda t: t.long()[0]):
+            assert [v.item() for v in make(x)] == [v.item() for v in make(x_cpu)]
+        x.mul_(2)  # a new array in the same storage: no stale host copy
+        x_cpu.mul_(2)
+        assert [v.item() for v in x[1]] == [v.item() for v in x_cpu[1]]
+        assert all(torch.arange(300, device="tpu") < 400)
+        assert [v.item() for v in (x + 1)[0]] == [v.item() for v in (x_cpu + 1)[0]]  # pending, then read
+    assert programs == []

@@ -19,7 +19,7 @@ from ..telemetry import SyncReason
 from ..device import context, reinterpret, sizes, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor, fused, host_copies, program_cost, transfer, values
+from . import executor, fused, host_copies, pending_errors, program_cost, transfer, values
 
 aten = torch.ops.aten
 
@@ -129,7 +129,35 @@ def local_scalar_dense(self):
     host_copies.land()
     reason = telemetry.sync_reason.get() or SyncReason.ITEM
     with telemetry.sync_event(reason, fused.pending_ops()):
+        element = _host_element(self, reason)
+        if element is not None:
+            return element
         return program_cost.host_values(values.value(self, reason, record=False)).item()
+
+
+#: storages up to this size are read whole to read one element of a view of them (on a TPU or GPU; on XLA:CPU the
+#: host's view of an array costs nothing): ``for v in t: v.item()``, ``all(mask)``, ``x[i].item()`` in a loop
+HOST_ELEMENT_BYTES = 1 << 20
+
+
+def _host_element(t, reason: SyncReason) -> object | None:
+    """The one element of ``t`` (a view) read from its storage's host values (computed first if pending), which
+    JAX keeps with the array, so a loop over a tensor's elements reads the device once, not a program per element;
+    ``None`` where that does not apply (a reinterpreting or moving view, a large storage off XLA:CPU)."""
+    t = tensor.adopt(t)
+    storage, view = t.tpu_storage, t.tpu_view
+    if view is None or type(view) is not views.View or view.cast is not None:
+        return None
+    if storage.nbytes > HOST_ELEMENT_BYTES and platform.info().platform != "cpu":
+        return None
+    if isinstance(storage.held, fused.LazyValue):  # as values.value: the pending graph runs (a sync)
+        fused.track(storage)
+        fused.sync(reason, record=False)
+    array = storage.held
+    if not isinstance(array, jax.Array):  # a failed computation's placeholder: the general path raises its error
+        return None
+    pending_errors.raise_pending()  # a host read: errors its inputs reported surface here, as values.value does
+    return program_cost.host_values(array).reshape(-1)[view.offset].item()
 
 
 
