@@ -102,7 +102,7 @@ def formatted(message: str, value) -> str:
 
 def _first(bad, value):
     if isinstance(value, tuple):
-        return jnp.stack([jnp.asarray(v, jnp.float64).reshape(()) for v in value])
+        return jnp.stack([jnp.asarray(v).reshape(()).astype(jnp.result_type(float)) for v in value])
     if value is None:
         return jnp.zeros((), jnp.int32)
     value = jnp.broadcast_to(jnp.asarray(value), bad.shape).reshape(-1)

@@ -76,5 +76,5 @@ def apply(value, layout):
     if layout is None:
         return value
     if isinstance(layout, list):
-        return type(value)(to_storage(v, l) if v is not None else v for v, l in zip(value, layout))
+        return type(value)([to_storage(v, l) if v is not None else v for v, l in zip(value, layout)])
     return to_storage(value, layout)
