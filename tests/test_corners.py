@@ -1499,3 +1499,21 @@ def test_reading_a_tensor_element_by_element_reads_cpus_values_without_a_program
         assert all(torch.arange(300, device="tpu") < 400)
         assert [v.item() for v in (x + 1)[0]] == [v.item() for v in (x_cpu + 1)[0]]  # pending, then read
     assert programs == []
+
+
+def test_searchsorted_and_bucketize_check_their_arguments_as_cpu():
+    """CPU's checks that PyTorch's meta kernels lack: they returned results (a bad ``side``, 2-d boundaries for
+    ``bucketize``, a sorter index out of range) or raised JAX's errors."""
+    b2, v = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.arange(1, 10)
+    raises_like_cpu(lambda b, x: torch.bucketize(x.view(3, 3), b), b2, v)
+    raises_like_cpu(lambda b: torch.searchsorted(b, 1), b2)
+    raises_like_cpu(lambda x: torch.searchsorted(x, x, side="bad"), v)
+    raises_like_cpu(lambda b, s: torch.searchsorted(b, 2.5, sorter=s), torch.tensor([1, 2, 3]), torch.tensor([0, 1, 3]))
+    raises_like_cpu(lambda b, x, s: torch.searchsorted(b, x, sorter=s), torch.tensor([1, 2, 3]), torch.tensor([2.5]),
+                    torch.tensor([0, -1, 2]))
+    raises_like_cpu(lambda b, s: torch.searchsorted(b, 2.5, sorter=s), torch.tensor([1.0, 2, 3]),
+                    torch.tensor([0.0, 1, 2]))
+    raises_like_cpu(lambda b, x: torch.searchsorted(b, x), torch.tensor(1), torch.tensor([1]))
+    b, x, s = torch.tensor([3, 1, 2]), torch.tensor([2.5, 0.0, 9.0]), torch.tensor([1, 2, 0])
+    assert_same(torch.searchsorted(b.to("tpu"), x.to("tpu"), sorter=s.to("tpu")), torch.searchsorted(b, x, sorter=s),
+                exact=True)

@@ -504,11 +504,38 @@ def _binary_search(seq, values, right: bool):
     return start
 
 
+@checks_args(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def _searchsorted_args(op, boundaries, values, *, out_int32=False, right=False, side=None, sorter=None) -> None:
+    """CPU's checks (``searchsorted_pre_check``) that PyTorch's meta kernel lacks, in CPU's order."""
+    name = "torch.searchsorted(): "
+    if side is not None and side not in ("left", "right"):
+        raise RuntimeError(f"{name}side can only be 'left' or 'right' but got {side}")
+    value_dim = values.dim() if isinstance(values, torch.Tensor) else 0
+    if value_dim == 0 and boundaries.dim() != 1:
+        numel = values.numel() if isinstance(values, torch.Tensor) else 1
+        raise RuntimeError(f"{name}input value can be a scalar only when boundaries tensor dimension is 1, but we "
+                           f"got boundaries tensor dim({boundaries.dim()}) and input value's dim({value_dim}) "
+                           f"numel({numel})")
+    if boundaries.dim() == 0:
+        raise RuntimeError(f"{name}boundaries tensor should have positive dimension, but got 0 dimension")
+    if sorter is not None and sorter.dtype != torch.int64:
+        raise RuntimeError(f"{name}sorter must be a tensor of long dtype but got dtype {dtypes.scalar_name(sorter.dtype)}")
+
+
+@checks_args(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def _bucketize_args(op, values, boundaries, *, out_int32=False, right=False) -> None:
+    if boundaries.dim() != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.dim()})")
+
+
+@reports
 @lower(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def searchsorted(seq, values, *, out_int32=False, right=False, side=None, sorter=None):
     right = bool(right) or side == "right"
     values = jnp.asarray(values)
     if sorter is not None:
+        report((sorter < 0) | (sorter >= seq.shape[-1]), error=RuntimeError,
+               message="torch.searchsorted(): sorter index out of range")
         seq = jnp.take_along_axis(seq, sorter, axis=-1)
     dtype = jnp.promote_types(seq.dtype, values.dtype)
     if seq.ndim == 1:
