@@ -130,6 +130,37 @@ print(torch.stack(losses).cpu()[-1])
         assert "torch.compile" in f.fix and "foreach" in f.fix and "opt.step()" in f.detail
 
 
+def test_a_garbage_collection_in_the_cell_is_its_own_finding_and_does_not_drown_the_cells_own(ip):
+    """A full collection in a process holding many objects stops the cell for a long time: it is said as the
+    collector's (time line, its own finding with gc.freeze()), and the cell's real finding (a loop of item()
+    reads) stays first, where the pause used to make the cell look host-bound."""
+    run(ip, _CNN + "heap = [[i] for i in range(2_500_000)]\nimport gc\n")
+    _, text, html = run(ip, """%%tpu_profile --no-flame
+for step in range(8):
+    cnn_opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(cnn(cnn_x), cnn_y)
+    loss.backward()
+    cnn_opt.step()
+    print(loss.item())
+    if step % 2 == 0:
+        gc.collect()
+""")
+    report = ip.user_ns["_tpu_profile"].report()
+    s = report.summary
+    assert s.gc_pauses >= 4 and s.gc_s > 0.3, s  # the forced full collections of ~2.5M lists
+    assert s.python_s >= s.gc_s
+    assert s.python_s + s.overhead_s + s.tracing_s + s.compile_s + s.wait_s == pytest.approx(s.wall_s, rel=1e-6)
+    assert s.host_s == pytest.approx(s.python_s - s.gc_s + s.tracing_s + s.overhead_s)
+    actionable = [f for f in report.findings if f.actionable]
+    assert "item()" in actionable[0].title, actionable
+    collector = [f for f in actionable if "garbage collector" in f.title]
+    assert collector and collector[0] is actionable[-1], actionable
+    assert "gc.freeze()" in collector[0].fix and "of them full" in collector[0].detail
+    assert "garbage collection" in text and "garbage collection" in html
+    assert "pauses of Python's garbage collector" in text
+    ip.run_cell("del heap; gc.collect()")
+
+
 def test_a_clean_cell_says_no_significant_issue_and_the_backend_overhead_is_its_own_line(ip):
     _, text, html = run(ip, "%%tpu_profile --no-flame\nq = torch.ones(4, device='tpu')\nv = (q + 1).sum().item()\n")
     report = ip.user_ns["_tpu_profile"].report()

@@ -68,9 +68,19 @@ class Summary:
     #: compiles that are not one-time warm-up (first compiles, a first step that differs from the next):
     #: what would recur in a longer run
     steady_compiles: int = 0
+    #: of ``python_s``, Python's garbage collector (``gc_pauses`` collections): the process's whole heap scanned,
+    #: not the block's own work
+    gc_s: float = 0.0
+    gc_pauses: int = 0
     #: ``device_s`` was read from an XProf trace's device lane (else it is the host's wait, and not shown as
     #: device time: XLA:CPU traces have no device lane)
     device_traced: bool = False
+
+    @property
+    def host_s(self) -> float:
+        """The host's own time issuing the block's work: Python (less the garbage collector), our overhead and
+        recording or dispatching ops."""
+        return self.python_s - self.gc_s + self.tracing_s + self.overhead_s
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -388,6 +398,12 @@ class Status:
     #: them): a hit rate of 98% can hide compiles taking most of the time
     compile_seconds: float = 0.0
     cell_seconds: float = 0.0
+
+    @property
+    def host_s(self) -> float:
+        """The host's own time issuing the block's work: Python (less the garbage collector), our overhead and
+        recording or dispatching ops."""
+        return self.python_s - self.gc_s + self.tracing_s + self.overhead_s
 
     @property
     def cache_hit_rate(self) -> float | None:

@@ -20,6 +20,7 @@ import time
 from .. import interrupts, telemetry
 from ..device import memory
 from ..runtime import program_cost
+from .gc_pauses import GcWatch
 from .session import PeakSnapshot, Profile
 
 #: a new owner snapshot is taken when the peak grows past the last snapshot's total by more than this fraction:
@@ -115,6 +116,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     watch = _MemoryWatch(prof.t0, device_index)
     trace = _Trace(xprof_dir) if xprof_dir else None
     recorder = telemetry.Recorder()
+    collections = GcWatch()
     tracked = memory.TRACK_SOURCES.value
     memory.sample_logs.append(watch.log)
     program_cost.begin()
@@ -125,6 +127,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
     block_raised = False
     try:
         recorder.__enter__()
+        collections.start()
         memory.TRACK_SOURCES.set(True)
         if trace is not None:
             trace.start()
@@ -142,6 +145,7 @@ def profile(xprof_dir: str | None = None, device_index: int = 0):
                 prof.flush_exception = e
     finally:
         with interrupts.deferred():  # a Ctrl-C here is raised after the last line of the clean-up
+            prof.gc_spans = collections.stop()
             interrupted = _clean_up(prof, watch, trace, recorder, tracked, xprof_dir, device_index)
         if interrupted is not None and not block_raised:  # the block's own exception, if any, wins
             raise interrupted

@@ -27,6 +27,7 @@ from collections import Counter
 from ..causes import CauseKind
 from ..records import CompileGroup, FallbackGroup, Finding, GenerationStats, GraphBreakRow, Summary, SyncGroup
 from ..telemetry import Source, code_text, describe
+from . import gc_pauses
 
 #: findings under this share of the steady-state time are noise (timer jitter, a one-off read)
 NOISE = 0.05
@@ -219,7 +220,7 @@ def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup],
     ops = [e for e in prof.ops if e.source is not None]
     if not ops or steady_s <= 0:
         return None
-    host = s.python_s + s.tracing_s + s.overhead_s
+    host = s.host_s
     if host / steady_s < 0.5:
         return None
     per_line = Counter(e.source for e in ops)
@@ -249,13 +250,32 @@ def _host_bound(prof, s: Summary, steady_s: float, syncs: list[SyncGroup],
                    "; ".join(fixes), host / steady_s, True, "of the steady state")
 
 
+def _collector_pauses(prof, s: Summary) -> Finding | None:
+    """Python's garbage collector stopped the block for a noticeable share of it. Last among the actionable
+    findings: its cause is everything the process holds, not a line of the cell."""
+    share = s.gc_s / (prof.wall_s or 1e-9)
+    if share < NOISE:
+        return None
+    full = sum(1 for *_, generation in gc_pauses.pauses(prof.gc_spans) if generation == 2)
+    n = s.gc_pauses
+    return Finding("pauses of Python's garbage collector", s.gc_s,
+                   f"{n} collection{'s' if n != 1 else ''}, {full} of them full: a full collection scans every "
+                   "object the process holds (models, data, compiled graphs from earlier cells), however little "
+                   "this cell allocates",
+                   "call gc.freeze() once after building the model and loading data (what exists then is never "
+                   "scanned again), and drop references to large object graphs you no longer need",
+                   share, True, "of the cell")
+
+
 def findings(prof, s: Summary, groups: list[CompileGroup], syncs: list[SyncGroup], fallbacks: list[FallbackGroup],
              breaks: list[GraphBreakRow], generation: GenerationStats | None) -> list[Finding]:
     """Actionable findings first (line-level mistakes costliest first, then a host-bound step; noise left out),
     then one-time warm-up."""
     warm = [g for g in groups if g.kind in ("first", "warmup")]
     warm_s = sum(g.seconds for g in warm if not g.disk or g.kind == "warmup")
-    steady = max(prof.wall_s - warm_s, 1e-9)
+    # the collector's pauses are the process's heap, said on their own line: inside the steady state they would
+    # shrink every share below the noise threshold
+    steady = max(prof.wall_s - warm_s - s.gc_s, 1e-9)
     base = "of the steady state" if warm_s > 0 else "of the cell"
     found: list[tuple[Finding, bool]] = []  # (finding, said however cheap)
 
@@ -286,6 +306,9 @@ def findings(prof, s: Summary, groups: list[CompileGroup], syncs: list[SyncGroup
     host = _host_bound(prof, s, steady, syncs, generation)
     if host is not None:
         kept.append(host)
+    collector = _collector_pauses(prof, s)
+    if collector is not None:
+        kept.append(collector)
     one_time = [Finding(f"one-time warm-up: {g.count} compile{'s' if g.count != 1 else ''}", g.seconds,
                         g.pattern + (f" at {g.line}" if g.line else ""),
                         "" if g.kind == "first" else g.hint, g.seconds / (prof.wall_s or 1e-9), False)

@@ -37,7 +37,7 @@ def generation_stats(prof, summary: Summary | None = None) -> GenerationStats | 
     decode = (tokens - 1) / (last - first) if last > first else None
     host = device = None
     if summary is not None:
-        host = (summary.python_s + summary.tracing_s + summary.overhead_s) / tokens
+        host = summary.host_s / tokens
         device = None if summary.device_s is None else summary.device_s / tokens
     return GenerationStats(tokens, wall, tokens / wall if wall > 0 else 0.0, max(first - prof.t0, 0.0), programs,
                            programs / tokens, decode, host, device)

@@ -18,7 +18,7 @@ from . import findings as advice
 from ..telemetry import EventKind, SyncReason, code_text, describe
 from ..records import (CollectiveGroup, CompileGroup, CompileRow, FallbackGroup, Finding, GraphBreakRow, MemoryReport,
                        OpRow, OpTable, Report, Summary, SyncGroup)
-from . import memory_owners, programs
+from . import gc_pauses, memory_owners, programs
 from .generation import generation_stats, growth_hint
 
 
@@ -76,7 +76,7 @@ def _xprof_device_seconds(directory: str) -> float | None:
 #: Priority of what the host was doing when intervals overlap: a compile inside a sync is compiling, a sync
 #: inside an op (a data-dependent op needing concrete inputs) is waiting.
 _CATEGORY = {"compile": "compiling", "sync": "waiting", "graph": "waiting", "op": "tracing", "fallback": "tracing"}
-_PRIORITY = ("compiling", "waiting", "tracing", "overhead")
+_PRIORITY = ("gc", "compiling", "waiting", "tracing", "overhead")
 
 
 def time_split(prof) -> dict:
@@ -98,13 +98,16 @@ def split_wall_time(prof) -> dict:
     * ``overhead``: the rest of the backend's own host work (inside our kernels but outside the recorded
       events: encoding arguments, creating result tensors, views, the lock), measured at the kernels' door;
     * ``python``: everything else: the user's Python between torch ops (with PyTorch's dispatcher and autograd
-      bookkeeping, which run before our kernels are entered).
+      bookkeeping, which run before our kernels are entered), and Python's garbage collector;
+    * ``gc``: of ``python``, the garbage collector's pauses wherever they fell (inside a kernel or a compile
+      too: a collection stops whatever allocated), not a part of its own in the sum.
     """
     t0, t1 = prof.t0, prof.t0 + prof.wall_s
     edges: list[tuple[float, int, str]] = []
     spans = [(e.t, e.t + e.dur, _CATEGORY.get(e.kind)) for e in prof.events if e.dur > 0]
     ends = iter(getattr(prof, "entry_spans", ()))  # flat: start, end, start, end, ...
     spans += [(a, b, "overhead") for a, b in zip(ends, ends)]
+    spans += [(a, b, "gc") for a, b, _ in gc_pauses.pauses(getattr(prof, "gc_spans", ()))]
     for start, end, cat in spans:
         if cat is None:
             continue
@@ -124,7 +127,7 @@ def split_wall_time(prof) -> dict:
                 covered += t - prev
             prev = t
         active[cat] += delta
-    out["python"] = max(0.0, prof.wall_s - covered)
+    out["python"] = max(0.0, prof.wall_s - covered) + out["gc"]
     return out
 
 
@@ -580,7 +583,8 @@ def summarize(prof) -> Summary:
     warm = advice.warmup_compiles(prof, visits)
     return Summary(
         wall_s=prof.wall_s, device_s=traced if traced is not None else cost["program_s"] if rows else split["waiting"],
-        python_s=split["python"], tracing_s=split["tracing"], overhead_s=split["overhead"],
+        python_s=split["python"], gc_s=split["gc"], gc_pauses=len(getattr(prof, "gc_spans", ())) // 3,
+        tracing_s=split["tracing"], overhead_s=split["overhead"],
         compile_s=split["compiling"], wait_s=split["waiting"], mode=prof.mode, ops=len(prof.ops),
         graphs_executed=len(graph_runs), compiles=len(compiles),
         recompiles=sum(1 for c in compiles if c.detail.get("recompile")), disk_loads=loads, cache_hits=hits,

@@ -83,6 +83,8 @@ class Profile:
     #: start, end (flat) of every outermost call into the backend (kernels, syncs) while the block ran: what the
     #: backend did on the host, measured at its door (see ``interrupts.entry_spans``)
     entry_spans: list = field(default_factory=list, repr=False)
+    #: start, end, generation (flat) of every garbage collection while the block ran (:mod:`.gc_pauses`)
+    gc_spans: list = field(default_factory=list, repr=False)
     _spans_from: tuple = field(default=((), 0), repr=False)
     _start_ids: set = field(default_factory=set, repr=False)
     _events: list = field(default_factory=list, repr=False)

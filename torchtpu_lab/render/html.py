@@ -82,14 +82,14 @@ def _line(line: str) -> tuple[str, str]:
 
 def profile_html(r: Report) -> str:
     from .generation import generation_html
-    from .text import NO_ISSUE, cache_text, finding_text, fmt_pct, time_rows
+    from .text import NO_ISSUE, cache_text, finding_text, fmt_pct, python_text, time_rows
 
     s = r.summary
     mode = f" &middot; {escape(s.mode)} mode" if s.mode else ""
     parts = [_STYLE, '<div class="ttl-report">',
              f'<div class="ttl-muted">torchtpu_lab profile &middot; {escape(s.platform)}{mode}</div>',
              '<div class="ttl-head">',
-             _chip("wall", fmt_s(s.wall_s)), _chip("Python", fmt_s(s.python_s)),
+             _chip("wall", fmt_s(s.wall_s)), _chip("Python", python_text(s)),
              _chip("torchtpu_lab overhead", fmt_s(s.overhead_s)),
              _chip("tracing", fmt_s(s.tracing_s)), _chip("compiling", fmt_s(s.compile_s)),
              _chip("waiting", fmt_s(s.wait_s)),

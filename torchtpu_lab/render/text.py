@@ -104,8 +104,13 @@ def cache_text(s: Summary) -> str:
             f"memory hits {s.cache_hits}")
 
 
+def python_text(s: Summary) -> str:
+    """The Python share, with the garbage collector's part of it when it ran."""
+    return fmt_s(s.python_s) + (f" (garbage collection {fmt_s(s.gc_s)})" if s.gc_pauses else "")
+
+
 def time_text(s: Summary) -> str:
-    return (f"wall {fmt_s(s.wall_s)} = Python {fmt_s(s.python_s)} + torchtpu_lab overhead {fmt_s(s.overhead_s)} + "
+    return (f"wall {fmt_s(s.wall_s)} = Python {python_text(s)} + torchtpu_lab overhead {fmt_s(s.overhead_s)} + "
             f"tracing {fmt_s(s.tracing_s)} + compiling {fmt_s(s.compile_s)} + waiting {fmt_s(s.wait_s)}")
 
 
@@ -150,6 +155,9 @@ def time_rows(r: Report) -> list[tuple[float, str]]:
         label = r.time_labels[key]
         if key == "python" and r.xprof_dir:
             label += "; includes the XProf tracer's own overhead"
+        if key == "python" and s.gc_pauses:
+            label += (f"; of it {fmt_s(s.gc_s)} in {s.gc_pauses} pause{'s' if s.gc_pauses != 1 else ''} of "
+                      "Python's garbage collector")
         rows.append((getattr(s, field), label))
     if s.device_traced:
         rows.append((s.device_s, "device execution (from the XProf trace's device lane)"))
