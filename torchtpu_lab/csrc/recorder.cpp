@@ -306,6 +306,10 @@ struct Entry : Output {
   // a view op with a list of outputs (split, split_with_sizes, unbind): one view entry per output, in order
   std::vector<std::unique_ptr<Entry>> parts;
   bool several_views = false;
+  // an output laid out in another order than row-major (Output::layout): only the plain recording of its op
+  // makes such tensors (output_tensor); a write of its result into `self`, its result on fronts or appended, and
+  // a foreach update take the Python path
+  bool laid_out = false;
 };
 
 using Table = std::unordered_map<std::string, std::unique_ptr<Entry>>;
@@ -1722,14 +1726,6 @@ PyObject* output_tensor(const Output& o, PyObject* lazy, long device, PyObject* 
   return out;
 }
 
-// Whether an entry has an output laid out in another order than row-major (Output::layout): only the plain
-// recording of its op makes such tensors (output_tensor); a write of its result into `self`, its result on
-// fronts or appended, and a foreach update take the Python path.
-bool laid_out(const Entry& e) {
-  if (e.layout != nullptr) return true;
-  return std::any_of(e.more.begin(), e.more.end(), [](const Output& o) { return o.layout != nullptr; });
-}
-
 // An op with checks: its error flags — the node's leaves from `first` on — computed by the next sync and then
 // noted for pending_errors.raise_pending (fused.also_compute(flags, pending_errors.callback(checks, name,
 // source)), as executor._launch does). The callback is a functools.partial made here: no bytecode runs.
@@ -2067,7 +2063,7 @@ class RecordingKernel final : public c10::OperatorKernel {
     const Entry& e = *found->second;
     const OnFronts fronts = fronts_scratch;  // (recording may run bytecode, which may record on this thread)
     fronts_scratch.active = false;
-    if (laid_out(e) && (view_ || inplace_ || list_in_ || on_fronts || append_scratch.active)) return false;
+    if (e.laid_out && (view_ || inplace_ || list_in_ || on_fronts || append_scratch.active)) return false;
     if (on_fronts) {  // each output a padded result (bounded.grown's check), or the Python path
       auto padded = [&](const Output& o) {
         return o.absent || (static_cast<int64_t>(o.sizes.size()) > fronts.d &&
@@ -2923,7 +2919,10 @@ void fill_entry(Entry& e, PyObject* compiled) {
     set_output(o, tuple, o.aval_dtype == nullptr ? nullptr : PyObject_GetAttrString(m.p, "dtype"));
     PyObject* view = PyList_Check(layout.p) ? PyList_GetItem(layout.p, i) : layout.p;  // borrowed
     if (view == nullptr) throw python_error();
-    if (view != Py_None) set_layout(o, view);
+    if (view != Py_None) {
+      set_layout(o, view);
+      e.laid_out = true;
+    }
   }
   OwnedRef checks(attr(compiled, "checks"));
   const Py_ssize_t leaves = PyList_Size(e.avals);

@@ -19,7 +19,7 @@ from ..telemetry import SyncReason
 from ..device import context, reinterpret, sizes, tensor, views
 from ..device.storage import Storage
 from ..ops.registry import Lowering
-from . import executor, fused, host_copies, pending_errors, program_cost, transfer, values
+from . import executor, fused, host_copies, program_cost, transfer, values
 
 aten = torch.ops.aten
 
@@ -150,13 +150,10 @@ def _host_element(t, reason: SyncReason) -> object | None:
         return None
     if storage.nbytes > HOST_ELEMENT_BYTES and platform.info().platform != "cpu":
         return None
-    if isinstance(storage.held, fused.LazyValue):  # as values.value: the pending graph runs (a sync)
-        fused.track(storage)
-        fused.sync(reason, record=False)
+    values.computed(storage, reason, record=False)
     array = storage.held
     if not isinstance(array, jax.Array):  # a failed computation's placeholder: the general path raises its error
         return None
-    pending_errors.raise_pending()  # a host read: errors its inputs reported surface here, as values.value does
     return program_cost.host_values(array).reshape(-1)[view.offset].item()
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
-from ..device.views import View
+from ..device.views import View, dense_order
 
 
 def of(meta) -> View | None:
@@ -32,13 +32,11 @@ def of(meta) -> View | None:
 def _order(size: tuple, stride: tuple) -> tuple | None:
     """The dims of a tensor, outermost in memory first (size-1 dims first, where any stride addresses nothing),
     where its strides are a dense row-major layout of them in that order; else ``None``."""
-    dims = sorted((d for d, n in enumerate(size) if n != 1), key=lambda d: -stride[d])
-    expected = 1
-    for d in reversed(dims):
-        if stride[d] != expected:
-            return None
-        expected *= size[d]
-    return tuple(d for d, n in enumerate(size) if n == 1) + tuple(dims)
+    dims = dense_order(size, stride)
+    ones = tuple(d for d, n in enumerate(size) if n == 1)
+    if dims is None or len(ones) + len(dims) != len(size):  # a broadcast dim is no layout
+        return None
+    return ones + tuple(dims)
 
 
 def storage_order(view: View) -> tuple:

@@ -131,14 +131,20 @@ def use_native_writes(write_placeholders) -> None:
 
 
 @fused.entry_point
+def computed(storage, reason: SyncReason, record: bool = True) -> None:
+    """Before a host read of ``storage``: the pending graph runs if it is pending (a sync point), and errors its
+    inputs reported surface (the read waits for the device anyway)."""
+    if isinstance(storage.held, fused.LazyValue):
+        fused.track(storage)  # normally tracked already; a no-op then
+        fused.sync(reason, record=record)
+    pending_errors.raise_pending()
+
+
 def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
     """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
     storage = t.tpu_storage
-    if isinstance(storage.held, fused.LazyValue):
-        fused.track(storage)  # normally tracked already; a no-op then
-        fused.sync(reason, record=record)
-    pending_errors.raise_pending()  # a host read waits for the device anyway: errors its inputs reported surface here
+    computed(storage, reason, record)
     if t.tpu_view is None:
         return storage.array
     dyn = [storage.array]
