@@ -44,7 +44,18 @@ def test_products_with_a_bias_round_like_cpu(name, dtype):
     want = fn(*args, **kwargs)
     got = fn(*[a.to("tpu") for a in args], **kwargs).cpu()
     assert got.dtype == want.dtype
-    assert torch.equal(got, want), (name, (got.float() - want.float()).abs().max())
+    _assert_rounds_like(got, want, name)
+
+
+def _assert_rounds_like(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
+    """Equal to CPU but for a float32 sum that straddles a rounding boundary: CPU's gemm sums in an order of
+    its own, which differs between CPUs' vector widths (an AMD EPYC's AVX-512 float16 ``baddbmm`` is one ulp off
+    the float32 sum rounded once in one element of 384), so at most 1 % of the elements may be the adjacent
+    value. Rounding the product before adding the bias is a quarter of the elements off, which this fails."""
+    off = got != want
+    adjacent = torch.nextafter(want, got.where(off, want + 1)) == got
+    assert bool((adjacent | ~off).all()), (name, (got.float() - want.float()).abs().max())
+    assert int(off.sum()) <= max(1, want.numel() // 100), (name, int(off.sum()), want.numel())
 
 
 def test_a_linear_under_bfloat16_autocast_equals_cpu():
