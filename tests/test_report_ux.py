@@ -78,20 +78,22 @@ cnn_opt = torch.optim.AdamW(cnn.parameters(), lr=1e-3)
 cnn_x, cnn_y = torch.randn(4, 1, 7, 7).to('tpu'), torch.randint(0, 7, (4,)).to('tpu')
 """
 
+#: a training loop of the CNN above that reads its loss with ``.item()`` every step
+_ITEM_LOOP = """for step in range(8):
+    cnn_opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(cnn(cnn_x), cnn_y)
+    loss.backward()
+    cnn_opt.step()
+    print(loss.item())
+"""
+
 
 def test_cnn_training_cell_item_finding_first_warmup_labelled_and_the_fixed_cell(ip):
     """The issue's "done when": a small CNN training cell with AdamW and ``print(loss.item())`` each step, cold.
     The first step's optimizer-state compile is one-time warm-up (steady state compiles 0), and the ``.item()``
     read is the first actionable finding; the fixed cell has no ``.item()`` finding."""
     run(ip, _CNN)
-    _, text, html = run(ip, """%%tpu_profile --no-flame
-for step in range(8):
-    cnn_opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(cnn(cnn_x), cnn_y)
-    loss.backward()
-    cnn_opt.step()
-    print(loss.item())
-""")
+    _, text, html = run(ip, "%%tpu_profile --no-flame\n" + _ITEM_LOOP)
     report = ip.user_ns["_tpu_profile"].report()
     assert report.summary.steady_compiles == 0, report.compile_groups
     assert "steady state compiles 0" in text and "steady state compiles" in html
@@ -135,16 +137,7 @@ def test_a_garbage_collection_in_the_cell_is_its_own_finding_and_does_not_drown_
     collector's (time line, its own finding with gc.freeze()), and the cell's real finding (a loop of item()
     reads) stays first, where the pause used to make the cell look host-bound."""
     run(ip, _CNN + "heap = [[i] for i in range(2_500_000)]\nimport gc\n")
-    _, text, html = run(ip, """%%tpu_profile --no-flame
-for step in range(8):
-    cnn_opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(cnn(cnn_x), cnn_y)
-    loss.backward()
-    cnn_opt.step()
-    print(loss.item())
-    if step % 2 == 0:
-        gc.collect()
-""")
+    _, text, html = run(ip, "%%tpu_profile --no-flame\n" + _ITEM_LOOP + "    if step % 2 == 0:\n        gc.collect()\n")
     report = ip.user_ns["_tpu_profile"].report()
     s = report.summary
     assert s.gc_pauses >= 4 and s.gc_s > 0.3, s  # the forced full collections of ~2.5M lists
