@@ -400,12 +400,6 @@ class Status:
     cell_seconds: float = 0.0
 
     @property
-    def host_s(self) -> float:
-        """The host's own time issuing the block's work: Python (less the garbage collector), our overhead and
-        recording or dispatching ops."""
-        return self.python_s - self.gc_s + self.tracing_s + self.overhead_s
-
-    @property
     def cache_hit_rate(self) -> float | None:
         total = self.cache_hits + self.compiles + self.disk_loads
         return self.cache_hits / total if total else None

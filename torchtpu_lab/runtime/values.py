@@ -140,6 +140,7 @@ def computed(storage, reason: SyncReason, record: bool = True) -> None:
     pending_errors.raise_pending()
 
 
+@fused.entry_point
 def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
     """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
     t = tensor.adopt(t)
