@@ -17,6 +17,8 @@
 // every step that can fail comes before the first change of the counts.
 #include "ledger.h"
 
+#include "lock.h"
+
 #include "pyobjects.h"
 
 namespace torchtpu {
@@ -38,6 +40,7 @@ struct Ledger {
   Slot log_device, log_samples, log_above;
   PyObject* lock_acquire = nullptr;  // _lock.acquire / _lock.release (an RLock: a finalizer may run mid-update)
   PyObject* lock_release = nullptr;
+  PyObject* native_lock = nullptr;   // memory._lock when it is the core's Lock (lock.h), else nullptr
   PyObject* array_types = nullptr;   // storage._ARRAY_TYPES: type -> whether its instances are JAX arrays
   PyObject* is_array = nullptr;      // storage.is_array, for a type not in that dict yet
   PyObject* alloc_str = nullptr;
@@ -49,16 +52,26 @@ struct Ledger {
   Slot storage_shape, storage_dtype, storage_device, storage_nbytes, storage_source;
 } L;
 
-// Holds memory._lock for a scope; `ok` is false (a Python error set) when acquiring it failed.
+// Holds memory._lock for a scope; `ok` is false (a Python error set) when acquiring it failed. With the core's
+// own Lock (lock.h, what storage.use_native_ledger gives memory.py) the uncontended acquire and every release are
+// plain C calls; a lock another thread holds is waited for through its Python acquire (the GIL released).
 struct Locked {
   bool ok;
   Locked() {
+    if (L.native_lock != nullptr && lock_try_acquire(L.native_lock)) {
+      ok = true;
+      return;
+    }
     PyObject* r = PyObject_CallNoArgs(L.lock_acquire);
     ok = r != nullptr;
     Py_XDECREF(r);
   }
   ~Locked() {
     if (!ok) return;
+    if (L.native_lock != nullptr) {  // held by this thread, however it was taken: releasing runs no bytecode
+      lock_release(L.native_lock);
+      return;
+    }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject* r = PyObject_CallNoArgs(L.lock_release);
@@ -329,7 +342,8 @@ int configure_ledger(PyObject* config) {
   Py_DECREF(storage);
   L.lock_acquire = !found ? nullptr : PyObject_GetAttrString(lock, "acquire");
   L.lock_release = L.lock_acquire == nullptr ? nullptr : PyObject_GetAttrString(lock, "release");
-  Py_DECREF(lock);
+  L.native_lock = is_lock(lock) ? lock : nullptr;  // kept: memory.py keeps it for the process's life
+  if (L.native_lock == nullptr) Py_DECREF(lock);
   if (L.lock_release == nullptr) return -1;
   if (!(L.live = item(config, "live")) || !(L.deferred = item(config, "deferred")) ||
       !(L.allocated = item(config, "allocated")) || !(L.peak = item(config, "peak")) ||

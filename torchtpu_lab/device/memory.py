@@ -136,6 +136,14 @@ def use_native(native_acquire: Callable, native_release: Callable, native_settle
     acquire, release, settle = native_acquire, native_release, native_settle
 
 
+def use_lock(lock) -> None:
+    """Serialize the counts with ``lock`` from now on (the native core's re-entrant ``Lock``, which its ledger
+    takes with plain C calls where ``RLock``'s Python methods cost a call each way per buffer). Called once at
+    registration, before any other thread can count."""
+    global _lock
+    _lock = lock
+
+
 def _free(device_index: int, nbytes: int) -> None:
     with _lock:
         _allocated[device_index] -= nbytes
