@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import weakref
 
 import jax.numpy as jnp
@@ -320,3 +321,37 @@ def test_threads_allocating_and_reading_the_counts_agree_at_the_end():
     gc.collect()
     assert errors == []
     assert memory.allocated(0) == start
+
+
+@needs_core
+def test_the_ledger_waits_for_the_counts_lock_another_thread_holds():
+    """The counts' lock is the core's Lock, which the ledger takes with plain C calls; held by another thread (a
+    reader in ``with memory._lock``), the ledger's write waits for it, with the GIL released, and then counts."""
+    core = native.module()
+    assert isinstance(memory._lock, core.Lock)
+    held, go = threading.Event(), threading.Event()
+
+    def reader():
+        with memory._lock:
+            held.set()
+            go.wait(10)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    assert held.wait(10)
+    a = jnp.arange(8.0) + 5
+    before = memory.allocated(DEVICE)
+    timer = threading.Timer(0.3, go.set)  # runs while the ledger waits: the GIL is free for it
+    timer.start()
+    t0 = time.perf_counter()
+    core.ledger_acquire(a, DEVICE, 32, None)
+    waited = time.perf_counter() - t0
+    t.join(10)
+    try:
+        assert waited >= 0.25, waited
+        assert memory.allocated(DEVICE) == before + 32
+    finally:
+        core.ledger_release(a)
+        del a
+        gc.collect()
+        memory.settle()

@@ -38,7 +38,7 @@ struct Ledger {
   PyObject* peak_reached = nullptr;  // memory._peak_reached(log, t, allocated, kind, bytes): never raises
   PyTypeObject* sample_log_type = nullptr;
   Slot log_device, log_samples, log_above;
-  PyObject* lock_acquire = nullptr;  // _lock.acquire / _lock.release (an RLock: a finalizer may run mid-update)
+  PyObject* lock_acquire = nullptr;  // _lock.acquire / _lock.release (re-entrant: a finalizer may run mid-update)
   PyObject* lock_release = nullptr;
   PyObject* native_lock = nullptr;   // memory._lock when it is the core's Lock (lock.h), else nullptr
   PyObject* array_types = nullptr;   // storage._ARRAY_TYPES: type -> whether its instances are JAX arrays

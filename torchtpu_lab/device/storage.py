@@ -154,7 +154,8 @@ def use_native_ledger(core) -> None:
     ``Storage.__del__`` become C functions over memory's own dicts (``csrc/ledger.cpp``); a dropped storage then
     runs no Python frame (it was the largest part of a strict op's host cost). The counts' lock becomes the core's
     own ``Lock``, which the ledger takes without a Python call."""
-    memory.use_lock(core.Lock())
+    if not isinstance(memory._lock, core.Lock):  # once: the ledger keeps the lock it was configured with
+        memory.use_lock(core.Lock())
     core.configure_ledger({**memory.ledger_state(), "Storage": Storage, "array_types": _ARRAY_TYPES,
                            "is_array": is_array})
     memory.use_native(core.ledger_acquire, core.ledger_release, core.ledger_settle)
