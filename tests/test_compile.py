@@ -490,3 +490,79 @@ def test_dynamos_device_interface_for_tpu_is_this_device():
     assert interface.current_stream() == torch.accelerator.current_stream()
     assert get_interface_for_device("tpu:0") is interface
     assert x.sum().item() == 6
+
+
+# ---- the outputs of a compiled graph, and its inputs that are views -----------------------------------------
+
+
+def _many_outputs(x, i):
+    return x * 2, (x + 1).to(torch.bfloat16), x > 0, i * 3, x.sum()
+
+
+@pytest.mark.parametrize("native_wrap", [True, False])
+def test_compiled_outputs_are_tensors_of_cpus_values_counted_by_memory(native_wrap, monkeypatch):
+    from torchtpu_lab.device import tensor
+
+    if native_wrap and tensor._WRAP[0] is None:
+        pytest.skip("the native core is not loaded (pure-Python mode makes each output in Python)")
+    made = []
+    if native_wrap:
+        wrap = tensor._WRAP[0]
+        monkeypatch.setattr(tensor, "_WRAP", [lambda *a: made.append(len(a[0])) or wrap(*a)])
+    else:
+        monkeypatch.setattr(tensor, "_WRAP", [None])
+    torch._dynamo.reset()
+    x, i = torch.randn(3, 5), torch.arange(6).reshape(2, 3)
+    want = _many_outputs(x, i)
+    xt, it = x.to("tpu"), i.to("tpu")
+    fn = torch.compile(_many_outputs, backend="tpu")
+    fn(xt, it)
+    made.clear()
+    before = torch.tpu.memory_allocated()
+    got = fn(xt, it)
+    nbytes = sum(t.numel() * t.element_size() for t in got)
+    assert torch.tpu.memory_allocated() - before == nbytes
+    for g, w in zip(got, want):
+        assert g.device.type == "tpu" and g.dtype == w.dtype and g.shape == w.shape and g.is_contiguous()
+        torch.testing.assert_close(g.cpu(), w)
+    assert made == ([5] if native_wrap else [])
+    del got, g
+    assert torch.tpu.memory_allocated() == before
+
+
+def test_wrap_arrays_refuses_what_is_not_an_array_with_a_dtype_and_a_device():
+    from torchtpu_lab.device import tensor
+
+    if tensor._WRAP[0] is None:
+        pytest.skip("the native core is not loaded")
+    import jax.numpy as jnp
+
+    with pytest.raises(TypeError, match="output 1 is not a JAX array"):
+        tensor._WRAP[0]([jnp.ones(2), 3.0], (torch.float32, torch.float32), (0, 0))
+    with pytest.raises(TypeError, match="of equal length"):
+        tensor._WRAP[0]([jnp.ones(2)], (torch.float32,), (0, 0))
+
+
+def test_a_view_input_of_a_compiled_graph_neither_waits_for_nor_raises_an_earlier_ops_error(monkeypatch):
+    import torchtpu_lab
+    from torchtpu_lab.runtime import fused, pending_errors
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda v: v * 2 + 1, backend="tpu")
+    emb = torch.randn(4, 3).to("tpu")
+    base = torch.arange(12.0).to("tpu")
+    fn(base[2:8])
+    blocking = []
+    real = pending_errors.raise_pending
+    monkeypatch.setattr(pending_errors, "raise_pending",
+                        lambda block=True, limit=None: blocking.append(block) or real(block, limit))
+    with torchtpu_lab.eager_mode("fused"):
+        bad = torch.nn.functional.embedding(torch.tensor([1, 9]).to("tpu"), emb)  # index 9 is out of range
+        fused.sync()  # launched, not read: its check's flag is pending
+        assert pending_errors.pending() >= 1
+        out = fn(base[2:8])  # the view is gathered for the graph: a read on the device, not on the host
+        assert blocking == []
+        with pytest.raises(IndexError, match="index out of range"):  # the next host read raises it, once
+            out.cpu()
+        torch.testing.assert_close(out.cpu(), torch.arange(2.0, 8.0) * 2 + 1)
+    del bad

@@ -68,6 +68,8 @@ class CompiledGraph:
         self.executables: dict = {}
         self.built_precision: str | None = None  # the matmul precision of the latest executable built
         self.name = f"compiled {kind} [{plan.n_ops} ops]"
+        #: device index -> how its outputs are made (:func:`_wrapping`)
+        self.wrapping: dict = {}
 
     def __call__(self, args: list) -> list:
         plan = self.plan
@@ -97,18 +99,34 @@ class CompiledGraph:
                 _write_back(args[index], outs[position])
         if donate:
             memory.settle()  # the donated old values are gone
-        result, k = [], 0
-        for slot in plan.outputs:
-            if slot[0] == "tensor":
-                result.append(_wrap(outs[k], slot[1], slot[2], device_index))
-                k += 1
-            else:
-                result.append(slot[1])
+        result = self._results(outs, device_index)
         args.clear()
         run = telemetry.record_execute(self.name, t0, plan.n_ops, True, plan.ops,
                                        **program_cost.run_detail(built.exe, fresh))
         if timed is not None:  # a run over a process group is not timed: it counts its host duration
             program_cost.time_run(run, timed, device_index, launch_look, built.exe)
+        return result
+
+    def _results(self, outs, device_index: int) -> list:
+        """The graph's outputs as AOTAutograd expects them: its tensor outputs (the first of ``outs``) as tensors,
+        made in one :func:`~torchtpu_lab.device.tensor.from_arrays` call where all are tpu tensors, and its
+        constant outputs in their places."""
+        wrapping = self.wrapping.get(device_index)
+        if wrapping is None:
+            wrapping = self.wrapping[device_index] = _wrapping(self.plan.outputs, device_index)
+        dtypes, devices, constants = wrapping
+        if dtypes is None:  # an output on the CPU: one at a time
+            result, k = [], 0
+            for slot in self.plan.outputs:
+                if slot[0] == "tensor":
+                    result.append(_wrap(outs[k], slot[1], slot[2], device_index))
+                    k += 1
+                else:
+                    result.append(slot[1])
+            return result
+        result = tensor.from_arrays(list(outs[:len(dtypes)]), dtypes, devices)
+        for position, value in constants:
+            result.insert(position, value)
         return result
 
     def _build(self, inputs: list, device_index: int, donate: tuple = ()) -> _Built:
@@ -188,7 +206,7 @@ def _input_arrays(args: list) -> tuple[list, int]:
             if device_index is None:
                 device_index = storage.device_index
             # nothing this graph reads is pending: a base tensor's array is its value, a view is gathered
-            arrays.append(storage.array if t.tpu_view is None else values.value(t))
+            arrays.append(storage.array if t.tpu_view is None else values.value(t, host_read=False))
         elif isinstance(a, torch.Tensor):  # a CPU tensor input (an optimizer's step count)
             arrays.append(jnp.asarray(dtypes.host_array(a.detach())))
         else:
@@ -200,6 +218,22 @@ def _wrap(array, device: torch.device, dtype: torch.dtype, device_index: int) ->
     if device.type == "tpu":
         return tensor.from_array(array, dtype, device_index if device.index is None else device.index)
     return dtypes.host_tensor(_host(array), dtype)
+
+
+def _wrapping(outputs: list, device_index: int) -> tuple:
+    """``(dtypes, devices, constants)`` of a graph's output slots when it runs on tpu:``device_index``: the torch
+    dtypes and device indices of its tensor outputs, in order, and its constant outputs as ``(position, value)``
+    in increasing position; dtypes and devices are ``None`` when a tensor output is on the CPU."""
+    dtypes, devices, constants = [], [], []
+    for position, slot in enumerate(outputs):
+        if slot[0] != "tensor":
+            constants.append((position, slot[1]))
+        elif slot[1].type != "tpu":
+            return None, None, ()
+        else:
+            dtypes.append(slot[2])
+            devices.append(device_index if slot[1].index is None else slot[1].index)
+    return tuple(dtypes), tuple(devices), tuple(constants)
 
 
 def _host(array):

@@ -59,6 +59,14 @@ PyObject* write_placeholders(PyObject* /*module*/, PyObject* const* args, Py_ssi
   return torchtpu::write_placeholders(args[0], args[1]);
 }
 
+PyObject* wrap_arrays(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "wrap_arrays(arrays, dtypes, devices)");
+    return nullptr;
+  }
+  return torchtpu::wrap_arrays(args[0], args[1], args[2]);
+}
+
 PyObject* issue_host_copy(PyObject* /*module*/, PyObject* /*unused*/) {
   return PyLong_FromUnsignedLongLong(torchtpu::issue_host_copy());
 }
@@ -108,6 +116,8 @@ PyMethodDef fast_methods[] = {
      "_alias_order (sync_plan.h)."},
     {"commit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&torchtpu::commit_py)), METH_FASTCALL,
      "commit(targets, results): target.value = result for each pair (sync_plan.h)."},
+    {"wrap_arrays", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&wrap_arrays)), METH_FASTCALL,
+     "wrap_arrays(arrays, dtypes, devices) -> list: tensor.from_array for each array, in C."},
     {"issue_host_copy", &issue_host_copy, METH_NOARGS,
      "issue_host_copy() -> int: the number of a new non-blocking copy to the host (events recorded after it "
      "cover it; runtime/host_copies.py)."},

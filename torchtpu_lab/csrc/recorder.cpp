@@ -1567,21 +1567,26 @@ PyObject* dyn_input(const Source& s, const torch::jit::Stack& stack, size_t base
                        : PyFloat_FromDouble(iv.toDouble());
 }
 
-// Storage.output's object for output e on `device`, its array not set yet (a new reference).
-PyObject* new_storage(const Output& e, long device, PyObject* alloc_source) {
+// Storage.output's object of this shape (a tuple), torch dtype and byte size on `device`, its array not set yet
+// (a new reference).
+PyObject* new_storage(PyObject* shape, PyObject* dtype, PyObject* nbytes, long device, PyObject* alloc_source) {
   PyObject* storage = alloc(rt.storage_type);
   rt.st_array.set(storage, Py_None);
-  rt.st_shape.set(storage, e.shape);
-  rt.st_dtype.set(storage, e.dtype);
+  rt.st_shape.set(storage, shape);
+  rt.st_dtype.set(storage, dtype);
   PyObject* index = PyLong_FromLong(device);
   if (index == nullptr) {
     Py_DECREF(storage);
     throw python_error();
   }
   rt.st_device.set_new(storage, index);
-  rt.st_nbytes.set(storage, e.nbytes);
+  rt.st_nbytes.set(storage, nbytes);
   rt.st_source.set(storage, alloc_source);
   return storage;
+}
+
+PyObject* new_storage(const Output& e, long device, PyObject* alloc_source) {
+  return new_storage(e.shape, e.dtype, e.nbytes, device, alloc_source);
 }
 
 // Memory accounting of an array a storage takes (with its origin: shape, dtype, source) or lets go: the native
@@ -3052,6 +3057,60 @@ PyObject* write_placeholders(PyObject* storages, PyObject* values) {
     return raised(e);
   }
   Py_RETURN_NONE;
+}
+
+PyObject* wrap_arrays(PyObject* arrays, PyObject* dtypes, PyObject* devices) {
+  if (!rt.ready || !PyList_CheckExact(arrays) || !PyTuple_CheckExact(dtypes) || !PyTuple_CheckExact(devices) ||
+      PyList_GET_SIZE(arrays) != PyTuple_GET_SIZE(dtypes) || PyTuple_GET_SIZE(dtypes) != PyTuple_GET_SIZE(devices)) {
+    PyErr_SetString(PyExc_TypeError, "torchtpu_lab: wrap_arrays takes a list of arrays and tuples of their dtypes "
+                                     "and devices, of equal length");
+    return nullptr;
+  }
+  const Py_ssize_t n = PyList_GET_SIZE(arrays);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (Py_TYPE(PyList_GET_ITEM(arrays, i)) != rt.array_type || !THPDtype_Check(PyTuple_GET_ITEM(dtypes, i)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(devices, i))) {
+      PyErr_Format(PyExc_TypeError, "torchtpu_lab: wrap_arrays: output %zd is not a JAX array with a torch dtype "
+                                    "and a device index", i);
+      return nullptr;
+    }
+  }
+  OwnedRef out(PyList_New(n));
+  if (out.p == nullptr) return nullptr;
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* array = PyList_GET_ITEM(arrays, i);
+      PyObject* dtype = PyTuple_GET_ITEM(dtypes, i);
+      PyObject* device = PyTuple_GET_ITEM(devices, i);
+      const c10::ScalarType scalar_type = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+      OwnedRef shape(PyObject_GetAttr(array, rt.s_shape));
+      if (shape.p == nullptr) throw python_error();
+      TORCH_CHECK(PyTuple_CheckExact(shape.p), "torchtpu_lab: wrap_arrays: an array's shape is not a tuple");
+      std::vector<int64_t> sizes(static_cast<size_t>(PyTuple_GET_SIZE(shape.p)));
+      int64_t numel = 1;
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        sizes[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.p, static_cast<Py_ssize_t>(d)));
+        if (sizes[d] == -1 && PyErr_Occurred()) throw python_error();
+        numel *= sizes[d];
+      }
+      OwnedRef nbytes(PyLong_FromLongLong(numel * static_cast<int64_t>(c10::elementSize(scalar_type))));
+      if (nbytes.p == nullptr) throw python_error();
+      const long index = PyLong_AsLong(device);
+      if (index == -1 && PyErr_Occurred()) throw python_error();
+      OwnedRef storage(new_storage(shape.p, dtype, nbytes.p, index, Py_None));
+      OwnedRef origin(untracked(PyTuple_Pack(3, shape.p, dtype, Py_None)));  // the ledger's entry (pyobjects.h)
+      if (origin.p == nullptr) throw python_error();
+      acquire_array(array, rt.st_device.get(storage.p), nbytes.p, origin.p);
+      rt.st_array.set(storage.p, array);
+      PyObject* t = make_tensor(rt.tensor_type, sizes, contiguous_strides(sizes), scalar_type,
+                                static_cast<c10::DeviceIndex>(index), storage.p, Py_None);
+      if (t == nullptr) throw python_error();
+      PyList_SET_ITEM(out.p, i, t);
+    }
+  } catch (const std::exception& e) {
+    return raised(e);
+  }
+  return out.release();
 }
 
 PyObject* sync_targets() {

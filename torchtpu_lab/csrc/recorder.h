@@ -60,6 +60,11 @@ PyObject* segment_add_py(PyObject* segment, PyObject* node);
 // path writes an in-place op's result. None, or nullptr with a Python error set.
 PyObject* write_placeholders(PyObject* storages, PyObject* values);
 
+// tensor.from_array for each of `arrays` (a list of JAX arrays) with torch dtype dtypes[i] on tpu:devices[i] (two
+// tuples): a new base tensor over a new Storage holding the array, counted by the memory ledger (the outputs of a
+// compiled graph). A list, or nullptr with a Python error set.
+PyObject* wrap_arrays(PyObject* arrays, PyObject* dtypes, PyObject* devices);
+
 // fused._sync's snapshot of the pending work: (the live storages holding a placeholder, those placeholders, the
 // placeholders to compute: those and the extra values, each once, in recording order (node seq, then index)).
 // A new reference, or nullptr with a Python error set.

@@ -123,7 +123,7 @@ class TpuProcessGroup(dist.ProcessGroup):
     # --- moving data ----------------------------------------------------------------------------------
     def _array(self, t: torch.Tensor) -> jax.Array:
         if tensor.on_tpu(t):
-            return values.value(t, SyncReason.COLLECTIVE, record=True)
+            return values.value(t, SyncReason.COLLECTIVE, record=True, host_read=False)
         return jax.device_put(np.ascontiguousarray(dtypes.host_array(t.detach())), self._device)
 
     def _write(self, t: torch.Tensor, array) -> None:

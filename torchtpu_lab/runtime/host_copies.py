@@ -66,7 +66,8 @@ def issue(host: torch.Tensor, src: tensor.TpuTensor) -> None:
     # PyTorch's own error for shapes that do not broadcast
     torch.empty(host.shape, dtype=host.dtype, device="meta").copy_(torch.empty(src.shape, dtype=src.dtype,
                                                                                device="meta"))
-    array = values.value(src, SyncReason.NON_BLOCKING_COPY)  # pending work is launched (a sync event), not waited for
+    # pending work is launched (a sync event), not waited for
+    array = values.value(src, SyncReason.NON_BLOCKING_COPY, host_read=False)
     # its own storage: a later graph must not donate (and delete) the buffer this copy still reads
     held = tensor.from_array(array, src.dtype, src.tpu_storage.device_index)
     _QUEUE.append(_Copy(_next_number(), host, held, src.numel() * src.element_size()))

@@ -62,7 +62,7 @@ import torch
 from .. import caches, config, interrupts, telemetry
 from ..device import memory, views
 from ..device.storage import Storage
-from ..device.tensor import TpuTensor, adopt
+from ..device.tensor import TpuTensor, adopt, use_native_wrap
 from . import encode, fused, graph_key, pending_errors
 
 _core: list = [None]  # the native core, once configured
@@ -135,6 +135,7 @@ def configure(core, set_array, growth: ModuleType, bounded: ModuleType, from_hos
     graph_key.untrack = core.untrack
     fused.SNAPSHOT[0] = core.sync_targets
     fused._NATIVE_PLAN[0] = core
+    use_native_wrap(core.wrap_arrays)
     graph_key.NATIVE_ADD[0] = core.segment_add
     caches.on_clear(core.clear_recorded)
     config.data_checks.before_change(lambda old, new: core.clear_recorded())  # entries are with/without checks

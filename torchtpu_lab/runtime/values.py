@@ -131,21 +131,25 @@ def use_native_writes(write_placeholders) -> None:
 
 
 @fused.entry_point
-def computed(storage, reason: SyncReason, record: bool = True) -> None:
-    """Before a host read of ``storage``: the pending graph runs if it is pending (a sync point), and errors its
-    inputs reported surface (the read waits for the device anyway)."""
+def computed(storage, reason: SyncReason, record: bool = True, host_read: bool = True) -> None:
+    """Before a read of ``storage``: the pending graph runs if it is pending (a sync point), and for a host read
+    (``host_read``) errors its inputs reported surface (the read waits for the device anyway). A read on the device
+    (a compiled graph's input, a collective, a copy not waited for) leaves them to the next host read or sync: it
+    must not wait for the device."""
     if isinstance(storage.held, fused.LazyValue):
         fused.track(storage)  # normally tracked already; a no-op then
         fused.sync(reason, record=record)
-    pending_errors.raise_pending()
+    if host_read:
+        pending_errors.raise_pending()
 
 
 @fused.entry_point
-def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True):
-    """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered)."""
+def value(t: tensor.TpuTensor, reason: SyncReason = SyncReason.READ, record: bool = True, host_read: bool = True):
+    """The concrete JAX array of ``t``'s values (a sync point if ``t`` is pending; a view is gathered);
+    ``host_read``: as :func:`computed`'s (``False`` where the array is read on the device)."""
     t = tensor.adopt(t)
     storage = t.tpu_storage
-    computed(storage, reason, record)
+    computed(storage, reason, record, host_read)
     if t.tpu_view is None:
         return storage.array
     dyn = [storage.array]
