@@ -1612,6 +1612,22 @@ void release_array(PyObject* array) {
   Py_DECREF(r);
 }
 
+// A new base tensor over a new Storage that holds `array`, counted by the memory ledger: Storage.output with its
+// array set, then tensor.make (a strict op's output, a compiled graph's). A new reference.
+PyObject* array_tensor(PyObject* array, PyObject* shape, PyObject* dtype, PyObject* nbytes, c10::ScalarType scalar_type,
+                       const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, long device,
+                       PyObject* alloc_source) {
+  OwnedRef storage(new_storage(shape, dtype, nbytes, device, alloc_source));
+  OwnedRef origin(untracked(PyTuple_Pack(3, shape, dtype, alloc_source)));  // the ledger's entry (pyobjects.h)
+  if (origin.p == nullptr) throw python_error();
+  acquire_array(array, rt.st_device.get(storage.p), nbytes, origin.p);
+  rt.st_array.set(storage.p, array);
+  PyObject* t = make_tensor(rt.tensor_type, sizes, strides, scalar_type, static_cast<c10::DeviceIndex>(device),
+                            storage.p, Py_None);
+  if (t == nullptr) throw python_error();
+  return t;
+}
+
 // values.set_array(storage, placeholder), an in-place op's write, as its Python steps do it: fused.track(storage)
 // (noted once per sync, with the id of the concrete array it held then), then the Storage.array setter (a
 // placeholder is acquired by nobody; a concrete array it replaces is released to memory accounting).
@@ -1936,17 +1952,7 @@ PyObject* run_strict(const Entry& e, const torch::jit::Stack& stack, size_t base
     if (none == nullptr) throw python_error();
     return none;
   }
-  OwnedRef storage;
-  storage.p = new_storage(e, e.exec_device, alloc_source);
-  OwnedRef origin;
-  origin.p = untracked(PyTuple_Pack(3, e.shape, e.dtype, alloc_source));  // the ledger's entry (pyobjects.h)
-  if (origin.p == nullptr) throw python_error();
-  acquire_array(out, rt.st_device.get(storage.p), e.nbytes, origin.p);
-  rt.st_array.set(storage.p, out);
-  PyObject* t = make_tensor(rt.tensor_type, e.sizes, e.strides, e.scalar_type,
-                            static_cast<c10::DeviceIndex>(e.exec_device), storage.p, Py_None);
-  if (t == nullptr) throw python_error();
-  return t;
+  return array_tensor(out, e.shape, e.dtype, e.nbytes, e.scalar_type, e.sizes, e.strides, e.exec_device, alloc_source);
 }
 
 // What a kernel serves: a lowered op it records, a view op, or an in-place op whose functional op it records
@@ -3097,15 +3103,8 @@ PyObject* wrap_arrays(PyObject* arrays, PyObject* dtypes, PyObject* devices) {
       if (nbytes.p == nullptr) throw python_error();
       const long index = PyLong_AsLong(device);
       if (index == -1 && PyErr_Occurred()) throw python_error();
-      OwnedRef storage(new_storage(shape.p, dtype, nbytes.p, index, Py_None));
-      OwnedRef origin(untracked(PyTuple_Pack(3, shape.p, dtype, Py_None)));  // the ledger's entry (pyobjects.h)
-      if (origin.p == nullptr) throw python_error();
-      acquire_array(array, rt.st_device.get(storage.p), nbytes.p, origin.p);
-      rt.st_array.set(storage.p, array);
-      PyObject* t = make_tensor(rt.tensor_type, sizes, contiguous_strides(sizes), scalar_type,
-                                static_cast<c10::DeviceIndex>(index), storage.p, Py_None);
-      if (t == nullptr) throw python_error();
-      PyList_SET_ITEM(out.p, i, t);
+      PyList_SET_ITEM(out.p, i, array_tensor(array, shape.p, dtype, nbytes.p, scalar_type, sizes,
+                                             contiguous_strides(sizes), index, Py_None));
     }
   } catch (const std::exception& e) {
     return raised(e);
